@@ -1,0 +1,60 @@
+"""workunits: supervised, durable work units for agent runtimes."""
+
+from workunits._errors import Cancelled as Cancelled
+from workunits._errors import IdempotencyConflict as IdempotencyConflict
+from workunits._errors import InvalidTransition as InvalidTransition
+from workunits._errors import InvalidWorkId as InvalidWorkId
+from workunits._errors import KindTaken as KindTaken
+from workunits._errors import LedgerTampered as LedgerTampered
+from workunits._errors import NotFinished as NotFinished
+from workunits._errors import SpecError as SpecError
+from workunits._errors import SupervisorClosed as SupervisorClosed
+from workunits._errors import UnknownKind as UnknownKind
+from workunits._errors import UnknownWork as UnknownWork
+from workunits._errors import WorkFailed as WorkFailed
+from workunits._errors import WorkKilled as WorkKilled
+from workunits._errors import WorkunitsError as WorkunitsError
+from workunits._ids import is_valid as is_valid_id
+from workunits._ids import mint as mint_id
+from workunits._record import Notification as Notification
+from workunits._record import Outcome as Outcome
+from workunits._record import WorkRecord as WorkRecord
+from workunits._status import Reason as Reason
+from workunits._status import Status as Status
+from workunits._status import is_terminal as is_terminal
+from workunits.actors.base import WorkActor as WorkActor
+from workunits.supervisor.facade import Supervisor as Supervisor
+from workunits.supervisor.handle import WorkHandle as WorkHandle
+from workunits.supervisor.mailbox import Mailbox as Mailbox
+from workunits.supervisor.mailbox import MailboxClosed as MailboxClosed
+
+__all__ = [
+    "Cancelled",
+    "IdempotencyConflict",
+    "InvalidTransition",
+    "InvalidWorkId",
+    "KindTaken",
+    "LedgerTampered",
+    "Mailbox",
+    "MailboxClosed",
+    "NotFinished",
+    "Notification",
+    "Outcome",
+    "Reason",
+    "SpecError",
+    "Status",
+    "Supervisor",
+    "SupervisorClosed",
+    "UnknownKind",
+    "UnknownWork",
+    "WorkActor",
+    "WorkFailed",
+    "WorkHandle",
+    "WorkKilled",
+    "WorkRecord",
+    "WorkunitsError",
+    "is_terminal",
+    "is_valid_id",
+    "mint_id",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,64 @@
+"""Process-level cleanup: nothing outlives the supervisor unasked (invariant 10).
+
+On normal exit (atexit) and on SIGINT/SIGTERM/SIGHUP, every live supervisor is
+closed, which kills its running work. The signal handlers then chain to the
+handlers they replaced, so a program's own handling (KeyboardInterrupt for
+SIGINT, the default termination for SIGTERM) still happens.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import weakref
+from types import FrameType
+from typing import Protocol
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_live: weakref.WeakSet[Closeable] = weakref.WeakSet()
+_previous: dict[int, signal.Handlers | object] = {}
+_lock = threading.Lock()
+_installed: list[bool] = []  # non-empty once the handlers are in place
+
+
+def track(obj: Closeable, *, signals: bool = True) -> None:
+    """Close ``obj`` at interpreter exit and on a terminating signal."""
+    with _lock:
+        _live.add(obj)
+        if _installed:
+            return
+        _installed.append(True)
+    atexit.register(close_all)
+    if signals and threading.current_thread() is threading.main_thread():
+        for signum in _SIGNALS:
+            _previous[signum] = signal.signal(signum, _on_signal)
+
+
+def untrack(obj: Closeable) -> None:
+    with _lock:
+        _live.discard(obj)
+
+
+def close_all() -> None:
+    with _lock:
+        live = list(_live)
+    for obj in live:
+        obj.close()
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    close_all()
+    previous = _previous.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        # Die of the same signal, as we would have without us.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)

@@ -1,0 +1,100 @@
+"""The one tree of workunits errors.
+
+WorkunitsError
+├── InvalidWorkId        malformed ID (also a ValueError)
+├── UnknownKind          well-formed ID or kind letter nobody registered
+├── KindTaken            register_kind() with a letter already in use or reserved
+├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
+├── SpecError            arguments a submit cannot accept (also a ValueError)
+├── InvalidTransition    a status change the lifecycle table forbids (a bug, not a race)
+├── NotFinished          wait/result timed out while the unit still runs (also a TimeoutError)
+├── WorkFailed           the unit ended ``failed``; carries the record and its cause
+├── WorkKilled           the unit ended ``killed``; carries the record and its reason
+├── IdempotencyConflict  the same key was submitted with different arguments
+├── LedgerTampered       a durable value failed its integrity check
+└── SupervisorClosed     the supervisor was closed, or its actor is gone
+
+Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
+                           Exception`` in user code cannot swallow it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workunits._record import WorkRecord
+
+
+class WorkunitsError(Exception):
+    """Root of every error workunits raises on purpose."""
+
+
+class InvalidWorkId(WorkunitsError, ValueError):
+    """A string that is not a well-formed work unit ID."""
+
+
+class UnknownKind(WorkunitsError, LookupError):
+    """A kind letter (or the prefix of a well-formed ID) that no kind is registered for."""
+
+
+class KindTaken(WorkunitsError, ValueError):
+    """``register_kind`` was given a letter that is reserved or already in use."""
+
+
+class UnknownWork(WorkunitsError, KeyError):
+    """A well-formed ID this supervisor does not know (never registered, or evicted)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "unknown work unit"
+
+
+class SpecError(WorkunitsError, ValueError):
+    """The arguments of a submit cannot make a unit; nothing was registered."""
+
+
+class InvalidTransition(WorkunitsError):
+    """A status change the lifecycle table does not allow."""
+
+
+class SupervisorClosed(WorkunitsError):
+    """The supervisor is closed (or its actor died); it accepts no more calls."""
+
+
+class NotFinished(WorkunitsError, TimeoutError):
+    """The unit was still not terminal when the timeout elapsed."""
+
+    def __init__(self, record: WorkRecord, timeout: float | None) -> None:
+        super().__init__(f"{record.id} is still {record.status.value} after {timeout} s")
+        self.record = record
+
+
+class WorkFailed(WorkunitsError):
+    """The unit ended ``failed``. ``record`` says why (exit code, signal or error)."""
+
+    def __init__(self, record: WorkRecord) -> None:
+        super().__init__(f"{record.id} failed: {record.describe_end()}")
+        self.record = record
+
+
+class WorkKilled(WorkunitsError):
+    """The unit ended ``killed``; ``record.reason`` says by whom or why."""
+
+    def __init__(self, record: WorkRecord) -> None:
+        super().__init__(f"{record.id} was killed: {record.describe_end()}")
+        self.record = record
+
+
+class IdempotencyConflict(WorkunitsError):
+    """A submit reused an idempotency key with different arguments."""
+
+
+class LedgerTampered(WorkunitsError):
+    """A durable value failed its integrity check and was not used."""
+
+
+class Cancelled(BaseException):
+    """Raised inside a unit at a requested cancel.
+
+    A ``BaseException`` so that ``except Exception`` in user code cannot swallow it.
+    """

@@ -1,0 +1,98 @@
+"""Output files: created safely, read by delta, drained once at the terminal transition.
+
+Security (DESIGN §7): files are created with ``O_NOFOLLOW | O_EXCL``, mode 0600,
+inside a 0700 directory, so a planted symlink or file at a unit's path is refused
+instead of written through. Memory holds only an offset; readers take the delta.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+
+from workunits._record import TAIL_BYTES
+
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class OutputFileError(OSError):
+    """The output file could not be created safely."""
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (mode 0700) if missing and refuse it if it is a symlink or not ours."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise OutputFileError(errno.ENOTDIR, f"{path} must be a real directory, not a symlink")
+    if info.st_uid != os.getuid():
+        raise OutputFileError(errno.EPERM, f"{path} belongs to uid {info.st_uid}, not to us")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def create(path: str) -> int:
+    """Create a new output file and return a write descriptor (close-on-exec)."""
+    try:
+        return os.open(path, _CREATE_FLAGS, 0o600)
+    except FileExistsError as exc:
+        raise OutputFileError(
+            errno.EEXIST, f"refusing to write output: something already exists at {path}"
+        ) from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputFileError(
+                errno.ELOOP, f"refusing to write output through a symlink at {path}"
+            ) from exc
+        raise
+
+
+def open_for_reading(path: str) -> int | None:
+    """Open the output file (following an agent's transcript symlink); None when absent."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def read_delta(fd: int, offset: int, max_bytes: int | None) -> bytes:
+    """Read from ``offset`` to the current end of file, at most ``max_bytes``."""
+    end = os.fstat(fd).st_size
+    want = end - offset
+    if max_bytes is not None:
+        want = min(want, max_bytes)
+    if want <= 0:
+        return b""
+    chunks: list[bytes] = []
+    while want > 0:
+        chunk = os.pread(fd, min(want, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        want -= len(chunk)
+    return b"".join(chunks)
+
+
+def drain(fd: int) -> tuple[int, bytes]:
+    """Return the file's size and its raw last 64 KiB."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - TAIL_BYTES)
+    return size, read_delta(fd, start, size - start)
+
+
+def size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def remove(path: str) -> None:
+    """Remove the output file; for a symlink only the link goes, its target survives."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,113 @@
+"""Frozen snapshots of a unit's state, and the notice a parent gets when one ends.
+
+Nothing mutates a record in place: changes are ``dataclasses.replace`` inside the
+registry's single ``update`` function (DESIGN invariant 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal as _signal
+from dataclasses import dataclass
+
+from workunits._status import Reason, Status
+
+TAIL_BYTES = 64 * 1024
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkRecord:
+    """Frozen snapshot of one unit.
+
+    ``output_offset`` is the read position of ``read_output``/``stream``;
+    ``output_bytes`` and ``output_tail`` (the raw last 64 KiB) are filled by the
+    terminal transition, when the output file itself is removed.
+    """
+
+    id: str
+    kind: str
+    status: Status
+    parent: str | None
+    description: str
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    output_path: str | None = None
+    output_offset: int = 0
+    output_bytes: int = 0
+    output_tail: bytes = b""
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str | None = None
+    reason: Reason | None = None
+    notified: bool = False
+    retain: int = 0
+    evict_after: float | None = None
+    attempt: int = 1
+    pid: int | None = None
+
+    def describe_end(self) -> str:
+        """One line saying how the unit ended (or that it has not)."""
+        parts: list[str] = []
+        if self.reason is not None:
+            parts.append(f"reason {self.reason.value}")
+        if self.exit_code is not None:
+            parts.append(f"exit code {self.exit_code}")
+        if self.signal is not None:
+            parts.append(f"killed by {signal_name(self.signal)}")
+        if self.error:
+            parts.append(self.error.strip().splitlines()[-1] if self.error.strip() else "")
+        return ", ".join(p for p in parts if p) or self.status.value
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """The one message a parent gets when a child reaches a terminal status."""
+
+    id: str
+    kind: str
+    status: Status
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    reason: Reason | None
+    description: str
+    output_tail: bytes
+    ended_at: float
+
+    @classmethod
+    def of(cls, record: WorkRecord) -> Notification:
+        assert record.ended_at is not None, "notifications are only made at the terminal write"
+        return cls(
+            id=record.id,
+            kind=record.kind,
+            status=record.status,
+            exit_code=record.exit_code,
+            signal=record.signal,
+            error=record.error,
+            reason=record.reason,
+            description=record.description,
+            output_tail=record.output_tail,
+            ended_at=record.ended_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a unit's work ended, as its actor reports it to the supervisor."""
+
+    status: Status
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str | None = None
+    reason: Reason | None = None
+
+
+replace = dataclasses.replace

@@ -1,0 +1,53 @@
+"""The lifecycle: one enum, one terminal test, one transition table.
+
+``pending -> running -> completed | failed | killed``. ``pending -> killed`` is a
+cancel that arrived before start (the body never runs). No other transitions
+happen. Terminal is permanent: the registry ignores an update that would leave a
+terminal status, because races such as "the process exited after the kill" are
+normal, not errors.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    KILLED = "killed"
+
+
+class Reason(enum.StrEnum):
+    """Why a unit ended early (``killed``), or why it was ``failed`` by us (``lost``)."""
+
+    KILLED = "killed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    OUTPUT_CAP = "output-cap"
+    SHUTDOWN = "shutdown"
+    PARENT_ENDED = "parent-ended"
+    LOST = "lost"
+
+
+_TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})
+
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.RUNNING, Status.KILLED}),
+    Status.RUNNING: frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED}),
+    Status.COMPLETED: frozenset(),
+    Status.FAILED: frozenset(),
+    Status.KILLED: frozenset(),
+}
+
+
+def is_terminal(status: Status) -> bool:
+    """The only place that knows which statuses are terminal."""
+    return status in _TERMINAL
+
+
+def allowed(old: Status, new: Status) -> bool:
+    """True when ``old -> new`` is in the transition table (staying put is always allowed)."""
+    return old == new or new in TRANSITIONS[old]

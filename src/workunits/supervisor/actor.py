@@ -1,0 +1,487 @@
+"""SupervisorActor: owns the registry, the kinds table, the mailboxes and the deadlines.
+
+Every method runs in this actor's thread (pykka), so the registry needs no
+locks. It never asks another actor anything: WorkActors, the Reaper and the
+Ticker talk to it with tells, and it answers only the facade's asks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from workunits import _ids, _outputfile
+from workunits._clock import Clock
+from workunits._errors import SpecError, SupervisorClosed, UnknownWork
+from workunits._record import Notification, Outcome, WorkRecord, replace
+from workunits._status import Reason, Status, is_terminal
+from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
+from workunits.supervisor.kinds import Kinds
+from workunits.supervisor.mailbox import Mailbox
+from workunits.supervisor.reaper import Reaper
+from workunits.supervisor.registry import Change, Registry
+from workunits.supervisor.sweep import Deadlines, Due, evictable
+
+log = logging.getLogger(__name__)
+
+Subscriber = Callable[[WorkRecord | None, WorkRecord], None]
+
+OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between output-size checks of running units
+
+
+@dataclass(frozen=True, slots=True)
+class PidReport:
+    work_id: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndReport:
+    work_id: str
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    pass
+
+
+class SupervisorActor(pykka.ThreadingActor):
+    use_daemon_thread = True  # a safety net only; Supervisor.close() stops it
+
+    def __init__(
+        self,
+        *,
+        output_dir: Path,
+        clock: Clock,
+        reaper: Reaper,
+        kinds: Kinds,
+        eviction_grace: float,
+    ) -> None:
+        super().__init__()
+        self.registry = Registry()
+        self.kinds = kinds
+        self._output_dir = output_dir
+        self._clock = clock
+        self._reaper = reaper
+        self._grace = eviction_grace
+        self._actors: dict[str, pykka.ActorRef[WorkActor]] = {}
+        self._output_caps: dict[str, int] = {}
+        # How each running unit is being ended: absent, "cancel" or "kill".
+        self._ending: dict[str, str] = {}
+        self._read_fds: dict[str, int] = {}
+        self._mailboxes: dict[str | None, Mailbox] = {None: Mailbox(None)}
+        self._subscribers: list[Subscriber] = []
+        self._deadlines = Deadlines()
+        self._next_cap_check = 0.0
+        self._closing = False
+
+    # -- tells from WorkActors, the Reaper and the Ticker ------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        # A bad message must never stop the supervisor: log it and go on.
+        try:
+            match message:
+                case EndReport(work_id, outcome):
+                    self._end(work_id, outcome)
+                case PidReport(work_id, pid):
+                    self._write(work_id, lambda r: replace(r, pid=pid))
+                case Tick():
+                    self.tick()
+                case _:
+                    log.warning("supervisor: unexpected message %r", message)
+        except Exception:
+            log.exception("supervisor: failed to handle %r", message)
+        return None
+
+    # -- the registration chokepoint ------------------------------------------
+
+    def register(
+        self,
+        letter: str,
+        spec: Any,
+        *,
+        parent: str | None = None,
+        description: str = "",
+        timeout: float | None = None,
+    ) -> WorkRecord:
+        """Validate, insert as ``pending``, then start the unit's actor (invariant 4)."""
+        if self._closing:
+            raise SupervisorClosed("the supervisor is closing; it starts no new work")
+        actor_class = self.kinds.actor_class(_ids.validate_letter(letter))
+        actor_class.validate_spec(spec)
+        if not isinstance(description, str):
+            raise SpecError(f"description must be a str, got {type(description).__name__}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if parent is not None:
+            parent_record = self._lookup(parent)
+            if is_terminal(parent_record.status):
+                raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
+        work_id = _ids.mint(letter)
+        while work_id in self.registry:  # ~2.8e12 suffixes: practically never loops
+            work_id = _ids.mint(letter)
+        record = WorkRecord(
+            id=work_id,
+            kind=actor_class.kind,
+            status=Status.PENDING,
+            parent=parent,
+            description=description,
+            created_at=self._clock.now(),
+            output_path=str(self._output_dir / f"{work_id}.out"),
+        )
+        self.registry.insert(record)
+        self._emit(None, record)
+        self._start(work_id, actor_class, spec, timeout)
+        return self.registry.get(work_id)
+
+    def _start(
+        self, work_id: str, actor_class: type[WorkActor], spec: Any, timeout: float | None
+    ) -> None:
+        now = self._clock.now()
+        _, record = self._write(
+            work_id, lambda r: replace(r, status=Status.RUNNING, started_at=now)
+        )
+        assert record.output_path is not None
+        binding = UnitBinding(
+            id=work_id,
+            spec=spec,
+            output_path=record.output_path,
+            timeout=timeout,
+            clock=self._clock,
+            reaper=self._reaper,
+            report_pid=self._report_pid,
+            report_end=self._report_end,
+        )
+        try:
+            self._actors[work_id] = actor_class.start(binding)
+        except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
+            self._end(work_id, Outcome(Status.FAILED, error=f"could not start the unit: {exc!r}"))
+            return
+        if timeout is not None:
+            self._deadlines.push(now + timeout, work_id, Due.TIMEOUT)
+        cap = getattr(spec, "output_cap", None)
+        if isinstance(cap, int):
+            self._output_caps[work_id] = cap
+
+    def _report_pid(self, work_id: str, pid: int) -> None:
+        """Called from a WorkActor's thread."""
+        self.actor_ref.tell(PidReport(work_id, pid))
+
+    def _report_end(self, work_id: str, outcome: Outcome) -> None:
+        """Called from a WorkActor's thread."""
+        self.actor_ref.tell(EndReport(work_id, outcome))
+
+    # -- the one update function and its change events -------------------------
+
+    def update(self, work_id: str, change: Change) -> WorkRecord:
+        return self._write(work_id, change)[1]
+
+    def _write(self, work_id: str, change: Change) -> tuple[WorkRecord, WorkRecord]:
+        old, new = self.registry.update(work_id, change)
+        if new is not old:
+            self._emit(old, new)
+        return old, new
+
+    def _emit(self, old: WorkRecord | None, new: WorkRecord) -> None:
+        for subscriber in self._subscribers:
+            try:
+                subscriber(old, new)
+            except Exception:
+                log.exception("change subscriber %r failed", subscriber)
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """``subscriber(old, new)`` runs in this thread after every write; it must not block."""
+        self._subscribers.append(subscriber)
+
+    # -- the terminal transition (invariant 7) ---------------------------------
+
+    def _end(self, work_id: str, outcome: Outcome) -> None:
+        record = self.registry.find(work_id)
+        if record is None or is_terminal(record.status):
+            return  # already ended: "exited after kill" and friends are normal
+        size, tail = self._drain_output(record)
+        now = self._clock.now()
+        notify = not record.notified
+
+        def terminal(r: WorkRecord) -> WorkRecord:
+            return replace(
+                r,
+                status=outcome.status,
+                ended_at=now,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+                error=outcome.error,
+                reason=outcome.reason,
+                output_bytes=size,
+                output_tail=tail,
+                evict_after=None if r.retain else now + self._grace,
+                notified=True,
+            )
+
+        old, new = self.registry.update(work_id, terminal)
+        if new is old:
+            return
+        self._actors.pop(work_id, None)
+        self._output_caps.pop(work_id, None)
+        self._ending.pop(work_id, None)
+        if notify:
+            self._mailbox(new.parent).put(Notification.of(new))
+        self._emit(old, new)
+        if new.evict_after is not None:
+            self._deadlines.push(new.evict_after, work_id, Due.EVICT)
+        for child in self.registry.children(work_id):
+            self._kill(child, Reason.PARENT_ENDED)
+
+    def _drain_output(self, record: WorkRecord) -> tuple[int, bytes]:
+        """Final drain: size and tail, then remove the file (a symlink's target survives).
+
+        A retained reader that still lags keeps a descriptor, so a stream loses
+        nothing to the removal.
+        """
+        path = record.output_path
+        if path is None:
+            return record.output_bytes, record.output_tail
+        fd = self._read_fds.pop(record.id, None)
+        if fd is None:
+            fd = _outputfile.open_for_reading(path)
+        if fd is None:
+            return 0, b""
+        try:
+            size, tail = _outputfile.drain(fd)
+        finally:
+            _outputfile.remove(path)
+        if record.retain and record.output_offset < size:
+            self._read_fds[record.id] = fd
+        else:
+            os.close(fd)
+        return size, tail
+
+    def _mailbox(self, owner: str | None) -> Mailbox:
+        mailbox = self._mailboxes.get(owner)
+        if mailbox is None:
+            mailbox = self._mailboxes[owner] = Mailbox(owner)
+        return mailbox
+
+    def mailbox(self, owner: str | None = None) -> Mailbox:
+        if owner is not None:
+            self._lookup(owner)
+        return self._mailbox(owner)
+
+    # -- kill and cancel, routed by prefix (invariant 9) -----------------------
+
+    def kill(self, work_id: str, reason: Reason = Reason.KILLED) -> bool:
+        self._lookup(work_id)
+        return self._kill(work_id, reason)
+
+    def _kill(self, work_id: str, reason: Reason) -> bool:
+        record = self.registry.get(work_id)
+        if record.status == Status.PENDING:
+            self._end(work_id, Outcome(Status.KILLED, reason=reason))
+            return True
+        if record.status != Status.RUNNING or self._ending.get(work_id) == "kill":
+            return False
+        self._ending[work_id] = "kill"
+        self._tell(work_id, Kill(reason))
+        return True
+
+    def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
+        record = self._lookup(work_id)
+        if record.status == Status.PENDING:
+            self._end(work_id, Outcome(Status.KILLED, reason=reason))
+            return True
+        if record.status != Status.RUNNING or work_id in self._ending:
+            return False
+        self._ending[work_id] = "cancel"
+        self._tell(work_id, Cancel(reason))
+        self._deadlines.push(self._clock.now() + grace, work_id, Due.ESCALATE)
+        return True
+
+    def _tell(self, work_id: str, message: Any) -> None:
+        ref = self._actors.get(work_id)
+        if ref is None:
+            return
+        # A dead actor already reported its end, which is queued behind this call.
+        with contextlib.suppress(pykka.ActorDeadError):
+            ref.tell(message)
+
+    # -- reads -----------------------------------------------------------------
+
+    def _lookup(self, work_id: str) -> WorkRecord:
+        _ids.prefix_of(work_id, self.kinds)
+        return self.registry.get(work_id)
+
+    def get(self, work_id: str) -> WorkRecord:
+        return self._lookup(work_id)
+
+    def list_units(
+        self,
+        status: Status | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+    ) -> list[WorkRecord]:
+        kind_name = (
+            None if kind is None else self.kinds.actor_class(self.kinds.letter_of(kind)).kind
+        )
+        if parent is not None:
+            self._lookup(parent)
+        return [
+            r
+            for r in self.registry
+            if (status is None or r.status == status)
+            and (kind_name is None or r.kind == kind_name)
+            and (parent is None or r.parent == parent)
+        ]
+
+    def read_output(self, work_id: str, max_bytes: int | None = None) -> tuple[bytes, WorkRecord]:
+        """Read the delta since the offset, then patch only the offset (invariant 6)."""
+        record = self._lookup(work_id)
+        offset = record.output_offset
+        fd = self._read_fds.get(work_id)
+        if is_terminal(record.status) and fd is None:
+            # The file is gone: what is left to read is in the tail, if it fits.
+            data, new_offset = _from_tail(record, max_bytes)
+        else:
+            if fd is None and record.output_path is not None:
+                fd = _outputfile.open_for_reading(record.output_path)
+                if fd is not None:
+                    self._read_fds[work_id] = fd
+            data = b"" if fd is None else _outputfile.read_delta(fd, offset, max_bytes)
+            new_offset = offset + len(data)
+            if is_terminal(record.status) and fd is not None and new_offset >= record.output_bytes:
+                os.close(self._read_fds.pop(work_id))
+        if new_offset != offset:
+            _, record = self._write(work_id, lambda r: replace(r, output_offset=new_offset))
+        return data, record
+
+    def unit_actor(self, work_id: str) -> pykka.ActorRef[WorkActor]:
+        """The running unit's actor (for kinds' own control messages and tests)."""
+        self._lookup(work_id)
+        try:
+            return self._actors[work_id]
+        except KeyError:
+            raise UnknownWork(f"{work_id} has no running actor") from None
+
+    # -- retention and eviction (invariant 8) ----------------------------------
+
+    def retain(self, work_id: str) -> WorkRecord:
+        self._lookup(work_id)
+        return self._write(work_id, lambda r: replace(r, retain=r.retain + 1, evict_after=None))[1]
+
+    def release(self, work_id: str) -> WorkRecord:
+        record = self._lookup(work_id)
+        if record.retain == 0:
+            return record
+        now = self._clock.now()
+
+        def release(r: WorkRecord) -> WorkRecord:
+            left = r.retain - 1
+            evict_after = (
+                now + self._grace if left == 0 and is_terminal(r.status) else r.evict_after
+            )
+            return replace(r, retain=left, evict_after=evict_after)
+
+        _, new = self._write(work_id, release)
+        if new.retain == 0 and is_terminal(new.status):
+            fd = self._read_fds.pop(work_id, None)
+            if fd is not None:
+                os.close(fd)
+            if new.evict_after is not None:
+                self._deadlines.push(new.evict_after, work_id, Due.EVICT)
+        return new
+
+    def sweep(self) -> int:
+        """Run due deadlines now; returns how many records were evicted."""
+        return self.tick()
+
+    def tick(self) -> int:
+        now = self._clock.now()
+        evicted = 0
+        for work_id, what in self._deadlines.pop_due(now):
+            record = self.registry.find(work_id)
+            if record is None:
+                continue
+            if what is Due.EVICT:
+                if evictable(record, now):
+                    self._evict(work_id)
+                    evicted += 1
+            elif record.status == Status.RUNNING:
+                if what is Due.TIMEOUT:
+                    self._kill(work_id, Reason.TIMEOUT)
+                elif what is Due.ESCALATE and self._ending.get(work_id) == "cancel":
+                    self._ending[work_id] = "kill"
+                    self._tell(work_id, Escalate())
+        if now >= self._next_cap_check:
+            self._next_cap_check = now + OUTPUT_CAP_CHECK_EVERY
+            self._check_output_caps()
+        return evicted
+
+    def _check_output_caps(self) -> None:
+        # Backs up the kernel's RLIMIT_FSIZE for work that ignores SIGXFSZ.
+        for work_id, cap in list(self._output_caps.items()):
+            record = self.registry.find(work_id)
+            if record is None or record.output_path is None:
+                continue
+            if _outputfile.size_of(record.output_path) >= cap:
+                self._kill(work_id, Reason.OUTPUT_CAP)
+
+    def _evict(self, work_id: str) -> None:
+        self.registry.remove(work_id)
+        mailbox = self._mailboxes.pop(work_id, None)
+        if mailbox is not None:
+            mailbox.close()
+        fd = self._read_fds.pop(work_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    # -- kinds -----------------------------------------------------------------
+
+    def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
+        self.kinds.add(letter, actor_class)
+
+    # -- shutdown (invariant 10) -------------------------------------------------
+
+    def begin_shutdown(self) -> list[str]:
+        """Refuse new work and kill all running work; return the IDs still ending."""
+        self._closing = True
+        for record in self.registry:
+            if not is_terminal(record.status):
+                self._kill(record.id, Reason.SHUTDOWN)
+        return [r.id for r in self.registry if not is_terminal(r.status)]
+
+    def force_end(self, work_ids: list[str], error: str) -> None:
+        """Record units that did not report their end in time as killed (shutdown)."""
+        for work_id in work_ids:
+            ref = self._actors.get(work_id)
+            self._end(work_id, Outcome(Status.KILLED, reason=Reason.SHUTDOWN, error=error))
+            if ref is not None:
+                ref.stop(block=False)
+
+    def on_stop(self) -> None:
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+        for mailbox in self._mailboxes.values():
+            mailbox.close()
+
+
+def _from_tail(record: WorkRecord, max_bytes: int | None) -> tuple[bytes, int]:
+    """Unread output of an ended unit whose file is gone: what the tail still holds.
+
+    A reader that lagged more than the tail's 64 KiB resumes at the tail's start.
+    """
+    tail_start = record.output_bytes - len(record.output_tail)
+    start = max(record.output_offset, tail_start)
+    end = record.output_bytes if max_bytes is None else min(record.output_bytes, start + max_bytes)
+    if end <= start:
+        return b"", record.output_offset
+    return record.output_tail[start - tail_start : end - tail_start], end

@@ -1,0 +1,343 @@
+"""``Supervisor``: the blocking facade (and async twins) over the SupervisorActor.
+
+Every call is an ``ask`` with a timeout: a pykka future of a stopping actor can
+stay unresolved, and no call here may hang because of that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pykka
+
+from workunits import _cleanup, _ids, _outputfile
+from workunits._clock import Clock, SystemClock
+from workunits._errors import (
+    NotFinished,
+    SpecError,
+    SupervisorClosed,
+    WorkFailed,
+    WorkKilled,
+)
+from workunits._record import WorkRecord
+from workunits._status import Reason, Status, is_terminal
+from workunits.actors.base import WorkActor
+from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
+from workunits.supervisor.actor import SupervisorActor, Tick
+from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.kinds import Kinds
+from workunits.supervisor.mailbox import Mailbox
+from workunits.supervisor.reaper import Reaper
+from workunits.supervisor.ticker import Ticker
+from workunits.supervisor.waiters import TerminalWaiters
+
+T = TypeVar("T")
+
+DEFAULT_EVICTION_GRACE = 30.0
+STREAM_CHUNK = 1 << 20
+
+
+def _raise_nofile_limit() -> None:
+    # Each running unit holds a pidfd; allow as many as the hard limit permits.
+    import resource  # noqa: PLC0415 - only needed once, at the first supervisor
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Supervisor:
+    """Runs work units under one supervisor actor. Use as a context manager.
+
+    ``clock`` and ``tick_interval=None`` exist for tests: with a manual clock and
+    no ticker, deadlines and eviction run only when ``tick()`` is called.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] = ".workunits",
+        *,
+        eviction_grace: float = DEFAULT_EVICTION_GRACE,
+        clock: Clock | None = None,
+        tick_interval: float | None = 0.05,
+        shutdown_grace: float = 5.0,
+        ask_timeout: float = 30.0,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        if not eviction_grace >= 0:
+            raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
+        self.state_dir = _outputfile.private_dir(Path(state_dir))
+        self._output_dir = _outputfile.private_dir(self.state_dir / "output")
+        self._clock = clock or SystemClock()
+        self._ask_timeout = ask_timeout
+        self._shutdown_grace = shutdown_grace
+        self._closed = False
+        self._close_lock = threading.Lock()
+        _raise_nofile_limit()
+        kinds = Kinds()
+        kinds.add("b", ShellActor, builtin=True)
+        self._reaper = Reaper()
+        self._ref = SupervisorActor.start(
+            output_dir=self._output_dir,
+            clock=self._clock,
+            reaper=self._reaper,
+            kinds=kinds,
+            eviction_grace=eviction_grace,
+        )
+        self._actor = self._ref.proxy()
+        self._waiters = TerminalWaiters()
+        self._ask(self._actor.subscribe(self._waiters.on_change))
+        self._ticker = None if tick_interval is None else Ticker(tick_interval, self._send_tick)
+        _cleanup.track(self, signals=install_signal_handlers)
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _ask(self, future: Any) -> Any:
+        try:
+            return cast("pykka.Future[Any]", future).get(timeout=self._ask_timeout)
+        except pykka.ActorDeadError:
+            raise SupervisorClosed("the supervisor is closed") from None
+        except pykka.Timeout:
+            raise SupervisorClosed(
+                f"the supervisor actor did not answer within {self._ask_timeout} s"
+            ) from None
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise SupervisorClosed("the supervisor is closed")
+        try:
+            future = getattr(self._actor, method)(*args, **kwargs)
+        except pykka.ActorDeadError:
+            raise SupervisorClosed("the supervisor is closed") from None
+        return self._ask(future)
+
+    def _send_tick(self) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._ref.tell(Tick())
+
+    # -- submitting ------------------------------------------------------------
+
+    def shell(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> WorkHandle:
+        """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
+
+        ``env`` replaces the environment, as in ``subprocess``. Raises only for bad
+        arguments; a command that cannot start still gets an ID and ends ``failed``.
+        """
+        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap)
+        return self.submit(
+            "b",
+            spec,
+            description=spec.describe() if description is None else description,
+            timeout=timeout,
+        )
+
+    def submit(
+        self,
+        kind: str,
+        spec: Any,
+        *,
+        description: str = "",
+        parent: str | None = None,
+        timeout: float | None = None,
+    ) -> WorkHandle:
+        """Start a unit of any registered kind (by letter) with a kind-specific spec."""
+        record = self._call(
+            "register", kind, spec, parent=parent, description=description, timeout=timeout
+        )
+        return WorkHandle(self, cast(WorkRecord, record).id)
+
+    def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
+        """Add a kind under an unused letter; built-in letters and ``s`` are refused."""
+        self._call("register_kind", letter, actor_class)
+
+    # -- reading ---------------------------------------------------------------
+
+    def get(self, work_id: str) -> WorkRecord:
+        return cast(WorkRecord, self._call("get", work_id))
+
+    def list(
+        self,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+    ) -> list[WorkRecord]:
+        if status is not None:
+            try:
+                status = Status(status)
+            except ValueError:
+                raise SpecError(
+                    f"status must be one of {[s.value for s in Status]}, got {status!r}"
+                ) from None
+        return cast(
+            "list[WorkRecord]", self._call("list_units", status=status, kind=kind, parent=parent)
+        )
+
+    def read_output(self, work_id: str, max_bytes: int | None = None) -> bytes:
+        """The output written since the last read; advances the unit's offset."""
+        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
+            raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
+        data, _ = self._call("read_output", work_id, max_bytes)
+        return cast(bytes, data)
+
+    def stream(self, work_id: str, *, poll: float = 0.05) -> Iterator[bytes]:
+        """Yield every byte of output exactly once, until the unit is terminal.
+
+        The unit is retained while the stream is open, so its end cannot cut off
+        output that was not read yet.
+        """
+        _ids.validate(work_id)
+        self._call("retain", work_id)
+        try:
+            delay = 0.001
+            while True:
+                data, record = self._call("read_output", work_id, STREAM_CHUNK)
+                if data:
+                    delay = 0.001
+                    yield data
+                    continue
+                if is_terminal(record.status) and record.output_offset >= record.output_bytes:
+                    return
+                # Nothing new yet: wait for the end or for more output, backing off.
+                waiter = self._waiters.add(work_id)
+                try:
+                    if not is_terminal(self.get(work_id).status):
+                        waiter.event.wait(delay)
+                finally:
+                    self._waiters.discard(work_id, waiter)
+                delay = min(delay * 2, poll)
+        finally:
+            if not self._closed:
+                with contextlib.suppress(SupervisorClosed, KeyError):
+                    self._call("release", work_id)
+
+    def retain(self, work_id: str) -> WorkRecord:
+        """Hold the record in memory (a viewer is looking at it) until ``release``."""
+        return cast(WorkRecord, self._call("retain", work_id))
+
+    def release(self, work_id: str) -> WorkRecord:
+        return cast(WorkRecord, self._call("release", work_id))
+
+    def notifications(self) -> Mailbox:
+        """The application's mailbox: one notice per top-level unit that ends."""
+        return cast(Mailbox, self._call("mailbox", None))
+
+    # -- waiting ---------------------------------------------------------------
+
+    def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
+        """Block until the unit is terminal; raise NotFinished after ``timeout``."""
+        _ids.validate(work_id)
+        waiter = self._waiters.add(work_id)
+        try:
+            record = self.get(work_id)
+            if is_terminal(record.status):
+                return record
+            if waiter.event.wait(timeout) and waiter.record is not None:
+                return waiter.record
+            raise NotFinished(self.get(work_id), timeout)
+        finally:
+            self._waiters.discard(work_id, waiter)
+
+    def result(self, work_id: str, timeout: float | None = None) -> Any:
+        """The unit's result: its record for a shell unit. Raises WorkFailed / WorkKilled."""
+        return _result_of(self.wait(work_id, timeout))
+
+    async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
+        """Like ``wait`` without blocking the event loop."""
+        _ids.validate(work_id)
+        waiter, fut = self._waiters.add_async(work_id)
+        try:
+            record = await asyncio.to_thread(self.get, work_id)
+            if is_terminal(record.status):
+                return record
+            try:
+                async with asyncio.timeout(timeout):
+                    return await fut
+            except TimeoutError:
+                raise NotFinished(await asyncio.to_thread(self.get, work_id), timeout) from None
+        finally:
+            self._waiters.discard(work_id, waiter)
+
+    async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
+        return _result_of(await self.wait_async(work_id, timeout))
+
+    # -- ending work -----------------------------------------------------------
+
+    def kill(self, work_id: str) -> bool:
+        """SIGKILL the unit's process group now. False if it was not running (a no-op)."""
+        return cast(bool, self._call("kill", work_id, Reason.KILLED))
+
+    def cancel(self, work_id: str, grace: float = 5.0) -> bool:
+        """SIGTERM now, SIGKILL after ``grace`` seconds. False if it was not running."""
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+            raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
+        return cast(bool, self._call("cancel", work_id, float(grace)))
+
+    # -- time ------------------------------------------------------------------
+
+    def tick(self) -> int:
+        """Run due deadlines and the eviction sweep now; returns how many records left memory."""
+        return cast(int, self._call("tick"))
+
+    # -- shutdown --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        _cleanup.untrack(self)
+        try:
+            ending = cast("list[str]", self._ask(self._actor.begin_shutdown()))
+            deadline = time.monotonic() + self._shutdown_grace
+            stuck: list[str] = []
+            for work_id in ending:
+                waiter = self._waiters.add(work_id)
+                try:
+                    record = self._ask(self._actor.get(work_id))
+                    remaining = max(0.0, deadline - time.monotonic())
+                    if not is_terminal(record.status) and not waiter.event.wait(remaining):
+                        stuck.append(work_id)
+                finally:
+                    self._waiters.discard(work_id, waiter)
+            if stuck:
+                self._ask(self._actor.force_end(stuck, "did not exit within the shutdown grace"))
+        except SupervisorClosed:
+            pass
+        finally:
+            if self._ticker is not None:
+                self._ticker.close()
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._ref.stop(timeout=self._ask_timeout)
+            self._reaper.close()
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _result_of(record: WorkRecord) -> Any:
+    if record.status == Status.COMPLETED:
+        return record
+    if record.status == Status.KILLED:
+        raise WorkKilled(record)
+    raise WorkFailed(record)

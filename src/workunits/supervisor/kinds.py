@@ -1,0 +1,56 @@
+"""The kinds table: ``{prefix letter -> WorkActor class}``, owned by one supervisor."""
+
+from __future__ import annotations
+
+from workunits._errors import KindTaken, SpecError, UnknownKind
+from workunits._ids import SESSION_PREFIX, validate_letter
+from workunits.actors.base import WorkActor
+
+# Letters DESIGN §3 gives to the built-in kinds; they are taken even before
+# their kind is implemented, so a user's kind never collides with a future one.
+BUILTIN_LETTERS = {
+    "a": "agent",
+    "b": "shell",
+    "t": "teammate",
+    "w": "workflow",
+    "m": "monitor",
+    "r": "remote",
+    "d": "dream",
+}
+
+
+class Kinds:
+    def __init__(self) -> None:
+        self._by_letter: dict[str, type[WorkActor]] = {}
+
+    def __contains__(self, letter: object) -> bool:
+        return letter in self._by_letter
+
+    def add(self, letter: str, actor_class: type[WorkActor], *, builtin: bool = False) -> None:
+        validate_letter(letter)
+        if not (isinstance(actor_class, type) and issubclass(actor_class, WorkActor)):
+            raise SpecError(f"a kind is a WorkActor subclass, got {actor_class!r}")
+        if letter == SESSION_PREFIX:
+            raise KindTaken("'s' is reserved for session IDs")
+        if letter in self._by_letter:
+            raise KindTaken(f"{letter!r} is already the {self._by_letter[letter].kind} kind")
+        if letter in BUILTIN_LETTERS and not builtin:
+            raise KindTaken(
+                f"{letter!r} is reserved for the built-in {BUILTIN_LETTERS[letter]} kind"
+            )
+        self._by_letter[letter] = actor_class
+
+    def actor_class(self, letter: str) -> type[WorkActor]:
+        try:
+            return self._by_letter[letter]
+        except KeyError:
+            raise UnknownKind(f"no kind is registered for prefix {letter!r}") from None
+
+    def letter_of(self, kind: str) -> str:
+        """The letter for a kind given by letter or by name."""
+        if kind in self._by_letter:
+            return kind
+        for letter, cls in self._by_letter.items():
+            if cls.kind == kind:
+                return letter
+        raise UnknownKind(f"no kind is registered as {kind!r}")

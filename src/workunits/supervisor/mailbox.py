@@ -1,0 +1,109 @@
+"""Mailboxes: where a parent's notifications wait until it takes them.
+
+A mailbox is a thread-safe queue rather than a pykka actor: a consumer blocks in
+``get(timeout)`` and an actor cannot block for it, so an actor mailbox would
+need a parked future per waiter and a cancel handshake to avoid dropping a
+notice into an abandoned future. The supervisor actor is the only producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+
+from workunits._record import Notification
+
+
+class MailboxClosed(Exception):  # noqa: N818 - ends iteration; not an error users see
+    pass
+
+
+class Mailbox:
+    def __init__(self, owner: str | None) -> None:
+        self.owner = owner
+        self._cond = threading.Condition()
+        self._items: deque[Notification] = deque()
+        self._closed = False
+        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    def put(self, notice: Notification) -> None:
+        """Called from the supervisor actor's thread."""
+        with self._cond:
+            self._items.append(notice)
+            self._cond.notify()
+            self._wake_async()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            self._wake_async()
+
+    def _wake_async(self) -> None:
+        waiters, self._async_waiters = self._async_waiters, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+    def get(self, timeout: float | None = None) -> Notification:
+        """Take the next notice; raise TimeoutError after ``timeout`` seconds.
+
+        Once the supervisor is closed and the queue is empty, raises MailboxClosed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._items:
+                if self._closed:
+                    raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"no notification within {timeout} s")
+                self._cond.wait(remaining)
+            return self._items.popleft()
+
+    def get_nowait(self) -> Notification | None:
+        with self._cond:
+            return self._items.popleft() if self._items else None
+
+    def __iter__(self) -> Iterator[Notification]:
+        """Yield notices as they arrive, until the supervisor closes."""
+        while True:
+            try:
+                yield self.get()
+            except MailboxClosed:
+                return
+
+    async def get_async(self, timeout: float | None = None) -> Notification:
+        """Like ``get`` without blocking the event loop."""
+        async with asyncio.timeout(timeout):
+            while True:
+                loop = asyncio.get_running_loop()
+                fut: asyncio.Future[None] = loop.create_future()
+                with self._cond:
+                    if self._items:
+                        return self._items.popleft()
+                    if self._closed:
+                        raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+                    self._async_waiters.append((loop, fut))
+                await fut
+
+    def __aiter__(self) -> AsyncIterator[Notification]:
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[Notification]:
+        while True:
+            try:
+                yield await self.get_async()
+            except MailboxClosed:
+                return
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
