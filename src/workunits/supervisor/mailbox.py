@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from workunits._record import Notification
 
 
-class MailboxClosed(Exception):  # noqa: N818 - ends iteration; not an error users see
+class MailboxClosed(Exception):
     pass
 
 
