@@ -11,8 +11,16 @@ WorkunitsError
 ├── WorkFailed           the unit ended ``failed``; carries the record and its cause
 ├── WorkKilled           the unit ended ``killed``; carries the record and its reason
 ├── IdempotencyConflict  the same key was submitted with different arguments
-├── LedgerTampered       a durable value failed its integrity check
-└── SupervisorClosed     the supervisor was closed, or its actor is gone
+├── StaleAttempt         a write from an attempt that is no longer the unit's current one
+├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
+├── SupervisorBusy       another supervisor holds the state dir's lock
+├── SupervisorClosed     the supervisor was closed, or its actor is gone
+└── LedgerError          the durable ledger cannot do what was asked
+    ├── LedgerVersionError  the ledger file was written by a newer schema
+    ├── LedgerCorrupt       a file or row holds what the ledger cannot read
+    ├── LedgerFull          the state dir's disk is full; nothing was written
+    ├── LedgerTampered      a durable value failed its integrity check
+    └── ValueVersionMismatch  a pickled value was written by other Python/package versions
 
 Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
                            Exception`` in user code cannot swallow it.
@@ -89,8 +97,60 @@ class IdempotencyConflict(WorkunitsError):
     """A submit reused an idempotency key with different arguments."""
 
 
-class LedgerTampered(WorkunitsError):
+class StaleAttempt(WorkunitsError):
+    """A progress, checkpoint or result write from an attempt that is no longer current.
+
+    Fencing (DESIGN invariant 13): once a unit was resumed as attempt N+1,
+    nothing attempt N still says may land in the ledger.
+    """
+
+    def __init__(self, work_id: str, attempt: int, current: int) -> None:
+        super().__init__(
+            f"{work_id}: write from attempt {attempt} refused, the current attempt is {current}"
+        )
+        self.work_id = work_id
+        self.attempt = attempt
+        self.current = current
+
+
+class UnstorableValue(WorkunitsError, ValueError):
+    """A checkpoint or result that JSON would not bring back equal; nothing was stored."""
+
+
+class SupervisorBusy(WorkunitsError):
+    """Another supervisor holds the state dir; ``pid`` is the holder's, when it is known."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class LedgerError(WorkunitsError):
+    """The durable ledger cannot do what was asked."""
+
+
+class LedgerVersionError(LedgerError):
+    """The ledger file was written by a newer schema than this workunits understands."""
+
+
+class LedgerCorrupt(LedgerError):
+    """A ledger file, or one column of one row, holds what the ledger cannot read."""
+
+
+class LedgerFull(LedgerError):
+    """The disk holding the state dir is full; the transaction was rolled back."""
+
+
+class LedgerTampered(LedgerError):
     """A durable value failed its integrity check and was not used."""
+
+
+class ValueVersionMismatch(LedgerError):
+    """A pickled durable value was written by other Python or package versions.
+
+    cloudpickle bytes are only readable by the versions that wrote them, so the
+    value is refused rather than half-loaded.
+    """
 
 
 class Cancelled(BaseException):
