@@ -1,0 +1,64 @@
+"""The durable ledger: SQLite in the state dir, so units outlive the process that started them.
+
+Modules, one concept each:
+
+- ``schema``      tables and forward migrations (``PRAGMA user_version``)
+- ``_db``         the connection, the state dir's modes, the transaction discipline
+- ``store``       ``Ledger``: submit, read, fenced writes, checkpoints, attempts, retention
+- ``writes``      the one function that changes a unit's status, with fence and outbox
+- ``rows``        typed rows and their conversions to and from ``WorkRecord``
+- ``outbox``      notifications waiting for delivery (invariant 11)
+- ``requests``    commands from other processes
+- ``sessions``    supervisor runs and the units a dead one left running
+- ``values``      specs and results: import references, signed pickles, spec hashes
+- ``strictjson``  JSON that comes back equal, or is refused
+- ``lock``        one supervisor per state dir
+"""
+
+from workunits._errors import LedgerCorrupt as LedgerCorrupt
+from workunits._errors import LedgerError as LedgerError
+from workunits._errors import LedgerFull as LedgerFull
+from workunits._errors import LedgerTampered as LedgerTampered
+from workunits._errors import LedgerVersionError as LedgerVersionError
+from workunits._errors import StaleAttempt as StaleAttempt
+from workunits._errors import SupervisorBusy as SupervisorBusy
+from workunits._errors import UnstorableValue as UnstorableValue
+from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
+from workunits.ledger.lock import SupervisorLock as SupervisorLock
+from workunits.ledger.requests import Request as Request
+from workunits.ledger.rows import EXPIRED as EXPIRED
+from workunits.ledger.rows import NewUnit as NewUnit
+from workunits.ledger.rows import UnitRow as UnitRow
+from workunits.ledger.schema import SCHEMA_VERSION as SCHEMA_VERSION
+from workunits.ledger.sessions import Session as Session
+from workunits.ledger.store import Ledger as Ledger
+from workunits.ledger.values import Call as Call
+from workunits.ledger.values import Stored as Stored
+from workunits.ledger.writes import NO_RESULT as NO_RESULT
+from workunits.ledger.writes import Outcome as WriteOutcome
+from workunits.ledger.writes import Write as Write
+
+__all__ = [
+    "EXPIRED",
+    "NO_RESULT",
+    "SCHEMA_VERSION",
+    "Call",
+    "Ledger",
+    "LedgerCorrupt",
+    "LedgerError",
+    "LedgerFull",
+    "LedgerTampered",
+    "LedgerVersionError",
+    "NewUnit",
+    "Request",
+    "Session",
+    "StaleAttempt",
+    "Stored",
+    "SupervisorBusy",
+    "SupervisorLock",
+    "UnitRow",
+    "UnstorableValue",
+    "ValueVersionMismatch",
+    "Write",
+    "WriteOutcome",
+]

@@ -1,0 +1,188 @@
+"""The ledger's tables and their forward migrations, keyed by ``PRAGMA user_version``.
+
+Each migration takes the database from version ``n - 1`` to ``n`` and runs in
+its own ``BEGIN IMMEDIATE`` transaction together with the new ``user_version``,
+so a crash mid-migration leaves the previous version intact, and two processes
+opening a fresh ledger at once migrate it exactly once (the second re-reads the
+version under the write lock and finds nothing to do).
+
+Migrations are append-only: a released one is never edited, a change is a new one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from workunits._errors import LedgerCorrupt, LedgerVersionError
+
+# "wu" "l1" in ASCII: marks the file as a workunits ledger, so a stray SQLite
+# file given as a state dir is refused instead of having tables added to it.
+APPLICATION_ID = 0x77756C31
+
+_V1 = """
+CREATE TABLE units (
+    id               TEXT PRIMARY KEY NOT NULL,
+    kind             TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    parent           TEXT,
+    description      TEXT NOT NULL DEFAULT '',
+    key              TEXT UNIQUE,               -- idempotency key; NULLs never collide
+    spec_hash        TEXT NOT NULL,
+    spec             BLOB,                      -- NULL once expired
+    spec_format      TEXT NOT NULL CHECK (spec_format IN ('ref', 'pickle', 'json')),
+    spec_mac         BLOB,
+    spec_versions    TEXT,
+    attempt          INTEGER NOT NULL DEFAULT 1,
+    max_attempts     INTEGER NOT NULL DEFAULT 1,
+    resumable        INTEGER NOT NULL DEFAULT 0,
+    created_at       REAL NOT NULL,
+    started_at       REAL,
+    ended_at         REAL,
+    exit_code        INTEGER,
+    signal           INTEGER,
+    error            TEXT,
+    reason           TEXT,
+    output_path      TEXT,
+    output_bytes     INTEGER NOT NULL DEFAULT 0,
+    output_tail      BLOB,
+    progress         REAL,
+    progress_message TEXT,
+    checkpoint       BLOB,                      -- orjson
+    result           BLOB,
+    result_format    TEXT CHECK (result_format IN ('json', 'pickle')),
+    result_mac       BLOB,
+    result_versions  TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    retain           INTEGER NOT NULL DEFAULT 0,
+    session          TEXT,
+    pid              INTEGER,
+    expire_at        REAL,
+    -- The terminal status stays in `status` (terminal is permanent); expiry is
+    -- this timestamp, and readers show the status as `expired` once it is set.
+    expired_at       REAL
+);
+CREATE INDEX units_status ON units (status);
+CREATE INDEX units_parent ON units (parent);
+CREATE INDEX units_session ON units (session);
+CREATE INDEX units_expire ON units (expire_at) WHERE expired_at IS NULL;
+
+-- The outbox: one row per terminal transition, written in the same
+-- transaction as the transition itself (invariant 11).
+CREATE TABLE notifications (
+    seq          INTEGER PRIMARY KEY,
+    id           TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    parent       TEXT,
+    payload      BLOB NOT NULL,                 -- orjson
+    created_at   REAL NOT NULL,
+    delivered_at REAL,
+    UNIQUE (id, status)
+);
+CREATE INDEX notifications_undelivered ON notifications (parent) WHERE delivered_at IS NULL;
+
+-- Commands from other processes; the supervisor applies them on its tick.
+CREATE TABLE requests (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused, so a client's seq stays its own
+    verb       TEXT NOT NULL CHECK (verb IN ('submit', 'cancel', 'kill', 'retain', 'release')),
+    target     TEXT NOT NULL,
+    args       BLOB NOT NULL,                     -- orjson
+    created_at REAL NOT NULL,
+    taken_at   REAL,
+    taken_by   TEXT,
+    done_at    REAL,
+    result     BLOB                               -- orjson
+);
+CREATE INDEX requests_open ON requests (seq) WHERE taken_at IS NULL;
+
+CREATE TABLE sessions (
+    id           TEXT PRIMARY KEY NOT NULL,
+    pid          INTEGER NOT NULL,
+    started_at   REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    ended_at     REAL
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+"""``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(conn: sqlite3.Connection, where: str, migrations: Sequence[str] = MIGRATIONS) -> int:
+    """Bring the database up to ``len(migrations)``; return the version it had before.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). ``where``
+    names the file in error messages.
+    """
+    target = len(migrations)
+    found = user_version(conn)
+    _check_version(found, target, where)
+    if found > 0:
+        _check_ours(conn, where)
+    if found == target:
+        return found  # the common case, without taking the write lock
+    before = found
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the write lock: another process may have migrated.
+            current = user_version(conn)
+            _check_version(current, target, where)
+            if current == target:
+                conn.execute("COMMIT")
+                return before
+            if current == 0:
+                _claim(conn, where)
+            # executescript() would COMMIT first; run the statements one by one
+            # so the step and its version bump are one transaction.
+            for statement in _statements(migrations[current]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {current + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+
+def _check_version(found: int, target: int, where: str) -> None:
+    if found > target:
+        raise LedgerVersionError(
+            f"the ledger {where} has schema version {found}, but this workunits understands "
+            f"versions up to {target}: it was written by a newer workunits. Upgrade workunits "
+            f"to open it, or use another state dir; never edit the ledger to downgrade it."
+        )
+
+
+def _check_ours(conn: sqlite3.Connection, where: str) -> None:
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    if app_id != APPLICATION_ID:
+        raise LedgerCorrupt(
+            f"{where} is an SQLite database but not a workunits ledger "
+            f"(application_id {app_id:#x}); point state_dir elsewhere"
+        )
+
+
+def _claim(conn: sqlite3.Connection, where: str) -> None:
+    """Mark an empty database as a workunits ledger, refusing anyone else's file."""
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    tables = conn.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'table'").fetchone()
+    if app_id not in (0, APPLICATION_ID) or (app_id == 0 and int(tables[0]) > 0):
+        raise LedgerCorrupt(
+            f"{where} is an SQLite database but not a workunits ledger "
+            f"(application_id {app_id:#x}, {tables[0]} tables); point state_dir elsewhere"
+        )
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (none of ours has ';' inside a literal)."""
+    lines = [line.split("--", 1)[0] for line in script.splitlines()]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

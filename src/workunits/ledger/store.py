@@ -1,0 +1,478 @@
+"""``Ledger``: the durable store of work units in ``<state_dir>/ledger.db``.
+
+Safe to use from several processes at once (SQLite WAL, ``BEGIN IMMEDIATE``
+on every write, a busy timeout) and from several threads of one process (one
+connection behind a lock). Each process opens its own ``Ledger``.
+
+Durability: submits, terminal writes, checkpoints, requests and session
+open/close are fully synced (``synchronous=FULL``); grouped non-terminal
+transitions, progress and delivery marks use NORMAL -- a crash loses at most
+the last of those, and WAL keeps commits in order, so the next fully synced
+commit makes every earlier one durable too.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from workunits import _ids
+from workunits._clock import Clock, SystemClock
+from workunits._errors import (
+    IdempotencyConflict,
+    InvalidTransition,
+    LedgerError,
+    SpecError,
+    StaleAttempt,
+    UnknownWork,
+    UnstorableValue,
+)
+from workunits._record import Notification, WorkRecord
+from workunits._status import Status, is_terminal
+from workunits.ledger import outbox, requests, sessions, strictjson, values, writes
+from workunits.ledger._db import Database, prepare_state_dir
+from workunits.ledger.requests import Request
+from workunits.ledger.rows import EXPIRED, NewUnit, UnitRow
+from workunits.ledger.sessions import Session
+from workunits.ledger.writes import NO_RESULT, Outcome, Write
+
+DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
+DEFAULT_BUSY_TIMEOUT = 10.0
+
+# Statuses as SQL sees them, derived from is_terminal (the one place that knows).
+_TERMINAL = tuple(s.value for s in Status if is_terminal(s))
+_IN_TERMINAL = f"({', '.join('?' * len(_TERMINAL))})"
+
+
+class Ledger:
+    """The ledger of one state dir. Every method runs in the calling thread."""
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        expire_after: float = DEFAULT_EXPIRE_AFTER,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> None:
+        self.state_dir = prepare_state_dir(state_dir)
+        self._clock = clock or SystemClock()
+        self._expire_after = expire_after
+        self._db = Database(self.state_dir, busy_timeout=busy_timeout)
+        try:
+            self._key = values.load_or_create_key(self.state_dir)
+        except BaseException:
+            self._db.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        return self._db.path
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- submit and read ---------------------------------------------------------
+
+    def submit(self, new: NewUnit) -> tuple[UnitRow, bool]:
+        """Insert ``new`` as ``pending``, or return the unit that already has its key.
+
+        Returns ``(row, created)``. The same key with the same spec hash returns
+        the existing unit whatever its status (expired too) with
+        ``created=False``; the same key with another spec raises
+        IdempotencyConflict. Check and insert are one ``BEGIN IMMEDIATE``
+        transaction, so concurrent submits from several processes make one unit
+        per key (invariant 12).
+        """
+        _ids.validate(new.id)
+        if new.parent is not None:
+            _ids.validate(new.parent)
+        digest = values.spec_hash(new.kind, new.spec)
+        with self._db.write(durable=True) as conn:
+            if new.key is not None:
+                found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
+                if found is not None:
+                    existing = UnitRow.from_sql(found)
+                    if existing.spec_hash != digest:
+                        raise IdempotencyConflict(
+                            f"key {new.key!r} belongs to unit {existing.id} ({existing.kind}, "
+                            f"{existing.shown_status}), submitted with other arguments; use "
+                            f"another key, or resubmit the very same call to get {existing.id}"
+                        )
+                    return existing, False
+            if conn.execute("SELECT 1 FROM units WHERE id = ?", (new.id,)).fetchone():
+                raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another")
+            conn.execute(
+                "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
+                "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
+                "session, output_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    new.id,
+                    new.kind,
+                    Status.PENDING.value,
+                    new.parent,
+                    new.description,
+                    new.key,
+                    digest,
+                    new.spec.data,
+                    new.spec.format,
+                    new.spec.mac,
+                    new.spec.versions,
+                    new.max_attempts,
+                    int(new.resumable),
+                    new.created_at,
+                    new.session,
+                    new.output_path,
+                ),
+            )
+        return _fresh_row(new, digest), True
+
+    def get(self, work_id: str) -> UnitRow | None:
+        _ids.validate(work_id)
+        with self._db.read() as conn:
+            row = conn.execute("SELECT * FROM units WHERE id = ?", (work_id,)).fetchone()
+        return None if row is None else UnitRow.from_sql(row)
+
+    def require(self, work_id: str) -> UnitRow:
+        """Like ``get``, but an ID the ledger never saw (or has forgotten) raises UnknownWork."""
+        row = self.get(work_id)
+        if row is None:
+            raise UnknownWork(f"the ledger has no unit {work_id}")
+        return row
+
+    def list(
+        self,
+        *,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[UnitRow]:
+        """Units oldest first. ``status="expired"`` lists expired units; a real status
+        lists units that have it and are not expired (their status reads ``expired``)."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[object] = []
+        if status == EXPIRED:
+            clauses.append("expired_at IS NOT NULL")
+        elif status is not None:
+            clauses.append("status = ? AND expired_at IS NULL")
+            params.append(Status(status).value)
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)
+        if parent is not None:
+            clauses.append("parent = ?")
+            params.append(_ids.validate(parent))
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        params.append(-1 if limit is None else limit)
+        with self._db.read() as conn:
+            rows = conn.execute(
+                f"SELECT * FROM units {where} ORDER BY created_at, id LIMIT ?",  # noqa: S608
+                params,
+            ).fetchall()
+        return [UnitRow.from_sql(row) for row in rows]
+
+    def load_spec(self, work_id: str) -> object:
+        """The unit's spec, verified (LedgerTampered) before anything in it is loaded."""
+        row = self.require(work_id)
+        if row.spec is None:
+            raise UnknownWork(f"{work_id} has expired; its spec is no longer kept")
+        return values.decode_spec(row.spec, work_id=work_id, key=self._key)
+
+    def load_result(self, work_id: str) -> Any:
+        """The stored result (None when there is none); a pickle is verified first."""
+        row = self.require(work_id)
+        if row.result is None:
+            return None
+        return values.decode_result(row.result, work_id=work_id, key=self._key)
+
+    def encode_spec(self, spec: object, work_id: str) -> values.Stored:
+        """``spec`` signed with this state dir's key, for a :class:`NewUnit`."""
+        return values.encode_spec(spec, work_id=work_id, key=self._key)
+
+    # -- fenced writes -------------------------------------------------------------
+
+    def write(
+        self,
+        target: WorkRecord | str,
+        *,
+        attempt: int,
+        result: object = NO_RESULT,
+        json_result: bool = False,
+        notification: Notification | None = None,
+        **fields: object,
+    ) -> bool:
+        """Write a record's columns (or ``fields`` of the unit ``target``), fenced by attempt.
+
+        Returns False when the write was ignored because it would leave a
+        terminal status (a normal race). Raises StaleAttempt when ``attempt``
+        is not the unit's current one. A write that makes the unit terminal
+        commits its outbox notice in the same, fully synced transaction.
+        """
+        w = Write(target, attempt, fields, result, json_result, notification)
+        ((outcome, current),) = self._apply([w])
+        if outcome is Outcome.STALE:
+            raise StaleAttempt(_id_of(target), attempt, current)
+        return outcome is Outcome.WRITTEN
+
+    def write_many(self, batch: Iterable[Write]) -> builtins.list[Outcome]:
+        """Apply several writes in one transaction (one commit, one sync for the group).
+
+        Each write's outcome is in the list; a stale or ignored one does not
+        stop the others. The group is fully synced when any write in it makes
+        a unit terminal or stores a result, else NORMAL.
+        """
+        return [outcome for outcome, _ in self._apply(builtins.list(batch))]
+
+    def _apply(self, batch: builtins.list[Write]) -> builtins.list[tuple[Outcome, int]]:
+        prepared = [writes.prepare(w, self._encode_result(w)) for w in batch]
+        durable = any(
+            "result" in p.columns or (p.status is not None and is_terminal(p.status))
+            for p in prepared
+        )
+        now = self._clock.now()
+        with self._db.write(durable=durable) as conn:
+            return [
+                writes.apply(conn, p, now=now, expire_after=self._expire_after) for p in prepared
+            ]
+
+    def _encode_result(self, w: Write) -> values.Stored | None:
+        if w.result is NO_RESULT:
+            return None
+        return values.encode_result(
+            w.result, work_id=_id_of(w.target), key=self._key, json_only=w.json_result
+        )
+
+    def write_progress_batch(self, items: Iterable[tuple[str, int, float, str | None]]) -> int:
+        """Store ``(id, attempt, fraction, message)`` items in one NORMAL transaction.
+
+        Items from a stale attempt, or for a unit that has ended, are dropped.
+        Returns how many were written.
+        """
+        params = [_progress_params(*item) for item in items]
+        if not params:
+            return 0
+        with self._db.write(durable=False) as conn:
+            cursor = conn.executemany(
+                "UPDATE units SET progress = ?, progress_message = ? WHERE id = ? "  # noqa: S608
+                f"AND attempt = ? AND status NOT IN {_IN_TERMINAL}",
+                [(*p, *_TERMINAL) for p in params],
+            )
+            return cursor.rowcount
+
+    def save_checkpoint(self, work_id: str, attempt: int, state: object) -> bool:
+        """Store ``state`` (exact JSON, else UnstorableValue naming the path), fenced.
+
+        Fully synced: a checkpoint is what a later attempt resumes from.
+        Returns False when the unit has already ended (the checkpoint is moot).
+        """
+        _ids.validate(work_id)
+        data = strictjson.dumps(state, f"checkpoint of {work_id}")
+        with self._db.write(durable=True) as conn:
+            row = conn.execute(
+                "SELECT status, attempt FROM units WHERE id = ?", (work_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownWork(f"the ledger has no unit {work_id}")
+            if int(row["attempt"]) != attempt:
+                raise StaleAttempt(work_id, attempt, int(row["attempt"]))
+            if is_terminal(writes.status_of(row["status"], work_id)):
+                return False
+            conn.execute("UPDATE units SET checkpoint = ? WHERE id = ?", (data, work_id))
+        return True
+
+    def begin_attempt(self, work_id: str, session: str, *, expected: int | None = None) -> int:
+        """Resume a ``running`` unit as its next attempt (same ID) under ``session``.
+
+        ``expected`` is the attempt the caller saw; if another attempt began
+        since, StaleAttempt. Raises InvalidTransition for a unit that is not
+        running or has no attempts left (it should fail with reason ``lost``).
+        """
+        _ids.validate(work_id)
+        sessions.validate(session)
+        with self._db.write(durable=True) as conn:
+            row = conn.execute(
+                "SELECT status, attempt, max_attempts FROM units WHERE id = ?", (work_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownWork(f"the ledger has no unit {work_id}")
+            attempt, status = int(row["attempt"]), writes.status_of(row["status"], work_id)
+            if expected is not None and attempt != expected:
+                raise StaleAttempt(work_id, expected, attempt)
+            if status != Status.RUNNING:
+                raise InvalidTransition(
+                    f"{work_id} is {status.value}; only a running unit is resumed"
+                )
+            if attempt >= int(row["max_attempts"]):
+                raise InvalidTransition(
+                    f"{work_id} has used {attempt} of {row['max_attempts']} attempts; "
+                    f"end it failed with reason 'lost' instead"
+                )
+            conn.execute(
+                "UPDATE units SET attempt = ?, session = ?, pid = NULL WHERE id = ?",
+                (attempt + 1, session, work_id),
+            )
+        return attempt + 1
+
+    # -- retention -----------------------------------------------------------------
+
+    def expire(self) -> int:
+        """Drop spec, result, output tail and checkpoint of ended units past ``expire_at``.
+
+        The small row stays and reads ``expired``; retained units wait. Returns
+        how many units expired now.
+        """
+        now = self._clock.now()
+        with self._db.write(durable=False) as conn:
+            cursor = conn.execute(
+                "UPDATE units SET expired_at = ?, spec = NULL, spec_mac = NULL, "  # noqa: S608
+                "spec_versions = NULL, result = NULL, result_format = NULL, result_mac = NULL, "
+                "result_versions = NULL, output_tail = NULL, checkpoint = NULL, "
+                "progress_message = NULL "
+                "WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 "
+                f"AND status IN {_IN_TERMINAL}",
+                (now, now, *_TERMINAL),
+            )
+            return cursor.rowcount
+
+    def gc(self, older_than: float | None = None) -> int:
+        """Expire what is due, then forget units expired more than ``older_than`` s ago.
+
+        Also drops delivered notices of forgotten units, finished requests and
+        closed sessions older than that. ``older_than`` defaults to
+        ``expire_after``. Returns how many unit rows were deleted; their IDs are
+        unknown to the ledger afterwards.
+        """
+        self.expire()
+        cut = self._clock.now() - (self._expire_after if older_than is None else older_than)
+        with self._db.write(durable=False) as conn:
+            deleted = conn.execute(
+                "DELETE FROM units WHERE expired_at IS NOT NULL AND expired_at <= ?", (cut,)
+            ).rowcount
+            conn.execute(
+                "DELETE FROM notifications WHERE delivered_at IS NOT NULL "
+                "AND id NOT IN (SELECT id FROM units)"
+            )
+            conn.execute("DELETE FROM requests WHERE done_at IS NOT NULL AND done_at <= ?", (cut,))
+            conn.execute(
+                "DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at <= ?", (cut,)
+            )
+        return deleted
+
+    # -- the outbox ------------------------------------------------------------------
+
+    def undelivered(
+        self, parent: str | None, limit: int | None = None
+    ) -> builtins.list[Notification]:
+        """Notices for ``parent`` (None: the application root) not yet marked delivered."""
+        return outbox.undelivered(self._db, parent, limit)
+
+    def mark_delivered(self, work_id: str, status: Status) -> bool:
+        """Mark one notice delivered; True only for the call that marked it."""
+        return outbox.mark_delivered(self._db, work_id, status, self._clock.now())
+
+    # -- requests from other processes -------------------------------------------------
+
+    def add_request(self, verb: str, target: str, args: dict[str, Any] | None = None) -> int:
+        return requests.add(self._db, verb, target, args, self._clock.now())
+
+    def take_requests(self, limit: int, *, session: str | None = None) -> builtins.list[Request]:
+        return requests.take(self._db, limit, session, self._clock.now())
+
+    def finish_request(self, seq: int, result: Any = None) -> None:
+        requests.finish(self._db, seq, result, self._clock.now())
+
+    def get_request(self, seq: int) -> Request | None:
+        return requests.get(self._db, seq)
+
+    def reopen_requests(self, current_session: str) -> int:
+        return requests.reopen(self._db, sessions.validate(current_session))
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(self, session_id: str, pid: int) -> None:
+        sessions.open_session(self._db, session_id, pid, self._clock.now())
+
+    def heartbeat(self, session_id: str) -> None:
+        sessions.heartbeat(self._db, session_id, self._clock.now())
+
+    def close_session(self, session_id: str) -> None:
+        sessions.close_session(self._db, session_id, self._clock.now())
+
+    def get_session(self, session_id: str) -> Session | None:
+        return sessions.get(self._db, session_id)
+
+    def live_sessions(self, stale_after: float) -> builtins.list[Session]:
+        return sessions.live(self._db, self._clock.now(), stale_after)
+
+    def units_of_dead_sessions(
+        self, current_session: str, *, stale_after: float | None = None
+    ) -> builtins.list[UnitRow]:
+        return sessions.units_of_dead_sessions(
+            self._db, current_session, self._clock.now(), stale_after
+        )
+
+
+def _id_of(target: WorkRecord | str) -> str:
+    return target.id if isinstance(target, WorkRecord) else target
+
+
+def _progress_params(
+    work_id: str, attempt: int, fraction: float, message: str | None
+) -> tuple[float, str | None, str, int]:
+    _ids.validate(work_id)
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not 0.0 <= fraction <= 1.0
+    ):
+        raise UnstorableValue(f"progress of {work_id} must be a number in [0, 1], got {fraction!r}")
+    if message is not None and not isinstance(message, str):
+        raise SpecError(f"progress message of {work_id} must be a str, got {message!r}")
+    return float(fraction), message, work_id, attempt
+
+
+def _fresh_row(new: NewUnit, digest: str) -> UnitRow:
+    """The row ``submit`` just inserted, without reading it back."""
+    return UnitRow(
+        id=new.id,
+        kind=new.kind,
+        status=Status.PENDING,
+        parent=new.parent,
+        description=new.description,
+        key=new.key,
+        spec_hash=digest,
+        spec=new.spec,
+        attempt=1,
+        max_attempts=new.max_attempts,
+        resumable=new.resumable,
+        created_at=new.created_at,
+        started_at=None,
+        ended_at=None,
+        exit_code=None,
+        signal=None,
+        error=None,
+        reason=None,
+        output_path=new.output_path,
+        output_bytes=0,
+        output_tail=b"",
+        progress=None,
+        progress_message=None,
+        checkpoint=None,
+        result=None,
+        cancel_requested=False,
+        retain=0,
+        session=new.session,
+        pid=None,
+        expire_at=None,
+        expired_at=None,
+    )

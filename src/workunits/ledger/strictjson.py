@@ -1,0 +1,126 @@
+"""JSON for durable values that must come back equal, or be refused.
+
+orjson quietly turns tuples into lists, writes NaN as ``null`` and refuses
+non-string keys and integers beyond 64 bits only with a terse message. A
+checkpoint that comes back different from what was saved resumes a unit in a
+state nobody wrote, so every value is walked first and anything JSON would not
+bring back equal -- with the same types -- is refused with the path to it and
+what to do instead. Nothing is ever converted silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import orjson
+
+from workunits._errors import LedgerCorrupt, UnstorableValue
+
+# orjson serializes signed and unsigned 64-bit integers; beyond that it raises.
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+# orjson's own nesting limit; deeper values (or cycles) are refused by the walk.
+MAX_DEPTH = 254
+
+
+def dumps(value: object, what: str, *, sort_keys: bool = False) -> bytes:
+    """Encode ``value`` as JSON, or raise UnstorableValue naming the offending path.
+
+    ``what`` names the value in the message ("checkpoint of a1b2c3d4e").
+    ``sort_keys`` gives one encoding per value, for hashing.
+    """
+    _walk(value, "$", 0, what)
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+    # The walk admits only exact JSON types, so this holds; it guards the walk itself.
+    if orjson.loads(data) != value:
+        raise UnstorableValue(f"{what} would not come back equal from JSON; nothing was stored")
+    return data
+
+
+def is_exact(value: object) -> bool:
+    """True when JSON brings ``value`` back equal and with the same types."""
+    try:
+        _walk(value, "$", 0, "value")
+    except UnstorableValue:
+        return False
+    return True
+
+
+def loads(data: bytes, work_id: str, column: str) -> Any:
+    """Decode a JSON column; a bad one is LedgerCorrupt naming the unit and column."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise LedgerCorrupt(
+            f"unit {work_id}: column {column} does not hold valid JSON ({exc}); "
+            f"the row was changed outside workunits"
+        ) from None
+
+
+def _walk(value: object, path: str, depth: int, what: str) -> None:
+    if depth > MAX_DEPTH:
+        raise UnstorableValue(
+            f"{what} at {path}: nested deeper than {MAX_DEPTH} levels (or it contains "
+            f"itself); flatten it"
+        )
+    # Exact types only: a subclass (bool aside) would come back as its base type.
+    if value is None or type(value) is bool or type(value) is str:
+        return
+    if type(value) is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            _refuse(what, path, value, "is an integer beyond 64 bits; store it as a str")
+        return
+    if type(value) is float:
+        if not math.isfinite(value):
+            _refuse(
+                what,
+                path,
+                value,
+                "is not finite, and JSON has no NaN or infinity; store None or a str",
+            )
+        return
+    if type(value) is list:
+        for index, item in enumerate(value):
+            _walk(item, f"{path}[{index}]", depth + 1, what)
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                _refuse(
+                    what,
+                    f"{path} key {key!r}",
+                    key,
+                    f"is a key of type {type(key).__name__}; JSON object keys are strings, so it "
+                    f"would come back as {str(key)!r}. Use str keys",
+                )
+            _walk(item, f"{path}[{key!r}]", depth + 1, what)
+        return
+    _refuse(what, path, value, _advice(value))
+
+
+def _advice(value: object) -> str:
+    name = type(value).__name__
+    if isinstance(value, tuple):
+        return f"is a {name}; JSON would bring it back as a list. Store list(...) instead"
+    if isinstance(value, set | frozenset):
+        return f"is a {name}; JSON has no sets. Store sorted(...) as a list instead"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"is {name}; JSON has no bytes. Store base64 text or a path instead"
+    if dataclasses.is_dataclass(value):
+        return f"is a dataclass ({name}); store dataclasses.asdict(...) and rebuild it on load"
+    if isinstance(value, str | int | float | dict | list):
+        base = next(t for t in (bool, int, float, str, dict, list) if isinstance(value, t))
+        return (
+            f"is a {name}, a subclass of {base.__name__}; JSON would bring it back as a plain "
+            f"{base.__name__}. Store {base.__name__}(...) of it"
+        )
+    return f"is a {name}, which JSON cannot hold; store dicts, lists, str, int, float, bool, None"
+
+
+def _refuse(what: str, path: str, value: object, advice: str) -> None:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise UnstorableValue(f"{what} at {path}: {shown} {advice}; nothing was stored")
