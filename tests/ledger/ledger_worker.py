@@ -1,0 +1,103 @@
+"""Worker processes for the ledger's multi-process tests; run as a script.
+
+``python ledger_worker.py COMMAND STATE_DIR [ARGS]``. Each command first waits
+for a line on stdin (so the test can release all workers at once), then
+works and reports on stdout, one JSON document per line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+import os
+import random
+import signal
+import sys
+
+from workunits import _ids
+from workunits._status import Status
+from workunits.ledger import Call, Ledger, NewUnit, SupervisorLock
+
+
+def say(doc: object) -> None:
+    print(json.dumps(doc), flush=True)
+
+
+def go() -> None:
+    sys.stdin.readline()
+
+
+def submit(state_dir: str, keys: int, seed: int) -> None:
+    """Submit keys k0..k<keys-1> in a shuffled order; report what each submit returned."""
+    go()
+    order = list(range(keys))
+    random.Random(seed).shuffle(order)  # noqa: S311 - a reproducible order, not a secret
+    with Ledger(state_dir) as ledger:
+        for i in order:
+            work_id = _ids.mint("a")
+            spec = ledger.encode_spec(Call(operator.add, (i, i)), work_id)
+            row, created = ledger.submit(NewUnit(work_id, "agent", spec, 1.0, key=f"k{i}"))
+            say({"key": f"k{i}", "id": row.id, "created": created})
+
+
+def crash_writer(state_dir: str) -> None:
+    """Submit, start and end units forever, saying after each end; killed by the test."""
+    go()
+    with Ledger(state_dir) as ledger:
+        n = 0
+        while True:
+            work_id = _ids.mint("a")
+            spec = ledger.encode_spec(Call(operator.add, (n, n)), work_id)
+            row, _ = ledger.submit(NewUnit(work_id, "agent", spec, 1.0))
+            record = dataclasses.replace(row.to_record(), status=Status.RUNNING, started_at=2.0)
+            ledger.write(record, attempt=1)
+            ended = dataclasses.replace(record, status=Status.COMPLETED, ended_at=3.0)
+            ledger.write(ended, attempt=1, result={"n": n})
+            n += 1
+            say(n)
+
+
+def take(state_dir: str, session: str) -> None:
+    """Take requests a few at a time until none is left; report each batch."""
+    go()
+    with Ledger(state_dir) as ledger:
+        while batch := ledger.take_requests(3, session=session):
+            say([request.seq for request in batch])
+    say("done")
+
+
+def hold_lock(state_dir: str, fork: str) -> None:
+    """Take the supervisor lock and hold it; with fork=fork, leave a forked child behind."""
+    lock = SupervisorLock(state_dir)
+    lock.acquire()
+    if fork == "fork":
+        child = os.fork()
+        if child == 0:
+            signal.pause()  # the test kills this process
+            os._exit(0)
+        say({"pid": os.getpid(), "child": child})
+    else:
+        say({"pid": os.getpid()})
+    if sys.stdin.readline().strip() == "release":
+        lock.release()
+        say("released")
+        sys.stdin.readline()
+
+
+def main() -> None:
+    command, state_dir, *args = sys.argv[1:]
+    if command == "submit":
+        submit(state_dir, int(args[0]), int(args[1]))
+    elif command == "crash-writer":
+        crash_writer(state_dir)
+    elif command == "take":
+        take(state_dir, args[0])
+    elif command == "hold-lock":
+        hold_lock(state_dir, args[0] if args else "")
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The state dir is private: 0700, files 0600, the key 0400 and never replaced."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from ledger.support import new_unit
+from workunits.ledger import Ledger, LedgerError
+from workunits.ledger.values import KEY_FILE
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_state_dir_and_every_file_are_private(ledger: Ledger, state_dir: Path) -> None:
+    new_unit(ledger)
+    assert _mode(state_dir) == 0o700
+    for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
+        assert _mode(state_dir / name) == 0o600, name
+    assert _mode(state_dir / KEY_FILE) == 0o400
+    assert len((state_dir / KEY_FILE).read_bytes()) == 32
+    leftovers = [p.name for p in state_dir.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_a_loose_state_dir_of_ours_is_tightened(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o755)
+    state_dir.chmod(0o755)
+    Ledger(state_dir).close()
+    assert _mode(state_dir) == 0o700
+
+
+def test_the_key_is_made_once_and_kept(state_dir: Path) -> None:
+    Ledger(state_dir).close()
+    key = (state_dir / KEY_FILE).read_bytes()
+    Ledger(state_dir).close()
+    assert (state_dir / KEY_FILE).read_bytes() == key
+
+
+def test_a_key_others_can_read_is_refused(state_dir: Path) -> None:
+    Ledger(state_dir).close()
+    (state_dir / KEY_FILE).chmod(0o644)
+    with pytest.raises(LedgerError, match="chmod 400"):
+        Ledger(state_dir)
+
+
+def test_a_symlink_planted_as_the_database_is_refused(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere.db"
+    os.symlink(target, state_dir / "ledger.db")
+    with pytest.raises(LedgerError, match="symlink"):
+        Ledger(state_dir)
+    assert not target.exists()
+
+
+def test_a_ledger_is_not_used_across_a_fork(ledger: Ledger) -> None:
+    new_unit(ledger)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the inherited connection must refuse to work
+        os.close(read)
+        try:
+            ledger.list()
+        except LedgerError as exc:
+            os.write(write, str(exc).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "open a new Ledger" in message
+    assert len(ledger.list()) == 1

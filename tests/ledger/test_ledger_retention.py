@@ -1,0 +1,94 @@
+"""Retention: expired units keep a small row that reads `expired`; gc forgets them later."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.support import ManualClock, new_unit, start
+from workunits._errors import UnknownWork
+from workunits._status import Status
+from workunits.ledger import EXPIRED, Ledger
+
+
+def _ended(ledger: Ledger, *, retain: int = 0) -> str:
+    unit = start(ledger, new_unit(ledger).id)
+    ledger.save_checkpoint(unit.id, 1, {"group": 8})
+    ledger.write(
+        unit.id,
+        attempt=1,
+        status="completed",
+        result={"rows": 5},
+        output_tail=b"tail",
+        output_bytes=4,
+        retain=retain,
+    )
+    return unit.id
+
+
+def test_expire_drops_the_heavy_columns_and_keeps_a_small_row(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    work_id = _ended(ledger)
+    clock.advance(99)
+    assert ledger.expire() == 0
+    assert ledger.load_result(work_id) == {"rows": 5}
+    clock.advance(2)
+    assert ledger.expire() == 1
+    row = ledger.require(work_id)
+    assert row.shown_status == EXPIRED
+    assert row.status == Status.COMPLETED  # how it ended is kept
+    assert (row.result, row.checkpoint, row.output_tail, row.spec) == (None, None, b"", None)
+    assert row.output_bytes == 4
+    assert ledger.load_result(work_id) is None
+    with pytest.raises(UnknownWork, match="expired"):
+        ledger.load_spec(work_id)
+    assert ledger.expire() == 0
+
+
+def test_running_and_retained_units_do_not_expire(ledger: Ledger, clock: ManualClock) -> None:
+    running = start(ledger, new_unit(ledger).id).id
+    retained = _ended(ledger, retain=1)
+    clock.advance(10_000)
+    assert ledger.expire() == 0
+    ledger.write(retained, attempt=1, retain=0)
+    assert ledger.expire() == 1
+    assert ledger.require(running).shown_status == "running"
+
+
+def test_list_shows_expired_units_apart(ledger: Ledger, clock: ManualClock) -> None:
+    old = _ended(ledger)
+    clock.advance(200)
+    fresh = _ended(ledger)
+    ledger.expire()
+    assert [r.id for r in ledger.list(status=EXPIRED)] == [old]
+    assert [r.id for r in ledger.list(status="completed")] == [fresh]
+    assert [r.id for r in ledger.list(status=Status.COMPLETED, limit=5)] == [fresh]
+    assert len(ledger.list()) == 2
+
+
+def test_gc_forgets_long_expired_units_and_old_bookkeeping(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    work_id = _ended(ledger)
+    ledger.mark_delivered(work_id, Status.COMPLETED)
+    seq = ledger.add_request("kill", work_id)
+    ledger.take_requests(1)
+    ledger.finish_request(seq)
+    ledger.open_session("s00000001", 1)
+    ledger.close_session("s00000001")
+    clock.advance(150)
+    assert ledger.gc() == 0  # expired now, forgotten only expire_after later
+    assert ledger.require(work_id).expired
+    clock.advance(150)
+    assert ledger.gc() == 1
+    assert ledger.get(work_id) is None
+    assert ledger.undelivered(None) == []
+    assert ledger.get_request(seq) is None
+    assert ledger.get_session("s00000001") is None
+
+
+def test_gc_keeps_undelivered_notices(ledger: Ledger, clock: ManualClock) -> None:
+    work_id = _ended(ledger)
+    clock.advance(1000)
+    assert ledger.gc(older_than=0) == 1
+    assert [n.id for n in ledger.undelivered(None)] == [work_id]

@@ -1,0 +1,49 @@
+"""Sessions, and finding the units a dead supervisor left running."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.support import ManualClock, new_unit, start
+from workunits._errors import InvalidWorkId
+from workunits.ledger import Ledger, LedgerError
+
+
+def test_a_session_is_opened_beaten_and_closed(ledger: Ledger, clock: ManualClock) -> None:
+    ledger.open_session("s00000001", 123)
+    clock.advance(5)
+    ledger.heartbeat("s00000001")
+    session = ledger.get_session("s00000001")
+    assert session is not None
+    assert (session.pid, session.heartbeat_at - session.started_at) == (123, 5)
+    ledger.close_session("s00000001")
+    closed = ledger.get_session("s00000001")
+    assert closed is not None
+    assert closed.ended_at == clock.now()
+    with pytest.raises(LedgerError, match="opened before"):
+        ledger.open_session("s00000001", 124)
+    with pytest.raises(LedgerError, match="open_session"):
+        ledger.heartbeat("s00000009")
+    with pytest.raises(InvalidWorkId, match="not a session ID"):
+        ledger.open_session("a00000001", 1)
+
+
+def test_units_of_dead_sessions_are_the_running_units_of_other_sessions(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    ledger.open_session("s00000001", 1)
+    dead = start(ledger, new_unit(ledger).id, session="s00000001").id
+    ended = start(ledger, new_unit(ledger).id, session="s00000001").id
+    ledger.write(ended, attempt=1, status="completed")
+    new_unit(ledger)  # pending: never started, nothing to resume
+    ledger.open_session("s00000002", 2)
+    mine = start(ledger, new_unit(ledger).id, session="s00000002").id
+    assert [r.id for r in ledger.units_of_dead_sessions("s00000002")] == [dead]
+    # Without the lock, a session heard from recently counts as live.
+    clock.advance(10)
+    ledger.heartbeat("s00000001")
+    assert ledger.units_of_dead_sessions("s00000002", stale_after=30) == []
+    clock.advance(31)
+    assert [r.id for r in ledger.units_of_dead_sessions("s00000002", stale_after=30)] == [dead]
+    assert [s.id for s in ledger.live_sessions(stale_after=100)] == ["s00000001", "s00000002"]
+    assert mine not in [r.id for r in ledger.units_of_dead_sessions("s00000002")]

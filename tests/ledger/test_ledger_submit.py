@@ -1,0 +1,111 @@
+"""Idempotent submit (invariant 12), also from several processes at once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ledger.support import ManualClock, new_unit, read_line, send, spawn_all, start, submit
+from workunits import _ids
+from workunits._errors import IdempotencyConflict
+from workunits._status import Status
+from workunits.ledger import Call, Ledger, LedgerError, NewUnit
+
+
+def test_a_submit_is_a_pending_row(ledger: Ledger) -> None:
+    row, created = submit(ledger, key="job-1", parent="a00000000")
+    assert created
+    assert row.status == Status.PENDING
+    assert row.attempt == 1
+    assert ledger.require(row.id) == row
+
+
+@pytest.mark.parametrize("status", ["pending", "running", "completed", "failed", "killed"])
+def test_the_same_key_and_spec_returns_the_unit_whatever_its_status(
+    ledger: Ledger, status: str
+) -> None:
+    first = new_unit(ledger, key="job-1")
+    if status != "pending":
+        start(ledger, first.id)
+    if status not in ("pending", "running"):
+        ledger.write(first.id, attempt=1, status=status)
+    again, created = submit(ledger, key="job-1")
+    assert not created
+    assert again.id == first.id
+    assert again.status == status
+    assert len(ledger.list()) == 1
+
+
+def test_the_same_key_returns_an_expired_unit_too(ledger: Ledger, clock: ManualClock) -> None:
+    first = start(ledger, new_unit(ledger, key="job-1").id)
+    ledger.write(first.id, attempt=1, status="completed")
+    clock.advance(1000)
+    assert ledger.expire() == 1
+    again, created = submit(ledger, key="job-1")
+    assert (again.id, created, again.shown_status) == (first.id, False, "expired")
+
+
+def test_the_same_key_with_other_arguments_is_a_conflict_naming_key_and_unit(
+    ledger: Ledger,
+) -> None:
+    first = new_unit(ledger, key="job-1", args=(1, 2))
+    with pytest.raises(IdempotencyConflict) as caught:
+        submit(ledger, key="job-1", args=(1, 3))
+    assert "'job-1'" in str(caught.value)
+    assert first.id in str(caught.value)
+    assert len(ledger.list()) == 1
+
+
+def test_the_same_key_for_another_kind_is_a_conflict(ledger: Ledger) -> None:
+    new_unit(ledger, key="job-1", kind="agent")
+    with pytest.raises(IdempotencyConflict):
+        submit(ledger, key="job-1", kind="dream")
+
+
+def test_without_a_key_every_submit_is_a_new_unit(ledger: Ledger) -> None:
+    ids = {new_unit(ledger).id for _ in range(3)}
+    assert len(ids) == 3
+
+
+def test_an_id_already_in_the_ledger_is_refused(ledger: Ledger) -> None:
+    row = new_unit(ledger)
+    assert row.spec is not None
+    with pytest.raises(LedgerError, match="mint another"):
+        ledger.submit(NewUnit(row.id, "agent", row.spec, 1.0))
+
+
+def test_a_malformed_id_never_reaches_the_database(ledger: Ledger) -> None:
+    spec = ledger.encode_spec(Call(print), "a00000000")
+    with pytest.raises(ValueError, match="not a work unit ID"):
+        ledger.submit(NewUnit("a'; DROP TABLE units; --", "agent", spec, 1.0))
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_submits_from_eight_processes_make_one_unit_per_key(tmp_path: Path) -> None:
+    state_dir, keys = tmp_path / "state", 40
+    # The ledger does not exist yet: the workers also race to create it.
+    argvs = [("submit", str(state_dir), str(keys), str(seed)) for seed in range(8)]
+    with spawn_all(argvs) as workers:
+        for worker in workers:
+            send(worker, "go")
+        answers = [json.loads(read_line(w)) for w in workers for _ in range(keys)]
+        for worker in workers:
+            assert worker.wait(60) == 0
+
+    ids_by_key: dict[str, set[str]] = {}
+    for answer in answers:
+        ids_by_key.setdefault(answer["key"], set()).add(answer["id"])
+    assert all(len(ids) == 1 for ids in ids_by_key.values()), ids_by_key
+    created = Counter(a["key"] for a in answers if a["created"])
+    assert created == Counter({f"k{i}": 1 for i in range(keys)})
+
+    conn = sqlite3.connect(state_dir / "ledger.db")
+    rows = conn.execute("SELECT key, id FROM units").fetchall()
+    conn.close()
+    assert len(rows) == keys
+    assert {key: {work_id} for key, work_id in rows} == ids_by_key
+    assert all(_ids.is_valid(work_id) for _, work_id in rows)
