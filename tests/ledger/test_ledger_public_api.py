@@ -1,0 +1,46 @@
+"""The ledger's public names are declared, and a change to them is deliberate."""
+
+from __future__ import annotations
+
+import workunits.ledger
+from workunits._errors import LedgerError, WorkunitsError
+
+EXPECTED = {
+    "EXPIRED",
+    "NO_RESULT",
+    "SCHEMA_VERSION",
+    "Call",
+    "Ledger",
+    "LedgerCorrupt",
+    "LedgerError",
+    "LedgerFull",
+    "LedgerTampered",
+    "LedgerVersionError",
+    "NewUnit",
+    "Request",
+    "Session",
+    "StaleAttempt",
+    "Stored",
+    "SupervisorBusy",
+    "SupervisorLock",
+    "UnitRow",
+    "UnstorableValue",
+    "ValueVersionMismatch",
+    "Write",
+    "WriteOutcome",
+}
+
+
+def test_all_is_exactly_the_declared_names() -> None:
+    assert set(workunits.ledger.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(workunits.ledger, name) is not None
+
+
+def test_every_ledger_error_is_a_workunits_error() -> None:
+    for name in EXPECTED:
+        value = getattr(workunits.ledger, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, WorkunitsError), name
+    for name in ("LedgerCorrupt", "LedgerFull", "LedgerTampered", "LedgerVersionError"):
+        assert issubclass(getattr(workunits.ledger, name), LedgerError)
