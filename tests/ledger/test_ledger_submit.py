@@ -109,3 +109,22 @@ def test_concurrent_submits_from_eight_processes_make_one_unit_per_key(tmp_path:
     assert len(rows) == keys
     assert {key: {work_id} for key, work_id in rows} == ids_by_key
     assert all(_ids.is_valid(work_id) for _, work_id in rows)
+
+
+def test_submit_many_answers_each_submit_in_one_transaction(ledger: Ledger) -> None:
+    first = new_unit(ledger, key="taken", args=(1, 1))
+
+    def new(key: str | None, args: tuple[int, int]) -> NewUnit:
+        work_id = _ids.mint("a")
+        return NewUnit(work_id, "agent", ledger.encode_spec(Call(max, args), work_id), 1.0, key=key)
+
+    batch = [new("a", (1, 2)), new("a", (1, 2)), new("taken", (9, 9)), new(None, (0, 0))]
+    answers = ledger.submit_many(batch)
+    assert not isinstance(answers[0], IdempotencyConflict)
+    assert answers[0] == (ledger.require(batch[0].id), True)
+    assert answers[1] == (answers[0][0], False)  # the same key within one batch
+    assert isinstance(answers[2], IdempotencyConflict)
+    assert first.id in str(answers[2])
+    assert not isinstance(answers[3], IdempotencyConflict)
+    assert answers[3][1]
+    assert len(ledger.list()) == 3

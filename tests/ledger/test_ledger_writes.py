@@ -12,6 +12,8 @@ from workunits._errors import InvalidTransition, SpecError, StaleAttempt, Unknow
 from workunits._record import Notification
 from workunits._status import Reason, Status
 from workunits.ledger import Ledger, LedgerCorrupt, Write, WriteOutcome
+from workunits.ledger.rows import RECORD_COLUMNS
+from workunits.ledger.writes import record_columns
 
 SESSION = "s00000001"
 
@@ -271,3 +273,8 @@ def test_a_corrupt_status_is_reported_by_writes_too(ledger: Ledger) -> None:
     conn.close()
     with pytest.raises(LedgerCorrupt, match=f"unit {unit.id}: column status"):
         ledger.write(unit.id, attempt=1, status="running")
+
+
+def test_record_columns_are_exactly_the_mirrored_columns(ledger: Ledger) -> None:
+    record = new_unit(ledger).to_record()
+    assert tuple(record_columns(record)) == RECORD_COLUMNS

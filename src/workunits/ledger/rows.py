@@ -182,6 +182,43 @@ class UnitRow:
         )
 
     @classmethod
+    def fresh(cls, new: NewUnit, spec_hash: str) -> UnitRow:
+        """The row a submit of ``new`` inserts, without reading it back."""
+        return cls(
+            id=new.id,
+            kind=new.kind,
+            status=Status.PENDING,
+            parent=new.parent,
+            description=new.description,
+            key=new.key,
+            spec_hash=spec_hash,
+            spec=new.spec,
+            attempt=1,
+            max_attempts=new.max_attempts,
+            resumable=new.resumable,
+            created_at=new.created_at,
+            started_at=None,
+            ended_at=None,
+            exit_code=None,
+            signal=None,
+            error=None,
+            reason=None,
+            output_path=new.output_path,
+            output_bytes=0,
+            output_tail=b"",
+            progress=None,
+            progress_message=None,
+            checkpoint=None,
+            result=None,
+            cancel_requested=False,
+            retain=0,
+            session=new.session,
+            pid=None,
+            expire_at=None,
+            expired_at=None,
+        )
+
+    @classmethod
     def from_sql(cls, row: sqlite3.Row) -> UnitRow:
         work_id = row["id"]
         if not isinstance(work_id, str):

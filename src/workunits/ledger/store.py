@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -91,50 +92,32 @@ class Ledger:
         ``created=False``; the same key with another spec raises
         IdempotencyConflict. Check and insert are one ``BEGIN IMMEDIATE``
         transaction, so concurrent submits from several processes make one unit
-        per key (invariant 12).
+        per key (invariant 12). Fully synced before it returns.
         """
+        (answer,) = self.submit_many([new])
+        if isinstance(answer, IdempotencyConflict):
+            raise answer
+        return answer
+
+    def submit_many(
+        self, batch: Iterable[NewUnit]
+    ) -> builtins.list[tuple[UnitRow, bool] | IdempotencyConflict]:
+        """Several submits in one fully synced transaction: one fsync for the group.
+
+        Each answer is what ``submit`` would return, or the IdempotencyConflict
+        it would raise; a conflict does not stop the others. For a supervisor
+        that applies the submits it received during one tick.
+        """
+        prepared = [(new, self._check_new(new)) for new in batch]
+        with self._db.write(durable=True) as conn:
+            return [_insert(conn, new, digest) for new, digest in prepared]
+
+    @staticmethod
+    def _check_new(new: NewUnit) -> str:
         _ids.validate(new.id)
         if new.parent is not None:
             _ids.validate(new.parent)
-        digest = values.spec_hash(new.kind, new.spec)
-        with self._db.write(durable=True) as conn:
-            if new.key is not None:
-                found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
-                if found is not None:
-                    existing = UnitRow.from_sql(found)
-                    if existing.spec_hash != digest:
-                        raise IdempotencyConflict(
-                            f"key {new.key!r} belongs to unit {existing.id} ({existing.kind}, "
-                            f"{existing.shown_status}), submitted with other arguments; use "
-                            f"another key, or resubmit the very same call to get {existing.id}"
-                        )
-                    return existing, False
-            if conn.execute("SELECT 1 FROM units WHERE id = ?", (new.id,)).fetchone():
-                raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another")
-            conn.execute(
-                "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
-                "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
-                "session, output_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    new.id,
-                    new.kind,
-                    Status.PENDING.value,
-                    new.parent,
-                    new.description,
-                    new.key,
-                    digest,
-                    new.spec.data,
-                    new.spec.format,
-                    new.spec.mac,
-                    new.spec.versions,
-                    new.max_attempts,
-                    int(new.resumable),
-                    new.created_at,
-                    new.session,
-                    new.output_path,
-                ),
-            )
-        return _fresh_row(new, digest), True
+        return values.spec_hash(new.kind, new.spec)
 
     def get(self, work_id: str) -> UnitRow | None:
         _ids.validate(work_id)
@@ -422,6 +405,57 @@ class Ledger:
         )
 
 
+def _insert(
+    conn: sqlite3.Connection, new: NewUnit, digest: str
+) -> tuple[UnitRow, bool] | IdempotencyConflict:
+    """Inside a write transaction: the unit with ``new``'s key, or ``new`` inserted."""
+    if new.key is not None:
+        found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
+        if found is not None:
+            existing = UnitRow.from_sql(found)
+            if existing.spec_hash != digest:
+                return IdempotencyConflict(
+                    f"key {new.key!r} belongs to unit {existing.id} ({existing.kind}, "
+                    f"{existing.shown_status}), submitted with other arguments; use "
+                    f"another key, or resubmit the very same call to get {existing.id}"
+                )
+            return existing, False
+    try:
+        conn.execute(_INSERT_UNIT, _insert_params(new, digest))
+    except sqlite3.IntegrityError:
+        # The key was checked above under the write lock: only the ID can collide.
+        raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another") from None
+    return UnitRow.fresh(new, digest), True
+
+
+_INSERT_UNIT = (
+    "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
+    "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
+    "session, output_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
+    return (
+        new.id,
+        new.kind,
+        Status.PENDING.value,
+        new.parent,
+        new.description,
+        new.key,
+        digest,
+        new.spec.data,
+        new.spec.format,
+        new.spec.mac,
+        new.spec.versions,
+        new.max_attempts,
+        int(new.resumable),
+        new.created_at,
+        new.session,
+        new.output_path,
+    )
+
+
 def _id_of(target: WorkRecord | str) -> str:
     return target.id if isinstance(target, WorkRecord) else target
 
@@ -439,40 +473,3 @@ def _progress_params(
     if message is not None and not isinstance(message, str):
         raise SpecError(f"progress message of {work_id} must be a str, got {message!r}")
     return float(fraction), message, work_id, attempt
-
-
-def _fresh_row(new: NewUnit, digest: str) -> UnitRow:
-    """The row ``submit`` just inserted, without reading it back."""
-    return UnitRow(
-        id=new.id,
-        kind=new.kind,
-        status=Status.PENDING,
-        parent=new.parent,
-        description=new.description,
-        key=new.key,
-        spec_hash=digest,
-        spec=new.spec,
-        attempt=1,
-        max_attempts=new.max_attempts,
-        resumable=new.resumable,
-        created_at=new.created_at,
-        started_at=None,
-        ended_at=None,
-        exit_code=None,
-        signal=None,
-        error=None,
-        reason=None,
-        output_path=new.output_path,
-        output_bytes=0,
-        output_tail=b"",
-        progress=None,
-        progress_message=None,
-        checkpoint=None,
-        result=None,
-        cancel_requested=False,
-        retain=0,
-        session=new.session,
-        pid=None,
-        expire_at=None,
-        expired_at=None,
-    )
