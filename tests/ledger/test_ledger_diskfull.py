@@ -90,3 +90,10 @@ def test_a_full_disk_is_ledger_full_and_nothing_is_written(tiny_fs: Path) -> Non
         again, created = submit(ledger, key=failed_key, args=("x" * 20_000, int(failed_key[4:])))
         assert created
         assert ledger.require(again.id).key == failed_key
+
+
+@pytest.mark.timeout(60)
+def test_opening_a_new_ledger_on_a_full_disk_is_ledger_full(tiny_fs: Path) -> None:
+    _fill(tiny_fs / "filler")
+    with pytest.raises(LedgerFull, match="full"):
+        Ledger(tiny_fs / "state")

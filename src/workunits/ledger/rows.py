@@ -21,7 +21,7 @@ import orjson
 
 from workunits._errors import LedgerCorrupt
 from workunits._record import Notification, WorkRecord
-from workunits._status import Reason, Status
+from workunits._status import Reason, Status, is_terminal
 from workunits.ledger import strictjson
 from workunits.ledger.values import Stored
 
@@ -157,7 +157,8 @@ class UnitRow:
         """The in-memory record this row stands for, as a supervisor would hold it.
 
         A terminal row's notice is in the outbox (written with the transition),
-        so ``notified`` is true exactly when the status is terminal.
+        so ``notified`` is true exactly when the status is terminal. The memory-only
+        fields (``output_offset``, ``evict_after``) start afresh.
         """
         return WorkRecord(
             id=self.id,
@@ -175,7 +176,7 @@ class UnitRow:
             signal=self.signal,
             error=self.error,
             reason=self.reason,
-            notified=self.ended_at is not None,
+            notified=is_terminal(self.status),
             retain=self.retain,
             attempt=self.attempt,
             pid=self.pid,

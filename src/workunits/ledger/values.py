@@ -20,6 +20,8 @@ results and checkpoints run nothing and are not.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import hmac
@@ -40,6 +42,7 @@ import cloudpickle  # type: ignore[import-untyped]  # ships no type information
 from workunits._errors import (
     LedgerCorrupt,
     LedgerError,
+    LedgerFull,
     LedgerTampered,
     SpecError,
     ValueVersionMismatch,
@@ -101,20 +104,33 @@ def load_or_create_key(state_dir: Path) -> bytes:
     except FileNotFoundError:
         pass
     tmp = state_dir / f".{KEY_FILE}.{secrets.token_hex(8)}"
+    try:
+        _publish_key(tmp, path)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise LedgerFull(
+                f"the disk holding the state dir ({state_dir}) is full; no key could be "
+                f"written and nothing was stored. Free space there and retry"
+            ) from exc
+        raise
+    return _read_key(path)
+
+
+def _publish_key(tmp: Path, path: Path) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o400)  # read-only from the start; this fd may still write
     try:
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another process published its key first: everyone uses that one
+        try:
+            if os.write(fd, secrets.token_bytes(KEY_BYTES)) != KEY_BYTES:
+                raise OSError(errno.ENOSPC, "short write of the key")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # FileExistsError: another process published its key first; all use that one.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
     finally:
         os.unlink(tmp)
-    return _read_key(path)
 
 
 def _read_key(path: Path) -> bytes:
