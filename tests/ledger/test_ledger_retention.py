@@ -92,3 +92,8 @@ def test_gc_keeps_undelivered_notices(ledger: Ledger, clock: ManualClock) -> Non
     clock.advance(1000)
     assert ledger.gc(older_than=0) == 1
     assert [n.id for n in ledger.undelivered(None)] == [work_id]
+
+
+def test_list_refuses_a_status_that_does_not_exist(ledger: Ledger) -> None:
+    with pytest.raises(ValueError, match="'done' is not a status"):
+        ledger.list(status="done")

@@ -6,9 +6,10 @@ connection behind a lock). Each process opens its own ``Ledger``.
 
 Durability: submits, terminal writes, checkpoints, requests and session
 open/close are fully synced (``synchronous=FULL``); grouped non-terminal
-transitions, progress and delivery marks use NORMAL -- a crash loses at most
-the last of those, and WAL keeps commits in order, so the next fully synced
-commit makes every earlier one durable too.
+transitions, progress and delivery marks use NORMAL. A killed process loses
+no committed transaction either way; a power cut or OS crash may lose NORMAL
+commits made since the last fully synced one -- WAL keeps commits in order,
+so each fully synced commit makes every earlier one durable too.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ DEFAULT_BUSY_TIMEOUT = 10.0
 # Statuses as SQL sees them, derived from is_terminal (the one place that knows).
 _TERMINAL = tuple(s.value for s in Status if is_terminal(s))
 _IN_TERMINAL = f"({', '.join('?' * len(_TERMINAL))})"
+_STATUS_VALUES = frozenset(s.value for s in Status)
 
 
 class Ledger:
@@ -117,6 +119,8 @@ class Ledger:
         _ids.validate(new.id)
         if new.parent is not None:
             _ids.validate(new.parent)
+        if new.session is not None:
+            sessions.validate(new.session)
         return values.spec_hash(new.kind, new.spec)
 
     def get(self, work_id: str) -> UnitRow | None:
@@ -147,6 +151,8 @@ class Ledger:
         if status == EXPIRED:
             clauses.append("expired_at IS NOT NULL")
         elif status is not None:
+            if status not in _STATUS_VALUES:
+                raise SpecError(f"{status!r} is not a status (nor {EXPIRED!r})")
             clauses.append("status = ? AND expired_at IS NULL")
             params.append(Status(status).value)
         if kind is not None:
