@@ -20,7 +20,7 @@ def test_a_new_ledger_has_every_table_and_the_current_version(ledger: Ledger) ->
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     assert {"units", "notifications", "requests", "sessions"} <= tables
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
-    assert {"units_status", "units_parent"} <= indexes
+    assert {"units_key", "units_status", "units_parent", "units_expire"} <= indexes
     assert schema.user_version(conn) == SCHEMA_VERSION
     assert conn.execute("PRAGMA application_id").fetchone()[0] == schema.APPLICATION_ID
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -39,13 +39,12 @@ def dumps(value: object, what: str, *, sort_keys: bool = False) -> bytes:
     return data
 
 
-def is_exact(value: object) -> bool:
-    """True when JSON brings ``value`` back equal and with the same types."""
+def dumps_if_exact(value: object, *, sort_keys: bool = False) -> bytes | None:
+    """Like ``dumps``, but None instead of an error: for callers with a fallback."""
     try:
-        _walk(value, "$", 0, "value")
+        return dumps(value, "value", sort_keys=sort_keys)
     except UnstorableValue:
-        return False
-    return True
+        return None
 
 
 def loads(data: bytes, work_id: str, column: str) -> Any:

@@ -204,15 +204,15 @@ def encode_spec(spec: object, *, work_id: str, key: bytes) -> Stored:
     """Store ``spec`` as ``ref``, ``json`` or ``pickle`` (the first that fits), signed."""
     fmt: SpecFormat
     version_tag: str | None = None
-    ref = import_ref(spec.fn) if isinstance(spec, Call) else None
-    if isinstance(spec, Call) and ref is not None and _exact_args(spec):
-        fmt = "ref"
-        doc = {"ref": ref, "args": list(spec.args), "kwargs": dict(spec.kwargs)}
-        data = strictjson.dumps(doc, f"spec of {work_id}", sort_keys=True)
-    elif not isinstance(spec, Call) and strictjson.is_exact(spec):
-        fmt = "json"
-        data = strictjson.dumps(spec, f"spec of {work_id}", sort_keys=True)
+    data: bytes | None = None
+    if isinstance(spec, Call):
+        ref = import_ref(spec.fn)
+        if ref is not None:
+            doc = {"ref": ref, "args": list(spec.args), "kwargs": dict(spec.kwargs)}
+            data, fmt = strictjson.dumps_if_exact(doc, sort_keys=True), "ref"
     else:
+        data, fmt = strictjson.dumps_if_exact(spec, sort_keys=True), "json"
+    if data is None:  # no reference, or arguments JSON would not bring back equal
         fmt = "pickle"
         version_tag = versions()
         data = _pickle(spec, f"spec of {work_id}")
@@ -264,8 +264,11 @@ def encode_result(value: object, *, work_id: str, key: bytes, json_only: bool = 
     ``json_only`` refuses (UnstorableValue, naming the path) what JSON would
     not bring back equal, instead of pickling it.
     """
-    if json_only or strictjson.is_exact(value):
+    if json_only:
         return Stored("json", strictjson.dumps(value, f"result of {work_id}"))
+    data = strictjson.dumps_if_exact(value)
+    if data is not None:
+        return Stored("json", data)
     tag = versions()
     data = _pickle(value, f"result of {work_id}")
     mac = mac_of(key, purpose="result", work_id=work_id, fmt="pickle", versions=tag, data=data)
@@ -282,10 +285,6 @@ def decode_result(stored: Stored, *, work_id: str, key: bytes) -> Any:
 
 
 # -- helpers --------------------------------------------------------------------
-
-
-def _exact_args(call: Call) -> bool:
-    return strictjson.is_exact(list(call.args)) and strictjson.is_exact(dict(call.kwargs))
 
 
 def _pickle(value: object, what: str) -> bytes:
