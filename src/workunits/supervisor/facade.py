@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -23,11 +23,10 @@ from workunits._errors import (
     NotFinished,
     SpecError,
     SupervisorClosed,
-    WorkFailed,
-    WorkKilled,
 )
 from workunits._record import WorkRecord
 from workunits._status import Reason, Status, is_terminal
+from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.base import WorkActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.supervisor.actor import SupervisorActor, Tick
@@ -35,8 +34,10 @@ from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.reaper import Reaper
+from workunits.supervisor.results import result_of
 from workunits.supervisor.ticker import Ticker
 from workunits.supervisor.waiters import TerminalWaiters
+from workunits.zygote.client import ZygoteClient
 
 T = TypeVar("T")
 
@@ -71,6 +72,7 @@ class Supervisor:
         shutdown_grace: float = 5.0,
         ask_timeout: float = 30.0,
         install_signal_handlers: bool = True,
+        preload: Sequence[str] = (),
     ) -> None:
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
@@ -82,13 +84,20 @@ class Supervisor:
         self._closed = False
         self._close_lock = threading.Lock()
         _raise_nofile_limit()
+        self._transcript_dir = _outputfile.private_dir(self.state_dir / "transcripts")
         kinds = Kinds()
         kinds.add("b", ShellActor, builtin=True)
+        kinds.add("a", AgentActor, builtin=True)
         self._reaper = Reaper()
+        self._zygote = ZygoteClient(self._reaper, preload)
+        # Warm the zygote up in the background: the first unit then finds it ready.
+        threading.Thread(target=self._zygote.start_quietly, name="workunits-zygote-start").start()
         self._ref = SupervisorActor.start(
+            state_dir=self.state_dir,
             output_dir=self._output_dir,
             clock=self._clock,
             reaper=self._reaper,
+            zygote=self._zygote,
             kinds=kinds,
             eviction_grace=eviction_grace,
         )
@@ -145,6 +154,28 @@ class Supervisor:
             "b",
             spec,
             description=spec.describe() if description is None else description,
+            timeout=timeout,
+        )
+
+    def agent(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
+
+        The call is pickled here, so an unpicklable callable or argument raises
+        SpecError before any ID exists. ``result()`` returns what ``fn`` returned.
+        """
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+        return self.submit(
+            "a",
+            spec,
+            description=spec.name if description is None else description,
             timeout=timeout,
         )
 
@@ -256,7 +287,7 @@ class Supervisor:
 
     def result(self, work_id: str, timeout: float | None = None) -> Any:
         """The unit's result: its record for a shell unit. Raises WorkFailed / WorkKilled."""
-        return _result_of(self.wait(work_id, timeout))
+        return result_of(self.wait(work_id, timeout))
 
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop."""
@@ -275,7 +306,7 @@ class Supervisor:
             self._waiters.discard(work_id, waiter)
 
     async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
-        return _result_of(await self.wait_async(work_id, timeout))
+        return result_of(await self.wait_async(work_id, timeout))
 
     # -- ending work -----------------------------------------------------------
 
@@ -326,6 +357,7 @@ class Supervisor:
                 self._ticker.close()
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.stop(timeout=self._ask_timeout)
+            self._zygote.close()
             self._reaper.close()
 
     def __enter__(self) -> Supervisor:
@@ -333,11 +365,3 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _result_of(record: WorkRecord) -> Any:
-    if record.status == Status.COMPLETED:
-        return record
-    if record.status == Status.KILLED:
-        raise WorkKilled(record)
-    raise WorkFailed(record)
