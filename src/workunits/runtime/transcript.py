@@ -59,3 +59,44 @@ def append_event(path: str, type_: str, **fields: Any) -> None:
         TranscriptWriter(fd, last_seq(path) + 1).write(type_, **fields)
     finally:
         os.close(fd)
+
+
+def render_event(event: dict[str, Any]) -> str:
+    """One transcript event as a line a person reads (``tail`` and the demo use it)."""
+    kind = event.get("type")
+    data = event.get("data")
+    if kind in ("stdout", "stderr"):
+        text = str(data).rstrip("\n")
+        return text if kind == "stdout" else f"[stderr] {text}"
+    if kind == "progress":
+        fraction = event.get("fraction")
+        pct = "" if fraction is None else f"{fraction * 100:3.0f}% "
+        return f"[progress] {pct}{event.get('message', '')}"
+    if kind == "checkpoint":
+        return f"[checkpoint] {orjson.dumps(event.get('state')).decode()[:200]}"
+    if kind == "event":
+        return f"[event] {orjson.dumps(data).decode()[:200]}"
+    if kind == "child":
+        return f"[child] {event.get('child')} {event.get('status')}"
+    if kind == "result":
+        return f"[result] {orjson.dumps(event.get('value')).decode()[:200]}"
+    if kind == "error":
+        return f"[error] {event.get('error_type')}: {event.get('message')}"
+    if kind == "start":
+        return f"[start] {event.get('id')} attempt {event.get('attempt')} pid {event.get('pid')}"
+    if kind == "end":
+        why = event.get("reason") or event.get("exit_code")
+        return f"[end] {event.get('status')} ({why})"
+    return f"[{kind}] {orjson.dumps(event).decode()[:200]}"
+
+
+class LineSplitter:
+    """Feeds bytes, returns complete lines (a stream chunk may end mid-line)."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines = (self._rest + data).split(b"\n")
+        self._rest = lines.pop()
+        return lines

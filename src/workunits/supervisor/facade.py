@@ -35,6 +35,7 @@ from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.reaper import Reaper
 from workunits.supervisor.results import result_of
+from workunits.supervisor.tree import render_tree
 from workunits.supervisor.ticker import Ticker
 from workunits.supervisor.waiters import TerminalWaiters
 from workunits.zygote.client import ZygoteClient
@@ -219,6 +220,10 @@ class Supervisor:
         return cast(
             "list[WorkRecord]", self._call("list_units", status=status, kind=kind, parent=parent)
         )
+
+    def tree(self, root: str | None = None) -> str:
+        """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
+        return render_tree(self.list(), root)
 
     def read_output(self, work_id: str, max_bytes: int | None = None) -> bytes:
         """The output written since the last read; advances the unit's offset."""
