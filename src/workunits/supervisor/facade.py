@@ -35,8 +35,8 @@ from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.reaper import Reaper
 from workunits.supervisor.results import result_of
-from workunits.supervisor.tree import render_tree
 from workunits.supervisor.ticker import Ticker
+from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters
 from workunits.zygote.client import ZygoteClient
 
