@@ -23,6 +23,7 @@ from workunits._errors import (
     NotFinished,
     SpecError,
     SupervisorClosed,
+    UnknownWork,
     WorkFailed,
     WorkKilled,
 )
@@ -311,7 +312,10 @@ class Supervisor:
             for work_id in ending:
                 waiter = self._waiters.add(work_id)
                 try:
-                    record = self._ask(self._actor.get(work_id))
+                    try:
+                        record = self._ask(self._actor.get(work_id))
+                    except UnknownWork:
+                        continue  # it ended and was evicted already (a short eviction grace)
                     remaining = max(0.0, deadline - time.monotonic())
                     if not is_terminal(record.status) and not waiter.event.wait(remaining):
                         stuck.append(work_id)
