@@ -32,6 +32,26 @@ def cpu_seconds_proc() -> float:
     return (utime + stime) / _CLK_TCK
 
 
+def thread_cpu_seconds() -> dict[int, float]:
+    """User + system CPU of each live thread of this process, by native thread ID."""
+    out: dict[int, float] = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{name}/stat", encoding="ascii") as f:
+                text = f.read()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        out[int(name)] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return out
+
+
+def context_switches() -> tuple[int, int]:
+    """Voluntary and involuntary context switches of this process so far (all threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw, usage.ru_nivcsw
+
+
 @dataclass(frozen=True, slots=True)
 class Memory:
     rss: int  # bytes resident now (VmRSS)

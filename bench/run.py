@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ class Config:
     quick: bool
     shell_reps: int
     shell_warmup: int
+    shell_cpu_reps: int
     kill_reps: int
     kill_warmup: int
     idle_units: int
@@ -59,6 +61,7 @@ class Config:
                 quick=True,
                 shell_reps=150,
                 shell_warmup=20,
+                shell_cpu_reps=400,
                 kill_reps=40,
                 kill_warmup=5,
                 idle_units=1000,
@@ -71,6 +74,7 @@ class Config:
             quick=False,
             shell_reps=1000,
             shell_warmup=50,
+            shell_cpu_reps=1500,
             kill_reps=200,
             kill_warmup=10,
             idle_units=1000,
@@ -129,6 +133,7 @@ def bench_shell_true(cfg: Config) -> BenchResult:
             return elapsed
 
         a, b = harness.alternate(unit, popen, cfg.shell_reps, cfg.shell_warmup)
+        _explain_cpu(result, unit, popen, cfg.shell_cpu_reps)
     pair = Pair(
         "submit -> terminal",
         Series("sup.shell(['true']) + wait", a),
@@ -148,6 +153,62 @@ def bench_shell_true(cfg: Config) -> BenchResult:
         f"{harness.fmt(pair.a.median, 's')} vs {harness.fmt(pair.b.median, 's')})",
     )
     return result
+
+
+def _explain_cpu(
+    result: BenchResult, unit: Callable[[], object], popen: Callable[[], object], reps: int
+) -> None:
+    """Where the supervisor's CPU goes per unit, by thread, and how often its threads switch.
+
+    Unit actor threads live only as long as their unit, so their share is the
+    process total minus the threads still alive at the end.
+    """
+    per_thread, total, switches = _cpu_by_thread(unit, reps)
+    _, base_total, base_switches = _cpu_by_thread(popen, reps)
+    us = {name: round(sec / reps * 1e6, 1) for name, sec in per_thread.items()}
+    result.info["cpu_us_per_unit_by_thread"] = us
+    result.info["cpu_us_per_unit"] = total / reps * 1e6
+    result.info["cpu_us_per_popen"] = base_total / reps * 1e6
+    result.info["context_switches_per_unit"] = [x / reps for x in switches]
+    result.info["context_switches_per_popen"] = [x / reps for x in base_switches]
+    shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(us.items(), key=lambda kv: -kv[1]))
+    result.note(
+        f"supervisor CPU per unit {total / reps * 1e6:.0f} us ({shown}) vs "
+        f"{base_total / reps * 1e6:.0f} us per bare Popen; context switches per unit "
+        f"{switches[0] / reps:.1f} voluntary + {switches[1] / reps:.1f} involuntary "
+        f"(bare Popen {base_switches[0] / reps:.1f} + {base_switches[1] / reps:.1f})"
+    )
+
+
+def _cpu_by_thread(
+    fn: Callable[[], object], reps: int
+) -> tuple[dict[str, float], float, tuple[int, int]]:
+    names = {t.native_id: _family(t.name) for t in threading.enumerate() if t.native_id}
+    before, total0, cs0 = (
+        procstat.thread_cpu_seconds(),
+        procstat.cpu_seconds(),
+        procstat.context_switches(),
+    )
+    for _ in range(reps):
+        fn()
+    after, total1, cs1 = (
+        procstat.thread_cpu_seconds(),
+        procstat.cpu_seconds(),
+        procstat.context_switches(),
+    )
+    per: dict[str, float] = {}
+    for tid, name in names.items():
+        if tid in before and tid in after:
+            per[name] = per.get(name, 0.0) + after[tid] - before[tid]
+    total = total1 - total0
+    per["unit actor threads (ended)"] = max(0.0, total - sum(per.values()))
+    return per, total, (cs1[0] - cs0[0], cs1[1] - cs0[1])
+
+
+def _family(name: str) -> str:
+    """``SupervisorActor-3`` -> ``SupervisorActor``: one line per kind of thread."""
+    head, _, tail = name.rpartition("-")
+    return head if head and tail.isdigit() else name
 
 
 # -- kill_latency ---------------------------------------------------------------
