@@ -279,6 +279,10 @@ def markdown(results: list[BenchResult]) -> str:
         for c in r.checks:
             verdict = "pass" if c.passed else "**miss**"
             lines.append(f"| {r.name} | {c.what} {c.target} | {c.shown} | {verdict} |")
+    loads = [(r.name, r.info["loadavg_1min"]) for r in results if "loadavg_1min" in r.info]
+    if loads:
+        shown = ", ".join(f"{name} {a:.2f} -> {b:.2f}" for name, (a, b) in loads)
+        lines += ["", f"1-minute load average over each bench ({os.cpu_count()} CPUs): {shown}"]
     notes = [(r.name, n) for r in results for n in r.notes]
     if notes:
         lines.append("")

@@ -498,12 +498,15 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
 def run_here(name: str, cfg: Config) -> BenchResult:
     print(f"== {name}", flush=True)
     start = time.perf_counter()
+    load = os.getloadavg()[0]
     try:
         result = BENCHES[name](cfg)
     except Exception as exc:  # noqa: BLE001 - one broken bench must not hide the others
         result = BenchResult(name, error=f"{type(exc).__name__}: {exc}")
         traceback.print_exc()
     result.seconds = time.perf_counter() - start
+    # The machine is shared: other work competes for the same cores and shows here.
+    result.info["loadavg_1min"] = [load, os.getloadavg()[0]]
     if result.error is not None:
         print(f"  [ERROR] {name}: {result.error}", flush=True)
     return result
