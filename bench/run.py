@@ -540,7 +540,7 @@ def run_child(name: str, cfg: Config, timeout: float) -> BenchResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer reps, smaller sizes (< 2 min)")
     parser.add_argument(
         "--only",
