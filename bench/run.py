@@ -38,6 +38,10 @@ import workunits as wu
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MIB = 1 << 20
 KIB = 1 << 10
+# Finished records leave memory soon, but not before our wait() reads them: with a
+# grace of 0 a tick can evict a unit that ended while this (possibly descheduled)
+# thread was between submit and wait, and wait() would raise UnknownWork.
+EVICT_SOON = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +117,7 @@ def bench_shell_true(cfg: Config) -> BenchResult:
     """Submit -> terminal record of ``true`` vs ``Popen(["true"]).wait()``, alternately."""
     result = BenchResult("shell_true")
     bad: list[str] = []
-    with state_dir("shell") as state, wu.Supervisor(state, eviction_grace=0.0) as sup:
+    with state_dir("shell") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
 
         def unit() -> float:
             start = time.perf_counter()
@@ -218,7 +222,7 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
     """``sup.kill`` -> terminal record of a live ``sleep 60``, vs killpg + waitpid of a bare one."""
     result = BenchResult("kill_latency")
     bad: list[str] = []
-    with state_dir("kill") as state, wu.Supervisor(state, eviction_grace=0.0) as sup:
+    with state_dir("kill") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
 
         def unit() -> float:
             handle = sup.shell(["sleep", "60"])
@@ -479,10 +483,16 @@ def bench_output_1gib(cfg: Config) -> BenchResult:
 
 def _stream_unit(sup: wu.Supervisor, size: int) -> tuple[int, wu.WorkRecord]:
     handle = sup.shell(["head", "-c", str(size), "/dev/zero"])
-    got = 0
-    for chunk in sup.stream(handle.id):
-        got += len(chunk)
-    return got, sup.wait(handle.id, timeout=60)
+    # Hold the record past the stream's end: with eviction_grace=0 the stream's own
+    # release would let a tick evict it before we read how it ended.
+    sup.retain(handle.id)
+    try:
+        got = 0
+        for chunk in sup.stream(handle.id):
+            got += len(chunk)
+        return got, sup.wait(handle.id, timeout=60)
+    finally:
+        sup.release(handle.id)
 
 
 # -- driver ------------------------------------------------------------------------
