@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
-	$(PY) examples/shell_fanout.py
+	$(PY) examples/agent_tree.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q

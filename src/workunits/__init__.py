@@ -23,6 +23,9 @@ from workunits._status import Reason as Reason
 from workunits._status import Status as Status
 from workunits._status import is_terminal as is_terminal
 from workunits.actors.base import WorkActor as WorkActor
+from workunits.runtime.context import ChildHandle as ChildHandle
+from workunits.runtime.context import UnitContext as UnitContext
+from workunits.runtime.context import current as current
 from workunits.supervisor.facade import Supervisor as Supervisor
 from workunits.supervisor.handle import WorkHandle as WorkHandle
 from workunits.supervisor.mailbox import Mailbox as Mailbox
@@ -30,6 +33,7 @@ from workunits.supervisor.mailbox import MailboxClosed as MailboxClosed
 
 __all__ = [
     "Cancelled",
+    "ChildHandle",
     "IdempotencyConflict",
     "InvalidTransition",
     "InvalidWorkId",
@@ -45,6 +49,7 @@ __all__ = [
     "Status",
     "Supervisor",
     "SupervisorClosed",
+    "UnitContext",
     "UnknownKind",
     "UnknownWork",
     "WorkActor",
@@ -53,6 +58,7 @@ __all__ = [
     "WorkKilled",
     "WorkRecord",
     "WorkunitsError",
+    "current",
     "is_terminal",
     "is_valid_id",
     "mint_id",

@@ -15,6 +15,7 @@ from workunits._errors import InvalidWorkId, UnknownKind
 ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 SUFFIX_LEN = 8
 SESSION_PREFIX = "s"
+_SUFFIXES = len(ALPHABET) ** SUFFIX_LEN
 
 # re.ASCII: \Z and the classes must not admit Unicode look-alikes.
 _ID_RE = re.compile(r"[a-z][0-9a-z]{8}", re.ASCII)
@@ -25,7 +26,14 @@ def mint(prefix: str) -> str:
     """Return a new random ID with ``prefix``; ~2.8e12 suffixes per prefix."""
     if not isinstance(prefix, str) or not _LETTER_RE.fullmatch(prefix):
         raise InvalidWorkId(f"an ID prefix is one letter a-z, got {prefix!r}")
-    return prefix + "".join(secrets.choice(ALPHABET) for _ in range(SUFFIX_LEN))
+    # One draw of a uniform number below 36**8, written in base 36: the same
+    # distribution as 8 independent choices at a fifth of the cost.
+    n = secrets.randbelow(_SUFFIXES)
+    digits = []
+    for _ in range(SUFFIX_LEN):
+        n, d = divmod(n, 36)
+        digits.append(ALPHABET[d])
+    return prefix + "".join(reversed(digits))
 
 
 def is_valid(value: object) -> bool:

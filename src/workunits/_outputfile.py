@@ -35,10 +35,10 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def create(path: str) -> int:
+def create(path: str, *, append: bool = False) -> int:
     """Create a new output file and return a write descriptor (close-on-exec)."""
     try:
-        return os.open(path, _CREATE_FLAGS, 0o600)
+        return os.open(path, _CREATE_FLAGS | (os.O_APPEND if append else 0), 0o600)
     except FileExistsError as exc:
         raise OutputFileError(
             errno.EEXIST, f"refusing to write output: something already exists at {path}"
@@ -49,6 +49,16 @@ def create(path: str) -> int:
                 errno.ELOOP, f"refusing to write output through a symlink at {path}"
             ) from exc
         raise
+
+
+def link(target: str, path: str) -> None:
+    """Make ``path`` a symlink to ``target``; refuse if anything is already at ``path``."""
+    try:
+        os.symlink(target, path)
+    except FileExistsError as exc:
+        raise OutputFileError(
+            errno.EEXIST, f"refusing to link output: something already exists at {path}"
+        ) from exc
 
 
 def open_for_reading(path: str) -> int | None:

@@ -52,6 +52,11 @@ class WorkRecord:
     evict_after: float | None = None
     attempt: int = 1
     pid: int | None = None
+    progress: float | None = None
+    progress_message: str = ""
+    result: bytes | None = None  # encoded value; opened only by whoever asks for it
+    result_format: str | None = None  # "json" or "pickle"; None for kinds without values
+    cause: bytes | None = None  # cloudpickled exception of a failed unit, when it pickled
 
     def describe_end(self) -> str:
         """One line saying how the unit ended (or that it has not)."""
@@ -108,6 +113,9 @@ class Outcome:
     signal: int | None = None
     error: str | None = None
     reason: Reason | None = None
+    result: bytes | None = None
+    result_format: str | None = None
+    cause: bytes | None = None
 
 
 replace = dataclasses.replace

@@ -11,7 +11,9 @@ Subclasses implement ``launch`` and ``signal_work``; see ``ShellActor``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import traceback
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from workunits._status import Reason, Status
 
 if TYPE_CHECKING:
     from workunits.supervisor.reaper import Reaper
+    from workunits.zygote.client import ZygoteClient
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +40,16 @@ class UnitBinding:
     id: str
     spec: Any
     output_path: str
+    state_dir: str
     timeout: float | None
+    attempt: int
+    checkpoint: bytes | None  # orjson of the last checkpoint, for a resumed attempt
     clock: Clock
     reaper: Reaper
+    zygote: ZygoteClient
     report_pid: Callable[[str, int], None]
     report_end: Callable[[str, Outcome], None]
+    tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,9 @@ class WorkActor(pykka.ThreadingActor):
     kind: ClassVar[str] = "work"
     """The kind's name, as it appears in records (``"shell"``, ``"agent"``…)."""
 
+    relays_notifications: ClassVar[bool] = False
+    """True for kinds whose process takes its children's notices (agents)."""
+
     # Daemon threads are a safety net only: Supervisor.close() stops every actor.
     use_daemon_thread: ClassVar[bool] = True
 
@@ -73,6 +84,7 @@ class WorkActor(pykka.ThreadingActor):
         self.unit = unit
         self._ending: Reason | None = None
         self._finished = False
+        self._pidfd: int | None = None  # the unit process, once it exists
 
     # -- hooks for subclasses --------------------------------------------------
 
@@ -133,8 +145,43 @@ class WorkActor(pykka.ThreadingActor):
         if self._finished:
             return
         self._finished = True
+        self._release_process()
         self.unit.report_end(self.unit.id, outcome)
         self.stop()
+
+    def adopt_process(self, pid: int, pidfd: int) -> None:
+        """The zygote forked our process: keep its pidfd, tell the supervisor its pid."""
+        self._pidfd = pidfd
+        self.unit.report_pid(self.unit.id, pid)
+
+    def kill_orphaned_group(self) -> None:
+        """The zygote died: kill our process group ourselves, through the pidfd.
+
+        A leader that is still alive pins its pid and group id, so the group
+        kill cannot hit a stranger; a dead leader's stragglers were its
+        zygote's to kill.
+        """
+        pidfd = self._pidfd
+        if pidfd is None:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, 0)
+        except ProcessLookupError:
+            return
+        pid = _pid_of(pidfd)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+    def _release_process(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def on_stop(self) -> None:
+        self._release_process()
 
     def outcome_for_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
         """Map how the process ended to the unit's outcome.
@@ -148,6 +195,19 @@ class WorkActor(pykka.ThreadingActor):
         if exit_code == 0:
             return Outcome(Status.COMPLETED, exit_code=0)
         return Outcome(Status.FAILED, exit_code=exit_code, signal=signum)
+
+
+def _pid_of(pidfd: int) -> int | None:
+    """The pid a pidfd refers to (from /proc/self/fdinfo), or None once it has exited."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _describe_launch_error(exc: BaseException) -> str:

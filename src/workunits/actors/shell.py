@@ -1,27 +1,32 @@
 """Shell units (``b``): a command in its own session, output straight into a file.
 
-stdout and stderr are the output file's descriptor itself, so output never
-passes through the supervisor's memory.
+The zygote forks and execs the command in its own session; stdout and stderr
+are the output file's descriptor itself, so output never passes through the
+supervisor's memory.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 import shlex
 import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workunits import _outputfile
 from workunits._errors import SpecError
-from workunits._process import ChildProcess
 from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.process_events import (
+    ProcessExited,
+    ProcessLost,
+    ProcessSpawned,
+    ProcessSpawnFailed,
+    TellActor,
+)
+from workunits.zygote.protocol import Limits, SpawnExec
 
 DEFAULT_OUTPUT_CAP = 5 * 1024**3
 
@@ -77,18 +82,12 @@ class ShellSpec:
         return shlex.join(self.argv)
 
 
-class _Exited:
-    """Reaper -> ShellActor: the process behind the pidfd has exited."""
-
-
 class ShellActor(WorkActor):
     kind: ClassVar[str] = "shell"
 
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__(unit)
         self.spec: ShellSpec = unit.spec
-        self._proc: ChildProcess | None = None
-        self._popen: subprocess.Popen[bytes] | None = None
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:
@@ -98,69 +97,36 @@ class ShellActor(WorkActor):
     def launch(self) -> None:
         fd = _outputfile.create(self.unit.output_path)
         try:
-            try:
-                # Popen forks through vfork/posix_spawn here (no preexec_fn), which
-                # is safe in this threaded process; the zygote replaces it for agents.
-                self._popen = subprocess.Popen(
-                    self.spec.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=fd,
-                    stderr=fd,
-                    cwd=self.spec.cwd,
-                    env=self.spec.env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                self.finish(Outcome(Status.FAILED, error=_cannot_start(self.spec, exc)))
-                return
+            # The zygote forks and execs; the kernel enforces the output cap
+            # (RLIMIT_FSIZE: past it the command gets SIGXFSZ).
+            request = SpawnExec(
+                unit_id=self.unit.id,
+                argv=self.spec.argv,
+                cwd=self.spec.cwd,
+                env=self.spec.env,
+                limits=Limits(output_cap=self.spec.output_cap),
+            )
+            self.unit.zygote.spawn_exec(request, fd, TellActor(self.actor_ref))
         finally:
             os.close(fd)
-        pid = self._popen.pid
-        self._proc = ChildProcess(pid)
-        # The kernel enforces the output cap: past it the command gets SIGXFSZ.
-        cap = self.spec.output_cap
-        # Already gone, or the cap is above our own hard limit: the tick check covers it.
-        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-            resource.prlimit(pid, resource.RLIMIT_FSIZE, (cap, cap))
-        self.unit.report_pid(self.unit.id, pid)
-        self.unit.reaper.watch(self._proc.pidfd, lambda: self.actor_ref.tell(_Exited()))
 
     def signal_work(self, signum: int) -> None:
-        if self._proc is not None:
-            self._proc.signal_group(signum)
+        self.unit.zygote.signal(self.unit.id, signum)
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _Exited):
-            self._on_exit()
-            return None
-        return super().on_receive(message)
-
-    def _on_exit(self) -> None:
-        proc = self._proc
-        assert proc is not None, "only a launched process can exit"
-        status = proc.reap()
-        assert status is not None, "the reaper reports only exited processes"
-        proc.close()
-        if self._popen is not None:
-            self._popen.returncode = status.exit_code if status.signal is None else -status.signal
-        if self._ending is None and status.signal == signal.SIGXFSZ:
-            self._ending = Reason.OUTPUT_CAP
-        self.finish(self.outcome_for_exit(status.exit_code, status.signal))
-
-    def on_stop(self) -> None:
-        # A unit stopped before its process exited (supervisor shutdown): the
-        # process was already killed by then; release the descriptor.
-        if self._proc is not None and self._proc.status is None:
-            self._proc.signal_group(signal.SIGKILL)
-
-
-def _cannot_start(spec: ShellSpec, exc: OSError) -> str:
-    what = spec.argv[0]
-    if isinstance(exc, FileNotFoundError):
-        return f"could not start: command not found: {what!r}"
-    if isinstance(exc, PermissionError):
-        return f"could not start: permission denied: {what!r}"
-    if isinstance(exc, NotADirectoryError | FileNotFoundError) and spec.cwd:
-        return f"could not start {what!r} in {spec.cwd!r}: {exc.strerror}"
-    return f"could not start {what!r}: {exc.strerror or exc}"
+        match message:
+            case ProcessSpawned(pid, pidfd):
+                self.adopt_process(pid, pidfd)
+            case ProcessSpawnFailed(error):
+                self.finish(Outcome(Status.FAILED, error=error))
+            case ProcessExited(exit_code, signum):
+                if self._ending is None and signum == signal.SIGXFSZ:
+                    self._ending = Reason.OUTPUT_CAP
+                self.finish(self.outcome_for_exit(exit_code, signum))
+            case ProcessLost():
+                self.kill_orphaned_group()
+                error = "lost: the zygote process that forked this unit died"
+                self.finish(Outcome(Status.FAILED, reason=Reason.LOST, error=error))
+            case _:
+                return super().on_receive(message)
+        return None

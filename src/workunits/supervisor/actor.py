@@ -19,15 +19,25 @@ import pykka
 
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
-from workunits._errors import SpecError, SupervisorClosed, UnknownWork
+from workunits._errors import SpecError, SupervisorClosed, UnknownWork, WorkunitsError
 from workunits._record import Notification, Outcome, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
+from workunits.actors.agent import (
+    CheckpointReport,
+    ChildEnded,
+    ControlChild,
+    ProgressReport,
+    ReplyToUnit,
+    SpawnChild,
+)
 from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
+from workunits.runtime import messages as m
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.reaper import Reaper
 from workunits.supervisor.registry import Change, Registry
 from workunits.supervisor.sweep import Deadlines, Due, evictable
+from workunits.zygote.client import ZygoteClient
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +69,22 @@ class SupervisorActor(pykka.ThreadingActor):
     def __init__(
         self,
         *,
+        state_dir: Path,
         output_dir: Path,
         clock: Clock,
         reaper: Reaper,
+        zygote: ZygoteClient,
         kinds: Kinds,
         eviction_grace: float,
     ) -> None:
         super().__init__()
         self.registry = Registry()
         self.kinds = kinds
+        self._state_dir = state_dir
         self._output_dir = output_dir
         self._clock = clock
         self._reaper = reaper
+        self._zygote = zygote
         self._grace = eviction_grace
         self._actors: dict[str, pykka.ActorRef[WorkActor]] = {}
         self._output_caps: dict[str, int] = {}
@@ -93,6 +107,16 @@ class SupervisorActor(pykka.ThreadingActor):
                     self._end(work_id, outcome)
                 case PidReport(work_id, pid):
                     self._write(work_id, lambda r: replace(r, pid=pid))
+                case ProgressReport(work_id, fraction, text):
+                    self._write(
+                        work_id, lambda r: replace(r, progress=fraction, progress_message=text)
+                    )
+                case CheckpointReport():
+                    pass  # kept by the ledger once it is wired in
+                case SpawnChild(parent, request):
+                    self._spawn_child(parent, request)
+                case ControlChild(parent, request):
+                    self._control_child(parent, request)
                 case Tick():
                     self.tick()
                 case _:
@@ -156,11 +180,16 @@ class SupervisorActor(pykka.ThreadingActor):
             id=work_id,
             spec=spec,
             output_path=record.output_path,
+            state_dir=str(self._state_dir),
             timeout=timeout,
+            attempt=record.attempt,
+            checkpoint=None,
             clock=self._clock,
             reaper=self._reaper,
+            zygote=self._zygote,
             report_pid=self._report_pid,
             report_end=self._report_end,
+            tell_supervisor=self.actor_ref.tell,
         )
         try:
             self._actors[work_id] = actor_class.start(binding)
@@ -222,6 +251,9 @@ class SupervisorActor(pykka.ThreadingActor):
                 signal=outcome.signal,
                 error=outcome.error,
                 reason=outcome.reason,
+                result=outcome.result,
+                result_format=outcome.result_format,
+                cause=outcome.cause,
                 output_bytes=size,
                 output_tail=tail,
                 evict_after=None if r.retain else now + self._grace,
@@ -235,7 +267,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._output_caps.pop(work_id, None)
         self._ending.pop(work_id, None)
         if notify:
-            self._mailbox(new.parent).put(Notification.of(new))
+            self._notify_parent(new)
         self._emit(old, new)
         if new.evict_after is not None:
             self._deadlines.push(new.evict_after, work_id, Due.EVICT)
@@ -265,6 +297,67 @@ class SupervisorActor(pykka.ThreadingActor):
         else:
             os.close(fd)
         return size, tail
+
+    def _notify_parent(self, record: WorkRecord) -> None:
+        """The one notice of a terminal unit: into its parent's process, or its mailbox."""
+        parent_actor = None if record.parent is None else self._actors.get(record.parent)
+        if parent_actor is not None and self._relays(record.parent):
+            try:
+                parent_actor.tell(ChildEnded(record))
+            except pykka.ActorDeadError:
+                pass  # the parent just ended; keep the notice in its mailbox
+            else:
+                return
+        self._mailbox(record.parent).put(Notification.of(record))
+
+    def _relays(self, work_id: str | None) -> bool:
+        return work_id is not None and self.kinds.actor_class(work_id[0]).relays_notifications
+
+    # -- requests from inside unit processes --------------------------------------
+
+    def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None:
+        self._tell(parent, ReplyToUnit(m.Reply(req, ok, value)))
+
+    def _spawn_child(self, parent: str, request: m.Spawn) -> None:
+        try:
+            record = self.register(
+                request.letter,
+                request.spec,
+                parent=parent,
+                description=request.description,
+                timeout=request.timeout,
+            )
+        except WorkunitsError as exc:
+            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+        else:
+            self._reply(parent, request.req, True, record.id)
+
+    def _control_child(self, parent: str, request: m.Control) -> None:
+        """kill / cancel / get for a unit's own descendants only."""
+        try:
+            target = self._lookup(request.target)
+            if not self._descends_from(target, parent):
+                raise UnknownWork(f"{request.target} is not a descendant of {parent}")
+            if request.op == "kill":
+                value: Any = self._kill(target.id, Reason.KILLED)
+            elif request.op == "cancel":
+                value = self.cancel(target.id, float(request.arg))
+            else:
+                value = target
+        except WorkunitsError as exc:
+            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+        else:
+            self._reply(parent, request.req, True, value)
+
+    def _descends_from(self, record: WorkRecord, ancestor: str) -> bool:
+        while record.parent is not None:
+            if record.parent == ancestor:
+                return True
+            found = self.registry.find(record.parent)
+            if found is None:
+                return False
+            record = found
+        return False
 
     def _mailbox(self, owner: str | None) -> Mailbox:
         mailbox = self._mailboxes.get(owner)

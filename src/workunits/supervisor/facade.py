@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -23,11 +23,11 @@ from workunits._errors import (
     NotFinished,
     SpecError,
     SupervisorClosed,
-    WorkFailed,
-    WorkKilled,
+    UnknownWork,
 )
 from workunits._record import WorkRecord
 from workunits._status import Reason, Status, is_terminal
+from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.base import WorkActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.supervisor.actor import SupervisorActor, Tick
@@ -35,13 +35,19 @@ from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.reaper import Reaper
+from workunits.supervisor.results import result_of
 from workunits.supervisor.ticker import Ticker
+from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters
+from workunits.zygote.client import ZygoteClient
 
 T = TypeVar("T")
 
 DEFAULT_EVICTION_GRACE = 30.0
-STREAM_CHUNK = 1 << 20
+# A stream has two chunks alive at its peak: the one the caller still holds and
+# the next one being read. 256 KiB keeps that well inside DESIGN section 8's
+# 2 MiB budget and still catches up on a backlog at over 1 GiB/s.
+STREAM_CHUNK = 256 << 10
 
 
 def _raise_nofile_limit() -> None:
@@ -71,6 +77,7 @@ class Supervisor:
         shutdown_grace: float = 5.0,
         ask_timeout: float = 30.0,
         install_signal_handlers: bool = True,
+        preload: Sequence[str] = (),
     ) -> None:
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
@@ -82,13 +89,20 @@ class Supervisor:
         self._closed = False
         self._close_lock = threading.Lock()
         _raise_nofile_limit()
+        self._transcript_dir = _outputfile.private_dir(self.state_dir / "transcripts")
         kinds = Kinds()
         kinds.add("b", ShellActor, builtin=True)
+        kinds.add("a", AgentActor, builtin=True)
         self._reaper = Reaper()
+        self._zygote = ZygoteClient(self._reaper, preload)
+        # Warm the zygote up in the background: the first unit then finds it ready.
+        threading.Thread(target=self._zygote.start_quietly, name="workunits-zygote-start").start()
         self._ref = SupervisorActor.start(
+            state_dir=self.state_dir,
             output_dir=self._output_dir,
             clock=self._clock,
             reaper=self._reaper,
+            zygote=self._zygote,
             kinds=kinds,
             eviction_grace=eviction_grace,
         )
@@ -148,6 +162,28 @@ class Supervisor:
             timeout=timeout,
         )
 
+    def agent(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
+
+        The call is pickled here, so an unpicklable callable or argument raises
+        SpecError before any ID exists. ``result()`` returns what ``fn`` returned.
+        """
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+        return self.submit(
+            "a",
+            spec,
+            description=spec.name if description is None else description,
+            timeout=timeout,
+        )
+
     def submit(
         self,
         kind: str,
@@ -188,6 +224,10 @@ class Supervisor:
         return cast(
             "list[WorkRecord]", self._call("list_units", status=status, kind=kind, parent=parent)
         )
+
+    def tree(self, root: str | None = None) -> str:
+        """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
+        return render_tree(self.list(), root)
 
     def read_output(self, work_id: str, max_bytes: int | None = None) -> bytes:
         """The output written since the last read; advances the unit's offset."""
@@ -256,7 +296,7 @@ class Supervisor:
 
     def result(self, work_id: str, timeout: float | None = None) -> Any:
         """The unit's result: its record for a shell unit. Raises WorkFailed / WorkKilled."""
-        return _result_of(self.wait(work_id, timeout))
+        return result_of(self.wait(work_id, timeout))
 
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop."""
@@ -275,7 +315,7 @@ class Supervisor:
             self._waiters.discard(work_id, waiter)
 
     async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
-        return _result_of(await self.wait_async(work_id, timeout))
+        return result_of(await self.wait_async(work_id, timeout))
 
     # -- ending work -----------------------------------------------------------
 
@@ -311,7 +351,10 @@ class Supervisor:
             for work_id in ending:
                 waiter = self._waiters.add(work_id)
                 try:
-                    record = self._ask(self._actor.get(work_id))
+                    try:
+                        record = self._ask(self._actor.get(work_id))
+                    except UnknownWork:
+                        continue  # it ended and was evicted already (a short eviction grace)
                     remaining = max(0.0, deadline - time.monotonic())
                     if not is_terminal(record.status) and not waiter.event.wait(remaining):
                         stuck.append(work_id)
@@ -326,6 +369,7 @@ class Supervisor:
                 self._ticker.close()
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.stop(timeout=self._ask_timeout)
+            self._zygote.close()
             self._reaper.close()
 
     def __enter__(self) -> Supervisor:
@@ -333,11 +377,3 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _result_of(record: WorkRecord) -> Any:
-    if record.status == Status.COMPLETED:
-        return record
-    if record.status == Status.KILLED:
-        raise WorkKilled(record)
-    raise WorkFailed(record)

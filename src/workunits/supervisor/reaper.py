@@ -1,18 +1,36 @@
-"""The Reaper: one thread that waits on every unit's pidfd with epoll.
+"""The Reaper: one thread that waits on every unit's descriptors with epoll.
 
-Actors never block on a process; the Reaper tells the owning actor when its
-process has exited, and the actor collects the status in its own thread.
+It watches two sorts of descriptors:
+
+- *exit* descriptors (pidfds, or anything that turns readable once when a
+  process is gone): the callback runs once, then the fd is forgotten;
+- *streams* (an agent's channel, the zygote's control socket): every chunk read
+  is handed to ``on_data``; end of file calls ``on_close`` and closes the fd.
+
+Actors never block on a process or a socket; the Reaper tells them. Callbacks
+run in the Reaper thread and must be quick (a pykka ``tell`` is right).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
+import socket
 import threading
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    sock: socket.socket  # the Reaper's own duplicate; reads never block (MSG_DONTWAIT)
+    on_data: Callable[[bytes, list[int]], None]
+    on_close: Callable[[], None]
 
 
 class Reaper:
@@ -21,42 +39,109 @@ class Reaper:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._lock = threading.Lock()
-        # Invariant: every fd here is registered with the epoll, and nothing else is.
-        self._callbacks: dict[int, Callable[[], None]] = {}
+        # Invariant: an fd is in exactly one of these maps iff it is registered with the epoll.
+        self._exits: dict[int, Callable[[], None]] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._to_close: deque[int] = deque()  # streams to drain and close, in the Reaper thread
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="workunits-reaper", daemon=True)
         self._thread.start()
 
     def watch(self, pidfd: int, on_exit: Callable[[], None]) -> None:
-        """Call ``on_exit()`` once, from the Reaper thread, when the process behind ``pidfd`` ends.
+        """Call ``on_exit()`` once when ``pidfd`` turns readable (its process ended)."""
+        with self._lock:
+            self._check_open()
+            self._exits[pidfd] = on_exit
+            self._epoll.register(pidfd, select.EPOLLIN)
 
-        The callback must be quick and must not block (a pykka ``tell`` is right).
+    def watch_stream(
+        self,
+        sock: socket.socket,
+        on_data: Callable[[bytes, list[int]], None],
+        on_close: Callable[[], None],
+    ) -> int:
+        """Hand every chunk read from ``sock`` to ``on_data``; at EOF call ``on_close``.
+
+        ``on_data(data, fds)`` also gets the descriptors that came with the chunk
+        (SCM_RIGHTS) and owns them.
+
+        The Reaper reads from its own duplicate of the socket, so the caller keeps
+        sending on ``sock`` in blocking mode. Returns the key for ``close_stream``.
         """
+        own = sock.dup()
+        fd = own.fileno()
+        with self._lock:
+            self._check_open()
+            self._streams[fd] = _Stream(own, on_data, on_close)
+            self._epoll.register(fd, select.EPOLLIN)
+        return fd
+
+    def close_stream(self, fd: int) -> None:
+        """Deliver what the stream still holds, then ``on_close`` and close it (asynchronously)."""
         with self._lock:
             if self._closing:
-                raise RuntimeError("the reaper is closed")
-            self._callbacks[pidfd] = on_exit
-            self._epoll.register(pidfd, select.EPOLLIN)
+                return
+            self._to_close.append(fd)
+            os.write(self._wake_w, b"c")
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise RuntimeError("the reaper is closed")
 
     def _run(self) -> None:
         """Runs in the Reaper thread until close()."""
         while True:
-            try:
-                events = self._epoll.poll()
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                continue
-            for fd, _mask in events:
+            for fd, _mask in self._epoll.poll():
                 if fd == self._wake_r:
-                    return
-                with self._lock:
-                    callback = self._callbacks.pop(fd, None)
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                    if self._closing:
+                        return
+                    while self._to_close:
+                        self._drain(self._to_close.popleft(), final=True)
+                elif fd in self._streams:
+                    self._drain(fd, final=False)
+                else:
+                    with self._lock:
+                        callback = self._exits.pop(fd, None)
+                        if callback is not None:
+                            self._epoll.unregister(fd)
                     if callback is not None:
-                        self._epoll.unregister(fd)
-                if callback is not None:
-                    try:
-                        callback()
-                    except Exception:
-                        log.exception("reaper callback failed for pidfd %d", fd)
+                        self._call(callback)
+
+    def _drain(self, fd: int, *, final: bool) -> None:
+        stream = self._streams.get(fd)
+        if stream is None:
+            return
+        while True:
+            fds: list[int] = []
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(
+                    stream.sock, 1 << 16, 16, socket.MSG_DONTWAIT
+                )
+            except BlockingIOError:
+                if not final:
+                    return
+                data = b""
+            except OSError:
+                data = b""
+            if not data:
+                with self._lock:
+                    del self._streams[fd]
+                    self._epoll.unregister(fd)
+                self._call(stream.on_close)
+                stream.sock.close()
+                return
+            self._call(lambda d=data, f=fds: stream.on_data(d, f))  # type: ignore[misc]
+            if not final:
+                return
+
+    @staticmethod
+    def _call(callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:
+            log.exception("reaper callback %r failed", callback)
 
     def close(self) -> None:
         with self._lock:
@@ -65,6 +150,9 @@ class Reaper:
             self._closing = True
             os.write(self._wake_w, b"x")
         self._thread.join(timeout=5)
+        for stream in self._streams.values():
+            stream.sock.close()
+        self._streams.clear()
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)

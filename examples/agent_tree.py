@@ -1,0 +1,93 @@
+"""An agent hierarchy on the embedded default: the README's demo.
+
+A coordinator agent, in its own process, starts three sub-agents (one returns
+a result, one raises, one is killed) and a shell child. It prints each child's
+notification as it arrives; afterwards the application prints the tree and the
+tail of each transcript.
+
+    python examples/agent_tree.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+
+import orjson
+
+import workunits as wu
+from workunits.runtime.transcript import LineSplitter, render_event
+
+
+def research(topic: str) -> dict[str, object]:
+    ctx = wu.current()
+    for step in range(1, 4):
+        ctx.progress(step / 3, f"reading source {step}/3 on {topic}")
+        print(f"notes on {topic}, source {step}")
+    return {"topic": topic, "findings": 3}
+
+
+def flaky_tool() -> None:
+    print("calling a tool that breaks")
+    raise RuntimeError("the tool returned garbage")
+
+
+def endless_search() -> None:
+    ctx = wu.current()
+    ctx.emit({"status": "searching forever"})
+    while True:
+        time.sleep(0.05)
+
+
+def coordinator(topic: str) -> dict[str, object]:
+    ctx = wu.current()
+    good = ctx.agent(research, topic, description=f"research {topic}")
+    bad = ctx.agent(flaky_tool, description="flaky tool")
+    slow = ctx.agent(endless_search, description="endless search")
+    shell = ctx.shell("echo building index; ls / | head -3", description="index")
+    inbox = ctx.notifications()
+    print(f"coordinator {ctx.id} started {good.id} {bad.id} {slow.id} {shell.id}")
+    summary: dict[str, object] = {}
+    for _ in range(3):  # research, flaky tool and the shell end by themselves
+        notice = inbox.get(timeout=30)
+        print(f"  notice: {notice.id} ({notice.description}) -> {notice.status.value}")
+        summary[notice.description] = notice.status.value
+    ctx.kill(slow)
+    notice = inbox.get(timeout=30)
+    print(f"  notice: {notice.id} ({notice.description}) -> {notice.status.value}")
+    summary[notice.description] = f"{notice.status.value} ({notice.reason})"
+    summary["research result"] = good.result()
+    return summary
+
+
+def main(state_dir: str) -> int:
+    with wu.Supervisor(state_dir) as sup:
+        root = sup.agent(coordinator, "actor supervision", description="coordinator")
+        print(f"started {root.id}; its transcript, live:")
+        lines = LineSplitter()
+        for chunk in sup.stream(root.id):
+            for line in lines.feed(chunk):
+                for text in render_event(orjson.loads(line)).splitlines():
+                    print(f"  | {text}")
+        record = sup.wait(root.id, timeout=60)
+        print(f"\n{root.id} ended {record.status.value}; result:")
+        for key, value in sup.result(root.id).items():
+            print(f"  {key}: {value}")
+        print("\nthe tree:")
+        print(sup.tree(root.id))
+        print("\ntranscript tails:")
+        for child in sup.list(parent=root.id):
+            print(f"--- {child.id} {child.description}")
+            tail = child.output_tail.strip().splitlines()[-3:]
+            for line in tail:
+                text = render_event(orjson.loads(line)) if child.kind == "agent" else line.decode()
+                print(f"  | {text}")
+        notice = sup.notifications().get(timeout=5)
+        print(f"\napplication notice: {notice.id} {notice.status.value}")
+    return 0
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(prefix="workunits-demo-") as tmp:
+        sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else tmp))

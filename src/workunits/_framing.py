@@ -1,0 +1,60 @@
+"""Length-prefixed pickle frames over a stream socket.
+
+Both the zygote's control socket and an agent's channel speak this. Peers are
+our own processes on a socketpair, so pickle is trusted here; user values
+inside frames are cloudpickled by the sender.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from typing import Any
+
+_HEADER = struct.Struct("!I")
+MAX_FRAME = 1 << 30
+
+
+def encode(obj: Any) -> bytes:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Accumulates bytes and returns every complete frame, in order."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        self._buf += data
+        frames: list[Any] = []
+        while len(self._buf) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self._buf)
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes is larger than {MAX_FRAME}")
+            end = _HEADER.size + length
+            if len(self._buf) < end:
+                break
+            frames.append(pickle.loads(self._buf[_HEADER.size : end]))  # noqa: S301 - our own peer
+            del self._buf[:end]
+        return frames
+
+
+def send(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
+    """Send one frame, with file descriptors attached when given (SCM_RIGHTS)."""
+    data = encode(obj)
+    if fds:
+        sent = socket.send_fds(sock, [data], fds)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def recv_blocking(sock: socket.socket, reader: FrameReader) -> list[Any]:
+    """Read once (blocking) and return the frames completed; [] with EOF raises EOFError."""
+    data = sock.recv(1 << 16)
+    if not data:
+        raise EOFError
+    return reader.feed(data)

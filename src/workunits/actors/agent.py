@@ -1,0 +1,306 @@
+"""Agent units (``a``): a Python callable in its own process, forked by the zygote.
+
+The agent's output file is a symlink to its JSONL transcript. Its process talks
+to this actor over one duplex channel: progress, checkpoints, spawn requests,
+results and errors come in; cancel requests, replies and children's ends go out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import cloudpickle
+
+from workunits import _framing, _outputfile
+from workunits._errors import SpecError
+from workunits._record import Outcome, WorkRecord
+from workunits._status import Reason, Status
+from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.process_events import (
+    ProcessExited,
+    ProcessLost,
+    ProcessSpawned,
+    ProcessSpawnFailed,
+    TellActor,
+)
+from workunits.runtime import messages as m
+from workunits.runtime.transcript import append_event
+from workunits.zygote.protocol import Limits, SpawnCall
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    payload: bytes  # cloudpickled (fn, args, kwargs)
+    name: str
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def build(
+        cls,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        memory_limit: int | None = None,
+        idle_priority: bool = False,
+    ) -> AgentSpec:
+        """Pickle the call now, in the caller's thread: a SpecError here registers nothing."""
+        if not callable(fn):
+            raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
+        if memory_limit is not None and (
+            isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0
+        ):
+            raise SpecError(f"memory_limit must be a positive int of bytes, got {memory_limit!r}")
+        try:
+            payload = bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
+        except Exception as exc:
+            raise SpecError(
+                f"cannot pickle {_name_of(fn)} or its arguments for the unit process: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return cls(payload, _name_of(fn), Limits(memory=memory_limit, idle_priority=idle_priority))
+
+
+def _name_of(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
+
+
+# -- messages to the supervisor on behalf of the unit process ------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    work_id: str
+    fraction: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    work_id: str
+    attempt: int
+    state: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnChild:
+    parent: str
+    request: m.Spawn
+
+
+@dataclass(frozen=True, slots=True)
+class ControlChild:
+    parent: str
+    request: m.Control
+
+
+# -- messages from the supervisor -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyToUnit:
+    reply: m.Reply
+
+
+@dataclass(frozen=True, slots=True)
+class ChildEnded:
+    record: WorkRecord
+
+
+@dataclass(frozen=True, slots=True)
+class _FromUnit:
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _ChannelClosed:
+    pass
+
+
+class AgentActor(WorkActor):
+    kind: ClassVar[str] = "agent"
+    relays_notifications: ClassVar[bool] = True
+
+    def __init__(self, unit: UnitBinding) -> None:
+        super().__init__(unit)
+        self.spec: AgentSpec = unit.spec
+        self._channel: socket.socket | None = None
+        self._channel_key: int | None = None
+        self._channel_open = False
+        self._exit: tuple[int | None, int | None] | None = None
+        self._result: m.Result | None = None
+        self._error: m.Error | None = None
+        self._transcript_path = os.path.join(unit.state_dir, "transcripts", f"{unit.id}.jsonl")
+
+    @classmethod
+    def validate_spec(cls, spec: Any) -> None:
+        if not isinstance(spec, AgentSpec):
+            raise SpecError(f"an agent unit needs an AgentSpec, got {type(spec).__name__}")
+
+    # -- start ------------------------------------------------------------------
+
+    def launch(self) -> None:
+        transcript_fd = _outputfile.create(self._transcript_path, append=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            _outputfile.link(self._transcript_path, self.unit.output_path)
+            self._channel = ours
+            reader = _framing.FrameReader()
+            ref = self.actor_ref
+
+            def on_data(data: bytes, fds: list[int]) -> None:  # Reaper thread
+                for fd in fds:  # a unit has no business sending descriptors
+                    os.close(fd)
+                for frame in reader.feed(data):
+                    ref.tell(_FromUnit(frame))
+
+            def on_close() -> None:  # Reaper thread
+                TellActor(ref).tell(_ChannelClosed())
+
+            self._channel_key = self.unit.reaper.watch_stream(ours, on_data, on_close)
+            self._channel_open = True
+            call = SpawnCall(
+                unit_id=self.unit.id,
+                kind=self.kind,
+                payload=self.spec.payload,
+                attempt=self.unit.attempt,
+                checkpoint=self.unit.checkpoint,
+                limits=self._limits(),
+            )
+            self.unit.zygote.spawn_call(call, transcript_fd, theirs.fileno(), TellActor(ref))
+        finally:
+            os.close(transcript_fd)
+            theirs.close()
+
+    def _limits(self) -> Limits:
+        return self.spec.limits
+
+    # -- messages -----------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case _FromUnit(frame):
+                self._from_unit(frame)
+            case ProcessSpawned(pid, pidfd):
+                self.adopt_process(pid, pidfd)
+            case ProcessExited(exit_code, signum):
+                self._exit = (exit_code, signum)
+                self._close_channel()
+                self._maybe_finish()
+            case ProcessSpawnFailed(error):
+                self._exit = (None, None)
+                self._error = m.Error("SpawnFailed", error, "", None)
+                self._close_channel()
+                self._maybe_finish()
+            case ProcessLost():
+                self.kill_orphaned_group()
+                self._ending = self._ending or Reason.LOST
+                self._exit = (None, None)
+                self._close_channel()
+                self._maybe_finish()
+            case _ChannelClosed():
+                self._channel_open = False
+                self._maybe_finish()
+            case ReplyToUnit(reply):
+                self._send(reply)
+            case ChildEnded(record):
+                self._send(m.ChildEnded(record))
+            case _:
+                return super().on_receive(message)
+        return None
+
+    def _from_unit(self, frame: Any) -> None:
+        unit = self.unit
+        match frame:
+            case m.Progress(fraction, text):
+                unit.tell_supervisor(ProgressReport(unit.id, fraction, text))
+            case m.Checkpoint(state):
+                unit.tell_supervisor(CheckpointReport(unit.id, unit.attempt, state))
+            case m.Result():
+                self._result = frame
+            case m.Error():
+                self._error = frame
+            case m.Spawn():
+                unit.tell_supervisor(SpawnChild(unit.id, frame))
+            case m.Control():
+                unit.tell_supervisor(ControlChild(unit.id, frame))
+
+    def _send(self, message: Any) -> None:
+        channel = self._channel
+        if channel is None or self._exit is not None:
+            return
+        with contextlib.suppress(OSError):  # the process is gone; its exit is on its way
+            _framing.send(channel, message)
+
+    def _close_channel(self) -> None:
+        if self._channel_key is not None:
+            self.unit.reaper.close_stream(self._channel_key)
+            self._channel_key = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    # -- ending ---------------------------------------------------------------------
+
+    def signal_work(self, signum: int) -> None:
+        self.unit.zygote.signal(self.unit.id, signum)
+
+    def cancel(self, reason: Reason = Reason.CANCELLED) -> None:
+        """Cooperative: the unit sees ``ctx.cancelled``; the supervisor SIGKILLs after the grace."""
+        if self._finished:
+            return
+        self._ending = self._ending or reason
+        self._send(m.CancelRequested())
+
+    def _maybe_finish(self) -> None:
+        """Finish once the process is gone and its channel is drained (nothing is lost)."""
+        if self._exit is None or self._channel_open or self._finished:
+            return
+        outcome = self._outcome(*self._exit)
+        with contextlib.suppress(OSError):
+            append_event(
+                self._transcript_path,
+                "end",
+                status=outcome.status.value,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+                reason=None if outcome.reason is None else outcome.reason.value,
+            )
+        self.finish(outcome)
+
+    def _outcome(self, exit_code: int | None, signum: int | None) -> Outcome:
+        if self._ending is Reason.LOST:
+            return Outcome(
+                Status.FAILED,
+                reason=Reason.LOST,
+                error="lost: the zygote process that forked this unit died",
+            )
+        if self._ending is not None:
+            return self.outcome_for_exit(exit_code, signum)
+        if self._error is not None:
+            err = self._error
+            text = f"{err.type}: {err.message}"
+            if err.traceback:
+                text += "\n" + err.traceback.rstrip()
+            return Outcome(
+                Status.FAILED, exit_code=exit_code, signal=signum, error=text, cause=err.cause
+            )
+        if exit_code == 0:
+            result = self._result or m.Result(b"null", "json")
+            return Outcome(
+                Status.COMPLETED, exit_code=0, result=result.value, result_format=result.format
+            )
+        if signum is not None:
+            error = f"the unit process was killed by {signal.Signals(signum).name}"
+        else:
+            error = f"the unit process exited with code {exit_code}"
+        return Outcome(Status.FAILED, exit_code=exit_code, signal=signum, error=error)
+
+    def on_stop(self) -> None:
+        self._close_channel()
+        super().on_stop()

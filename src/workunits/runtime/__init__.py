@@ -1,0 +1,1 @@
+"""The child side: what runs inside a unit process (context, channel, transcript)."""

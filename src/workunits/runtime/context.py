@@ -1,0 +1,300 @@
+"""``wu.current()``: the unit context, inside a unit process.
+
+Methods run in the unit's own thread(s); the channel's reader thread fills in
+cancel requests, replies and children's ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cloudpickle
+
+from workunits import _framing, _jsonvalue
+from workunits._errors import (
+    Cancelled,
+    NotFinished,
+    SpecError,
+    WorkunitsError,
+)
+from workunits._record import Notification, WorkRecord
+from workunits._status import is_terminal
+from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
+from workunits.runtime import messages as m
+from workunits.runtime.transcript import TranscriptWriter
+from workunits.supervisor.mailbox import Mailbox
+
+_current: UnitContext | None = None
+
+
+def current() -> UnitContext:
+    """The context of the unit this code runs in; RuntimeError outside a unit."""
+    if _current is None:
+        raise RuntimeError("wu.current() is only available inside a work unit's process")
+    return _current
+
+
+class ChildHandle:
+    """A child unit started from inside a unit."""
+
+    __slots__ = ("ctx", "id")
+
+    def __init__(self, ctx: UnitContext, work_id: str) -> None:
+        self.ctx = ctx
+        self.id = work_id
+
+    def __repr__(self) -> str:
+        return f"<ChildHandle {self.id}>"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def wait(self, timeout: float | None = None) -> WorkRecord:
+        return self.ctx.wait(self, timeout)
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.ctx.result(self, timeout)
+
+    def kill(self) -> bool:
+        return self.ctx.kill(self)
+
+    def cancel(self, grace: float = 5.0) -> bool:
+        return self.ctx.cancel(self, grace)
+
+
+class UnitContext:
+    def __init__(
+        self,
+        *,
+        work_id: str,
+        kind: str,
+        attempt: int,
+        last_checkpoint: Any,
+        channel: socket.socket,
+        transcript: TranscriptWriter,
+    ) -> None:
+        self.id = work_id
+        self.kind = kind
+        self.attempt = attempt
+        self.last_checkpoint = last_checkpoint
+        self._channel = channel
+        self._send_lock = threading.Lock()
+        self._transcript = transcript
+        self._cancel = threading.Event()
+        self._cond = threading.Condition()
+        self._reqs = itertools.count(1)
+        self._replies: dict[int, m.Reply] = {}
+        self._ended: dict[str, WorkRecord] = {}
+        self._mailbox = Mailbox(work_id)
+        # The reader thread starts with the first request: until then only a cancel
+        # can arrive, and progress()/checkpoint()/cancelled poll for it. A thread
+        # costs a freshly forked process more than the rest of its start-up.
+        self._reader: threading.Thread | None = None
+        self._reader_lock = threading.Lock()
+        self._frames = _framing.FrameReader()
+
+    # -- the channel ------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        with self._send_lock:
+            _framing.send(self._channel, message)
+
+    def _start_reader(self) -> None:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = threading.Thread(
+                    target=self._read, name="workunits-channel", daemon=True
+                )
+                self._reader.start()
+
+    def _poll(self) -> None:
+        """Take what has arrived without blocking (only before the reader thread runs)."""
+        with self._reader_lock:
+            if self._reader is not None:
+                return
+            while True:
+                try:
+                    data = self._channel.recv(1 << 16, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    data = b""
+                if not data:
+                    self._lost_supervisor()
+                    return
+                self._dispatch(self._frames.feed(data))
+
+    def _lost_supervisor(self) -> None:
+        self._cancel.set()  # the supervisor is gone: stop at the next safe point
+        with self._cond:
+            self._cond.notify_all()
+
+    def _read(self) -> None:
+        """The reader thread: cancel requests, replies, children's ends."""
+        while True:
+            try:
+                frames = _framing.recv_blocking(self._channel, self._frames)
+            except (EOFError, OSError):
+                self._lost_supervisor()
+                return
+            self._dispatch(frames)
+
+    def _dispatch(self, frames: list[Any]) -> None:
+        for frame in frames:
+            if isinstance(frame, m.CancelRequested):
+                self._cancel.set()
+            elif isinstance(frame, m.Reply):
+                with self._cond:
+                    self._replies[frame.req] = frame
+                    self._cond.notify_all()
+            elif isinstance(frame, m.ChildEnded):
+                record = frame.record
+                with self._cond:
+                    self._ended[record.id] = record
+                    self._cond.notify_all()
+                self._mailbox.put(Notification.of(record))
+                self._transcript.write(
+                    "child", child=record.id, status=record.status.value, kind=record.kind
+                )
+
+    def _request(self, make: Any) -> Any:
+        self._start_reader()
+        req = next(self._reqs)
+        self.send(make(req))
+        with self._cond:
+            while req not in self._replies:
+                self._cond.wait()
+            reply = self._replies.pop(req)
+        if not reply.ok:
+            raise WorkunitsError(str(reply.value))
+        return reply.value
+
+    # -- progress, checkpoints, cancel -------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel was requested; the next progress()/checkpoint() raises."""
+        self._poll()
+        return self._cancel.is_set()
+
+    def _raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise Cancelled(f"{self.id} was cancelled")
+
+    def progress(self, fraction: float | None = None, message: str = "") -> None:
+        """Report progress (0.0-1.0 or None) and a message; raises Cancelled if asked to stop."""
+        if fraction is not None and not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
+            raise SpecError(f"progress fraction must be between 0 and 1, got {fraction!r}")
+        frac = None if fraction is None else float(fraction)
+        self.send(m.Progress(frac, str(message)))
+        self._transcript.write("progress", fraction=frac, message=str(message))
+        self._raise_if_cancelled()
+
+    def checkpoint(self, state: Any) -> None:
+        """Save ``state`` (strict JSON) so a later attempt resumes from it; raises Cancelled."""
+        data = _jsonvalue.dumps_strict(state, "checkpoint")
+        self.send(m.Checkpoint(data))
+        self.last_checkpoint = state
+        self._transcript.write("checkpoint", state=state)
+        self._raise_if_cancelled()
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        """Append an event of yours to the transcript."""
+        if not isinstance(event, Mapping):
+            raise SpecError(f"an event is a mapping, got {type(event).__name__}")
+        self._transcript.write("event", data=dict(event))
+
+    # -- children -----------------------------------------------------------------
+
+    def agent(
+        self,
+        fn: Any,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ChildHandle:
+        """Start a child agent unit (registered through the supervisor, parent = this unit)."""
+        from workunits.actors.agent import AgentSpec  # noqa: PLC0415 - avoids an import cycle
+
+        spec = AgentSpec.build(fn, args, kwargs)
+        return self._spawn("a", spec, spec.name if description is None else description, timeout)
+
+    def shell(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> ChildHandle:
+        """Start a child shell unit."""
+        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap)
+        return self._spawn(
+            "b", spec, spec.describe() if description is None else description, timeout
+        )
+
+    def _spawn(
+        self, letter: str, spec: Any, description: str, timeout: float | None
+    ) -> ChildHandle:
+        self._raise_if_cancelled()
+        child_id = self._request(lambda req: m.Spawn(req, letter, spec, description, timeout))
+        self._transcript.write("child", child=child_id, status="started", kind=letter)
+        return ChildHandle(self, str(child_id))
+
+    def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
+        """Block until a child of this unit is terminal."""
+        self._start_reader()
+        child_id = str(child)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while child_id not in self._ended:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            record = self._ended.get(child_id)
+        if record is None:
+            raise NotFinished(self.get(child_id), timeout)
+        return record
+
+    def result(self, child: ChildHandle | str, timeout: float | None = None) -> Any:
+        """The child's result (its record for a shell); raises WorkFailed / WorkKilled."""
+        from workunits.supervisor.results import result_of  # noqa: PLC0415
+
+        return result_of(self.wait(child, timeout))
+
+    def get(self, work_id: ChildHandle | str) -> WorkRecord:
+        record: WorkRecord = self._request(lambda req: m.Control(req, "get", str(work_id)))
+        return record
+
+    def kill(self, child: ChildHandle | str) -> bool:
+        return bool(self._request(lambda req: m.Control(req, "kill", str(child))))
+
+    def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
+        return bool(self._request(lambda req: m.Control(req, "cancel", str(child), grace)))
+
+    def notifications(self) -> Mailbox:
+        """This unit's mailbox: one notice per child that ends."""
+        self._start_reader()
+        return self._mailbox
+
+    def ended(self, work_id: str) -> bool:
+        with self._cond:
+            record = self._ended.get(work_id)
+        return record is not None and is_terminal(record.status)
+
+
+def pickle_error(exc: BaseException) -> bytes | None:
+    try:
+        return bytes(cloudpickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - an exception that does not pickle is reported as text
+        return None

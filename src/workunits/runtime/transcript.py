@@ -1,0 +1,102 @@
+"""Transcripts: an agent's JSONL event log, one orjson object per line.
+
+Every event has ``seq`` (1, 2, 3…) and ``ts``. The unit process writes events
+from ``start`` to ``result``/``error``; its WorkActor appends ``end`` after
+the process is gone, continuing the sequence.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import orjson
+
+from workunits._record import TAIL_BYTES
+
+
+class TranscriptWriter:
+    """Appends events to an ``O_APPEND`` descriptor; safe from several threads."""
+
+    def __init__(self, fd: int, first_seq: int = 1) -> None:
+        self._fd = fd
+        self._seq = first_seq
+        self._lock = threading.Lock()
+
+    def write(self, type_: str, **fields: Any) -> None:
+        with self._lock:
+            event = {"seq": self._seq, "ts": time.time(), "type": type_, **fields}
+            line = orjson.dumps(event, default=repr) + b"\n"
+            os.write(self._fd, line)
+            self._seq += 1
+
+
+def last_seq(path: str) -> int:
+    """The ``seq`` of the last complete event in the transcript at ``path`` (0 if none)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(tail.splitlines()):
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("seq"), int):
+            return int(event["seq"])
+    return 0
+
+
+def append_event(path: str, type_: str, **fields: Any) -> None:
+    """Append one event after the process that wrote the rest is gone."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        TranscriptWriter(fd, last_seq(path) + 1).write(type_, **fields)
+    finally:
+        os.close(fd)
+
+
+def render_event(event: dict[str, Any]) -> str:
+    """One transcript event as a line a person reads (``tail`` and the demo use it)."""
+    kind = event.get("type")
+    data = event.get("data")
+    if kind in ("stdout", "stderr"):
+        text = str(data).rstrip("\n")
+        return text if kind == "stdout" else f"[stderr] {text}"
+    if kind == "progress":
+        fraction = event.get("fraction")
+        pct = "" if fraction is None else f"{fraction * 100:3.0f}% "
+        return f"[progress] {pct}{event.get('message', '')}"
+    if kind == "checkpoint":
+        return f"[checkpoint] {orjson.dumps(event.get('state')).decode()[:200]}"
+    if kind == "event":
+        return f"[event] {orjson.dumps(data).decode()[:200]}"
+    if kind == "child":
+        return f"[child] {event.get('child')} {event.get('status')}"
+    if kind == "result":
+        return f"[result] {orjson.dumps(event.get('value')).decode()[:200]}"
+    if kind == "error":
+        return f"[error] {event.get('error_type')}: {event.get('message')}"
+    if kind == "start":
+        return f"[start] {event.get('id')} attempt {event.get('attempt')} pid {event.get('pid')}"
+    if kind == "end":
+        why = event.get("reason") or event.get("exit_code")
+        return f"[end] {event.get('status')} ({why})"
+    return f"[{kind}] {orjson.dumps(event).decode()[:200]}"
+
+
+class LineSplitter:
+    """Feeds bytes, returns complete lines (a stream chunk may end mid-line)."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines = (self._rest + data).split(b"\n")
+        self._rest = lines.pop()
+        return lines

@@ -1,0 +1,9 @@
+"""``python -m workunits.zygote CONTROL_FD [MODULE...]``: run a zygote (started by a Supervisor)."""
+
+import sys
+
+# Preload what every unit process needs, so a fork has nothing left to import.
+import workunits.runtime.child  # noqa: F401
+from workunits.zygote.server import main
+
+main(sys.argv)

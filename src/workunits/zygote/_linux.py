@@ -1,0 +1,64 @@
+"""Linux process controls via prctl, degrading to no-ops elsewhere (macOS)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _prctl(option: int, arg: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    return int(_libc.prctl(option, arg, 0, 0, 0)) == 0
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Ask the kernel to send ``signum`` when the thread that forked us exits."""
+    return _prctl(PR_SET_PDEATHSIG, signum)
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants re-parent to us instead of to init."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def set_idle_priority() -> None:
+    """SCHED_IDLE where the kernel has it, else the lowest nice value."""
+    sched_idle = getattr(os, "SCHED_IDLE", None)
+    if sched_idle is not None:
+        try:
+            os.sched_setscheduler(0, sched_idle, os.sched_param(0))
+        except OSError:
+            pass
+        else:
+            return
+    os.nice(19 - os.nice(0))
+
+
+def child_pids(of: int) -> list[int]:
+    """Processes whose parent is ``of`` (scans /proc; empty where there is none)."""
+    pids: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces or ')': fields resume after the last ')'.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == of:
+            pids.append(int(entry))
+    return pids

@@ -1,0 +1,351 @@
+"""Agent units: results, every failure cause, cancel and kill, transcripts, hierarchies."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import workunits as wu
+
+from .conftest import alive, eventually, running_pid
+
+# -- bodies run in unit processes (module-level so they pickle by reference) ---
+
+
+def add(a: int, b: int) -> int:
+    print(f"adding {a} and {b}")
+    return a + b
+
+
+def raise_value_error() -> None:
+    raise ValueError("bad input 42")
+
+
+class Unpicklable(Exception):
+    def __reduce__(self) -> Any:
+        raise TypeError("no")
+
+
+def raise_unpicklable() -> None:
+    raise Unpicklable("cannot travel")
+
+
+def exit_with(code: int) -> None:
+    sys.exit(code)
+
+
+def hard_exit(code: int) -> None:
+    os._exit(code)
+
+
+def segfault() -> None:
+    ctypes.string_at(0)
+
+
+def allocate(nbytes: int) -> int:
+    return len(bytearray(nbytes))
+
+
+def return_lock() -> object:
+    return threading.Lock()
+
+
+def sleep_forever() -> None:
+    wu.current().progress(0.0, "sleeping")
+    while True:
+        time.sleep(1)
+
+
+def checkpoint_loop() -> None:
+    ctx = wu.current()
+    i = 0
+    while True:
+        i += 1
+        ctx.checkpoint({"i": i})
+        time.sleep(0.005)
+
+
+def checkpoint_tuple() -> None:
+    wu.current().checkpoint({"pair": (1, 2)})
+
+
+def talkative() -> str:
+    ctx = wu.current()
+    print("to stdout")
+    print("to stderr", file=sys.stderr)
+    ctx.progress(0.5, "half")
+    ctx.checkpoint({"step": 1})
+    ctx.emit({"custom": True})
+    return "done"
+
+
+def parent_with_children() -> list[Any]:
+    ctx = wu.current()
+    good = ctx.agent(add, 2, 3)
+    bad = ctx.agent(raise_value_error)
+    sh = ctx.shell("echo from-child-shell")
+    out: list[Any] = [good.result(timeout=30)]
+    with pytest.raises(wu.WorkFailed):
+        bad.result(timeout=30)
+    out.append(sh.wait(timeout=30).output_tail.decode())
+    inbox = ctx.notifications()
+    out.append(sorted(inbox.get(timeout=5).id for _ in range(3)))
+    out.append(sorted([good.id, bad.id, sh.id]))
+    return out
+
+
+def parent_then_hang() -> None:
+    ctx = wu.current()
+    ctx.agent(sleep_forever)
+    ctx.shell("sleep 600")
+    ctx.progress(1.0, "children started")
+    while True:
+        time.sleep(1)
+
+
+# -- results and failures -----------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_result_is_the_return_value(sup: wu.Supervisor) -> None:
+    h = sup.agent(add, 2, 3)
+    assert sup.result(h.id, timeout=20) == 5
+    record = sup.get(h.id)
+    assert record.status == wu.Status.COMPLETED
+    assert record.kind == "agent"
+    assert h.id.startswith("a")
+
+
+@pytest.mark.timeout(30)
+def test_pickled_result_for_non_json_values(sup: wu.Supervisor) -> None:
+    h = sup.agent(tuple, [1, 2])
+    assert sup.result(h.id, timeout=20) == (1, 2)
+    assert sup.get(h.id).result_format == "pickle"
+
+
+@pytest.mark.timeout(30)
+def test_exception_fails_with_type_message_traceback_and_cause(sup: wu.Supervisor) -> None:
+    h = sup.agent(raise_value_error)
+    with pytest.raises(wu.WorkFailed) as info:
+        sup.result(h.id, timeout=20)
+    record = info.value.record
+    assert record.status == wu.Status.FAILED
+    assert record.error is not None
+    assert record.error.startswith("ValueError: bad input 42")
+    assert "raise_value_error" in record.error  # the traceback from the unit process
+    assert isinstance(info.value.__cause__, ValueError)
+    assert str(info.value.__cause__) == "bad input 42"
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_exception_still_reports_its_text(sup: wu.Supervisor) -> None:
+    h = sup.agent(raise_unpicklable)
+    with pytest.raises(wu.WorkFailed) as info:
+        sup.result(h.id, timeout=20)
+    assert info.value.__cause__ is None
+    assert "Unpicklable: cannot travel" in (info.value.record.error or "")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("body", "args", "exit_code", "signum"),
+    [
+        (exit_with, (3,), 3, None),
+        (hard_exit, (4,), 4, None),
+        (segfault, (), None, signal.SIGSEGV),
+    ],
+)
+def test_process_deaths_are_failed_with_their_cause(
+    sup: wu.Supervisor, body: Any, args: tuple[Any, ...], exit_code: int | None, signum: int | None
+) -> None:
+    record = sup.wait(sup.agent(body, *args).id, timeout=20)
+    assert record.status == wu.Status.FAILED
+    assert record.exit_code == exit_code
+    assert record.signal == signum
+    assert record.error
+
+
+@pytest.mark.timeout(30)
+def test_sys_exit_zero_completes_with_none(sup: wu.Supervisor) -> None:
+    assert sup.result(sup.agent(exit_with, 0).id, timeout=20) is None
+
+
+@pytest.mark.timeout(30)
+def test_sigkill_from_outside_is_failed_with_signal(sup: wu.Supervisor) -> None:
+    h = sup.agent(sleep_forever)
+    os.kill(running_pid(sup, h.id), signal.SIGKILL)
+    record = sup.wait(h.id, timeout=20)
+    assert record.status == wu.Status.FAILED
+    assert record.signal == signal.SIGKILL
+    assert record.reason is None
+
+
+@pytest.mark.timeout(30)
+def test_memory_limit_fails_the_unit(sup: wu.Supervisor) -> None:
+    h = sup.agent(allocate, 1 << 30, memory_limit=256 << 20)
+    record = sup.wait(h.id, timeout=20)
+    assert record.status == wu.Status.FAILED
+    assert "MemoryError" in (record.error or "")
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_result_fails_saying_so(sup: wu.Supervisor) -> None:
+    record = sup.wait(sup.agent(return_lock).id, timeout=20)
+    assert record.status == wu.Status.FAILED
+    assert "cannot be pickled" in (record.error or "")
+
+
+@pytest.mark.timeout(30)
+def test_non_json_checkpoint_is_refused_in_the_unit(sup: wu.Supervisor) -> None:
+    record = sup.wait(sup.agent(checkpoint_tuple).id, timeout=20)
+    assert record.status == wu.Status.FAILED
+    assert "is a tuple" in (record.error or "")
+
+
+@pytest.mark.timeout(30)
+def test_unpicklable_callable_or_argument_is_a_spec_error_and_registers_nothing(
+    sup: wu.Supervisor,
+) -> None:
+    lock = threading.Lock()
+    with pytest.raises(wu.SpecError, match="cannot pickle"):
+        sup.agent(add, lock, 1)
+    with pytest.raises(wu.SpecError, match="callable"):
+        sup.agent(42)  # type: ignore[arg-type]
+    assert sup.list() == []
+
+
+@pytest.mark.timeout(30)
+def test_the_supervisor_keeps_serving_after_crashes(sup: wu.Supervisor) -> None:
+    for body in (segfault, raise_value_error):
+        sup.wait(sup.agent(body).id, timeout=20)
+    assert sup.result(sup.agent(add, 1, 1).id, timeout=20) == 2
+
+
+# -- cancel, kill, timeout --------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_cancel_is_cooperative_at_the_next_checkpoint(sup: wu.Supervisor) -> None:
+    h = sup.agent(checkpoint_loop)
+    running_pid(sup, h.id)
+    assert sup.cancel(h.id, grace=30) is True
+    record = sup.wait(h.id, timeout=20)  # long before the 30 s grace
+    assert record.status == wu.Status.KILLED
+    assert record.reason == wu.Reason.CANCELLED
+    assert record.signal is None  # it stopped by itself, no SIGKILL was needed
+
+
+@pytest.mark.timeout(30)
+def test_cancel_escalates_to_sigkill_after_the_grace(sup: wu.Supervisor) -> None:
+    h = sup.agent(sleep_forever)  # never reaches a checkpoint after its first progress
+    eventually(lambda: sup.get(h.id).progress is not None, what="the unit to report progress")
+    sup.cancel(h.id, grace=0.2)
+    record = sup.wait(h.id, timeout=20)
+    assert record.status == wu.Status.KILLED
+    assert record.reason == wu.Reason.CANCELLED
+    assert record.signal == signal.SIGKILL
+
+
+@pytest.mark.timeout(30)
+def test_kill_and_timeout(sup: wu.Supervisor) -> None:
+    h = sup.agent(sleep_forever)
+    pid = running_pid(sup, h.id)
+    assert sup.kill(h.id) is True
+    record = sup.wait(h.id, timeout=20)
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.KILLED)
+    assert not alive(pid)
+    assert sup.kill(h.id) is False
+    t = sup.agent(sleep_forever, timeout=0.3)
+    record = sup.wait(t.id, timeout=20)
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.TIMEOUT)
+    with pytest.raises(wu.WorkKilled):
+        sup.result(t.id)
+
+
+# -- transcripts --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_transcript_events_and_symlinked_output(sup: wu.Supervisor, tmp_path: Path) -> None:
+    h = sup.agent(talkative)
+    output = tmp_path / "state" / "output" / f"{h.id}.out"
+    transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
+    eventually(output.is_symlink, what="the output symlink")
+    assert os.readlink(output) == str(transcript)
+    assert sup.result(h.id, timeout=20) == "done"
+    assert not output.exists()
+    assert not output.is_symlink()
+    assert transcript.stat().st_mode & 0o777 == 0o600
+    events = [orjson.loads(line) for line in transcript.read_bytes().splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["type"] for e in events]
+    assert types[0] == "start"
+    assert types[-1] == "end"
+    assert {"stdout", "stderr", "progress", "checkpoint", "event", "result"} <= set(types)
+    assert any(e["type"] == "stdout" and "to stdout" in e["data"] for e in events)
+    assert events[-1]["status"] == "completed"
+    assert sup.get(h.id).output_tail == transcript.read_bytes()
+
+
+# -- hierarchies ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_children_notify_their_parent_process(sup: wu.Supervisor) -> None:
+    h = sup.agent(parent_with_children)
+    value, tail, notified, started = sup.result(h.id, timeout=40)
+    assert value == 5
+    assert tail == "from-child-shell\n"
+    assert notified == started  # one notice per child, to the parent's own mailbox
+    children = sup.list(parent=h.id)
+    assert sorted(c.id for c in children) == started
+    assert all(c.parent == h.id for c in children)
+    # the application's mailbox holds only the top-level unit's notice
+    inbox = sup.notifications()
+    assert inbox.get(timeout=5).id == h.id
+    with pytest.raises(TimeoutError):
+        inbox.get(timeout=0.05)
+
+
+@pytest.mark.timeout(60)
+def test_killing_a_parent_kills_its_descendants(sup: wu.Supervisor) -> None:
+    h = sup.agent(parent_then_hang)
+    eventually(lambda: sup.get(h.id).progress == 1.0, what="children to start")
+    children = sup.list(parent=h.id)
+    pids = [running_pid(sup, c.id) for c in children]
+    sup.kill(h.id)
+    for child in children:
+        record = sup.wait(child.id, timeout=20)
+        assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.PARENT_ENDED)
+    for pid in pids:
+        eventually(lambda p=pid: not alive(p), what=f"pid {pid} to die")  # type: ignore[misc]
+    assert "parent_then_hang" in sup.tree(h.id)
+
+
+# -- the zygote ------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_zygote_death_loses_running_units_and_a_new_one_takes_over(sup: wu.Supervisor) -> None:
+    agent = sup.agent(sleep_forever)
+    shell = sup.shell("sleep 600")
+    pids = [running_pid(sup, agent.id), running_pid(sup, shell.id)]
+    zygote = sup._zygote.pid
+    assert zygote is not None
+    os.kill(zygote, signal.SIGKILL)
+    for unit in (agent, shell):
+        record = sup.wait(unit.id, timeout=20)
+        assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
+    for pid in pids:  # the shell has no parent-death signal: its actor killed it via pidfd
+        eventually(lambda p=pid: not alive(p), what=f"pid {pid} to die")  # type: ignore[misc]
+    assert sup.result(sup.agent(add, 20, 22).id, timeout=30) == 42
+    assert sup._zygote.pid not in (None, zygote)
