@@ -1,2 +1,1 @@
-# A package, so that these test modules and their conftest have names of their
-# own ("ledger.test_...") next to other test directories, for pytest and mypy.
+# The ledger's tests, as a package of their own within tests/.

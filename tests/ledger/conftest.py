@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import ManualClock
+from tests.ledger.support import ManualClock
 from workunits.ledger import Ledger
 
 

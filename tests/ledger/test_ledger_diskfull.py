@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import new_unit, submit
+from tests.ledger.support import new_unit, submit
 from workunits.ledger import Ledger, LedgerFull
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import new_unit
+from tests.ledger.support import new_unit
 from workunits.ledger import Ledger, LedgerError
 from workunits.ledger.values import KEY_FILE
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import read_line, send, spawn
+from tests.ledger.support import read_line, send, spawn
 from workunits.ledger import SupervisorBusy, SupervisorLock
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import new_unit, read_line, send, spawn, start
+from tests.ledger.support import new_unit, read_line, send, spawn, start
 from workunits._status import Status, is_terminal
 from workunits.ledger import Ledger
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ledger.support import ManualClock
+from tests.ledger.support import ManualClock
 from workunits import _ids
 from workunits._errors import IdempotencyConflict, StaleAttempt
 from workunits._status import Status, is_terminal

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import read_line, send, spawn_all
+from tests.ledger.support import read_line, send, spawn_all
 from workunits._errors import SpecError
 from workunits.ledger import Ledger, LedgerError, UnstorableValue
 

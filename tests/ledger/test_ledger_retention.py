@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.support import ManualClock, new_unit, start
+from tests.ledger.support import ManualClock, new_unit, start
 from workunits._errors import UnknownWork
 from workunits._status import Status
 from workunits.ledger import EXPIRED, Ledger

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import new_unit
+from tests.ledger.support import new_unit
 from workunits.ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError, schema
 
 

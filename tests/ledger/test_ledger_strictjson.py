@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ledger.support import new_unit, start
+from tests.ledger.support import new_unit, start
 from workunits.ledger import Ledger, UnstorableValue, strictjson
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.support import ManualClock, new_unit, read_line, send, spawn_all, start, submit
+from tests.ledger.support import ManualClock, new_unit, read_line, send, spawn_all, start, submit
 from workunits import _ids
 from workunits._errors import IdempotencyConflict
 from workunits._status import Status

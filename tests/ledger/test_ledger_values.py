@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ledger.support import new_unit
+from tests.ledger.support import new_unit
 from workunits import _ids
 from workunits._errors import SpecError
 from workunits.ledger import (

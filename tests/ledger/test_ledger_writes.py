@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from ledger.support import new_unit, start
+from tests.ledger.support import new_unit, start
 from workunits._errors import InvalidTransition, SpecError, StaleAttempt, UnknownWork
 from workunits._record import Notification
 from workunits._status import Reason, Status

@@ -28,8 +28,10 @@ from workunits.ledger.values import Stored
 EXPIRED = "expired"
 """How a unit whose retention ran out shows its status (its terminal status is kept)."""
 
-# Columns a WorkRecord mirrors, written from it on every transition. Its other
-# fields (output_offset, notified, evict_after) describe one process's memory.
+# Columns a WorkRecord mirrors, written from it on every transition. Its
+# result and cause are written too, signed, once they are set (see writes.py);
+# its other fields (output_offset, notified, evict_after) describe one
+# process's memory.
 RECORD_COLUMNS = (
     "status",
     "started_at",
@@ -43,14 +45,14 @@ RECORD_COLUMNS = (
     "reason",
     "retain",
     "pid",
+    "progress",
+    "progress_message",
 )
 
 # Columns ``Ledger.write`` may set by name, besides the record's own.
 EXTRA_COLUMNS = (
     "cancel_requested",
     "session",
-    "progress",
-    "progress_message",
     "expire_at",
     "max_attempts",
     "resumable",
@@ -131,6 +133,7 @@ class UnitRow:
     progress_message: str | None
     checkpoint: bytes | None  # raw JSON; see last_checkpoint()
     result: Stored | None
+    cause: Stored | None  # a failed unit's pickled exception
     cancel_requested: bool
     retain: int
     session: str | None
@@ -158,7 +161,9 @@ class UnitRow:
 
         A terminal row's notice is in the outbox (written with the transition),
         so ``notified`` is true exactly when the status is terminal. The memory-only
-        fields (``output_offset``, ``evict_after``) start afresh.
+        fields (``output_offset``, ``evict_after``) start afresh. A pickled result
+        or cause is handed on as bytes: rows the Ledger reads have had their
+        signatures checked (``Ledger`` verifies them on every read).
         """
         return WorkRecord(
             id=self.id,
@@ -180,6 +185,11 @@ class UnitRow:
             retain=self.retain,
             attempt=self.attempt,
             pid=self.pid,
+            progress=self.progress,
+            progress_message=self.progress_message or "",
+            result=None if self.result is None else self.result.data,
+            result_format=None if self.result is None else self.result.format,
+            cause=None if self.cause is None else self.cause.data,
         )
 
     @classmethod
@@ -211,6 +221,7 @@ class UnitRow:
             progress_message=None,
             checkpoint=None,
             result=None,
+            cause=None,
             cancel_requested=False,
             retain=0,
             session=new.session,
@@ -251,6 +262,7 @@ class UnitRow:
             progress_message=c.opt("progress_message", str),
             checkpoint=c.opt("checkpoint", bytes),
             result=c.stored("result"),
+            cause=c.stored("cause"),
             cancel_requested=c.req("cancel_requested", bool),
             retain=c.req("retain", int),
             session=c.opt("session", str),

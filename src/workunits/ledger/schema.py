@@ -53,6 +53,10 @@ CREATE TABLE units (
     result_format    TEXT CHECK (result_format IN ('json', 'pickle')),
     result_mac       BLOB,
     result_versions  TEXT,
+    cause            BLOB,                      -- a failed unit's pickled exception
+    cause_format     TEXT CHECK (cause_format IN ('pickle')),
+    cause_mac        BLOB,
+    cause_versions   TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     retain           INTEGER NOT NULL DEFAULT 0,
     session          TEXT,

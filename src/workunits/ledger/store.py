@@ -112,7 +112,11 @@ class Ledger:
         """
         prepared = [(new, self._check_new(new)) for new in batch]
         with self._db.write(durable=True) as conn:
-            return [_insert(conn, new, digest) for new, digest in prepared]
+            answers = [_insert(conn, new, digest) for new, digest in prepared]
+        return [
+            a if isinstance(a, IdempotencyConflict) or a[1] else (self._checked(a[0]), False)
+            for a in answers
+        ]
 
     @staticmethod
     def _check_new(new: NewUnit) -> str:
@@ -127,7 +131,7 @@ class Ledger:
         _ids.validate(work_id)
         with self._db.read() as conn:
             row = conn.execute("SELECT * FROM units WHERE id = ?", (work_id,)).fetchone()
-        return None if row is None else UnitRow.from_sql(row)
+        return None if row is None else self._checked(UnitRow.from_sql(row))
 
     def require(self, work_id: str) -> UnitRow:
         """Like ``get``, but an ID the ledger never saw (or has forgotten) raises UnknownWork."""
@@ -168,7 +172,7 @@ class Ledger:
                 f"SELECT * FROM units {where} ORDER BY created_at, id LIMIT ?",  # noqa: S608
                 params,
             ).fetchall()
-        return [UnitRow.from_sql(row) for row in rows]
+        return [self._checked(UnitRow.from_sql(row)) for row in rows]
 
     def load_spec(self, work_id: str) -> object:
         """The unit's spec, verified (LedgerTampered) before anything in it is loaded."""
@@ -223,7 +227,7 @@ class Ledger:
         return [outcome for outcome, _ in self._apply(builtins.list(batch))]
 
     def _apply(self, batch: builtins.list[Write]) -> builtins.list[tuple[Outcome, int]]:
-        prepared = [writes.prepare(w, self._encode_result(w)) for w in batch]
+        prepared = [writes.prepare(w, self._encode_result(w), self._seal_cause(w)) for w in batch]
         durable = any(
             "result" in p.columns or (p.status is not None and is_terminal(p.status))
             for p in prepared
@@ -235,11 +239,38 @@ class Ledger:
             ]
 
     def _encode_result(self, w: Write) -> values.Stored | None:
-        if w.result is NO_RESULT:
-            return None
-        return values.encode_result(
-            w.result, work_id=_id_of(w.target), key=self._key, json_only=w.json_result
-        )
+        """The result to store: a value given to write(), or the bytes a record carries."""
+        work_id = _id_of(w.target)
+        if w.result is not NO_RESULT:
+            return values.encode_result(
+                w.result, work_id=work_id, key=self._key, json_only=w.json_result
+            )
+        if isinstance(w.target, WorkRecord) and w.target.result is not None:
+            fmt = w.target.result_format
+            if fmt is None:
+                raise SpecError(f"{work_id}: the record has a result but no result_format")
+            return values.seal(
+                w.target.result, fmt, purpose="result", work_id=work_id, key=self._key
+            )
+        return None
+
+    def _seal_cause(self, w: Write) -> values.Stored | None:
+        if isinstance(w.target, WorkRecord) and w.target.cause is not None:
+            return values.seal(
+                w.target.cause, "pickle", purpose="cause", work_id=w.target.id, key=self._key
+            )
+        return None
+
+    def _checked(self, row: UnitRow) -> UnitRow:
+        """``row``, once its pickled result and cause verify (LedgerTampered otherwise).
+
+        Every row the Ledger hands out passes here, so the bytes a record
+        carries onward (``to_record``) are the ones this state dir signed.
+        """
+        for purpose, stored in (("result", row.result), ("cause", row.cause)):
+            if stored is not None:
+                values.verify(stored, purpose=purpose, work_id=row.id, key=self._key)
+        return row
 
     def write_progress_batch(self, items: Iterable[tuple[str, int, float, str | None]]) -> int:
         """Store ``(id, attempt, fraction, message)`` items in one NORMAL transaction.
@@ -409,9 +440,10 @@ class Ledger:
     def units_of_dead_sessions(
         self, current_session: str, *, stale_after: float | None = None
     ) -> builtins.list[UnitRow]:
-        return sessions.units_of_dead_sessions(
+        found = sessions.units_of_dead_sessions(
             self._db, current_session, self._clock.now(), stale_after
         )
+        return [self._checked(row) for row in found]
 
 
 def _insert(

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import cloudpickle  # type: ignore[import-untyped]  # ships no type information
+import cloudpickle
 
 from workunits._errors import (
     LedgerCorrupt,
@@ -282,6 +282,28 @@ def decode_result(stored: Stored, *, work_id: str, key: bytes) -> Any:
         _verify(stored, "result", work_id, key)
         return _unpickle(stored, work_id, "result")
     raise LedgerCorrupt(f"unit {work_id}: column result_format holds {stored.format!r}")
+
+
+def seal(data: bytes, fmt: str, *, purpose: str, work_id: str, key: bytes) -> Stored:
+    """Store bytes someone else encoded (a unit's result or cause) with this ledger's seal.
+
+    A pickle is signed and tagged with the versions of this process, which
+    runs the same installation as the unit that pickled it; JSON runs
+    nothing and is stored as it is.
+    """
+    if fmt == "json":
+        return Stored("json", data)
+    if fmt != "pickle":
+        raise SpecError(f"{work_id}: {purpose} format {fmt!r} is neither 'json' nor 'pickle'")
+    tag = versions()
+    mac = mac_of(key, purpose=purpose, work_id=work_id, fmt=fmt, versions=tag, data=data)
+    return Stored("pickle", data, mac, tag)
+
+
+def verify(stored: Stored, *, purpose: str, work_id: str, key: bytes) -> None:
+    """Raise LedgerTampered unless a pickled value's HMAC verifies (JSON passes)."""
+    if stored.format != "json":
+        _verify(stored, purpose, work_id, key)
 
 
 # -- helpers --------------------------------------------------------------------

@@ -75,8 +75,13 @@ class Prepared:
     notification: Notification | None
 
 
-def prepare(write: Write, result: Stored | None) -> Prepared:
-    """Encode a write's columns; runs outside the transaction (it may pickle)."""
+def prepare(write: Write, result: Stored | None, cause: Stored | None = None) -> Prepared:
+    """Encode a write's columns; runs outside the transaction (it may pickle).
+
+    ``result`` and ``cause`` come signed from the Ledger; None leaves the
+    stored ones alone (a result, once written, is never cleared by a later
+    write of a record that does not carry it).
+    """
     if isinstance(write.target, WorkRecord):
         work_id = write.target.id
         columns = record_columns(write.target)
@@ -90,13 +95,16 @@ def prepare(write: Write, result: Stored | None) -> Prepared:
             f"writable: {sorted(_WRITABLE)}"
         )
     columns.update((name, _sql(value)) for name, value in write.fields.items())
-    if result is not None:
-        columns.update(
-            result=result.data,
-            result_format=result.format,
-            result_mac=result.mac,
-            result_versions=result.versions,
-        )
+    for name, stored in (("result", result), ("cause", cause)):
+        if stored is not None:
+            columns.update(
+                {
+                    name: stored.data,
+                    f"{name}_format": stored.format,
+                    f"{name}_mac": stored.mac,
+                    f"{name}_versions": stored.versions,
+                }
+            )
     if isinstance(write.attempt, bool) or not isinstance(write.attempt, int):
         raise SpecError(f"{work_id}: attempt must be an int, got {write.attempt!r}")
     status = columns.get("status")
@@ -196,6 +204,8 @@ def record_columns(record: WorkRecord) -> dict[str, object]:
         "reason": None if record.reason is None else record.reason.value,
         "retain": record.retain,
         "pid": record.pid,
+        "progress": record.progress,
+        "progress_message": record.progress_message,
     }
 
 
