@@ -21,7 +21,9 @@ from workunits.ledger import Call, Ledger, NewUnit, SupervisorLock
 
 
 def say(doc: object) -> None:
-    print(json.dumps(doc), flush=True)
+    # One write() per line: a forked child and its parent may answer at once,
+    # and a pipe keeps writes this small whole.
+    os.write(sys.stdout.fileno(), (json.dumps(doc) + "\n").encode())
 
 
 def go() -> None:
@@ -74,9 +76,11 @@ def hold_lock(state_dir: str, fork: str) -> None:
     if fork == "fork":
         child = os.fork()
         if child == 0:
-            signal.pause()  # the test kills this process
+            # At-fork hooks have run by now: say so, then wait to be killed.
+            say({"child": os.getpid()})
+            signal.pause()
             os._exit(0)
-        say({"pid": os.getpid(), "child": child})
+        say({"pid": os.getpid()})
     else:
         say({"pid": os.getpid()})
     if sys.stdin.readline().strip() == "release":

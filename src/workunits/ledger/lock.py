@@ -8,7 +8,9 @@ that a refused second supervisor can say who is in the way.
 A descriptor inherited by a child keeps the lock alive. ``O_CLOEXEC`` covers
 children that exec; for children that only fork (a zygote, a unit running
 Python) an at-fork hook closes the descriptor in the child, so a unit
-outliving a SIGKILLed supervisor never keeps the next one out.
+outliving a SIGKILLed supervisor never keeps the next one out. (Between the
+fork and that hook the child briefly holds a copy: a supervisor started in
+that instant gets the lock if it acquires with a timeout of a second or so.)
 """
 
 from __future__ import annotations

@@ -58,6 +58,11 @@ EXTRA_COLUMNS = (
     "resumable",
 )
 
+# Terminal statuses as SQL sees them, derived from is_terminal (the one place
+# that knows): ``status IN {IN_TERMINAL}`` with ``*TERMINAL`` as parameters.
+TERMINAL = tuple(s.value for s in Status if is_terminal(s))
+IN_TERMINAL = f"({', '.join('?' * len(TERMINAL))})"
+
 T = TypeVar("T")
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import os
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import (
     IdempotencyConflict,
     InvalidTransition,
-    LedgerError,
     SpecError,
     StaleAttempt,
     UnknownWork,
@@ -34,19 +32,25 @@ from workunits._errors import (
 )
 from workunits._record import Notification, WorkRecord
 from workunits._status import Status, is_terminal
-from workunits.ledger import outbox, requests, sessions, strictjson, values, writes
+from workunits.ledger import (
+    outbox,
+    requests,
+    retention,
+    sessions,
+    strictjson,
+    submits,
+    values,
+    writes,
+)
 from workunits.ledger._db import Database, prepare_state_dir
 from workunits.ledger.requests import Request
-from workunits.ledger.rows import EXPIRED, NewUnit, UnitRow
+from workunits.ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits.ledger.sessions import Session
 from workunits.ledger.writes import NO_RESULT, Outcome, Write
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
 DEFAULT_BUSY_TIMEOUT = 10.0
 
-# Statuses as SQL sees them, derived from is_terminal (the one place that knows).
-_TERMINAL = tuple(s.value for s in Status if is_terminal(s))
-_IN_TERMINAL = f"({', '.join('?' * len(_TERMINAL))})"
 _STATUS_VALUES = frozenset(s.value for s in Status)
 
 
@@ -112,7 +116,7 @@ class Ledger:
         """
         prepared = [(new, self._check_new(new)) for new in batch]
         with self._db.write(durable=True) as conn:
-            answers = [_insert(conn, new, digest) for new, digest in prepared]
+            answers = [submits.insert(conn, new, digest) for new, digest in prepared]
         return [
             a if isinstance(a, IdempotencyConflict) or a[1] else (self._checked(a[0]), False)
             for a in answers
@@ -284,8 +288,8 @@ class Ledger:
         with self._db.write(durable=False) as conn:
             cursor = conn.executemany(
                 "UPDATE units SET progress = ?, progress_message = ? WHERE id = ? "  # noqa: S608
-                f"AND attempt = ? AND status NOT IN {_IN_TERMINAL}",
-                [(*p, *_TERMINAL) for p in params],
+                f"AND attempt = ? AND status NOT IN {IN_TERMINAL}",
+                [(*p, *TERMINAL) for p in params],
             )
             return cursor.rowcount
 
@@ -351,21 +355,7 @@ class Ledger:
         The small row stays and reads ``expired``; retained units wait. Returns
         how many units expired now.
         """
-        now = self._clock.now()
-        with self._db.write(durable=False) as conn:
-            cursor = conn.execute(
-                # INDEXED BY: without statistics SQLite would pick the status index
-                # and visit every ended unit; units_expire holds only those due.
-                "UPDATE units INDEXED BY units_expire "  # noqa: S608
-                "SET expired_at = ?, spec = NULL, spec_mac = NULL, "
-                "spec_versions = NULL, result = NULL, result_format = NULL, result_mac = NULL, "
-                "result_versions = NULL, output_tail = NULL, checkpoint = NULL, "
-                "progress_message = NULL "
-                "WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 "
-                f"AND status IN {_IN_TERMINAL}",
-                (now, now, *_TERMINAL),
-            )
-            return cursor.rowcount
+        return retention.expire(self._db, self._clock.now())
 
     def gc(self, older_than: float | None = None) -> int:
         """Expire what is due, then forget units expired more than ``older_than`` s ago.
@@ -375,21 +365,10 @@ class Ledger:
         ``expire_after``. Returns how many unit rows were deleted; their IDs are
         unknown to the ledger afterwards.
         """
-        self.expire()
-        cut = self._clock.now() - (self._expire_after if older_than is None else older_than)
-        with self._db.write(durable=False) as conn:
-            deleted = conn.execute(
-                "DELETE FROM units WHERE expired_at IS NOT NULL AND expired_at <= ?", (cut,)
-            ).rowcount
-            conn.execute(
-                "DELETE FROM notifications WHERE delivered_at IS NOT NULL "
-                "AND id NOT IN (SELECT id FROM units)"
-            )
-            conn.execute("DELETE FROM requests WHERE done_at IS NOT NULL AND done_at <= ?", (cut,))
-            conn.execute(
-                "DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at <= ?", (cut,)
-            )
-        return deleted
+        now = self._clock.now()
+        retention.expire(self._db, now)
+        age = self._expire_after if older_than is None else older_than
+        return retention.forget(self._db, now - age)
 
     # -- the outbox ------------------------------------------------------------------
 
@@ -444,57 +423,6 @@ class Ledger:
             self._db, current_session, self._clock.now(), stale_after
         )
         return [self._checked(row) for row in found]
-
-
-def _insert(
-    conn: sqlite3.Connection, new: NewUnit, digest: str
-) -> tuple[UnitRow, bool] | IdempotencyConflict:
-    """Inside a write transaction: the unit with ``new``'s key, or ``new`` inserted."""
-    if new.key is not None:
-        found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
-        if found is not None:
-            existing = UnitRow.from_sql(found)
-            if existing.spec_hash != digest:
-                return IdempotencyConflict(
-                    f"key {new.key!r} belongs to unit {existing.id} ({existing.kind}, "
-                    f"{existing.shown_status}), submitted with other arguments; use "
-                    f"another key, or resubmit the very same call to get {existing.id}"
-                )
-            return existing, False
-    try:
-        conn.execute(_INSERT_UNIT, _insert_params(new, digest))
-    except sqlite3.IntegrityError:
-        # The key was checked above under the write lock: only the ID can collide.
-        raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another") from None
-    return UnitRow.fresh(new, digest), True
-
-
-_INSERT_UNIT = (
-    "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
-    "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
-    "session, output_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-def _insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
-    return (
-        new.id,
-        new.kind,
-        Status.PENDING.value,
-        new.parent,
-        new.description,
-        new.key,
-        digest,
-        new.spec.data,
-        new.spec.format,
-        new.spec.mac,
-        new.spec.versions,
-        new.max_attempts,
-        int(new.resumable),
-        new.created_at,
-        new.session,
-        new.output_path,
-    )
 
 
 def _id_of(target: WorkRecord | str) -> str:
