@@ -5,7 +5,9 @@ Modules, one concept each:
 - ``schema``      tables and forward migrations (``PRAGMA user_version``)
 - ``_db``         the connection, the state dir's modes, the transaction discipline
 - ``store``       ``Ledger``: submit, read, fenced writes, checkpoints, attempts, retention
+- ``submits``     the idempotent insert (invariant 12)
 - ``writes``      the one function that changes a unit's status, with fence and outbox
+- ``retention``   expiry to a small ``expired`` row, and forgetting
 - ``rows``        typed rows and their conversions to and from ``WorkRecord``
 - ``outbox``      notifications waiting for delivery (invariant 11)
 - ``requests``    commands from other processes

@@ -14,7 +14,7 @@ A spec is stored in the first of these forms that fits:
 Every stored spec carries an HMAC-SHA256 under the state dir's own key, bound
 to the unit ID, and is verified before anything in it is resolved or
 unpickled: a ``ref`` row is as able to run code (``os:system``) as a pickle
-is, so both are signed. A pickled result is signed the same way; JSON
+is, so both are signed. A pickled result or cause is signed the same way; JSON
 results and checkpoints run nothing and are not.
 """
 
