@@ -374,3 +374,16 @@ def test_public_names_are_exported() -> None:
     for name in ("TeammateError", "AskTimeout", "MonitorEvent", "MailboxItem"):
         assert name in wu.__all__
         assert hasattr(wu, name)
+
+
+def test_closing_the_supervisor_fails_a_waiting_ask(
+    tmp_path: Path, fifos: tuple[Fifo, Fifo]
+) -> None:
+    entered, gate = fifos
+    with supervisor(tmp_path) as sup:
+        t = sup.teammate(Accumulator)
+        future = t.ask_future(("block", entered.path, gate.path))
+        assert entered.wait() == "in handler"
+        sup.close()  # kills the teammate (reason shutdown): the ask must not hang
+        with pytest.raises(wu.TeammateEnded, match="shutdown"):
+            future.result(timeout=10)

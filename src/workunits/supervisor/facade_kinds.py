@@ -255,4 +255,5 @@ class _AnswerThread:
 
     def close(self) -> None:
         self._queue.put(None)
-        self._thread.join(timeout=5)
+        if threading.current_thread() is not self._thread:  # close() from a done-callback
+            self._thread.join(timeout=5)
