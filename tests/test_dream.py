@@ -12,7 +12,8 @@ import cloudpickle
 import pytest
 
 import workunits as wu
-from kinds_support import Fifo, read_line, supervisor, write_line
+
+from .kinds_support import Fifo, read_line, supervisor, write_line
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -15,7 +15,9 @@ import cloudpickle
 import pytest
 
 import workunits as wu
-from kinds_support import (
+from workunits.runtime.ratelimit import TokenBucket
+
+from .kinds_support import (
     Fifo,
     alive,
     descendants,
@@ -25,7 +27,6 @@ from kinds_support import (
     wait_until,
     write_line,
 )
-from workunits.runtime.ratelimit import TokenBucket
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
