@@ -34,6 +34,7 @@ from workunits._status import is_terminal
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
 from workunits.runtime import messages as m
 from workunits.runtime.ratelimit import DEFAULT_RATE_LIMIT
+from workunits.runtime.steps import Steps, join
 from workunits.runtime.transcript import TranscriptWriter
 from workunits.supervisor.mailbox import Mailbox
 
@@ -92,7 +93,9 @@ class UnitContext:
         self.id = work_id
         self.kind = kind
         self.attempt = attempt
-        self.last_checkpoint = last_checkpoint
+        # A workflow's checkpoint also carries its step results; users see their state.
+        self._steps = Steps(last_checkpoint) if kind == "workflow" else None
+        self.last_checkpoint = last_checkpoint if self._steps is None else self._steps.state
         self._channel = channel
         self._send_lock = threading.Lock()
         self._transcript = transcript
@@ -243,11 +246,34 @@ class UnitContext:
 
     def checkpoint(self, state: Any) -> None:
         """Save ``state`` (strict JSON) so a later attempt resumes from it; raises Cancelled."""
-        data = _jsonvalue.dumps_strict(state, "checkpoint")
-        self.send(m.Checkpoint(data))
+        _jsonvalue.dumps_strict(state, "checkpoint")
         self.last_checkpoint = state
-        self._transcript.write("checkpoint", state=state)
+        if self._steps is not None:
+            self._steps.state = state
+            self._save(join(self._steps.done, state))
+        else:
+            self._save(state)
+
+    def _save(self, whole: Any) -> None:
+        self.send(m.Checkpoint(_jsonvalue.dumps_strict(whole, "checkpoint")))
+        self._transcript.write("checkpoint", state=whole)
         self._raise_if_cancelled()
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` once as the step ``name`` of this workflow; its JSON result is durable.
+
+        A resumed attempt returns the stored result without running the step
+        again. A cancel takes effect between steps (Cancelled is raised).
+        """
+        if self._steps is None:
+            raise SpecError("ctx.step() is for workflow units: start one with sup.workflow()")
+
+        def log(step: str, skipped: bool) -> None:
+            self._transcript.write("step", name=step, skipped=skipped)
+
+        return self._steps.run(
+            name, fn, args, kwargs, before=self._raise_if_cancelled, save=self._save, log=log
+        )
 
     def emit(self, event: Mapping[str, Any]) -> None:
         """Append an event of yours to the transcript."""

@@ -33,6 +33,7 @@ from workunits.actors.dream import DreamActor
 from workunits.actors.monitor import MonitorActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.actors.teammate import TeammateActor
+from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
@@ -100,6 +101,7 @@ class Supervisor(KindsFacade):
         kinds.add("t", TeammateActor, builtin=True)
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
+        kinds.add("w", WorkflowActor, builtin=True)
         self._reaper = Reaper()
         self._zygote = ZygoteClient(self._reaper, preload)
         # Warm the zygote up in the background: the first unit then finds it ready.

@@ -116,6 +116,20 @@ class KindsFacade:
         name = spec.name if description is None else description
         return self.submit("d", spec, description=name, timeout=timeout)
 
+    def workflow(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once."""
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+        name = spec.name if description is None else description
+        return self.submit("w", spec, description=name, timeout=timeout)
+
     def shed(self, n: int | None = None) -> list[str]:
         """Kill up to ``n`` running dreams (all with None), newest first; their IDs.
 
