@@ -40,6 +40,13 @@ def endless_search() -> None:
         time.sleep(0.05)
 
 
+def next_notice(inbox: wu.Mailbox) -> wu.Notification:
+    """The next end of a child (a mailbox also carries monitors' events; none here)."""
+    item = inbox.get(timeout=30)
+    assert isinstance(item, wu.Notification)
+    return item
+
+
 def coordinator(topic: str) -> dict[str, object]:
     ctx = wu.current()
     good = ctx.agent(research, topic, description=f"research {topic}")
@@ -50,11 +57,11 @@ def coordinator(topic: str) -> dict[str, object]:
     print(f"coordinator {ctx.id} started {good.id} {bad.id} {slow.id} {shell.id}")
     summary: dict[str, object] = {}
     for _ in range(3):  # research, flaky tool and the shell end by themselves
-        notice = inbox.get(timeout=30)
+        notice = next_notice(inbox)
         print(f"  notice: {notice.id} ({notice.description}) -> {notice.status.value}")
         summary[notice.description] = notice.status.value
     ctx.kill(slow)
-    notice = inbox.get(timeout=30)
+    notice = next_notice(inbox)
     print(f"  notice: {notice.id} ({notice.description}) -> {notice.status.value}")
     summary[notice.description] = f"{notice.status.value} ({notice.reason})"
     summary["research result"] = good.result()
@@ -83,7 +90,7 @@ def main(state_dir: str) -> int:
             for line in tail:
                 text = render_event(orjson.loads(line)) if child.kind == "agent" else line.decode()
                 print(f"  | {text}")
-        notice = sup.notifications().get(timeout=5)
+        notice = next_notice(sup.notifications())
         print(f"\napplication notice: {notice.id} {notice.status.value}")
     return 0
 

@@ -25,6 +25,7 @@ def main(state_dir: str) -> int:
         inbox = sup.notifications()
         for _ in range(len(builds) + 2):
             n = inbox.get(timeout=30)
+            assert isinstance(n, wu.Notification)  # no monitors here, so no monitor events
             why = f" ({n.reason.value})" if n.reason else f" (exit {n.exit_code})"
             print(f"notice {n.id} {n.status.value}{why} {n.description!r}")
         print(f"failing ls: {sup.get(failing.id).describe_end()}")

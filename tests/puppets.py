@@ -33,6 +33,7 @@ def puppet(fifo_dir: str) -> str:
         ctx.checkpoint({"alive": True})  # where a cancel is noticed
         inbox = ctx.notifications()
         while (notice := inbox.get_nowait()) is not None:
+            assert isinstance(notice, wu.Notification)
             with notices.open("a") as f:
                 f.write(f"{notice.id} {notice.status.value}\n")
         if not ready:

@@ -1,5 +1,6 @@
 """workunits: supervised, durable work units for agent runtimes."""
 
+from workunits._errors import AskTimeout as AskTimeout
 from workunits._errors import Cancelled as Cancelled
 from workunits._errors import IdempotencyConflict as IdempotencyConflict
 from workunits._errors import InvalidTransition as InvalidTransition
@@ -9,6 +10,8 @@ from workunits._errors import LedgerTampered as LedgerTampered
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import SpecError as SpecError
 from workunits._errors import SupervisorClosed as SupervisorClosed
+from workunits._errors import TeammateEnded as TeammateEnded
+from workunits._errors import TeammateError as TeammateError
 from workunits._errors import UnknownKind as UnknownKind
 from workunits._errors import UnknownWork as UnknownWork
 from workunits._errors import WorkFailed as WorkFailed
@@ -16,6 +19,8 @@ from workunits._errors import WorkKilled as WorkKilled
 from workunits._errors import WorkunitsError as WorkunitsError
 from workunits._ids import is_valid as is_valid_id
 from workunits._ids import mint as mint_id
+from workunits._record import MailboxItem as MailboxItem
+from workunits._record import MonitorEvent as MonitorEvent
 from workunits._record import Notification as Notification
 from workunits._record import Outcome as Outcome
 from workunits._record import WorkRecord as WorkRecord
@@ -26,14 +31,19 @@ from workunits.actors.base import WorkActor as WorkActor
 from workunits.runtime.context import ChildHandle as ChildHandle
 from workunits.runtime.context import UnitContext as UnitContext
 from workunits.runtime.context import current as current
+from workunits.runtime.teammate import ChildTeammate as ChildTeammate
 from workunits.supervisor.facade import Supervisor as Supervisor
 from workunits.supervisor.handle import WorkHandle as WorkHandle
 from workunits.supervisor.mailbox import Mailbox as Mailbox
 from workunits.supervisor.mailbox import MailboxClosed as MailboxClosed
+from workunits.supervisor.teammate import TeammateHandle as TeammateHandle
+from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
 
 __all__ = [
+    "AskTimeout",
     "Cancelled",
     "ChildHandle",
+    "ChildTeammate",
     "IdempotencyConflict",
     "InvalidTransition",
     "InvalidWorkId",
@@ -41,6 +51,8 @@ __all__ = [
     "LedgerTampered",
     "Mailbox",
     "MailboxClosed",
+    "MailboxItem",
+    "MonitorEvent",
     "NotFinished",
     "Notification",
     "Outcome",
@@ -49,6 +61,10 @@ __all__ = [
     "Status",
     "Supervisor",
     "SupervisorClosed",
+    "TeammateEnded",
+    "TeammateError",
+    "TeammateHandle",
+    "TeammateProxy",
     "UnitContext",
     "UnknownKind",
     "UnknownWork",

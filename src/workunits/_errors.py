@@ -15,6 +15,11 @@ WorkunitsError
 ├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
 ├── SupervisorBusy       another supervisor holds the state dir's lock
 ├── SupervisorClosed     the supervisor was closed, or its actor is gone
+├── TeammateEnded        a tell/ask to a teammate that has ended or is ending, or an ask
+│                        whose teammate ended before it answered
+├── AskTimeout           no answer to an ask within its timeout (also a TimeoutError)
+├── TeammateError        a teammate's handler raised an exception that cannot be
+│                        rebuilt here; carries its type, message and traceback
 └── LedgerError          the durable ledger cannot do what was asked
     ├── LedgerVersionError  the ledger file was written by a newer schema
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
@@ -158,3 +163,31 @@ class Cancelled(BaseException):
 
     A ``BaseException`` so that ``except Exception`` in user code cannot swallow it.
     """
+
+
+class TeammateEnded(WorkunitsError):
+    """A tell or ask reached a teammate that has ended or is ending (stop, cancel, kill).
+
+    Also raised to an asker whose teammate ended before it answered: an ask is
+    never left waiting on a unit that cannot answer any more.
+    """
+
+
+class AskTimeout(WorkunitsError, TimeoutError):
+    """An ask got no answer within its timeout (the teammate may still answer; it is dropped)."""
+
+
+class TeammateError(WorkunitsError):
+    """A teammate's handler raised an exception that could not be unpickled here.
+
+    When the exception does unpickle, ``ask`` raises it itself instead.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
+
+    def __reduce__(self) -> tuple[type[TeammateError], tuple[str, str, str]]:
+        return (type(self), (self.type_name, self.message, self.traceback))

@@ -105,6 +105,25 @@ class Notification:
 
 
 @dataclass(frozen=True, slots=True)
+class MonitorEvent:
+    """A line a monitor matched: an *event* for its parent, not its terminal notice.
+
+    A monitor sends any number of these, then exactly one ``Notification`` when it
+    ends, always after its last event. ``suppressed`` counts the matching lines the
+    rate limit dropped since the previous event.
+    """
+
+    id: str  # the monitor's ID
+    line: str
+    at: float  # when the monitor read the line (seconds since the epoch)
+    suppressed: int = 0
+
+
+MailboxItem = Notification | MonitorEvent
+"""What a mailbox holds: terminal notices of children, and events from monitors."""
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """How a unit's work ended, as its actor reports it to the supervisor."""
 

@@ -30,6 +30,7 @@ class Reason(enum.StrEnum):
     SHUTDOWN = "shutdown"
     PARENT_ENDED = "parent-ended"
     LOST = "lost"
+    SHED = "shed"  # load shedding (``Supervisor.shed``): worth resubmitting when load falls
 
 
 _TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})

@@ -18,7 +18,7 @@ import cloudpickle
 
 from workunits import _framing, _outputfile
 from workunits._errors import SpecError
-from workunits._record import Outcome, WorkRecord
+from workunits._record import MonitorEvent, Outcome, WorkRecord
 from workunits._status import Reason, Status
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import (
@@ -99,6 +99,14 @@ class ControlChild:
     request: m.Control
 
 
+@dataclass(frozen=True, slots=True)
+class SendFromUnit:
+    """The unit tells or asks a teammate by ID; the supervisor routes it."""
+
+    sender: str
+    request: m.Send
+
+
 # -- messages from the supervisor -----------------------------------------------
 
 
@@ -110,6 +118,13 @@ class ReplyToUnit:
 @dataclass(frozen=True, slots=True)
 class ChildEnded:
     record: WorkRecord
+
+
+@dataclass(frozen=True, slots=True)
+class EventToUnit:
+    """An event from one of the unit's monitors, for its in-process mailbox."""
+
+    event: MonitorEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +225,8 @@ class AgentActor(WorkActor):
                 self._send(reply)
             case ChildEnded(record):
                 self._send(m.ChildEnded(record))
+            case EventToUnit(event):
+                self._send(event)
             case _:
                 return super().on_receive(message)
         return None
@@ -229,6 +246,8 @@ class AgentActor(WorkActor):
                 unit.tell_supervisor(SpawnChild(unit.id, frame))
             case m.Control():
                 unit.tell_supervisor(ControlChild(unit.id, frame))
+            case m.Send():
+                unit.tell_supervisor(SendFromUnit(unit.id, frame))
 
     def _send(self, message: Any) -> None:
         channel = self._channel

@@ -76,6 +76,16 @@ class WorkActor(pykka.ThreadingActor):
     relays_notifications: ClassVar[bool] = False
     """True for kinds whose process takes its children's notices (agents)."""
 
+    accepts_messages: ClassVar[bool] = False
+    """True for kinds that take ``tell``/``ask`` messages by ID (teammates).
+
+    Such an actor must handle ``DeliverToUnit`` and ``StopTeammate`` and report
+    each answer as ``Answered``: subclass ``TeammateActor``.
+    """
+
+    sheddable: ClassVar[bool] = False
+    """True for kinds ``Supervisor.shed`` may kill to free the machine (dreams)."""
+
     # Daemon threads are a safety net only: Supervisor.close() stops every actor.
     use_daemon_thread: ClassVar[bool] = True
 

@@ -1,34 +1,45 @@
 """``wu.current()``: the unit context, inside a unit process.
 
 Methods run in the unit's own thread(s); the channel's reader thread fills in
-cancel requests, replies and children's ends.
+cancel requests, replies, children's ends and monitors' events, and hands
+messages for a teammate (or a wake-up at a cancel) to ``inbox`` once a kind's
+runtime has opened it.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import queue
+import re
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from workunits import _framing, _jsonvalue
 from workunits._errors import (
+    AskTimeout,
     Cancelled,
     NotFinished,
     SpecError,
+    SupervisorClosed,
     WorkunitsError,
 )
-from workunits._record import Notification, WorkRecord
+from workunits._record import MonitorEvent, Notification, WorkRecord
 from workunits._status import is_terminal
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
 from workunits.runtime import messages as m
+from workunits.runtime.ratelimit import DEFAULT_RATE_LIMIT
+from workunits.runtime.steps import Steps, join
 from workunits.runtime.transcript import TranscriptWriter
 from workunits.supervisor.mailbox import Mailbox
+
+if TYPE_CHECKING:
+    from workunits.runtime.teammate import ChildTeammate
 
 _current: UnitContext | None = None
 
@@ -82,7 +93,9 @@ class UnitContext:
         self.id = work_id
         self.kind = kind
         self.attempt = attempt
-        self.last_checkpoint = last_checkpoint
+        # A workflow's checkpoint also carries its step results; users see their state.
+        self._steps = Steps(last_checkpoint) if kind == "workflow" else None
+        self.last_checkpoint = last_checkpoint if self._steps is None else self._steps.state
         self._channel = channel
         self._send_lock = threading.Lock()
         self._transcript = transcript
@@ -90,6 +103,10 @@ class UnitContext:
         self._cond = threading.Condition()
         self._reqs = itertools.count(1)
         self._replies: dict[int, m.Reply] = {}
+        self._abandoned: set[int] = set()  # requests that timed out; their late replies are dropped
+        self._lost = False
+        # Messages for a teammate, or a wake-up at a cancel; None until a kind's runtime asks.
+        self.inbox: queue.SimpleQueue[Any] | None = None
         self._ended: dict[str, WorkRecord] = {}
         self._mailbox = Mailbox(work_id)
         # The reader thread starts with the first request: until then only a cancel
@@ -130,10 +147,23 @@ class UnitContext:
                     return
                 self._dispatch(self._frames.feed(data))
 
+    def open_inbox(self) -> queue.SimpleQueue[Any]:
+        """Start taking teammate messages (and cancel wake-ups) into a queue; returns it."""
+        if self.inbox is None:
+            self.inbox = queue.SimpleQueue()
+        self._start_reader()
+        return self.inbox
+
+    def _wake_inbox(self) -> None:
+        if self.inbox is not None:
+            self.inbox.put(m.CancelRequested())
+
     def _lost_supervisor(self) -> None:
         self._cancel.set()  # the supervisor is gone: stop at the next safe point
         with self._cond:
+            self._lost = True
             self._cond.notify_all()
+        self._wake_inbox()
 
     def _read(self) -> None:
         """The reader thread: cancel requests, replies, children's ends."""
@@ -149,10 +179,18 @@ class UnitContext:
         for frame in frames:
             if isinstance(frame, m.CancelRequested):
                 self._cancel.set()
+                self._wake_inbox()
             elif isinstance(frame, m.Reply):
                 with self._cond:
-                    self._replies[frame.req] = frame
-                    self._cond.notify_all()
+                    if frame.req in self._abandoned:
+                        self._abandoned.discard(frame.req)
+                    else:
+                        self._replies[frame.req] = frame
+                        self._cond.notify_all()
+            elif isinstance(frame, m.Deliver | m.Stop) and self.inbox is not None:
+                self.inbox.put(frame)
+            elif isinstance(frame, MonitorEvent):
+                self._mailbox.put(frame)
             elif isinstance(frame, m.ChildEnded):
                 record = frame.record
                 with self._cond:
@@ -163,15 +201,25 @@ class UnitContext:
                     "child", child=record.id, status=record.status.value, kind=record.kind
                 )
 
-    def _request(self, make: Any) -> Any:
+    def _request(self, make: Any, timeout: float | None = None) -> Any:
+        """Send ``make(req)`` and wait for its reply; AskTimeout after ``timeout``."""
         self._start_reader()
         req = next(self._reqs)
         self.send(make(req))
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while req not in self._replies:
-                self._cond.wait()
+                if self._lost:
+                    raise SupervisorClosed("the supervisor is gone; no reply will come")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    self._abandoned.add(req)
+                    raise AskTimeout(f"no answer within {timeout} s")
+                self._cond.wait(remaining)
             reply = self._replies.pop(req)
         if not reply.ok:
+            if isinstance(reply.value, WorkunitsError):
+                raise reply.value
             raise WorkunitsError(str(reply.value))
         return reply.value
 
@@ -198,11 +246,34 @@ class UnitContext:
 
     def checkpoint(self, state: Any) -> None:
         """Save ``state`` (strict JSON) so a later attempt resumes from it; raises Cancelled."""
-        data = _jsonvalue.dumps_strict(state, "checkpoint")
-        self.send(m.Checkpoint(data))
+        _jsonvalue.dumps_strict(state, "checkpoint")
         self.last_checkpoint = state
-        self._transcript.write("checkpoint", state=state)
+        if self._steps is not None:
+            self._steps.state = state
+            self._save(join(self._steps.done, state))
+        else:
+            self._save(state)
+
+    def _save(self, whole: Any) -> None:
+        self.send(m.Checkpoint(_jsonvalue.dumps_strict(whole, "checkpoint")))
+        self._transcript.write("checkpoint", state=whole)
         self._raise_if_cancelled()
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` once as the step ``name`` of this workflow; its JSON result is durable.
+
+        A resumed attempt returns the stored result without running the step
+        again. A cancel takes effect between steps (Cancelled is raised).
+        """
+        if self._steps is None:
+            raise SpecError("ctx.step() is for workflow units: start one with sup.workflow()")
+
+        def log(step: str, skipped: bool) -> None:
+            self._transcript.write("step", name=step, skipped=skipped)
+
+        return self._steps.run(
+            name, fn, args, kwargs, before=self._raise_if_cancelled, save=self._save, log=log
+        )
 
     def emit(self, event: Mapping[str, Any]) -> None:
         """Append an event of yours to the transcript."""
@@ -241,6 +312,51 @@ class UnitContext:
         return self._spawn(
             "b", spec, spec.describe() if description is None else description, timeout
         )
+
+    def teammate(
+        self,
+        cls: type[Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ChildTeammate:
+        """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
+        from workunits.actors.teammate import TeammateSpec  # noqa: PLC0415 - import cycle
+        from workunits.runtime.teammate import ChildTeammate  # noqa: PLC0415 - import cycle
+
+        spec = TeammateSpec.for_class(cls, args, kwargs)
+        name = spec.name if description is None else description
+        return ChildTeammate(self, self._spawn("t", spec, name, timeout).id)
+
+    def monitor(
+        self,
+        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
+        pattern: str | re.Pattern[str],
+        *,
+        description: str | None = None,
+        rate_limit: float | None = DEFAULT_RATE_LIMIT,
+        timeout: float | None = None,
+    ) -> ChildHandle:
+        """Start a child monitor; its events come into ``notifications()``."""
+        from workunits.actors.monitor import MonitorSpec  # noqa: PLC0415 - import cycle
+
+        spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
+        return self._spawn("m", spec, spec.name if description is None else description, timeout)
+
+    def dream(
+        self,
+        fn: Any,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ChildHandle:
+        """Start a child dream: an agent at idle CPU priority, the first to be shed."""
+        from workunits.actors.agent import AgentSpec  # noqa: PLC0415 - avoids an import cycle
+
+        spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
+        return self._spawn("d", spec, spec.name if description is None else description, timeout)
 
     def _spawn(
         self, letter: str, spec: Any, description: str, timeout: float | None
@@ -282,8 +398,29 @@ class UnitContext:
     def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
         return bool(self._request(lambda req: m.Control(req, "cancel", str(child), grace)))
 
+    def stop(self, teammate: ChildHandle | str) -> bool:
+        """Ask a descendant teammate to stop after its queued messages (ends ``completed``)."""
+        return bool(self._request(lambda req: m.Control(req, "stop", str(teammate))))
+
+    # -- messages to teammates, by ID ----------------------------------------------
+
+    def tell(self, teammate: ChildHandle | str, message: Any) -> None:
+        """Send ``message`` to any running teammate; TeammateEnded if it has ended or is ending."""
+        payload = m.encode_message(message)
+        self._request(lambda req: m.Send(req, str(teammate), payload, False))
+
+    def ask(self, teammate: ChildHandle | str, message: Any, timeout: float | None = None) -> Any:
+        """The teammate's answer to ``message``, or its exception raised here.
+
+        TeammateEnded if it ended before answering, AskTimeout after ``timeout``.
+        """
+        from workunits.supervisor.results import answer_of  # noqa: PLC0415
+
+        payload = m.encode_message(message)
+        return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))
+
     def notifications(self) -> Mailbox:
-        """This unit's mailbox: one notice per child that ends."""
+        """This unit's mailbox: one notice per child that ends, and its monitors' events."""
         self._start_reader()
         return self._mailbox
 

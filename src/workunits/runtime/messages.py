@@ -7,9 +7,12 @@ supervisor never runs a unit's unpickling code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import cloudpickle
+
+from workunits._errors import SpecError
 from workunits._record import WorkRecord
 
 # -- unit process -> its WorkActor --------------------------------------------
@@ -59,6 +62,38 @@ class Control:
     arg: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Tell or ask the teammate ``target`` (any unit may; the supervisor routes it).
+
+    Answered with a ``Reply``: at once for a tell (delivered, or why not), with an
+    ``Answer`` for an ask when the teammate answers or ends.
+    """
+
+    req: int
+    target: str
+    message: bytes  # cloudpickled; opened only in the teammate's process
+    ask: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A teammate's answer to the ask ``token``: exactly one of result and error is set."""
+
+    token: int
+    result: Result | None
+    error: Error | None
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorMatch:
+    """A monitor's matching line that passed its rate limit."""
+
+    line: str
+    at: float
+    suppressed: int
+
+
 # -- WorkActor -> unit process -------------------------------------------------
 
 
@@ -77,3 +112,40 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class ChildEnded:
     record: WorkRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A message for a teammate; ``token`` names the ask to answer (0 for a tell)."""
+
+    token: int
+    message: bytes  # cloudpickled by the sender
+    ask: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the teammate after the messages sent before this one."""
+
+
+# -- inside Deliver.message -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyCall:
+    """A method call made through a teammate proxy: ``instance.name(*args, **kwargs)``."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_message(message: Any) -> bytes:
+    """Pickle a teammate message in the sender's thread, so an unpicklable one fails there."""
+    try:
+        return bytes(cloudpickle.dumps(message))
+    except Exception as exc:
+        raise SpecError(
+            f"cannot pickle the message ({type(message).__qualname__}) for the teammate: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc

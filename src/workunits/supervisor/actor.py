@@ -32,8 +32,10 @@ from workunits.actors.agent import (
 )
 from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
 from workunits.runtime import messages as m
+from workunits.supervisor.asks import PendingAsks
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
+from workunits.supervisor.messaging import BetweenUnits, UnitMessaging
 from workunits.supervisor.reaper import Reaper
 from workunits.supervisor.registry import Change, Registry
 from workunits.supervisor.sweep import Deadlines, Due, evictable
@@ -63,7 +65,7 @@ class Tick:
     pass
 
 
-class SupervisorActor(pykka.ThreadingActor):
+class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
     use_daemon_thread = True  # a safety net only; Supervisor.close() stops it
 
     def __init__(
@@ -88,8 +90,9 @@ class SupervisorActor(pykka.ThreadingActor):
         self._grace = eviction_grace
         self._actors: dict[str, pykka.ActorRef[WorkActor]] = {}
         self._output_caps: dict[str, int] = {}
-        # How each running unit is being ended: absent, "cancel" or "kill".
+        # How each running unit is being ended: absent, "cancel", "kill" (or "stop": a teammate).
         self._ending: dict[str, str] = {}
+        self._asks = PendingAsks()  # open asks to teammates (see messaging.py)
         self._read_fds: dict[str, int] = {}
         self._mailboxes: dict[str | None, Mailbox] = {None: Mailbox(None)}
         self._subscribers: list[Subscriber] = []
@@ -117,6 +120,8 @@ class SupervisorActor(pykka.ThreadingActor):
                     self._spawn_child(parent, request)
                 case ControlChild(parent, request):
                     self._control_child(parent, request)
+                case _ if isinstance(message, BetweenUnits):
+                    self._between_units(message)
                 case Tick():
                     self.tick()
                 case _:
@@ -266,6 +271,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._actors.pop(work_id, None)
         self._output_caps.pop(work_id, None)
         self._ending.pop(work_id, None)
+        self._fail_asks(new)
         if notify:
             self._notify_parent(new)
         self._emit(old, new)
@@ -342,6 +348,8 @@ class SupervisorActor(pykka.ThreadingActor):
                 value: Any = self._kill(target.id, Reason.KILLED)
             elif request.op == "cancel":
                 value = self.cancel(target.id, float(request.arg))
+            elif request.op == "stop":
+                value = self.stop_teammate(target.id)
             else:
                 value = target
         except WorkunitsError as exc:
@@ -560,6 +568,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 ref.stop(block=False)
 
     def on_stop(self) -> None:
+        self._fail_all_asks()
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()

@@ -29,8 +29,13 @@ from workunits._record import WorkRecord
 from workunits._status import Reason, Status, is_terminal
 from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.base import WorkActor
+from workunits.actors.dream import DreamActor
+from workunits.actors.monitor import MonitorActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
+from workunits.actors.teammate import TeammateActor
+from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor.actor import SupervisorActor, Tick
+from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
@@ -60,7 +65,7 @@ def _raise_nofile_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-class Supervisor:
+class Supervisor(KindsFacade):
     """Runs work units under one supervisor actor. Use as a context manager.
 
     ``clock`` and ``tick_interval=None`` exist for tests: with a manual clock and
@@ -93,6 +98,10 @@ class Supervisor:
         kinds = Kinds()
         kinds.add("b", ShellActor, builtin=True)
         kinds.add("a", AgentActor, builtin=True)
+        kinds.add("t", TeammateActor, builtin=True)
+        kinds.add("m", MonitorActor, builtin=True)
+        kinds.add("d", DreamActor, builtin=True)
+        kinds.add("w", WorkflowActor, builtin=True)
         self._reaper = Reaper()
         self._zygote = ZygoteClient(self._reaper, preload)
         # Warm the zygote up in the background: the first unit then finds it ready.
@@ -369,6 +378,7 @@ class Supervisor:
                 self._ticker.close()
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.stop(timeout=self._ask_timeout)
+            self._close_kinds()
             self._zygote.close()
             self._reaper.close()
 

@@ -1,4 +1,7 @@
-"""Mailboxes: where a parent's notifications wait until it takes them.
+"""Mailboxes: where a parent's notifications (and its monitors' events) wait.
+
+A mailbox holds ``MailboxItem``s: one ``Notification`` per child that ends, and
+the ``MonitorEvent``s of monitors the parent started, in the order they happened.
 
 A mailbox is a thread-safe queue rather than a pykka actor: a consumer blocks in
 ``get(timeout)`` and an actor cannot block for it, so an actor mailbox would
@@ -14,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 
-from workunits._record import Notification
+from workunits._record import MailboxItem
 
 
 class MailboxClosed(Exception):
@@ -25,7 +28,7 @@ class Mailbox:
     def __init__(self, owner: str | None) -> None:
         self.owner = owner
         self._cond = threading.Condition()
-        self._items: deque[Notification] = deque()
+        self._items: deque[MailboxItem] = deque()
         self._closed = False
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
@@ -33,7 +36,7 @@ class Mailbox:
         with self._cond:
             return len(self._items)
 
-    def put(self, notice: Notification) -> None:
+    def put(self, notice: MailboxItem) -> None:
         """Called from the supervisor actor's thread."""
         with self._cond:
             self._items.append(notice)
@@ -51,7 +54,7 @@ class Mailbox:
         for loop, fut in waiters:
             loop.call_soon_threadsafe(_resolve, fut)
 
-    def get(self, timeout: float | None = None) -> Notification:
+    def get(self, timeout: float | None = None) -> MailboxItem:
         """Take the next notice; raise TimeoutError after ``timeout`` seconds.
 
         Once the supervisor is closed and the queue is empty, raises MailboxClosed.
@@ -67,11 +70,11 @@ class Mailbox:
                 self._cond.wait(remaining)
             return self._items.popleft()
 
-    def get_nowait(self) -> Notification | None:
+    def get_nowait(self) -> MailboxItem | None:
         with self._cond:
             return self._items.popleft() if self._items else None
 
-    def __iter__(self) -> Iterator[Notification]:
+    def __iter__(self) -> Iterator[MailboxItem]:
         """Yield notices as they arrive, until the supervisor closes."""
         while True:
             try:
@@ -79,7 +82,7 @@ class Mailbox:
             except MailboxClosed:
                 return
 
-    async def get_async(self, timeout: float | None = None) -> Notification:
+    async def get_async(self, timeout: float | None = None) -> MailboxItem:
         """Like ``get`` without blocking the event loop."""
         async with asyncio.timeout(timeout):
             while True:
@@ -93,10 +96,10 @@ class Mailbox:
                     self._async_waiters.append((loop, fut))
                 await fut
 
-    def __aiter__(self) -> AsyncIterator[Notification]:
+    def __aiter__(self) -> AsyncIterator[MailboxItem]:
         return self._aiter()
 
-    async def _aiter(self) -> AsyncIterator[Notification]:
+    async def _aiter(self) -> AsyncIterator[MailboxItem]:
         while True:
             try:
                 yield await self.get_async()

@@ -1,4 +1,4 @@
-"""Turning a terminal record into what ``result()`` returns or raises.
+"""Turning a terminal record (or a teammate's answer) into what the caller gets or raises.
 
 Runs in the caller's thread (or the parent unit's process), never in the
 supervisor actor: unpickling a unit's value runs the unit's code.
@@ -11,9 +11,10 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits._errors import WorkFailed, WorkKilled
+from workunits._errors import TeammateError, WorkFailed, WorkKilled, WorkunitsError
 from workunits._record import WorkRecord
 from workunits._status import Status
+from workunits.runtime import messages as m
 
 
 def decode_value(data: bytes, fmt: str) -> Any:
@@ -40,3 +41,35 @@ def result_of(record: WorkRecord) -> Any:
         if isinstance(loaded, BaseException):
             cause = loaded
     raise failure from cause
+
+
+def answer_of(answer: m.Answer) -> Any:
+    """The teammate's answer, or its handler's exception raised here.
+
+    The exception itself when it unpickles (with the teammate's traceback as a
+    note), else TeammateError carrying its type, message and traceback.
+    """
+    error = answer.error
+    if error is None:
+        assert answer.result is not None, "an Answer has a result or an error"
+        return decode_value(answer.result.value, answer.result.format)
+    loaded = None
+    if error.cause is not None:
+        try:
+            loaded = cloudpickle.loads(error.cause)
+        except Exception:  # noqa: BLE001 - it does not unpickle here: report it as text
+            loaded = None
+    if not isinstance(loaded, BaseException):
+        raise TeammateError(error.type, error.message, error.traceback)
+    if error.traceback:
+        loaded.add_note("raised in the teammate's process:\n" + error.traceback.rstrip())
+    raise loaded
+
+
+def reply_of(ok: bool, value: Any) -> Any:
+    """What a route delivered (see ``supervisor.asks``), as a value or a raise."""
+    if ok:
+        return answer_of(value)
+    if isinstance(value, BaseException):
+        raise value
+    raise WorkunitsError(str(value))
