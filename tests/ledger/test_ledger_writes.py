@@ -278,3 +278,14 @@ def test_a_corrupt_status_is_reported_by_writes_too(ledger: Ledger) -> None:
 def test_record_columns_are_exactly_the_mirrored_columns(ledger: Ledger) -> None:
     record = new_unit(ledger).to_record()
     assert tuple(record_columns(record)) == RECORD_COLUMNS
+
+
+def test_a_checkpoint_encoded_by_the_unit_is_stored_as_it_is(ledger: Ledger) -> None:
+    work_id = _resumed(ledger)
+    assert ledger.save_checkpoint_encoded(work_id, 2, b'{"group":4}')
+    assert ledger.require(work_id).last_checkpoint() == {"group": 4}
+    with pytest.raises(StaleAttempt):
+        ledger.save_checkpoint_encoded(work_id, 1, b'{"group":5}')
+    with pytest.raises(ValueError, match="not valid JSON"):
+        ledger.save_checkpoint_encoded(work_id, 2, b"{group: 5")
+    assert ledger.require(work_id).last_checkpoint() == {"group": 4}

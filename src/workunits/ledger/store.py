@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
 from workunits._errors import (
@@ -300,7 +302,31 @@ class Ledger:
         Returns False when the unit has already ended (the checkpoint is moot).
         """
         _ids.validate(work_id)
-        data = strictjson.dumps(state, f"checkpoint of {work_id}")
+        return self._store_checkpoint(
+            work_id, attempt, strictjson.dumps(state, f"checkpoint of {work_id}")
+        )
+
+    def save_checkpoint_encoded(self, work_id: str, attempt: int, data: bytes) -> bool:
+        """Like ``save_checkpoint`` for JSON a unit process already encoded strictly.
+
+        The supervisor receives checkpoints as bytes; decoding them only to
+        encode them again would cost a round trip per checkpoint. The bytes
+        must parse as JSON (UnstorableValue otherwise).
+        """
+        _ids.validate(work_id)
+        if not isinstance(data, bytes):
+            raise UnstorableValue(
+                f"checkpoint of {work_id}: expected JSON bytes, got {type(data).__name__}"
+            )
+        try:
+            orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UnstorableValue(
+                f"checkpoint of {work_id} is not valid JSON ({exc}); nothing was stored"
+            ) from None
+        return self._store_checkpoint(work_id, attempt, data)
+
+    def _store_checkpoint(self, work_id: str, attempt: int, data: bytes) -> bool:
         with self._db.write(durable=True) as conn:
             row = conn.execute(
                 "SELECT status, attempt FROM units WHERE id = ?", (work_id,)
