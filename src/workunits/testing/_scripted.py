@@ -14,6 +14,7 @@ timeout, so a call never hangs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -194,16 +195,24 @@ class ScriptedDriver:
         parent: str | None = None,
         timeout: float | None = None,
     ) -> WorkHandle:
-        """Submit a scripted unit; it is ``running`` (or, with a launch_error, ending)."""
-        return self.sup.submit(
+        """Submit a scripted unit; returns once its ``launch`` has run.
+
+        The unit is then ``running`` with its output file in place (or, given a
+        ``launch_error``, failing: ``sup.wait`` has its record).
+        """
+        handle = self.sup.submit(
             self.letter,
             ScriptSpec() if spec is None else spec,
             description=description,
             parent=parent,
             timeout=timeout,
         )
+        # A barrier: the unit's actor runs launch() before it takes any message.
+        with contextlib.suppress(NotRunning):
+            self.signals(handle)
+        return handle
 
-    def write(self, unit: WorkHandle | str, data: bytes) -> int:
+    def write(self, unit: WorkHandle | str, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` to the unit's output; returns its length once it is on disk."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"data must be bytes, got {type(data).__name__}")

@@ -1,0 +1,60 @@
+"""Shared fixtures: supervisors on real or manual time, and a leak check after every test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pykka
+import pytest
+
+from workunits import Supervisor
+from workunits.testing import ManualClock, ScriptedDriver
+
+GRACE = 10.0  # eviction grace of the manual-time supervisor
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def sup(state_dir: Path) -> Iterator[Supervisor]:
+    """A supervisor on real time with its ticker (timeouts and cancel grace run by themselves)."""
+    with Supervisor(state_dir, install_signal_handlers=False) as supervisor:
+        yield supervisor
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def msup(state_dir: Path, clock: ManualClock) -> Iterator[Supervisor]:
+    """A supervisor on manual time with no ticker: deadlines run only at ``msup.tick()``."""
+    with Supervisor(
+        state_dir,
+        clock=clock,
+        tick_interval=None,
+        eviction_grace=GRACE,
+        install_signal_handlers=False,
+    ) as supervisor:
+        yield supervisor
+
+
+@pytest.fixture
+def drive(msup: Supervisor) -> ScriptedDriver:
+    """Scripted units (letter ``x``) on the manual-time supervisor."""
+    return ScriptedDriver(msup)
+
+
+@pytest.fixture(autouse=True)
+def _no_actor_outlives_its_test() -> Iterator[None]:
+    yield
+    # A unit's actor stops itself right after it reports its end, so one may still
+    # be on its way out when close() returns: wait for that, bounded, then insist.
+    for ref in pykka.ActorRegistry.get_all():
+        ref.actor_stopped.wait(5)
+    assert pykka.ActorRegistry.get_all() == []
