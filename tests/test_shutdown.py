@@ -198,3 +198,11 @@ def test_a_program_that_ends_without_close_kills_its_units_at_exit(spawn: Any, m
     _, err = child.proc.communicate(timeout=WAIT)
     assert child.proc.returncode == (0 if mode == "exit" else 1), err
     assert process_gone(child.unit_pid)
+
+
+def test_signal_handlers_arrive_with_the_first_supervisor_that_wants_them(spawn: Any) -> None:
+    # The program's first supervisor asked for no signal handlers; its second did.
+    child = spawn("quiet-first")
+    child.proc.send_signal(signal.SIGTERM)
+    assert child.proc.wait(WAIT) == -signal.SIGTERM
+    assert process_gone(child.unit_pid), "SIGTERM bypassed the second supervisor's cleanup"

@@ -25,18 +25,31 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _live: weakref.WeakSet[Closeable] = weakref.WeakSet()
 _previous: dict[int, signal.Handlers | object] = {}
 _lock = threading.Lock()
-_installed: list[bool] = []  # non-empty once the handlers are in place
+_installed: set[str] = set()  # "atexit" and "signals", once each is in place
 
 
 def track(obj: Closeable, *, signals: bool = True) -> None:
-    """Close ``obj`` at interpreter exit and on a terminating signal."""
+    """Close ``obj`` at interpreter exit and on a terminating signal.
+
+    The atexit hook and the signal handlers are installed once per process, each
+    at the first call that wants it: a first supervisor made with ``signals=False``
+    must not leave a later one without its signal handlers.
+    """
     with _lock:
         _live.add(obj)
-        if _installed:
-            return
-        _installed.append(True)
-    atexit.register(close_all)
-    if signals and threading.current_thread() is threading.main_thread():
+        install_atexit = "atexit" not in _installed
+        install_signals = (
+            signals
+            and "signals" not in _installed
+            and threading.current_thread() is threading.main_thread()
+        )
+        if install_atexit:
+            _installed.add("atexit")
+        if install_signals:
+            _installed.add("signals")
+    if install_atexit:
+        atexit.register(close_all)
+    if install_signals:
         for signum in _SIGNALS:
             _previous[signum] = signal.signal(signum, _on_signal)
 
