@@ -206,3 +206,12 @@ def test_signal_handlers_arrive_with_the_first_supervisor_that_wants_them(spawn:
     child.proc.send_signal(signal.SIGTERM)
     assert child.proc.wait(WAIT) == -signal.SIGTERM
     assert process_gone(child.unit_pid), "SIGTERM bypassed the second supervisor's cleanup"
+
+
+def test_a_signal_the_program_ignores_does_not_end_its_work(spawn: Any) -> None:
+    # Like `nohup`: SIGHUP is ignored before the supervisor starts.
+    child = spawn("ignore-hup")
+    child.proc.send_signal(signal.SIGHUP)
+    out, err = child.proc.communicate("carry on\n", timeout=WAIT)
+    assert (child.proc.returncode, out.strip()) == (0, "running"), err
+    assert process_gone(child.unit_pid)  # the program's own close() ended it

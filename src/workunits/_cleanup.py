@@ -3,7 +3,8 @@
 On normal exit (atexit) and on SIGINT/SIGTERM/SIGHUP, every live supervisor is
 closed, which kills its running work. The signal handlers then chain to the
 handlers they replaced, so a program's own handling (KeyboardInterrupt for
-SIGINT, the default termination for SIGTERM) still happens.
+SIGINT, the default termination for SIGTERM) still happens. A signal the
+program ignores when the first supervisor starts stays ignored.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def track(obj: Closeable, *, signals: bool = True) -> None:
         atexit.register(close_all)
     if install_signals:
         for signum in _SIGNALS:
+            current = signal.getsignal(signum)
+            # SIG_IGN: the program ignores it (nohup; SIGINT of a background job), so
+            # it must not end the work either. None: a handler outside Python that
+            # we could not chain to.
+            if current is None or current == signal.SIG_IGN:
+                continue
             _previous[signum] = signal.signal(signum, _on_signal)
 
 
