@@ -131,7 +131,9 @@ def test_a_timeout_runs_on_the_supervisor_clock(msup: Supervisor, clock: ManualC
 
 
 @pytest.mark.parametrize(
-    "cmd", [["yes"], "yes", "yes | cat", "yes; echo done"], ids=["argv", "sh", "pipe", "list"]
+    "cmd",
+    [["yes"], "yes", "yes | cat", "yes; echo done", "trap '' XFSZ; yes", "trap '' XFSZ; yes; true"],
+    ids=["argv", "sh", "pipe", "list", "ignores-sigxfsz", "ignores-sigxfsz-exits-0"],
 )
 def test_output_beyond_the_cap_kills_the_unit_with_reason_output_cap(
     sup: Supervisor, cmd: Any

@@ -144,9 +144,14 @@ class ShellActor(WorkActor):
         proc.close()
         if self._popen is not None:
             self._popen.returncode = status.exit_code if status.signal is None else -status.signal
-        if self._ending is None and status.signal == signal.SIGXFSZ:
+        if self._ending is None and (status.signal == signal.SIGXFSZ or self._reached_cap()):
             self._ending = Reason.OUTPUT_CAP
         self.finish(self.outcome_for_exit(status.exit_code, status.signal))
+
+    def _reached_cap(self) -> bool:
+        # A command that ignores SIGXFSZ gets EFBIG instead and exits as it likes;
+        # the file stopping at the cap is what says the cap ended it.
+        return _outputfile.size_of(self.unit.output_path) >= self.spec.output_cap
 
     def on_stop(self) -> None:
         # A unit stopped before its process exited (supervisor shutdown): the
