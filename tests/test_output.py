@@ -30,7 +30,7 @@ def test_read_output_returns_the_delta_and_advances_the_offset(
     assert msup.get(unit.id).output_offset == 8
 
 
-@pytest.mark.parametrize("max_bytes", [0, -1, 1.5, "10"])
+@pytest.mark.parametrize("max_bytes", [0, -1, 1.5, "10", True])
 def test_read_output_refuses_a_bad_max_bytes(
     msup: Supervisor, drive: ScriptedDriver, max_bytes: object
 ) -> None:
