@@ -140,3 +140,31 @@ def test_a_custom_kind_is_killed_through_its_signal_work(sup: Supervisor) -> Non
     unit = drive.start()
     assert sup.kill(unit.id) is True
     assert sup.wait(unit.id, WAIT).signal == signal.SIGKILL
+
+
+class BuggyKill(ScriptedWork):
+    """A kind with a bug in its kill path: signal_work raises."""
+
+    kind: ClassVar[str] = "buggy"
+
+    def signal_work(self, signum: int) -> None:
+        raise RuntimeError("bug in the kind's kill path")
+
+
+def test_a_kind_whose_handler_raises_fails_the_unit_instead_of_hanging_it(
+    sup: Supervisor,
+) -> None:
+    sup.register_kind("y", BuggyKill)
+    drive = ScriptedDriver(sup, "y", register=False)
+    unit = drive.start()
+    drive.write(unit.id, b"before the bug")
+    assert sup.kill(unit.id) is True
+    record = sup.wait(unit.id, WAIT)
+    assert record.status == Status.FAILED
+    assert record.error is not None
+    assert record.error.startswith(
+        "the unit's actor failed: RuntimeError: bug in the kind's kill path"
+    )
+    assert "Traceback" in record.error
+    assert record.output_tail == b"before the bug"
+    assert sup.notifications().get(timeout=0).id == unit.id
