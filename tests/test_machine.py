@@ -44,8 +44,8 @@ class SupervisorMachine(ScriptedLifecycleMachine):
 
 
 SupervisorMachine.TestCase.settings = settings(
-    max_examples=100,
-    stateful_step_count=50,
+    max_examples=50,
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -186,7 +186,7 @@ BAD_SHELL_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
     ("env value with NUL", {"cmd": "true", "env": {"A": "x\0y"}}),
     ("env not a mapping", {"cmd": "true", "env": [("A", "b")]}),
     ("cwd missing", {"cmd": "true", "cwd": "/nonexistent/dir"}),
-    ("cwd is a file", {"cmd": "true", "cwd": "/etc/hostname"}),
+    ("cwd is a file", {"cmd": "true", "cwd": __file__}),
     ("negative timeout", {"cmd": "true", "timeout": -1}),
     ("zero timeout", {"cmd": "true", "timeout": 0}),
     ("nan timeout", {"cmd": "true", "timeout": float("nan")}),
