@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import rule
 
+from workunits import WorkHandle
 from workunits.testing import LifecycleMachine, ScriptedLifecycleMachine
 
 
@@ -51,3 +52,22 @@ SupervisorMachine.TestCase.settings = settings(
 )
 # A green run takes seconds; the long timeout is for shrinking a failure to its shortest form.
 TestSupervisorMachine = pytest.mark.timeout(600)(SupervisorMachine.TestCase)
+
+
+class ShellOnlyMachine(LifecycleMachine):
+    """The kind-agnostic base on its own, as a user would subclass it for a kind."""
+
+    def submit_unit(self) -> WorkHandle:
+        return self.sup.shell(["sleep", "30"])
+
+    def expected_output(self, work_id: str) -> bytes | None:
+        return b""
+
+
+ShellOnlyMachine.TestCase.settings = settings(
+    max_examples=10,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestShellOnlyMachine = pytest.mark.timeout(600)(ShellOnlyMachine.TestCase)

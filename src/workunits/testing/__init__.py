@@ -8,6 +8,29 @@
 - ``LifecycleMachine`` / ``ScriptedLifecycleMachine``: Hypothesis state machines
   that check the DESIGN §2 invariants after every step; subclass them for your
   own kind. They need the ``hypothesis`` package and are imported on first use.
+
+Time and ordering without sleeps::
+
+    clock = ManualClock()
+    with Supervisor(state_dir, clock=clock, tick_interval=None, eviction_grace=10) as sup:
+        drive = ScriptedDriver(sup)          # registers ScriptedWork as kind "x"
+        unit = drive.start(description="demo")
+        drive.write(unit.id, b"hello")       # on disk when this returns
+        assert sup.read_output(unit.id) == b"hello"
+        drive.exit(unit.id, 0)               # returns the terminal record
+        clock.advance(10)
+        assert sup.tick() == 1               # evicted exactly at the grace
+
+Your own kind under the lifecycle invariants::
+
+    class MyKindMachine(LifecycleMachine):
+        def setup(self):
+            self.sup.register_kind("k", MyWorkActor)
+
+        def submit_unit(self):
+            return self.sup.submit("k", MySpec(...))
+
+    TestMyKind = MyKindMachine.TestCase
 """
 
 from __future__ import annotations
