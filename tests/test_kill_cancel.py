@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import time
 
 import pytest
 
@@ -185,10 +186,17 @@ def test_wait_wakes_when_another_thread_ends_the_unit(
     msup: Supervisor, drive: ScriptedDriver
 ) -> None:
     unit = drive.start()
-    waiting = threading.Event()
-    ender = threading.Thread(target=lambda: (waiting.wait(WAIT), drive.exit(unit.id, 0)))
+
+    def end_once_waited_on() -> None:
+        # End the unit only once the main thread is blocked in wait() for it.
+        deadline = time.monotonic() + WAIT
+        pause = threading.Event()
+        while unit.id not in msup._waiters._waiters and time.monotonic() < deadline:
+            pause.wait(0.001)
+        drive.exit(unit.id, 0)
+
+    ender = threading.Thread(target=end_once_waited_on)
     ender.start()
-    waiting.set()
     record = msup.wait(unit.id, WAIT)
     ender.join(WAIT)
     assert record.status == Status.COMPLETED
