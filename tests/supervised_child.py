@@ -9,11 +9,14 @@ its first line once the unit runs, then, by MODE:
 - ``quiet-first``: like ``pause``, after a first supervisor that asked for no
   signal handlers came and went;
 - ``ignore-hup``: SIGHUP is ignored before the supervisor starts; after the test
-  writes a line to stdin, prints the unit's status and exits.
+  writes a line to stdin, prints the unit's status and exits;
+- ``drop``: a supervisor without a ticker is dropped unclosed and garbage
+  collected, then the program exits normally.
 """
 
 from __future__ import annotations
 
+import gc
 import select
 import signal
 import socket
@@ -34,20 +37,34 @@ def main() -> None:
         Supervisor(state_dir / "quiet", install_signal_handlers=False).close()
     if mode == "ignore-hup":
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if mode == "drop":
+        start_and_drop(state_dir)
+        gc.collect()
+        return
     sup = Supervisor(state_dir / "main")
-    unit = sup.shell("echo $$; exec sleep 30")
-    first_line = next(sup.stream(unit.id))  # the unit runs once it has written
-    print(int(first_line.split(b"\n", 1)[0]), flush=True)
+    unit = start_unit(sup)
     if mode == "exit":
         return
     if mode == "raise":
         raise RuntimeError("the program crashed; its supervisor must still clean up")
     if mode == "ignore-hup":
         sys.stdin.readline()
-        print(sup.get(unit.id).status.value, flush=True)
+        print(sup.get(unit).status.value, flush=True)
         sup.close()
         return
     wait_for_signals()
+
+
+def start_unit(sup: Supervisor) -> str:
+    """Start the unit and print its pid once it runs (it has written its first line)."""
+    unit = sup.shell("echo $$; exec sleep 30")
+    first_line = next(sup.stream(unit.id))
+    print(int(first_line.split(b"\n", 1)[0]), flush=True)
+    return unit.id
+
+
+def start_and_drop(state_dir: Path) -> None:
+    start_unit(Supervisor(state_dir / "dropped", tick_interval=None))
 
 
 def wait_for_signals() -> None:

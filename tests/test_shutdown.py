@@ -192,11 +192,11 @@ def test_sigint_kills_the_units_and_raises_keyboard_interrupt(spawn: Any) -> Non
     assert process_gone(child.unit_pid)
 
 
-@pytest.mark.parametrize("mode", ["exit", "raise"])
+@pytest.mark.parametrize("mode", ["exit", "raise", "drop"])
 def test_a_program_that_ends_without_close_kills_its_units_at_exit(spawn: Any, mode: str) -> None:
     child = spawn(mode)
     _, err = child.proc.communicate(timeout=WAIT)
-    assert child.proc.returncode == (0 if mode == "exit" else 1), err
+    assert child.proc.returncode == (1 if mode == "raise" else 0), err
     assert process_gone(child.unit_pid)
 
 

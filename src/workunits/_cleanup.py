@@ -13,7 +13,6 @@ import atexit
 import os
 import signal
 import threading
-import weakref
 from types import FrameType
 from typing import Protocol
 
@@ -23,7 +22,9 @@ class Closeable(Protocol):
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_live: weakref.WeakSet[Closeable] = weakref.WeakSet()
+# Strong references: a supervisor nobody holds any more still has running work,
+# which must be killed at exit; close() is what lets go of it (untrack).
+_live: set[Closeable] = set()
 _previous: dict[int, signal.Handlers | object] = {}
 _lock = threading.Lock()
 _installed: set[str] = set()  # "atexit" and "signals", once each is in place
