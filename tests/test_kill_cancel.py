@@ -239,3 +239,31 @@ def test_wait_async_raises_not_finished(msup: Supervisor, drive: ScriptedDriver)
 
     asyncio.run(main())
     assert not msup._waiters._waiters, "the async waiter was not cleaned up"
+
+
+def test_list_filters_by_status_kind_and_parent(msup: Supervisor, drive: ScriptedDriver) -> None:
+    parent, _unrelated, done = drive.start(), drive.start(), drive.start()
+    child = drive.start(parent=parent.id)
+    drive.exit(done.id, 3)
+    assert {r.id for r in msup.list(status="failed")} == {done.id}
+    assert {r.id for r in msup.list(status=Status.RUNNING, parent=parent.id)} == {child.id}
+    assert len(msup.list(kind="scripted")) == 4
+    with pytest.raises(SpecError, match="status must be one of"):
+        msup.list(status="finished")
+
+
+def test_a_handle_is_a_view_of_its_unit(msup: Supervisor, drive: ScriptedDriver) -> None:
+    handle = drive.start()
+    assert (repr(handle), str(handle)) == (f"<WorkHandle {handle.id}>", handle.id)
+    drive.write(handle.id, b"out")
+    assert handle.read_output() == b"out"
+    assert handle.get() == msup.get(handle.id)
+    with pytest.raises(NotFinished):
+        handle.wait(timeout=0)
+    assert handle.kill() is True
+    assert handle.wait(WAIT).reason == Reason.KILLED
+    assert handle.cancel() is False
+    with pytest.raises(WorkKilled):
+        handle.result()
+    assert asyncio.run(handle.wait_async()).status == Status.KILLED
+    assert list(handle.stream()) == []
