@@ -163,19 +163,22 @@ REJECTED: list[tuple[Any, type[Exception]]] = [
 @pytest.mark.parametrize("call", list(CALLS), ids=str)
 @pytest.mark.parametrize(("bad", "error"), REJECTED, ids=repr)
 def test_public_calls_refuse_bad_ids_before_touching_anything(
-    sup: Supervisor, call: str, bad: Any, error: type[Exception]
+    shared_sup: Supervisor, call: str, bad: Any, error: type[Exception]
 ) -> None:
     if call.endswith("(parent=)") and bad is None:
         pytest.skip("parent=None means no parent")
-    output_dir = Path(sup.state_dir) / "output"
+    output_dir = Path(shared_sup.state_dir) / "output"
     with pytest.raises(error):
-        CALLS[call](sup, bad)
-    assert sup.list() == []
+        CALLS[call](shared_sup, bad)
+    assert shared_sup.list() == []
     assert list(output_dir.iterdir()) == []
-    assert not sup._waiters._waiters, "a waiter was left behind"
+    assert not shared_sup._waiters._waiters, "a waiter was left behind"
 
 
 @pytest.mark.parametrize("call", [c for c in CALLS if c != "submit(parent=)"], ids=str)
-def test_a_well_formed_id_nobody_registered_is_unknown_work(sup: Supervisor, call: str) -> None:
+def test_a_well_formed_id_nobody_registered_is_unknown_work(
+    shared_sup: Supervisor, call: str
+) -> None:
     with pytest.raises(UnknownWork):
-        CALLS[call](sup, mint("b"))
+        CALLS[call](shared_sup, mint("b"))
+    assert shared_sup.list() == []

@@ -91,41 +91,43 @@ def test_a_taken_letter_is_refused(sup: Supervisor) -> None:
         sup.register_kind("e", ScriptedWork)
 
 
-def test_the_session_letter_is_refused(sup: Supervisor) -> None:
+def test_the_session_letter_is_refused(shared_sup: Supervisor) -> None:
     with pytest.raises(KindTaken, match="session"):
-        sup.register_kind("s", EchoWork)
+        shared_sup.register_kind("s", EchoWork)
 
 
 @pytest.mark.parametrize("letter", list("abtwmrd"))
 def test_builtin_letters_are_refused_even_before_their_kind_exists(
-    sup: Supervisor, letter: str
+    shared_sup: Supervisor, letter: str
 ) -> None:
     with pytest.raises(KindTaken):
-        sup.register_kind(letter, EchoWork)
+        shared_sup.register_kind(letter, EchoWork)
 
 
 @pytest.mark.parametrize("not_a_kind", [object, int, "EchoWork", None, lambda: None])
-def test_only_work_actor_subclasses_are_kinds(sup: Supervisor, not_a_kind: Any) -> None:
+def test_only_work_actor_subclasses_are_kinds(shared_sup: Supervisor, not_a_kind: Any) -> None:
     with pytest.raises(SpecError, match="WorkActor subclass"):
-        sup.register_kind("e", not_a_kind)
+        shared_sup.register_kind("e", not_a_kind)
 
 
 @pytest.mark.parametrize("letter", ["", "ee", "E", "1", "é", None])
-def test_a_kind_letter_is_one_lowercase_ascii_letter(sup: Supervisor, letter: Any) -> None:
+def test_a_kind_letter_is_one_lowercase_ascii_letter(shared_sup: Supervisor, letter: Any) -> None:
     with pytest.raises(InvalidWorkId):
-        sup.register_kind(letter, EchoWork)
+        shared_sup.register_kind(letter, EchoWork)
 
 
 @pytest.mark.parametrize("letter", ["z", "s"])
-def test_submit_to_an_unregistered_letter_is_unknown_kind(sup: Supervisor, letter: str) -> None:
+def test_submit_to_an_unregistered_letter_is_unknown_kind(
+    shared_sup: Supervisor, letter: str
+) -> None:
     with pytest.raises(UnknownKind):
-        sup.submit(letter, b"x")
-    assert sup.list() == []
+        shared_sup.submit(letter, b"x")
+    assert shared_sup.list() == []
 
 
-def test_list_with_an_unknown_kind_is_unknown_kind(sup: Supervisor) -> None:
+def test_list_with_an_unknown_kind_is_unknown_kind(shared_sup: Supervisor) -> None:
     with pytest.raises(UnknownKind):
-        sup.list(kind="nope")
+        shared_sup.list(kind="nope")
 
 
 def test_kinds_belong_to_one_supervisor(sup: Supervisor, msup: Supervisor) -> None:

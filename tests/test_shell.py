@@ -204,12 +204,12 @@ BAD_SHELL_ARGUMENTS: list[tuple[str, dict[str, Any]]] = [
     ("why", "kwargs"), BAD_SHELL_ARGUMENTS, ids=[b[0] for b in BAD_SHELL_ARGUMENTS]
 )
 def test_bad_arguments_raise_spec_error_and_register_nothing(
-    sup: Supervisor, why: str, kwargs: dict[str, Any]
+    shared_sup: Supervisor, why: str, kwargs: dict[str, Any]
 ) -> None:
     with pytest.raises(SpecError):
-        sup.shell(**kwargs)
-    assert sup.list() == []
-    assert list((Path(sup.state_dir) / "output").iterdir()) == []
+        shared_sup.shell(**kwargs)
+    assert shared_sup.list() == []
+    assert list((Path(shared_sup.state_dir) / "output").iterdir()) == []
 
 
 def test_cwd_is_honoured(sup: Supervisor, tmp_path: Path) -> None:
