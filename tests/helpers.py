@@ -8,7 +8,7 @@ import select
 import signal
 import time
 
-from workunits import Supervisor, is_terminal
+from workunits import Notification, Supervisor, is_terminal
 
 WAIT = 10.0  # real seconds anything in these tests may take; far above what it does take
 
@@ -69,3 +69,9 @@ def children_of_this_process() -> set[int]:
         with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/children") as f:
             pids.update(int(p) for p in f.read().split())
     return pids
+
+
+def as_notice(item: object) -> Notification:
+    """A mailbox item that must be a terminal notice (mailboxes may carry other items)."""
+    assert isinstance(item, Notification), f"expected a Notification, got {item!r}"
+    return item

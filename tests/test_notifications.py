@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.helpers import WAIT
+from tests.helpers import WAIT, as_notice
 from workunits import MailboxClosed, Notification, Reason, Status, Supervisor
 from workunits.testing import ScriptedDriver
 
@@ -23,7 +23,7 @@ def test_each_terminal_unit_sends_exactly_one_notice_with_its_fields(sup: Superv
     records = {u.id: sup.wait(u.id, WAIT) for u in (ok, bad, doomed)}
     notices: dict[str, Notification] = {}
     for _ in records:
-        notice = mailbox.get(timeout=WAIT)
+        notice = as_notice(mailbox.get(timeout=WAIT))
         assert notice.id not in notices, f"two notices for {notice.id}"
         notices[notice.id] = notice
     assert set(notices) == set(records)
@@ -70,7 +70,7 @@ def test_iteration_yields_notices_and_stops_when_the_supervisor_closes(
     first, second = drive.start(), drive.start()
     drive.exit(first.id, 0)
     drive.fail(second.id, "broken")
-    notices = iter(mailbox)
+    notices = map(as_notice, mailbox)
     assert next(notices).id == first.id
     assert next(notices).error == "broken"
     third = drive.start()

@@ -17,6 +17,7 @@ import pytest
 
 from tests.helpers import (
     WAIT,
+    as_notice,
     children_of_this_process,
     first_int,
     kill_if_alive,
@@ -49,7 +50,7 @@ def test_close_kills_running_units_with_reason_shutdown(state_dir: Path) -> None
     finished = sup.shell("true")
     sup.wait(finished.id, WAIT)
     sup.close()
-    notices = {n.id: n for n in mailbox}
+    notices = {n.id: n for n in map(as_notice, mailbox)}
     assert set(notices) == {u.id for u in [*sleepers, scripted, finished]}
     for unit in [*sleepers, scripted]:
         assert (notices[unit.id].status, notices[unit.id].reason) == (
@@ -126,7 +127,7 @@ def test_close_records_units_that_do_not_end_within_the_grace(state_dir: Path) -
     mailbox = sup.notifications()
     unit = sup.submit("h", None)
     sup.close()
-    notice = mailbox.get(timeout=0)
+    notice = as_notice(mailbox.get(timeout=0))
     assert (notice.id, notice.status, notice.reason) == (unit.id, Status.KILLED, Reason.SHUTDOWN)
     assert notice.error == "did not exit within the shutdown grace"
 

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from workunits._errors import UnknownWork
-from workunits._record import TAIL_BYTES, WorkRecord
+from workunits._record import TAIL_BYTES, Notification, WorkRecord
 from workunits._status import Reason, Status, allowed, is_terminal
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
@@ -244,6 +244,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     def take_notifications(self) -> None:
         self._check_new_events()
         while (notice := self.mailbox.get_nowait()) is not None:
+            if not isinstance(notice, Notification):
+                continue  # not a terminal notice: other mailbox traffic is not ours to count
             model = self.models[notice.id]
             model.notices += 1
             terminal = model.terminal or self._terminal_event(notice.id)
@@ -347,7 +349,8 @@ class LifecycleMachine(RuleBasedStateMachine):
                 if model.terminal.status == Status.KILLED and model.requested_end is None:
                     assert model.terminal.reason == Reason.SHUTDOWN
             while (notice := self.mailbox.get_nowait()) is not None:
-                self.models[notice.id].notices += 1
+                if isinstance(notice, Notification):
+                    self.models[notice.id].notices += 1
             for model in self.models.values():
                 assert model.notices == 1, f"{model.id} got {model.notices} notifications"
             self.on_teardown()
