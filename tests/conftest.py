@@ -1,4 +1,4 @@
-"""Shared fixtures: a supervisor per test on a private state dir, torn down for sure."""
+"""Shared fixtures: supervisors on real or manual time, and a leak check after every test."""
 
 from __future__ import annotations
 
@@ -9,17 +9,77 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import pykka
 import pytest
 
 import workunits as wu
+from workunits import Supervisor
+from workunits.testing import ManualClock, ScriptedDriver
 
 T = TypeVar("T")
 
+GRACE = 10.0  # eviction grace of the manual-time supervisor
+
 
 @pytest.fixture
-def sup(tmp_path: Path) -> Iterator[wu.Supervisor]:
-    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as supervisor:
+def state_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def sup(state_dir: Path) -> Iterator[Supervisor]:
+    """A supervisor on real time with its ticker (timeouts and cancel grace run by themselves)."""
+    with Supervisor(state_dir, install_signal_handlers=False) as supervisor:
         yield supervisor
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def msup(state_dir: Path, clock: ManualClock) -> Iterator[Supervisor]:
+    """A supervisor on manual time with no ticker: deadlines run only at ``msup.tick()``."""
+    with Supervisor(
+        state_dir,
+        clock=clock,
+        tick_interval=None,
+        eviction_grace=GRACE,
+        install_signal_handlers=False,
+    ) as supervisor:
+        yield supervisor
+
+
+@pytest.fixture
+def drive(msup: Supervisor) -> ScriptedDriver:
+    """Scripted units (letter ``x``) on the manual-time supervisor."""
+    return ScriptedDriver(msup)
+
+
+@pytest.fixture(scope="module")
+def shared_sup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
+    """One supervisor for a module's tests that only check refusals and leave no trace.
+
+    Starting a supervisor costs a little; hundreds of argument checks need not
+    pay it each. Tests using it assert that they registered nothing.
+    """
+    state = tmp_path_factory.mktemp("shared") / "state"
+    with Supervisor(state, install_signal_handlers=False) as supervisor:
+        yield supervisor
+
+
+@pytest.fixture(autouse=True)
+def _no_actor_outlives_its_test() -> Iterator[None]:
+    # Module-scoped fixtures are set up before this one, so their actors are in here.
+    before = {ref.actor_urn for ref in pykka.ActorRegistry.get_all()}
+    yield
+    # A unit's actor stops itself right after it reports its end, so one may still
+    # be on its way out when close() returns: wait for that, bounded, then insist.
+    started = [r for r in pykka.ActorRegistry.get_all() if r.actor_urn not in before]
+    for ref in started:
+        ref.actor_stopped.wait(5)
+    assert [r for r in started if r.is_alive()] == []
 
 
 def eventually(check: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:

@@ -18,6 +18,7 @@ import signal
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
@@ -193,6 +194,34 @@ class WorkActor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         self._release_process()
 
+    def on_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """An exception escaped a handler (a bug in the kind): fail the unit, never hang it.
+
+        Runs in this actor's thread after pykka has stopped the actor, which then
+        takes no more messages, so nothing else could ever report the end.
+        """
+        if self._finished:
+            return
+        self._finished = True
+        # Whatever the work holds must not outlive the unit: kill it, release it.
+        try:
+            self.signal_work(signal.SIGKILL)
+        except Exception:
+            log.exception("%s: could not kill the work of a failed actor", self.unit.id)
+        try:
+            self.on_stop()
+        except Exception:
+            log.exception("%s: could not release the work of a failed actor", self.unit.id)
+        error = "the unit's actor failed"
+        if exception_value is not None:
+            error = _describe_error(error, exception_value)
+        self.unit.report_end(self.unit.id, Outcome(Status.FAILED, error=error))
+
     def outcome_for_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
         """Map how the process ended to the unit's outcome.
 
@@ -218,6 +247,11 @@ def _pid_of(pidfd: int) -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def _describe_error(head: str, exc: BaseException) -> str:
+    head = f"{head}: {type(exc).__name__}: {exc}"
+    return head + "\n" + "".join(traceback.format_exception(exc)).rstrip()
 
 
 def _describe_launch_error(exc: BaseException) -> str:

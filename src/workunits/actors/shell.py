@@ -120,7 +120,7 @@ class ShellActor(WorkActor):
             case ProcessSpawnFailed(error):
                 self.finish(Outcome(Status.FAILED, error=error))
             case ProcessExited(exit_code, signum):
-                if self._ending is None and signum == signal.SIGXFSZ:
+                if self._ending is None and (signum == signal.SIGXFSZ or self._reached_cap()):
                     self._ending = Reason.OUTPUT_CAP
                 self.finish(self.outcome_for_exit(exit_code, signum))
             case ProcessLost():
@@ -130,3 +130,8 @@ class ShellActor(WorkActor):
             case _:
                 return super().on_receive(message)
         return None
+
+    def _reached_cap(self) -> bool:
+        # A command that ignores SIGXFSZ gets EFBIG instead and exits as it likes;
+        # the file stopping at the cap is what says the cap ended it.
+        return _outputfile.size_of(self.unit.output_path) >= self.spec.output_cap

@@ -240,7 +240,9 @@ class Supervisor(KindsFacade):
 
     def read_output(self, work_id: str, max_bytes: int | None = None) -> bytes:
         """The output written since the last read; advances the unit's offset."""
-        if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
+        ):
             raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
         data, _ = self._call("read_output", work_id, max_bytes)
         return cast(bytes, data)

@@ -103,6 +103,8 @@ class Zygote:
             return False
         if not data:
             return False
+        for fd in fds:  # a received descriptor must not leak into every later command
+            os.set_inheritable(fd, False)
         self.fds.extend(fds)
         for message in self.reader.feed(data):
             self.handle(message)

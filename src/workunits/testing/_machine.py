@@ -1,0 +1,491 @@
+"""Hypothesis state machines that check the lifecycle invariants (DESIGN §2) after every step.
+
+``LifecycleMachine`` is kind-agnostic: subclass it, implement ``submit_unit``
+(and ``setup`` to register your kind), and the machine kills, cancels, reads,
+retains, releases, advances a ``ManualClock``, ticks and takes notifications
+in every order Hypothesis finds, checking after each step:
+
+- every record change the supervisor emits is a step of the transition table,
+  continues from the previous record *object* (nothing is written without an
+  event, nothing in place), and never leaves a terminal status;
+- each unit has exactly one terminal transition, and a terminal record has an
+  end time, ``notified``, no output file on disk, and an eviction time exactly
+  when it is not retained;
+- the read offset equals the bytes the machine has read, which never exceed
+  what the unit wrote, and reads return every byte once (``expected_output``);
+- a record leaves memory only in a tick, only when it was terminal, notified,
+  unretained and past ``evict_after``, and a tick leaves no such record behind;
+- a parent gets at most one notification per unit, and exactly one once the
+  supervisor has closed.
+
+``ScriptedLifecycleMachine`` adds ``ScriptedWork`` units and their rules.
+
+Threads: rules, invariants and teardown run in Hypothesis's (the test's)
+thread; ``ChangeLog.on_change`` runs in the supervisor actor's thread.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
+
+from workunits._errors import UnknownWork
+from workunits._record import TAIL_BYTES, Notification, WorkRecord
+from workunits._status import Reason, Status, allowed, is_terminal
+from workunits.supervisor.facade import Supervisor
+from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.sweep import evictable
+from workunits.testing._clock import ManualClock
+from workunits.testing._scripted import NotRunning, ScriptedDriver, ScriptSpec
+
+
+class ChangeLog:
+    """Every ``(old, new)`` record change a supervisor emits, in order.
+
+    ``on_change`` is a supervisor change subscriber: it runs in the supervisor
+    actor's thread, right after each write, and only appends under a lock.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: list[tuple[WorkRecord | None, WorkRecord]] = []
+
+    def on_change(self, old: WorkRecord | None, new: WorkRecord) -> None:
+        with self._lock:
+            self._events.append((old, new))
+
+    def since(self, start: int) -> list[tuple[WorkRecord | None, WorkRecord]]:
+        """The events from index ``start`` on (any thread)."""
+        with self._lock:
+            return self._events[start:]
+
+
+@dataclass
+class UnitModel:
+    """What the machine knows about one unit it started."""
+
+    id: str
+    read: bytearray = field(default_factory=bytearray)
+    retain: int = 0
+    requested_end: Reason | None = None  # the first kill/cancel the supervisor accepted
+    escalate_at: float | None = None  # a cancel's grace ends here (manual time)
+    emitted: list[WorkRecord] = field(default_factory=list)  # every record the supervisor wrote
+    terminal: WorkRecord | None = None  # the record of its one terminal transition
+    evicted: bool = False
+    notices: int = 0
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    """Drive one supervisor (manual clock, no ticker) and check DESIGN §2 after every step.
+
+    Subclasses implement ``submit_unit`` and may override ``setup`` (register a
+    kind), ``expected_output`` (what a unit's output will be, when known) and
+    ``on_teardown``. Extra rules that start units return ``self.track(handle)``
+    and target ``LifecycleMachine.units``.
+    """
+
+    units = Bundle("units")
+
+    eviction_grace: ClassVar[float] = 10.0
+    wait_timeout: ClassVar[float] = 10.0
+    """Real seconds a unit may take to end after a kill (or a cancel's escalation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = ManualClock()
+        self.state_dir = Path(tempfile.mkdtemp(prefix="workunits-machine-"))
+        self.sup = Supervisor(
+            self.state_dir,
+            clock=self.clock,
+            tick_interval=None,
+            eviction_grace=self.eviction_grace,
+            install_signal_handlers=False,
+        )
+        self.changes = ChangeLog()
+        self.sup._call("subscribe", self.changes.on_change)
+        self.mailbox = self.sup.notifications()
+        self.models: dict[str, UnitModel] = {}
+        self._seen_events = 0
+        self.setup()
+
+    # -- hooks -----------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Prepare ``self.sup`` (e.g. ``register_kind``) before the first rule."""
+
+    def submit_unit(self) -> WorkHandle:
+        """Start one unit of the kind under test."""
+        raise NotImplementedError("a LifecycleMachine subclass implements submit_unit()")
+
+    def expected_output(self, work_id: str) -> bytes | None:
+        """All the output ``work_id`` can ever write, if known; a unit cut short writes a prefix."""
+        return None
+
+    def on_teardown(self) -> None:
+        """Extra checks after the supervisor has closed and every notice was counted."""
+
+    # -- helpers for subclasses --------------------------------------------------
+
+    def track(self, handle: WorkHandle) -> str:
+        """Start modelling a unit the subclass submitted; returns its ID for the bundle."""
+        # The change log may have met the unit first (its insert event).
+        self.models.setdefault(handle.id, UnitModel(handle.id))
+        return handle.id
+
+    def settle(self, work_id: str) -> WorkRecord:
+        """Wait (real time, bounded) until ``work_id`` is terminal."""
+        record = self.sup.wait(work_id, self.wait_timeout)
+        assert is_terminal(record.status)
+        return record
+
+    # -- rules -----------------------------------------------------------------
+
+    @rule(target=units)
+    def start(self) -> str:
+        return self.track(self.submit_unit())
+
+    @rule(unit=units)
+    def kill(self, unit: str) -> None:
+        model = self.models[unit]
+        if model.evicted:
+            _expect_unknown(lambda: self.sup.kill(unit))
+            return
+        before = self.sup.get(unit)
+        sent = self.sup.kill(unit)
+        if is_terminal(before.status):
+            assert not sent, f"kill of {before.status.value} {unit} returned True"
+        if sent:
+            model.requested_end = model.requested_end or Reason.KILLED
+        self.settle(unit)
+        assert self.sup.kill(unit) is False, "a second kill must be a no-op returning False"
+
+    @rule(unit=units, grace=st.sampled_from([0.0, 1.0, 5.0]))
+    def cancel(self, unit: str, grace: float) -> None:
+        model = self.models[unit]
+        if model.evicted:
+            _expect_unknown(lambda: self.sup.cancel(unit, grace))
+            return
+        before = self.sup.get(unit)
+        sent = self.sup.cancel(unit, grace)
+        if is_terminal(before.status):
+            assert not sent, f"cancel of {before.status.value} {unit} returned True"
+        if sent:
+            model.requested_end = model.requested_end or Reason.CANCELLED
+            if model.escalate_at is None:
+                model.escalate_at = self.clock.now() + grace
+
+    @rule(unit=units)
+    def read_output(self, unit: str) -> None:
+        model = self.models[unit]
+        if model.evicted:
+            _expect_unknown(lambda: self.sup.read_output(unit))
+            return
+        model.read += self.sup.read_output(unit)
+        assert self.sup.get(unit).output_offset == len(model.read)
+
+    @rule(unit=units)
+    def retain(self, unit: str) -> None:
+        model = self.models[unit]
+        if model.evicted:
+            _expect_unknown(lambda: self.sup.retain(unit))
+            return
+        record = self.sup.retain(unit)
+        model.retain += 1
+        assert record.retain == model.retain
+        assert record.evict_after is None, "a retained record has no eviction time"
+
+    @rule(unit=units)
+    def release(self, unit: str) -> None:
+        model = self.models[unit]
+        if model.evicted:
+            _expect_unknown(lambda: self.sup.release(unit))
+            return
+        held = model.retain
+        record = self.sup.release(unit)
+        model.retain = max(0, held - 1)
+        assert record.retain == model.retain, "release below zero must be a no-op"
+        if held == 1 and is_terminal(record.status):
+            # The last release restarts the grace from now.
+            assert record.evict_after is not None
+            assert record.evict_after >= self.clock.now() + self.eviction_grace
+
+    @rule(seconds=st.sampled_from([0.0, 0.5, 1.0, 5.0, 9.99, 10.0, 30.0]))
+    def advance_and_tick(self, seconds: float) -> None:
+        before = {r.id: r for r in self.sup.list()}
+        now = self.clock.advance(seconds)
+        evicted = self.sup.tick()
+        after = {r.id: r for r in self.sup.list()}
+        gone = [work_id for work_id in before if work_id not in after]
+        assert evicted == len(gone), f"tick said {evicted} evicted, {len(gone)} left"
+        self._check_new_events()
+        for work_id in gone:
+            # The record right before the tick: no write can make it evictable in between,
+            # since only release() and the terminal transition set evict_after.
+            last = self.models[work_id].emitted[-1]
+            assert evictable(last, now), f"{work_id} was evicted while not evictable: {last}"
+            self.models[work_id].evicted = True
+            _expect_unknown(lambda work_id=work_id: self.sup.get(work_id))
+        for record in after.values():
+            assert not evictable(record, now), f"a tick left evictable {record.id} in memory"
+        for model in self.models.values():
+            due = model.escalate_at is not None and model.escalate_at <= now
+            if due and not model.evicted:
+                self.settle(model.id)  # the grace is over: SIGKILL went out on this tick
+
+    @rule()
+    def take_notifications(self) -> None:
+        self._check_new_events()
+        while (notice := self.mailbox.get_nowait()) is not None:
+            if not isinstance(notice, Notification):
+                continue  # not a terminal notice: other mailbox traffic is not ours to count
+            model = self.models[notice.id]
+            model.notices += 1
+            terminal = model.terminal or self._terminal_event(notice.id)
+            assert terminal is not None, f"notice for {notice.id} before its terminal write"
+            assert notice.status == terminal.status
+            assert notice.ended_at == terminal.ended_at
+            assert notice.output_tail == terminal.output_tail
+            assert notice.reason == terminal.reason
+
+    @rule()
+    def notification_wait_times_out_when_empty(self) -> None:
+        if len(self.mailbox) == 0 and all(
+            m.terminal is not None or m.evicted for m in self.models.values()
+        ):
+            _expect_timeout(lambda: self.mailbox.get(timeout=0))
+
+    # -- invariants --------------------------------------------------------------
+
+    @invariant()
+    def lifecycle_holds(self) -> None:
+        records = {r.id: r for r in self.sup.list()}
+        self._check_new_events()
+        now = self.clock.now()
+        for work_id, model in self.models.items():
+            if model.evicted:
+                assert work_id not in records, f"{work_id} came back after eviction"
+                continue
+            assert work_id in records, f"{work_id} left memory outside a tick"
+            record = records[work_id]
+            assert any(record is r for r in model.emitted), f"{work_id}: a write without an event"
+            self._check_record(model, record, now)
+
+    def _check_new_events(self) -> None:
+        events = self.changes.since(self._seen_events)
+        self._seen_events += len(events)
+        for old, new in events:
+            model = self.models.get(new.id)
+            if model is None:  # submitted, but submit_unit has not returned yet
+                model = self.models[new.id] = UnitModel(new.id)
+            assert new is not old, "an event for a write that changed nothing"
+            if old is None:
+                assert not model.emitted, f"{new.id} was inserted twice"
+                assert new.status == Status.PENDING, "units are inserted pending"
+            else:
+                assert model.emitted, f"{new.id} changed before it was inserted"
+                assert old is model.emitted[-1], f"{new.id}: a write skipped its event"
+                assert allowed(old.status, new.status), f"{old.status} -> {new.status}"
+                if is_terminal(old.status):
+                    assert new.status == old.status, "terminal is permanent"
+                elif is_terminal(new.status):
+                    assert model.terminal is None, f"{new.id} ended twice"
+                    model.terminal = new
+            model.emitted.append(new)
+
+    def _check_record(self, model: UnitModel, record: WorkRecord, now: float) -> None:
+        assert record.retain == model.retain
+        assert record.output_offset == len(model.read)
+        expected = self.expected_output(record.id)
+        if expected is not None:
+            assert bytes(model.read) == expected[: len(model.read)], "output read out of order"
+        if not is_terminal(record.status):
+            assert record.ended_at is None
+            assert not record.notified
+            assert record.evict_after is None
+            return
+        assert record.ended_at is not None
+        assert record.notified, "the terminal transition notifies"
+        assert model.notices <= 1
+        assert record.output_offset <= record.output_bytes
+        assert record.output_path is None or not _lexists(record.output_path)
+        assert (record.retain > 0) == (record.evict_after is None)
+        if record.evict_after is not None:
+            assert record.evict_after >= (record.ended_at or now)
+        if expected is not None:
+            assert record.output_bytes <= len(expected)
+            written = expected[: record.output_bytes]
+            assert record.output_tail == written[-TAIL_BYTES:]
+        if record.status == Status.KILLED:
+            assert record.reason is not None
+            assert record.reason == model.requested_end, (
+                f"{record.id} killed for {record.reason}, but asked {model.requested_end}"
+            )
+
+    def _terminal_event(self, work_id: str) -> WorkRecord | None:
+        self._check_new_events()
+        return self.models[work_id].terminal
+
+    # -- teardown ----------------------------------------------------------------
+
+    def teardown(self) -> None:
+        # Hypothesis calls this from a ``finally``: when a step already failed, only
+        # clean up, so that failure is the one reported.
+        failing = sys.exc_info()[1] is not None
+        try:
+            self.sup.close()
+            if failing:
+                return
+            self._check_new_events()
+            for model in self.models.values():
+                assert model.terminal is not None, f"{model.id} outlived close()"
+                if model.terminal.status == Status.KILLED and model.requested_end is None:
+                    assert model.terminal.reason == Reason.SHUTDOWN
+            while (notice := self.mailbox.get_nowait()) is not None:
+                if isinstance(notice, Notification):
+                    self.models[notice.id].notices += 1
+            for model in self.models.values():
+                assert model.notices == 1, f"{model.id} got {model.notices} notifications"
+            self.on_teardown()
+        finally:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+class ScriptedLifecycleMachine(LifecycleMachine):
+    """``LifecycleMachine`` over ``ScriptedWork`` units: write, exit, fail, ignore a cancel.
+
+    Scripted units end only when a rule ends them, so the machine knows each
+    unit's exact output and outcome.
+    """
+
+    scripted_letter: ClassVar[str] = "x"
+
+    def setup(self) -> None:
+        self.driver = ScriptedDriver(self.sup, self.scripted_letter, timeout=self.wait_timeout)
+        self.written: dict[str, bytearray] = {}
+        self.ignoring_cancel: set[str] = set()
+        self.ended_by: dict[str, Status] = {}  # outcomes the machine chose with exit/fail
+
+    def submit_unit(self) -> WorkHandle:
+        return self._start_scripted(ScriptSpec())
+
+    def _start_scripted(self, spec: ScriptSpec) -> WorkHandle:
+        handle = self.driver.start(spec, description="scripted")
+        self.written[handle.id] = bytearray()
+        return handle
+
+    def expected_output(self, work_id: str) -> bytes | None:
+        written = self.written.get(work_id)
+        return None if written is None else bytes(written)
+
+    @rule(target=LifecycleMachine.units)
+    def start_ignoring_cancel(self) -> str:
+        handle = self._start_scripted(ScriptSpec(ignore_cancel=True))
+        self.ignoring_cancel.add(handle.id)
+        return self.track(handle)
+
+    def _running_scripted(self, unit: str) -> bool:
+        """True when ``unit`` is a scripted unit the supervisor still has running."""
+        model = self.models[unit]
+        if unit not in self.written:
+            return False
+        if model.evicted:
+            _expect_unknown(lambda: self.driver.write(unit, b""))
+            return False
+        if model.requested_end is not None and unit not in self.ignoring_cancel:
+            self.settle(unit)  # a cancel ends it, but asynchronously: let it land
+        if is_terminal(self.sup.get(unit).status):
+            _expect_not_running(lambda: self.driver.write(unit, b"late"))
+            return False
+        return True
+
+    @rule(unit=LifecycleMachine.units, data=st.binary(min_size=0, max_size=64))
+    def write(self, unit: str, data: bytes) -> None:
+        if self._running_scripted(unit):
+            assert self.driver.write(unit, data) == len(data)
+            self.written[unit] += data
+
+    @rule(unit=LifecycleMachine.units, code=st.integers(0, 3))
+    def exit(self, unit: str, code: int) -> None:
+        if self._running_scripted(unit):
+            record = self.driver.exit(unit, code)
+            self.ended_by[unit] = self._status_for(unit, Status.COMPLETED if code == 0 else None)
+            assert record.status == self.ended_by[unit]
+            assert record.exit_code == code
+
+    @rule(unit=LifecycleMachine.units, error=st.text(min_size=1, max_size=16))
+    def fail(self, unit: str, error: str) -> None:
+        if self._running_scripted(unit):
+            record = self.driver.fail(unit, error)
+            self.ended_by[unit] = self._status_for(unit, None)
+            assert record.status == self.ended_by[unit]
+            assert record.error == error
+
+    def _status_for(self, unit: str, status: Status | None) -> Status:
+        """How a unit ends by itself: killed once a kill or cancel reached it."""
+        if self.models[unit].requested_end is not None:
+            return Status.KILLED
+        return Status.FAILED if status is None else status
+
+    @rule(unit=LifecycleMachine.units)
+    def read_everything_once_ended(self, unit: str) -> None:
+        """After the end, reads drain exactly the unread rest, then return nothing."""
+        model = self.models[unit]
+        if unit not in self.written or model.evicted:
+            return
+        if not is_terminal(self.sup.get(unit).status):
+            return
+        while chunk := self.sup.read_output(unit, max_bytes=7):
+            model.read += chunk
+        assert bytes(model.read) == bytes(self.written[unit])
+
+    @invariant()
+    def scripted_units_end_only_as_told(self) -> None:
+        for work_id, model in self.models.items():
+            terminal = model.terminal
+            if work_id not in self.written or terminal is None:
+                continue
+            assert terminal.output_bytes == len(self.written[work_id])
+            chosen = self.ended_by.get(work_id)
+            if chosen is not None:
+                assert terminal.status == chosen
+            else:
+                assert terminal.status == Status.KILLED, f"{work_id} ended by itself"
+
+
+def _lexists(path: str) -> bool:
+    return Path(path).is_symlink() or Path(path).exists()
+
+
+def _expect_unknown(call: object) -> None:
+    assert callable(call)
+    try:
+        call()
+    except UnknownWork:
+        return
+    raise AssertionError("expected UnknownWork for an evicted unit")
+
+
+def _expect_not_running(call: object) -> None:
+    assert callable(call)
+    try:
+        call()
+    except NotRunning:
+        return
+    raise AssertionError("expected NotRunning for an ended scripted unit")
+
+
+def _expect_timeout(call: object) -> None:
+    assert callable(call)
+    try:
+        call()
+    except TimeoutError:
+        return
+    raise AssertionError("expected TimeoutError from an empty mailbox")

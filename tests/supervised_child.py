@@ -1,0 +1,86 @@
+"""A program that supervises one shell unit, for the shutdown tests (run as a subprocess).
+
+Usage: ``python supervised_child.py STATE_DIR MODE``. It prints the unit's pid on
+its first line once the unit runs, then, by MODE:
+
+- ``pause``: waits for signals forever (the test sends SIGTERM/SIGINT/SIGHUP);
+- ``exit``: returns normally without closing the supervisor (atexit must clean up);
+- ``raise``: dies of an uncaught exception without closing it;
+- ``quiet-first``: like ``pause``, after a first supervisor that asked for no
+  signal handlers came and went;
+- ``ignore-hup``: SIGHUP is ignored before the supervisor starts; after the test
+  writes a line to stdin, prints the unit's status and exits;
+- ``drop``: a supervisor without a ticker is dropped unclosed and garbage
+  collected, then the program exits normally.
+"""
+
+from __future__ import annotations
+
+import gc
+import select
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from workunits import Supervisor
+
+
+def main() -> None:
+    state_dir, mode = Path(sys.argv[1]), sys.argv[2]
+    # Behave like a program started from a terminal, whatever our parent ignored
+    # (a background job, for one, starts with SIGINT ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if mode == "quiet-first":
+        Supervisor(state_dir / "quiet", install_signal_handlers=False).close()
+    if mode == "ignore-hup":
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if mode == "drop":
+        start_and_drop(state_dir)
+        gc.collect()
+        return
+    sup = Supervisor(state_dir / "main")
+    unit = start_unit(sup)
+    if mode == "exit":
+        return
+    if mode == "raise":
+        raise RuntimeError("the program crashed; its supervisor must still clean up")
+    if mode == "ignore-hup":
+        sys.stdin.readline()
+        print(sup.get(unit).status.value, flush=True)
+        sup.close()
+        return
+    wait_for_signals()
+
+
+def start_unit(sup: Supervisor) -> str:
+    """Start the unit and print its pid once it runs (it has written its first line)."""
+    unit = sup.shell("echo $$; exec sleep 30")
+    first_line = next(sup.stream(unit.id))
+    print(int(first_line.split(b"\n", 1)[0]), flush=True)
+    return unit.id
+
+
+def start_and_drop(state_dir: Path) -> None:
+    start_unit(Supervisor(state_dir / "dropped", tick_interval=None))
+
+
+def wait_for_signals() -> None:
+    """Block until a signal arrives, then let Python run its handler; forever.
+
+    Not ``signal.pause()``: the kernel may deliver a process signal to any of the
+    supervisor's threads, which would leave the main thread paused with the
+    handler pending. The wakeup descriptor is written whichever thread got it.
+    """
+    wake_r, wake_w = socket.socketpair()
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno())
+    while True:
+        select.select([wake_r], [], [])
+        wake_r.recv(64)  # the handler runs right after this, in this thread
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Lazy, gated eviction (invariant 8), on manual time.
+
+A record leaves memory only when terminal, notified, past its grace and unretained.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import GRACE
+from workunits import Supervisor, UnknownWork
+from workunits.testing import ManualClock, ScriptedDriver
+
+
+def test_a_terminal_record_stays_until_the_grace_is_over(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    record = drive.exit(unit.id, 0)
+    assert record.notified
+    assert record.evict_after == clock.now() + GRACE
+    assert record.ended_at == clock.now()
+    clock.advance(GRACE - 0.001)
+    assert msup.tick() == 0
+    assert msup.get(unit.id) == record
+    clock.advance(0.001)
+    assert msup.tick() == 1
+    with pytest.raises(UnknownWork):
+        msup.get(unit.id)
+    assert msup.list() == []
+
+
+def test_every_call_on_an_evicted_unit_is_unknown_work(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE)
+    assert msup.tick() == 1
+    for call in (
+        msup.get,
+        msup.read_output,
+        msup.kill,
+        msup.cancel,
+        msup.retain,
+        msup.release,
+        msup.wait,
+        msup.result,
+    ):
+        with pytest.raises(UnknownWork):
+            call(unit.id)
+
+
+def test_running_units_are_never_evicted(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    clock.advance(1e6)
+    assert msup.tick() == 0
+    assert msup.get(unit.id).evict_after is None
+
+
+def test_a_unit_retained_before_its_end_is_never_evicted_until_released(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    msup.retain(unit.id)
+    record = drive.exit(unit.id, 0)
+    assert record.evict_after is None
+    clock.advance(1e6)
+    assert msup.tick() == 0
+    released = msup.release(unit.id)
+    assert released.retain == 0
+    assert released.evict_after == clock.now() + GRACE
+    clock.advance(GRACE - 0.001)
+    assert msup.tick() == 0
+    clock.advance(0.001)
+    assert msup.tick() == 1
+
+
+def test_a_viewer_retaining_an_ended_unit_holds_it(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE / 2)
+    assert msup.retain(unit.id).evict_after is None
+    clock.advance(GRACE * 10)
+    assert msup.tick() == 0
+    assert msup.get(unit.id).retain == 1
+
+
+def test_release_restarts_the_grace(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE - 1)
+    msup.retain(unit.id)
+    msup.release(unit.id)
+    clock.advance(1)  # the original deadline: no longer the one that counts
+    assert msup.tick() == 0
+    assert msup.get(unit.id).retain == 0
+    clock.advance(GRACE - 1.001)
+    assert msup.tick() == 0
+    clock.advance(0.001)
+    assert msup.tick() == 1
+
+
+def test_a_release_after_the_original_deadline_passed_still_evicts_later(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    msup.retain(unit.id)
+    clock.advance(GRACE)
+    assert msup.tick() == 0  # the end's deadline comes due while retained
+    msup.release(unit.id)
+    clock.advance(GRACE)
+    assert msup.tick() == 1, "the release must bring its own deadline"
+
+
+def test_nested_retains_need_as_many_releases(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    msup.retain(unit.id)
+    msup.retain(unit.id)
+    drive.exit(unit.id, 0)
+    assert msup.release(unit.id).retain == 1
+    clock.advance(GRACE * 2)
+    assert msup.tick() == 0
+    assert msup.release(unit.id).retain == 0
+    clock.advance(GRACE)
+    assert msup.tick() == 1
+
+
+def test_release_without_a_retain_is_a_no_op(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    record = drive.exit(unit.id, 0)
+    assert msup.release(unit.id) == record
+    assert msup.release(unit.id).retain == 0
+
+
+def test_ticks_evict_only_what_is_due(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    early, late, running = drive.start(), drive.start(), drive.start()
+    drive.exit(early.id, 0)
+    clock.advance(5)
+    drive.exit(late.id, 1)
+    clock.advance(GRACE - 5)
+    assert msup.tick() == 1
+    assert {r.id for r in msup.list()} == {late.id, running.id}
+    clock.advance(5)
+    assert msup.tick() == 1
+    assert [r.id for r in msup.list()] == [running.id]

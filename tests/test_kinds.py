@@ -1,0 +1,172 @@
+"""Kinds: the prefix table, and users' own WorkActor classes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, ClassVar
+
+import pytest
+
+from tests.helpers import WAIT
+from workunits import (
+    InvalidWorkId,
+    KindTaken,
+    Outcome,
+    SpecError,
+    Status,
+    Supervisor,
+    UnknownKind,
+    WorkActor,
+    _outputfile,
+)
+from workunits.testing import ScriptedDriver, ScriptedWork
+
+
+class EchoWork(WorkActor):
+    """A user's kind in a dozen lines: writes its spec (bytes) and completes at once."""
+
+    kind: ClassVar[str] = "echo"
+
+    @classmethod
+    def validate_spec(cls, spec: Any) -> None:
+        if not isinstance(spec, bytes):
+            raise SpecError("an echo unit needs bytes")
+
+    def launch(self) -> None:
+        fd = _outputfile.create(self.unit.output_path)
+        try:
+            os.write(fd, self.unit.spec)
+        finally:
+            os.close(fd)
+        self.finish(Outcome(Status.COMPLETED, exit_code=0))
+
+    def signal_work(self, signum: int) -> None:
+        self.finish(self.outcome_for_exit(None, signum))
+
+
+class BrokenLaunch(WorkActor):
+    kind: ClassVar[str] = "broken"
+
+    def launch(self) -> None:
+        raise ValueError("no such model: gpt-0")
+
+    def signal_work(self, signum: int) -> None:
+        raise AssertionError("never launched, never signalled")
+
+
+def test_a_custom_kind_runs_under_its_letter(sup: Supervisor) -> None:
+    sup.register_kind("e", EchoWork)
+    unit = sup.submit("e", b"hello from a user kind", description="echo")
+    assert unit.id.startswith("e")
+    record = sup.wait(unit.id, WAIT)
+    assert (record.kind, record.status) == ("echo", Status.COMPLETED)
+    assert record.output_tail == b"hello from a user kind"
+    assert sup.list(kind="e") == [record]
+    assert sup.list(kind="echo") == [record]
+    assert sup.list(kind="b") == []
+    assert sup.notifications().get(timeout=WAIT).id == unit.id
+
+
+def test_a_kind_whose_launch_raises_fails_the_unit_with_the_cause(sup: Supervisor) -> None:
+    sup.register_kind("k", BrokenLaunch)
+    record = sup.wait(sup.submit("k", None).id, WAIT)
+    assert record.status == Status.FAILED
+    assert record.error is not None
+    assert record.error.startswith("could not start: ValueError: no such model: gpt-0")
+    assert "Traceback" in record.error
+    assert record.output_bytes == 0
+
+
+def test_a_spec_the_kind_refuses_registers_nothing(sup: Supervisor) -> None:
+    sup.register_kind("e", EchoWork)
+    with pytest.raises(SpecError, match="needs bytes"):
+        sup.submit("e", "not bytes")
+    assert sup.list() == []
+
+
+def test_a_taken_letter_is_refused(sup: Supervisor) -> None:
+    sup.register_kind("e", EchoWork)
+    with pytest.raises(KindTaken, match="already the echo kind"):
+        sup.register_kind("e", ScriptedWork)
+
+
+def test_the_session_letter_is_refused(shared_sup: Supervisor) -> None:
+    with pytest.raises(KindTaken, match="session"):
+        shared_sup.register_kind("s", EchoWork)
+
+
+@pytest.mark.parametrize("letter", list("abtwmrd"))
+def test_builtin_letters_are_refused_even_before_their_kind_exists(
+    shared_sup: Supervisor, letter: str
+) -> None:
+    with pytest.raises(KindTaken):
+        shared_sup.register_kind(letter, EchoWork)
+
+
+@pytest.mark.parametrize("not_a_kind", [object, int, "EchoWork", None, lambda: None])
+def test_only_work_actor_subclasses_are_kinds(shared_sup: Supervisor, not_a_kind: Any) -> None:
+    with pytest.raises(SpecError, match="WorkActor subclass"):
+        shared_sup.register_kind("e", not_a_kind)
+
+
+@pytest.mark.parametrize("letter", ["", "ee", "E", "1", "é", None])
+def test_a_kind_letter_is_one_lowercase_ascii_letter(shared_sup: Supervisor, letter: Any) -> None:
+    with pytest.raises(InvalidWorkId):
+        shared_sup.register_kind(letter, EchoWork)
+
+
+@pytest.mark.parametrize("letter", ["z", "s"])
+def test_submit_to_an_unregistered_letter_is_unknown_kind(
+    shared_sup: Supervisor, letter: str
+) -> None:
+    with pytest.raises(UnknownKind):
+        shared_sup.submit(letter, b"x")
+    assert shared_sup.list() == []
+
+
+def test_list_with_an_unknown_kind_is_unknown_kind(shared_sup: Supervisor) -> None:
+    with pytest.raises(UnknownKind):
+        shared_sup.list(kind="nope")
+
+
+def test_kinds_belong_to_one_supervisor(sup: Supervisor, msup: Supervisor) -> None:
+    ScriptedDriver(msup, "q")
+    with pytest.raises(UnknownKind):
+        sup.submit("q", None)
+    ScriptedDriver(sup, "q")  # the same letter is free in another supervisor
+
+
+def test_a_custom_kind_is_killed_through_its_signal_work(sup: Supervisor) -> None:
+    drive = ScriptedDriver(sup, "y")
+    unit = drive.start()
+    assert sup.kill(unit.id) is True
+    assert sup.wait(unit.id, WAIT).signal == signal.SIGKILL
+
+
+class BuggyKill(ScriptedWork):
+    """A kind with a bug in its kill path: signal_work raises."""
+
+    kind: ClassVar[str] = "buggy"
+
+    def signal_work(self, signum: int) -> None:
+        raise RuntimeError("bug in the kind's kill path")
+
+
+def test_a_kind_whose_handler_raises_fails_the_unit_instead_of_hanging_it(
+    sup: Supervisor,
+) -> None:
+    sup.register_kind("y", BuggyKill)
+    drive = ScriptedDriver(sup, "y", register=False)
+    unit = drive.start()
+    drive.write(unit.id, b"before the bug")
+    assert sup.kill(unit.id) is True
+    record = sup.wait(unit.id, WAIT)
+    assert record.status == Status.FAILED
+    assert record.error is not None
+    assert record.error.startswith(
+        "the unit's actor failed: RuntimeError: bug in the kind's kill path"
+    )
+    assert "Traceback" in record.error
+    assert record.output_tail == b"before the bug"
+    assert sup.notifications().get(timeout=0).id == unit.id

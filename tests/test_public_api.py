@@ -1,0 +1,94 @@
+"""The public surface is declared and locked: a name appears or disappears only on purpose."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import workunits
+import workunits.testing
+
+WORKUNITS = {
+    "AskTimeout",
+    "Cancelled",
+    "ChildHandle",
+    "ChildTeammate",
+    "IdempotencyConflict",
+    "InvalidTransition",
+    "InvalidWorkId",
+    "KindTaken",
+    "LedgerTampered",
+    "Mailbox",
+    "MailboxClosed",
+    "MailboxItem",
+    "MonitorEvent",
+    "NotFinished",
+    "Notification",
+    "Outcome",
+    "Reason",
+    "SpecError",
+    "Status",
+    "Supervisor",
+    "SupervisorClosed",
+    "TeammateEnded",
+    "TeammateError",
+    "TeammateHandle",
+    "TeammateProxy",
+    "UnitContext",
+    "UnknownKind",
+    "UnknownWork",
+    "WorkActor",
+    "WorkFailed",
+    "WorkHandle",
+    "WorkKilled",
+    "WorkRecord",
+    "WorkunitsError",
+    "current",
+    "is_terminal",
+    "is_valid_id",
+    "mint_id",
+}
+
+TESTING = {
+    "ChangeLog",
+    "LifecycleMachine",
+    "ManualClock",
+    "NotRunning",
+    "ScriptSpec",
+    "ScriptedDriver",
+    "ScriptedLifecycleMachine",
+    "ScriptedWork",
+    "UnitModel",
+}
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"), [(workunits, WORKUNITS), (workunits.testing, TESTING)]
+)
+def test_all_lists_exactly_the_public_names(module: object, expected: set[str]) -> None:
+    assert set(module.__all__) == expected  # type: ignore[attr-defined]
+    for name in expected:
+        assert getattr(module, name) is not None
+
+
+def test_public_names_do_not_leak_private_modules() -> None:
+    for name in workunits.__all__:
+        assert not name.startswith("_")
+
+
+def test_errors_share_one_root() -> None:
+    for name in WORKUNITS:
+        value = getattr(workunits, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            if name in {"Cancelled", "MailboxClosed"}:
+                continue
+            assert issubclass(value, workunits.WorkunitsError), name
+    assert not issubclass(workunits.Cancelled, Exception)
+
+
+def test_the_testing_module_loads_the_state_machines_on_first_use() -> None:
+    module = importlib.reload(workunits.testing)
+    assert module.LifecycleMachine.__name__ == "LifecycleMachine"
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        module.Nope  # noqa: B018
