@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,9 @@ def wait_for(check: object, timeout: float = 30.0) -> None:
 
 
 def main(state_dir: str, mode: str) -> None:
+    # A background job starts with SIGINT ignored, and the supervisor leaves ignored
+    # signals alone; this script is meant to die of SIGINT like a foreground program.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sup = wu.Supervisor(state_dir)
     pidfile = os.path.join(state_dir, "grandchild.pid")
     units = [
