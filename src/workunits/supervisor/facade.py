@@ -55,6 +55,45 @@ DEFAULT_EVICTION_GRACE = 30.0
 STREAM_CHUNK = 256 << 10
 
 
+class OutputStream(Iterator[bytes]):
+    """The iterator ``Supervisor.stream()`` returns; it holds the unit retained until done."""
+
+    def __init__(self, sup: Supervisor, work_id: str, poll: float) -> None:
+        self._sup = sup
+        self.id = work_id
+        self._poll = poll
+        self._delay = 0.001
+        self._open = True
+
+    def __next__(self) -> bytes:
+        while self._open:
+            data, record = self._sup._read_chunk(self.id)
+            if data:
+                self._delay = 0.001
+                return data
+            if is_terminal(record.status) and record.output_offset >= record.output_bytes:
+                break
+            # Nothing new yet: wait for the end or for more output, backing off.
+            self._sup._wait_a_little(self.id, self._delay)
+            self._delay = min(self._delay * 2, self._poll)
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._sup._release_quietly(self.id)
+
+    def __enter__(self) -> OutputStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 def _raise_nofile_limit() -> None:
     # Each running unit holds a pidfd; allow as many as the hard limit permits.
     import resource  # noqa: PLC0415 - only needed once, at the first supervisor
@@ -247,36 +286,32 @@ class Supervisor(KindsFacade):
         data, _ = self._call("read_output", work_id, max_bytes)
         return cast(bytes, data)
 
-    def stream(self, work_id: str, *, poll: float = 0.05) -> Iterator[bytes]:
+    def stream(self, work_id: str, *, poll: float = 0.05) -> OutputStream:
         """Yield every byte of output exactly once, until the unit is terminal.
 
-        The unit is retained while the stream is open, so its end cannot cut off
-        output that was not read yet.
+        The unit is retained from this call (not from the first ``next()``) until
+        the stream ends or is closed, so its end cannot cut off unread output.
         """
         _ids.validate(work_id)
         self._call("retain", work_id)
+        return OutputStream(self, work_id, poll)
+
+    def _read_chunk(self, work_id: str) -> tuple[bytes, WorkRecord]:
+        return cast("tuple[bytes, WorkRecord]", self._call("read_output", work_id, STREAM_CHUNK))
+
+    def _wait_a_little(self, work_id: str, delay: float) -> None:
+        """Wait up to ``delay`` for the unit to end (more output may come sooner)."""
+        waiter = self._waiters.add(work_id)
         try:
-            delay = 0.001
-            while True:
-                data, record = self._call("read_output", work_id, STREAM_CHUNK)
-                if data:
-                    delay = 0.001
-                    yield data
-                    continue
-                if is_terminal(record.status) and record.output_offset >= record.output_bytes:
-                    return
-                # Nothing new yet: wait for the end or for more output, backing off.
-                waiter = self._waiters.add(work_id)
-                try:
-                    if not is_terminal(self.get(work_id).status):
-                        waiter.event.wait(delay)
-                finally:
-                    self._waiters.discard(work_id, waiter)
-                delay = min(delay * 2, poll)
+            if not is_terminal(self.get(work_id).status):
+                waiter.event.wait(delay)
         finally:
-            if not self._closed:
-                with contextlib.suppress(SupervisorClosed, KeyError):
-                    self._call("release", work_id)
+            self._waiters.discard(work_id, waiter)
+
+    def _release_quietly(self, work_id: str) -> None:
+        if not self._closed:
+            with contextlib.suppress(SupervisorClosed, KeyError, pykka.ActorDeadError):
+                self._actor.release(work_id)  # not awaited: may run from a finalizer
 
     def retain(self, work_id: str) -> WorkRecord:
         """Hold the record in memory (a viewer is looking at it) until ``release``."""
