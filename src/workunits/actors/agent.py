@@ -28,6 +28,7 @@ from workunits.actors.process_events import (
     ProcessSpawnFailed,
     TellActor,
 )
+from workunits.ledger.values import Call
 from workunits.runtime import messages as m
 from workunits.runtime.transcript import append_event
 from workunits.zygote.protocol import Limits, SpawnCall
@@ -38,6 +39,7 @@ class AgentSpec:
     payload: bytes  # cloudpickled (fn, args, kwargs)
     name: str
     limits: Limits = field(default_factory=Limits)
+    call: Call | None = field(default=None, compare=False, repr=False)  # for the ledger
 
     @classmethod
     def build(
@@ -63,7 +65,8 @@ class AgentSpec:
                 f"cannot pickle {_name_of(fn)} or its arguments for the unit process: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        return cls(payload, _name_of(fn), Limits(memory=memory_limit, idle_priority=idle_priority))
+        limits = Limits(memory=memory_limit, idle_priority=idle_priority)
+        return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)))
 
 
 def _name_of(fn: Any) -> str:
@@ -156,6 +159,36 @@ class AgentActor(WorkActor):
     def validate_spec(cls, spec: Any) -> None:
         if not isinstance(spec, AgentSpec):
             raise SpecError(f"an agent unit needs an AgentSpec, got {type(spec).__name__}")
+
+    @classmethod
+    def to_durable(cls, spec: AgentSpec, timeout: float | None) -> Any:
+        """A ledger Call: stored by import reference when the callable has one."""
+        call = getattr(spec, "call", None)  # kinds built on agents may have other specs
+        if not isinstance(call, Call):
+            return (spec, timeout)
+        options = {"timeout": timeout, "memory_limit": spec.limits.memory}
+        return Call(call.fn, call.args, call.kwargs, options)
+
+    @classmethod
+    def from_durable(cls, stored: Any) -> tuple[AgentSpec, float | None]:
+        if not isinstance(stored, Call):
+            return super().from_durable(stored)
+        options = dict(stored.options)
+        fn = stored.fn
+        if isinstance(fn, str):
+            raise SpecError(f"the reference {fn!r} was not resolved")
+        spec = AgentSpec.build(
+            fn,
+            tuple(stored.args),
+            dict(stored.kwargs),
+            memory_limit=options.get("memory_limit"),
+        )
+        return spec, options.get("timeout")
+
+    @classmethod
+    def resumable(cls, stored: Any, spec_format: str) -> bool:
+        """An agent stored by import reference can be loaded by a later attempt."""
+        return spec_format == "ref"
 
     # -- start ------------------------------------------------------------------
 

@@ -103,6 +103,24 @@ class WorkActor(pykka.ThreadingActor):
     def validate_spec(cls, spec: Any) -> None:
         """Raise SpecError when ``spec`` cannot make a unit of this kind (caller's thread)."""
 
+    # -- durability: how the ledger keeps a spec, and whether a lost unit resumes --
+
+    @classmethod
+    def to_durable(cls, spec: Any, timeout: float | None) -> Any:
+        """What the ledger stores for ``spec`` (JSON, a ledger ``Call``, or anything picklable)."""
+        return (spec, timeout)
+
+    @classmethod
+    def from_durable(cls, stored: Any) -> tuple[Any, float | None]:
+        """The spec and timeout back from what ``to_durable`` gave the ledger."""
+        spec, timeout = stored
+        return spec, timeout
+
+    @classmethod
+    def resumable(cls, stored: Any, spec_format: str) -> bool:
+        """Whether a unit lost with its session is started again (same ID, next attempt)."""
+        return False
+
     def launch(self) -> None:
         """Start the work. Raise to fail the unit with the exception as its cause."""
         raise NotImplementedError

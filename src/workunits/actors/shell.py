@@ -37,6 +37,7 @@ class ShellSpec:
     cwd: str | None = None
     env: Mapping[str, str] | None = None
     output_cap: int = DEFAULT_OUTPUT_CAP
+    on_lost: str = "fail"  # or "restart": run again when its supervisor died mid-run
 
     @classmethod
     def build(
@@ -46,6 +47,7 @@ class ShellSpec:
         cwd: str | os.PathLike[str] | None,
         env: Mapping[str, str] | None,
         output_cap: int,
+        on_lost: str = "fail",
     ) -> ShellSpec:
         """Check the caller's arguments; every problem is a SpecError naming the argument."""
         if isinstance(cmd, str):
@@ -74,7 +76,9 @@ class ShellSpec:
             raise SpecError(f"cwd {cwd_str!r} is not a directory")
         if isinstance(output_cap, bool) or not isinstance(output_cap, int) or output_cap <= 0:
             raise SpecError(f"output_cap must be a positive int of bytes, got {output_cap!r}")
-        return cls(argv=argv, cwd=cwd_str, env=env, output_cap=output_cap)
+        if on_lost not in ("fail", "restart"):
+            raise SpecError(f"on_lost must be 'fail' or 'restart', got {on_lost!r}")
+        return cls(argv=argv, cwd=cwd_str, env=env, output_cap=output_cap, on_lost=on_lost)
 
     def describe(self) -> str:
         if self.argv[:2] == ("/bin/sh", "-c"):
@@ -94,7 +98,37 @@ class ShellActor(WorkActor):
         if not isinstance(spec, ShellSpec):
             raise SpecError(f"a shell unit needs a ShellSpec, got {type(spec).__name__}")
 
+    @classmethod
+    def to_durable(cls, spec: ShellSpec, timeout: float | None) -> Any:
+        return {
+            "argv": list(spec.argv),
+            "cwd": spec.cwd,
+            "env": None if spec.env is None else dict(spec.env),
+            "output_cap": spec.output_cap,
+            "on_lost": spec.on_lost,
+            "timeout": timeout,
+        }
+
+    @classmethod
+    def from_durable(cls, stored: Any) -> tuple[ShellSpec, float | None]:
+        if not isinstance(stored, dict) or not isinstance(stored.get("argv"), list):
+            raise SpecError(f"a stored shell spec is a dict with an argv list, got {stored!r:.80}")
+        spec = ShellSpec(
+            argv=tuple(stored["argv"]),
+            cwd=stored.get("cwd"),
+            env=stored.get("env"),
+            output_cap=int(stored.get("output_cap", DEFAULT_OUTPUT_CAP)),
+            on_lost=str(stored.get("on_lost", "fail")),
+        )
+        return spec, stored.get("timeout")
+
+    @classmethod
+    def resumable(cls, stored: Any, spec_format: str) -> bool:
+        return isinstance(stored, dict) and stored.get("on_lost") == "restart"
+
     def launch(self) -> None:
+        # A restarted attempt starts a fresh output file (the old one went with its session).
+        _outputfile.remove(self.unit.output_path)
         fd = _outputfile.create(self.unit.output_path)
         try:
             # The zygote forks and execs; the kernel enforces the output cap

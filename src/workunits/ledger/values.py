@@ -60,11 +60,17 @@ _REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """A callable and its arguments, as an agent-like unit's spec."""
+    """A callable and its arguments, as an agent-like unit's spec.
 
-    fn: Callable[..., Any]
+    ``fn`` may be an import reference (``"module:qualname"``) given as a str by
+    a client that does not import the code; it resolves when the spec loads.
+    ``options`` are the kind's JSON settings (timeout, memory limit...).
+    """
+
+    fn: Callable[..., Any] | str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +186,12 @@ def import_ref(fn: object) -> str | None:
     return ref if resolved is fn else None
 
 
+def _checked_ref(ref: str) -> str:
+    if not _REF_RE.fullmatch(ref):
+        raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
+    return ref
+
+
 def resolve_ref(ref: str) -> Any:
     """Import ``"module:qualname"`` and return the object it names."""
     if not isinstance(ref, str) or not _REF_RE.fullmatch(ref):
@@ -206,10 +218,17 @@ def encode_spec(spec: object, *, work_id: str, key: bytes) -> Stored:
     version_tag: str | None = None
     data: bytes | None = None
     if isinstance(spec, Call):
-        ref = import_ref(spec.fn)
+        ref = _checked_ref(spec.fn) if isinstance(spec.fn, str) else import_ref(spec.fn)
         if ref is not None:
             doc = {"ref": ref, "args": list(spec.args), "kwargs": dict(spec.kwargs)}
+            if spec.options:
+                doc["options"] = dict(spec.options)
             data, fmt = strictjson.dumps_if_exact(doc, sort_keys=True), "ref"
+            if data is None and isinstance(spec.fn, str):
+                raise SpecError(
+                    f"the arguments for {ref!r} must be exact JSON when the callable is "
+                    f"given as a reference (a tuple becomes a list: pass a list)"
+                )
     else:
         data, fmt = strictjson.dumps_if_exact(spec, sort_keys=True), "json"
     if data is None:  # no reference, or arguments JSON would not bring back equal
@@ -232,7 +251,7 @@ def decode_spec(stored: Stored, *, work_id: str, key: bytes) -> object:
         fn = resolve_ref(doc["ref"])
         if not callable(fn):
             raise SpecError(f"{work_id}: {doc['ref']!r} is not callable")
-        return Call(fn, tuple(doc["args"]), doc["kwargs"])
+        return Call(fn, tuple(doc["args"]), doc["kwargs"], doc.get("options", {}))
     if stored.format == "json":
         return strictjson.loads(stored.data, work_id, "spec")
     if stored.format == "pickle":
