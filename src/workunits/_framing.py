@@ -1,8 +1,9 @@
 """Length-prefixed pickle frames over a stream socket.
 
 Both the zygote's control socket and an agent's channel speak this. Peers are
-our own processes on a socketpair, so pickle is trusted here; user values
-inside frames are cloudpickled by the sender.
+our own processes on a socketpair, so pickle is trusted here. Frames are
+written with cloudpickle: a spawn request from inside a unit carries the
+callable of the child it asks for, which may exist only by value.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import socket
 import struct
 from typing import Any
 
+import cloudpickle
+
 _HEADER = struct.Struct("!I")
 MAX_FRAME = 1 << 30
 
 
 def encode(obj: Any) -> bytes:
-    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    body = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(len(body)) + body
 
 
