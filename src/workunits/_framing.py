@@ -20,7 +20,7 @@ MAX_FRAME = 1 << 30
 
 
 def encode(obj: Any) -> bytes:
-    body = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    body = bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
     return _HEADER.pack(len(body)) + body
 
 

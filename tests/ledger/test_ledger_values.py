@@ -91,6 +91,7 @@ def test_a_closure_round_trips_through_its_pickle(ledger: Ledger) -> None:
     work_id = _store(ledger, Call(_make_closure(), (1,)))
     loaded = ledger.load_spec(work_id)
     assert isinstance(loaded, Call)
+    assert callable(loaded.fn)
     assert loaded.fn(*loaded.args) == 6
 
 
