@@ -27,6 +27,7 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import (
     IdempotencyConflict,
     InvalidTransition,
+    NoLedger,
     SpecError,
     StaleAttempt,
     UnknownWork,
@@ -44,7 +45,7 @@ from workunits.ledger import (
     values,
     writes,
 )
-from workunits.ledger._db import Database, prepare_state_dir
+from workunits.ledger._db import DB_FILE, Database, prepare_state_dir
 from workunits.ledger.requests import Request
 from workunits.ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits.ledger.sessions import Session
@@ -76,6 +77,27 @@ class Ledger:
         except BaseException:
             self._db.close()
             raise
+
+    @classmethod
+    def open_existing(
+        cls,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> Ledger:
+        """Open the ledger of ``state_dir``; NoLedger when there is none (nothing is created).
+
+        For readers such as the CLI's ``ls``: looking must not leave an empty
+        ledger (or state dir) behind in a directory given by mistake.
+        """
+        path = Path(state_dir) / DB_FILE
+        if not path.is_file():
+            raise NoLedger(
+                f"{Path(state_dir)} holds no workunits ledger (no {DB_FILE}); check the state "
+                f"dir, or start one with `workunits serve --state {state_dir}`"
+            )
+        return cls(state_dir, clock=clock, busy_timeout=busy_timeout)
 
     @property
     def path(self) -> Path:
