@@ -514,3 +514,13 @@ def test_notifications_wait_for_the_next_notice_and_end_when_closed(state_dir: P
     finally:
         fake.close()
         client.close()
+
+
+def test_a_stream_that_does_not_follow_ends_with_what_is_there_now(
+    client: wu.Client, fake: FakeSupervisor
+) -> None:
+    handle = client.shell("make")
+    assert list(client.stream(handle.id, follow=False)) == []  # pending: nothing yet
+    fake.start(handle.id)
+    fake.output(handle.id, b"so far")
+    assert b"".join(client.stream(handle.id, follow=False)) == b"so far"

@@ -59,6 +59,8 @@ class Backoff:
 class OutputStream(Iterator[bytes]):
     """Every byte of one unit's output, once, in order, until the unit is terminal.
 
+    With ``follow=False`` it ends as soon as it has read what is there now.
+
     The read offset is this stream's own: other readers (the supervisor's
     ``read_output``, other clients) do not move it. Sources, in order of
     preference: an agent's transcript (``transcripts/<id>.jsonl``, kept after
@@ -75,9 +77,11 @@ class OutputStream(Iterator[bytes]):
         *,
         stop: threading.Event,
         poll: float,
+        follow: bool = True,
         chunk: int = STREAM_CHUNK,
     ) -> None:
         self.id = work_id
+        self.follow = follow
         self.offset = 0
         self._ledger = ledger
         self._transcript = Path(ledger.state_dir) / "transcripts" / f"{work_id}.jsonl"
@@ -102,6 +106,9 @@ class OutputStream(Iterator[bytes]):
                 self.close()
                 if rest:
                     return rest
+                break
+            if not self.follow:
+                self.close()  # what was there now has been read
                 break
             self._backoff.pause()
         raise StopIteration

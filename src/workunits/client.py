@@ -282,8 +282,10 @@ class Client:
 
     # -- output and notices ----------------------------------------------------
 
-    def stream(self, work_id: str) -> OutputStream:
+    def stream(self, work_id: str, *, follow: bool = True) -> OutputStream:
         """Yield the unit's output from its start, every byte once, until it is terminal.
+
+        With ``follow=False``, only what has been written so far.
 
         The offset is this stream's own. Output of a unit that ended before it
         was read comes from the stored tail: its last 64 KiB (an agent's
@@ -291,7 +293,7 @@ class Client:
         it for long, so that its row does not expire meanwhile.
         """
         self.row(work_id)  # InvalidWorkId / UnknownWork now, not at the first next()
-        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll)
+        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
 
     def notifications(self) -> Notices:
         """Notices of top-level units as they end; each goes to one consumer, once.

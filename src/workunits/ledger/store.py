@@ -405,6 +405,14 @@ class Ledger:
         """
         return retention.expire(self._db, self._clock.now())
 
+    def expire_ended_before(self, cut: float) -> tuple[int, int]:
+        """Expire what is due and every ended, unretained unit that ended at or before ``cut``.
+
+        Returns ``(units, bytes)``: how many units expired now and how many
+        bytes of stored values they dropped.
+        """
+        return retention.expire_ended_before(self._db, self._clock.now(), cut)
+
     def gc(self, older_than: float | None = None) -> int:
         """Expire what is due, then forget units expired more than ``older_than`` s ago.
 
