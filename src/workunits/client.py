@@ -233,9 +233,13 @@ class Client:
         kind: str | None = None,
         parent: str | None = None,
         limit: int | None = None,
+        ended_after: float | None = None,
     ) -> builtins.list[UnitRow]:
-        """Like ``list``, with the ledger's full rows."""
-        return self.ledger.list(status=status, kind=kind, parent=parent, limit=limit)
+        """Like ``list``, with the ledger's full rows; ``ended_after`` keeps units that
+        ended at or after that time (seconds since the epoch)."""
+        return self.ledger.list(
+            status=status, kind=kind, parent=parent, limit=limit, ended_after=ended_after
+        )
 
     def supervisor_running(self, stale_after: float = SUPERVISOR_STALE_AFTER) -> bool:
         """True while a supervisor on this state dir has sent a heartbeat recently."""

@@ -117,3 +117,13 @@ def test_expire_ended_before_expires_early_and_counts_what_it_dropped(
     assert ledger.expire_ended_before(0.0)[0] == 1
     assert ledger.require(young).shown_status == EXPIRED
     assert ledger.require(retained).shown_status == "completed"
+
+
+def test_list_ended_after_keeps_units_that_ended_since(ledger: Ledger, clock: ManualClock) -> None:
+    old = _ended(ledger)
+    clock.advance(50)
+    fresh = _ended(ledger)
+    running = start(ledger, new_unit(ledger).id).id
+    assert [r.id for r in ledger.list(ended_after=clock.now())] == [fresh]
+    assert {r.id for r in ledger.list(ended_after=0.0)} == {old, fresh}
+    assert running not in [r.id for r in ledger.list(ended_after=0.0)]

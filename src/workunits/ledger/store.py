@@ -175,9 +175,11 @@ class Ledger:
         kind: str | None = None,
         parent: str | None = None,
         limit: int | None = None,
+        ended_after: float | None = None,
     ) -> builtins.list[UnitRow]:
         """Units oldest first. ``status="expired"`` lists expired units; a real status
-        lists units that have it and are not expired (their status reads ``expired``)."""
+        lists units that have it and are not expired (their status reads ``expired``).
+        ``ended_after`` keeps units that ended at or after that time."""
         clauses: builtins.list[str] = []
         params: builtins.list[object] = []
         if status == EXPIRED:
@@ -193,6 +195,9 @@ class Ledger:
         if parent is not None:
             clauses.append("parent = ?")
             params.append(_ids.validate(parent))
+        if ended_after is not None:
+            clauses.append("ended_at >= ?")
+            params.append(ended_after)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         params.append(-1 if limit is None else limit)
         with self._db.read() as conn:
