@@ -202,14 +202,19 @@ def write_bytes(data: bytes) -> None:
     click.echo(data, nl=False)
 
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as seconds; SpecError otherwise."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+    """``90``, ``250ms``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` as seconds; SpecError else."""
     raw = text.strip().lower()
-    scale = units.get(raw[-1:])
-    number = raw[:-1] if scale is not None else raw
+    number, scale = raw, 1.0
+    for suffix in ("ms", "s", "m", "h", "d", "w"):  # "ms" before "m" and "s"
+        if raw.endswith(suffix):
+            number, scale = raw[: -len(suffix)], _DURATION_UNITS[suffix]
+            break
     try:
-        value = float(number) * (scale or 1.0)
+        value = float(number) * scale
     except ValueError:
         raise SpecError(f"{text!r} is not a duration like 90s, 15m, 12h or 7d") from None
     if not value >= 0 or value == float("inf"):

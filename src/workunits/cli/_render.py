@@ -10,12 +10,11 @@ from typing import Any
 
 from rich.console import Group as RenderGroup
 from rich.console import RenderableType
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from workunits._record import signal_name
-from workunits._status import Status, is_terminal
+from workunits._status import is_terminal
 from workunits.ledger import UnitRow
 
 STATUS_STYLE = {
@@ -27,6 +26,7 @@ STATUS_STYLE = {
     "expired": "dim",
 }
 BAR_WIDTH = 10
+TABLE_BAR_WIDTH = 8
 
 
 def status_text(row: UnitRow) -> Text:
@@ -57,38 +57,53 @@ def end_line(row: UnitRow) -> str:
     return f"{row.id} {how_it_ended(row)}{expired}"
 
 
-def progress_cell(row: UnitRow) -> RenderableType:
-    """A bar with the unit's progress message; a pulsing bar while running without one."""
-    message = Text(row.progress_message or "", overflow="ellipsis", no_wrap=True)
-    if row.progress is None and row.status is not Status.RUNNING:
-        return message
-    if row.progress is None:
-        bar = ProgressBar(total=None, width=BAR_WIDTH)  # indeterminate: a pulse
-    else:
-        bar = ProgressBar(total=1.0, completed=row.progress, width=BAR_WIDTH)
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=BAR_WIDTH, no_wrap=True)
-    grid.add_column(no_wrap=True, overflow="ellipsis")
-    grid.add_row(bar, message)
-    return grid
+def progress_bar(fraction: float, width: int = BAR_WIDTH) -> Text:
+    """``━━━━━─────``: heavy for done, light for to do, readable without colour too."""
+    done = round(max(0.0, min(1.0, fraction)) * width)
+    return Text.assemble(("━" * done, "bar.complete"), ("─" * (width - done), "bar.back"))
 
 
-def units_table(rows: list[UnitRow], now: float, *, caption: str | None = None) -> Table:
-    """The ``ls``/``watch`` table; fits 80 columns (the last two columns give way)."""
+def progress_cell(row: UnitRow, bar_width: int = BAR_WIDTH) -> Text:
+    """The bar and percentage (when the unit reported progress), then its message.
+
+    One Text, so its width is what the column gives it: a long message is cut
+    with an ellipsis, never the bar.
+    """
+    cell = Text(no_wrap=True, overflow="ellipsis")
+    if row.progress is not None:
+        cell.append_text(progress_bar(row.progress, bar_width))
+        cell.append(f" {row.progress * 100:3.0f}% ")
+    cell.append(row.progress_message or "")
+    return cell
+
+
+FIXED_COLUMNS = 9 + 8 + 9 + 4 + 5 * 2  # ID, KIND, STATUS, AGE and the gaps between six columns
+
+
+def units_table(
+    rows: list[UnitRow], now: float, *, width: int = 80, caption: str | None = None
+) -> Table:
+    """The ``ls``/``watch`` table, exactly ``width`` columns wide at most (80 by default).
+
+    Every width is set here rather than measured by rich: a long description
+    or progress message would otherwise squeeze the short columns away.
+    """
+    room = max(2 * BAR_WIDTH, width - FIXED_COLUMNS)
+    progress = min(32, max(BAR_WIDTH, room // 2))
     table = Table(box=None, header_style="bold", caption=caption, pad_edge=False, expand=False)
-    table.add_column("ID", no_wrap=True, min_width=9)
-    table.add_column("KIND", no_wrap=True, max_width=8)
-    table.add_column("STATUS", no_wrap=True, min_width=9)
-    table.add_column("AGE", no_wrap=True, justify="right", min_width=3)
-    table.add_column("PROGRESS", no_wrap=True, ratio=1, min_width=BAR_WIDTH, max_width=34)
-    table.add_column("DESCRIPTION", no_wrap=True, overflow="ellipsis", ratio=1, min_width=6)
+    table.add_column("ID", no_wrap=True, width=9)
+    table.add_column("KIND", no_wrap=True, width=8, overflow="ellipsis")
+    table.add_column("STATUS", no_wrap=True, width=9)
+    table.add_column("AGE", no_wrap=True, justify="right", width=4)
+    table.add_column("PROGRESS", no_wrap=True, width=progress, overflow="ellipsis")
+    table.add_column("DESCRIPTION", no_wrap=True, width=room - progress, overflow="ellipsis")
     for row in rows:
         table.add_row(
             row.id,
             row.kind,
             status_text(row),
             age(now - row.created_at),
-            progress_cell(row),
+            progress_cell(row, TABLE_BAR_WIDTH),
             Text(row.description, overflow="ellipsis", no_wrap=True),
         )
     return table

@@ -60,7 +60,7 @@ def ls(
         hint = "" if show_all or status else " (--all shows ended ones)"
         console.print(f"no units{hint}", style="dim")
         return
-    console.print(_render.units_table(rows, time.time()))
+    console.print(_render.units_table(rows, time.time(), width=console.width))
 
 
 @cli.command("show")
@@ -99,11 +99,10 @@ def _when(t: float | None, now: float) -> str:
 
 
 def _details(row: UnitRow, now: float) -> RenderableType:
+    head = Text.assemble((row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    head = Text.assemble((row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row))
-    grid.add_row(head, "")
 
     def field(name: str, value: RenderableType | None) -> None:
         if value is not None and value != "":
@@ -124,7 +123,7 @@ def _details(row: UnitRow, now: float) -> RenderableType:
     field("session", row.session)
     field("pid", None if row.pid is None else str(row.pid))
     if row.progress is not None or row.progress_message:
-        field("progress", _progress(row))
+        field("progress", _render.progress_cell(row))
     field("checkpoint", _checkpoint(row))
     field("retained", f"by {row.retain} viewer(s)" if row.retain else None)
     if row.cancel_requested and not is_terminal(row.status):
@@ -136,7 +135,7 @@ def _details(row: UnitRow, now: float) -> RenderableType:
         field("expires", _when(row.expire_at, now))
     if row.error:
         field("error", Text(row.error.rstrip(), style="red"))
-    return grid
+    return _render.stack(head, grid)
 
 
 def _outcome(row: UnitRow) -> Text:
@@ -148,13 +147,6 @@ def _outcome(row: UnitRow) -> Text:
     if row.signal is not None:
         parts.append(f"signal {signal_name(row.signal)}")
     return Text(", ".join(parts), style=_render.STATUS_STYLE.get(row.status.value, ""))
-
-
-def _progress(row: UnitRow) -> RenderableType:
-    pct = "" if row.progress is None else f"{row.progress * 100:.0f}%  "
-    grid = Table.grid(padding=(0, 1))
-    grid.add_row(_render.progress_cell(row), Text(pct.strip()))
-    return grid
 
 
 def _checkpoint(row: UnitRow) -> str | None:

@@ -61,7 +61,7 @@ def watch(state_dir: Path, recent: str, interval: float, once: bool) -> None:
         view = View(client, state_dir, window)
         console = Console()
         if once:
-            console.print(view.frame(view.rows(), console.size.height))
+            console.print(view.frame(view.rows(), console.width))
             return
         # Ctrl-C is how one leaves a watch: not an error.
         with _Retainer(client) as retainer, _Keys() as keys, contextlib.suppress(KeyboardInterrupt):
@@ -78,7 +78,7 @@ def _loop(console: Console, view: View, retainer: _Retainer, keys: _Keys, interv
             now = time.time()
             key = view.fingerprint(rows, now, height, console.size.width)
             if key != shown:
-                live.update(view.frame(rows, height, now), refresh=True)
+                live.update(view.frame(rows, console.width, now), refresh=True)
                 shown = key
             if keys.quit_within(interval):
                 return
@@ -117,21 +117,22 @@ class View:
         )
         return (cells, self._total, self._client.supervisor_running(), height, width)
 
-    def frame(self, rows: list[UnitRow], height: int, now: float | None = None) -> RenderableType:
+    def frame(self, rows: list[UnitRow], width: int, now: float | None = None) -> RenderableType:
         now = time.time() if now is None else now
         running = sum(1 for r in rows if r.status is Status.RUNNING)
         pending = sum(1 for r in rows if r.status is Status.PENDING)
         supervisor = "supervisor up" if self._client.supervisor_running() else "no supervisor"
         title = Text.assemble(
-            ("workunits watch", "bold"), f"  {self._state_dir}  ", (supervisor, "dim")
+            ("workunits watch", "bold"), "  ", (supervisor, "dim"), f"  {self._state_dir}"
         )
+        title.no_wrap, title.overflow = True, "ellipsis"
         hidden = self._total - len(rows)
         caption = f"+{hidden} more (the terminal is too short)" if hidden > 0 else None
         footer = Text(f"{running} running, {pending} pending   q or Ctrl-C quits", style="dim")
         if not rows:
             body: RenderableType = Text("no running or recently ended units", style="dim")
         else:
-            body = _render.units_table(rows, now, caption=caption)
+            body = _render.units_table(rows, now, width=width, caption=caption)
         return _render.stack(title, body, footer)
 
 
