@@ -58,12 +58,14 @@ def create_private_file(path: Path) -> None:
     except FileNotFoundError:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            os.close(os.open(path, flags, 0o600))  # nobody can hold a lock on a new file
-            return
+            fd = os.open(path, flags, 0o600)
         except FileExistsError:
             info = os.lstat(path)  # another opener created it first
         except OSError as exc:
             raise LedgerError(f"cannot create {path}: {exc.strerror}") from exc
+        else:
+            os.close(fd)  # nobody can hold a lock on a file that did not exist
+            return
     if stat.S_ISLNK(info.st_mode):
         raise LedgerError(f"cannot open {path}: it is a symlink, and the ledger follows none")
     if not stat.S_ISREG(info.st_mode):
