@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import workunits as wu
+from tests.cli.live import Serve, Terminal
 from tests.client_support import FakeSupervisor
 from workunits.cli import cli
 
@@ -63,3 +64,29 @@ def one_line_error(result: Result, code: int, needle: str) -> None:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("workunits: "), lines[0]
     assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def served(state_dir: Path, client: wu.Client) -> Iterator[Serve]:
+    """``workunits serve`` on the test's state dir; SIGTERM ends it, and it must exit 0."""
+    serve = Serve(state_dir)
+    try:
+        yield serve
+    finally:
+        code = serve.stop()
+    assert code == 0, f"workunits serve exited {code}"
+
+
+@pytest.fixture
+def terminal() -> Iterator[Callable[..., Terminal]]:
+    """Open ``Terminal``s running ``workunits`` commands; every one is closed at the end."""
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str, rows: int = 24, cols: int = 80) -> Terminal:
+        term = Terminal(*args, rows=rows, cols=cols)
+        opened.append(term)
+        return term
+
+    yield open_terminal
+    for term in opened:
+        term.close()
