@@ -40,9 +40,13 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def msup(state_dir: Path, clock: ManualClock) -> Iterator[Supervisor]:
-    """A supervisor on manual time with no ticker: deadlines run only at ``msup.tick()``."""
+    """A supervisor on manual time with no ticker: deadlines run only at ``msup.tick()``.
+
+    It has a state dir of its own: one supervisor per state dir, and a test may
+    use both this and ``sup``.
+    """
     with Supervisor(
-        state_dir,
+        state_dir.with_name("manual-state"),
         clock=clock,
         tick_interval=None,
         eviction_grace=GRACE,

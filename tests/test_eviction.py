@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import GRACE
-from workunits import Supervisor, UnknownWork
+from workunits import Status, Supervisor, UnknownWork
 from workunits.testing import ManualClock, ScriptedDriver
 
 
@@ -25,29 +25,28 @@ def test_a_terminal_record_stays_until_the_grace_is_over(
     assert msup.get(unit.id) == record
     clock.advance(0.001)
     assert msup.tick() == 1
-    with pytest.raises(UnknownWork):
-        msup.get(unit.id)
-    assert msup.list() == []
+    assert unit.id not in msup.resident_ids()
+    # The ledger answers for it now (invariant 8), with how it ended and its tail.
+    from_ledger = msup.get(unit.id)
+    assert (from_ledger.status, from_ledger.ended_at) == (record.status, record.ended_at)
+    assert from_ledger.output_tail == record.output_tail
+    assert [r.id for r in msup.list()] == [unit.id]
 
 
-def test_every_call_on_an_evicted_unit_is_unknown_work(
+def test_an_evicted_unit_reads_from_the_ledger_and_cannot_be_held(
     msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
 ) -> None:
     unit = drive.start()
     drive.exit(unit.id, 0)
     clock.advance(GRACE)
     assert msup.tick() == 1
-    for call in (
-        msup.get,
-        msup.read_output,
-        msup.kill,
-        msup.cancel,
-        msup.retain,
-        msup.release,
-        msup.wait,
-        msup.result,
-    ):
-        with pytest.raises(UnknownWork):
+    assert msup.get(unit.id).status == Status.COMPLETED
+    assert msup.wait(unit.id).status == Status.COMPLETED
+    assert msup.result(unit.id).id == unit.id
+    assert msup.kill(unit.id) is False
+    assert msup.cancel(unit.id) is False
+    for call in (msup.read_output, msup.retain, msup.release):
+        with pytest.raises(UnknownWork, match="left memory"):
             call(unit.id)
 
 
@@ -153,7 +152,7 @@ def test_ticks_evict_only_what_is_due(
     drive.exit(late.id, 1)
     clock.advance(GRACE - 5)
     assert msup.tick() == 1
-    assert {r.id for r in msup.list()} == {late.id, running.id}
+    assert msup.resident_ids() == {late.id, running.id}
     clock.advance(5)
     assert msup.tick() == 1
-    assert [r.id for r in msup.list()] == [running.id]
+    assert msup.resident_ids() == {running.id}

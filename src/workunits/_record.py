@@ -57,6 +57,12 @@ class WorkRecord:
     result: bytes | None = None  # encoded value; opened only by whoever asks for it
     result_format: str | None = None  # "json" or "pickle"; None for kinds without values
     cause: bytes | None = None  # cloudpickled exception of a failed unit, when it pickled
+    expired_at: float | None = None  # set once retention dropped its result, tail and checkpoint
+
+    @property
+    def shown_status(self) -> str:
+        """``expired`` once retention ran out, else the status."""
+        return "expired" if self.expired_at is not None else self.status.value
 
     def describe_end(self) -> str:
         """One line saying how the unit ended (or that it has not)."""

@@ -195,6 +195,7 @@ class UnitRow:
             result=None if self.result is None else self.result.data,
             result_format=None if self.result is None else self.result.format,
             cause=None if self.cause is None else self.cause.data,
+            expired_at=self.expired_at,
         )
 
     @classmethod

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from workunits.actors.agent import (
     SpawnChild,
 )
 from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
+from workunits.ledger import Ledger
 from workunits.runtime import messages as m
 from workunits.supervisor.asks import PendingAsks
+from workunits.supervisor.durable import DurableSupervisor
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.messaging import BetweenUnits, UnitMessaging
@@ -44,6 +47,8 @@ from workunits.zygote.client import ZygoteClient
 log = logging.getLogger(__name__)
 
 Subscriber = Callable[[WorkRecord | None, WorkRecord], None]
+# A unit waiting for a slot: id, kind, spec, timeout, checkpoint.
+Queued = tuple[str, type[WorkActor], Any, float | None, bytes | None]
 
 OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between output-size checks of running units
 
@@ -65,7 +70,14 @@ class Tick:
     pass
 
 
-class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A root notice was taken from the application's mailbox (from the consumer's thread)."""
+
+    notice: Notification
+
+
+class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
     use_daemon_thread = True  # a safety net only; Supervisor.close() stops it
 
     def __init__(
@@ -78,8 +90,12 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
         zygote: ZygoteClient,
         kinds: Kinds,
         eviction_grace: float,
+        ledger: Ledger,
+        session: str,
+        concurrency: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__()
+        self._init_durable(ledger, session)
         self.registry = Registry()
         self.kinds = kinds
         self._state_dir = state_dir
@@ -94,8 +110,16 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
         self._ending: dict[str, str] = {}
         self._asks = PendingAsks()  # open asks to teammates (see messaging.py)
         self._read_fds: dict[str, int] = {}
-        self._mailboxes: dict[str | None, Mailbox] = {None: Mailbox(None)}
-        self._subscribers: list[Subscriber] = []
+        self._mailboxes: dict[str | None, Mailbox] = {
+            None: Mailbox(None, on_take=self._root_notice_taken)
+        }
+        # The ledger hears of a change first: whoever wakes on it may read the ledger.
+        self._subscribers: list[Subscriber] = [self._ledger_on_change]
+        # Units waiting for a slot of their kind (FIFO), and the limits per kind name.
+        self._limits = dict(concurrency or {})
+        self._queued: dict[
+            str, deque[tuple[str, type[WorkActor], Any, float | None, bytes | None]]
+        ] = {}
         self._deadlines = Deadlines()
         self._next_cap_check = 0.0
         self._closing = False
@@ -114,8 +138,10 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
                     self._write(
                         work_id, lambda r: replace(r, progress=fraction, progress_message=text)
                     )
-                case CheckpointReport():
-                    pass  # kept by the ledger once it is wired in
+                case CheckpointReport(work_id, attempt, state):
+                    self._save_checkpoint(work_id, attempt, state)
+                case Delivered(notice):
+                    self._mark_delivered(notice)
                 case SpawnChild(parent, request):
                     self._spawn_child(parent, request)
                 case ControlChild(parent, request):
@@ -140,8 +166,14 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
         parent: str | None = None,
         description: str = "",
         timeout: float | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
     ) -> WorkRecord:
-        """Validate, insert as ``pending``, then start the unit's actor (invariant 4)."""
+        """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
+
+        With ``key``, a unit already submitted under it is returned instead,
+        whatever its status (IdempotencyConflict if its spec differs).
+        """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
         actor_class = self.kinds.actor_class(_ids.validate_letter(letter))
@@ -156,6 +188,12 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
             parent_record = self._lookup(parent)
             if is_terminal(parent_record.status):
                 raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
+        if key is not None and (not isinstance(key, str) or not key):
+            raise SpecError(f"key must be a non-empty str, got {key!r}")
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
+            raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         work_id = _ids.mint(letter)
         while work_id in self.registry:  # ~2.8e12 suffixes: practically never loops
             work_id = _ids.mint(letter)
@@ -168,13 +206,50 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
             created_at=self._clock.now(),
             output_path=str(self._output_dir / f"{work_id}.out"),
         )
-        self.registry.insert(record)
-        self._emit(None, record)
-        self._start(work_id, actor_class, spec, timeout)
+        existing = self._submit_durably(record, actor_class, spec, timeout, key, max_attempts)
+        if existing is not None:
+            found = self.registry.find(existing.id)
+            return found if found is not None else existing.to_record()
+        self._admit(record, actor_class, spec, timeout)
         return self.registry.get(work_id)
 
+    def _admit(
+        self,
+        record: WorkRecord,
+        actor_class: type[WorkActor],
+        spec: Any,
+        timeout: float | None,
+        checkpoint: bytes | None = None,
+    ) -> None:
+        """Insert a pending record and start it, or queue it for a slot of its kind."""
+        self.registry.insert(record)
+        self._emit(None, record)
+        limit = self._limits.get(actor_class.kind)
+        if limit is not None and self._running_of(actor_class.kind) >= limit:
+            queue = self._queued.setdefault(actor_class.kind, deque())
+            queue.append((record.id, actor_class, spec, timeout, checkpoint))
+            return
+        self._start(record.id, actor_class, spec, timeout, checkpoint)
+
+    def _running_of(self, kind: str) -> int:
+        return sum(1 for work_id in self._actors if self.registry.get(work_id).kind == kind)
+
+    def _start_queued(self, kind: str) -> None:
+        queue = self._queued.get(kind)
+        limit = self._limits.get(kind)
+        while queue and (limit is None or self._running_of(kind) < limit):
+            work_id, actor_class, spec, timeout, checkpoint = queue.popleft()
+            record = self.registry.find(work_id)
+            if record is not None and record.status == Status.PENDING:
+                self._start(work_id, actor_class, spec, timeout, checkpoint)
+
     def _start(
-        self, work_id: str, actor_class: type[WorkActor], spec: Any, timeout: float | None
+        self,
+        work_id: str,
+        actor_class: type[WorkActor],
+        spec: Any,
+        timeout: float | None,
+        checkpoint: bytes | None = None,
     ) -> None:
         now = self._clock.now()
         _, record = self._write(
@@ -188,7 +263,7 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
             state_dir=str(self._state_dir),
             timeout=timeout,
             attempt=record.attempt,
-            checkpoint=None,
+            checkpoint=checkpoint,
             clock=self._clock,
             reaper=self._reaper,
             zygote=self._zygote,
@@ -272,13 +347,17 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
         self._output_caps.pop(work_id, None)
         self._ending.pop(work_id, None)
         self._fail_asks(new)
-        if notify:
-            self._notify_parent(new)
+        # Subscribers first: the ledger commits the terminal row and its outbox
+        # notice, so a notice is never seen before the end it announces.
         self._emit(old, new)
+        if notify and work_id not in self._suspended:
+            self._notify_parent(new)
         if new.evict_after is not None:
             self._deadlines.push(new.evict_after, work_id, Due.EVICT)
         for child in self.registry.children(work_id):
             self._kill(child, Reason.PARENT_ENDED)
+        if new.kind in self._queued:
+            self._start_queued(new.kind)
 
     def _drain_output(self, record: WorkRecord) -> tuple[int, bytes]:
         """Final drain: size and tail, then remove the file (a symlink's target survives).
@@ -373,6 +452,12 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
             mailbox = self._mailboxes[owner] = Mailbox(owner)
         return mailbox
 
+    def _root_notice_taken(self, item: object) -> None:
+        """Mailbox hook, in the consumer's thread: the ledger marks the notice delivered."""
+        if isinstance(item, Notification):
+            with contextlib.suppress(pykka.ActorDeadError):
+                self.actor_ref.tell(Delivered(item))
+
     def mailbox(self, owner: str | None = None) -> Mailbox:
         if owner is not None:
             self._lookup(owner)
@@ -381,8 +466,17 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
     # -- kill and cancel, routed by prefix (invariant 9) -----------------------
 
     def kill(self, work_id: str, reason: Reason = Reason.KILLED) -> bool:
-        self._lookup(work_id)
+        if self._evicted(work_id):
+            return False  # it ended long enough ago to leave memory: nothing to kill
         return self._kill(work_id, reason)
+
+    def _evicted(self, work_id: str) -> bool:
+        """Validate ``work_id``; True when only the ledger still knows it (UnknownWork if none)."""
+        _ids.prefix_of(work_id, self.kinds)
+        if work_id in self.registry:
+            return False
+        self._from_ledger(work_id)
+        return True
 
     def _kill(self, work_id: str, reason: Reason) -> bool:
         record = self.registry.get(work_id)
@@ -396,7 +490,9 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
         return True
 
     def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
-        record = self._lookup(work_id)
+        if self._evicted(work_id):
+            return False
+        record = self.registry.get(work_id)
         if record.status == Status.PENDING:
             self._end(work_id, Outcome(Status.KILLED, reason=reason))
             return True
@@ -418,11 +514,19 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
     # -- reads -----------------------------------------------------------------
 
     def _lookup(self, work_id: str) -> WorkRecord:
-        _ids.prefix_of(work_id, self.kinds)
+        """The record in memory; UnknownWork (saying so) for one only the ledger still has."""
+        if self._evicted(work_id):
+            raise UnknownWork(
+                f"{work_id} ended and has left memory: get() reads it from the ledger, "
+                f"with its output tail; there is no live output or retention left to use"
+            )
         return self.registry.get(work_id)
 
     def get(self, work_id: str) -> WorkRecord:
-        return self._lookup(work_id)
+        """From memory, or from the ledger once the record was evicted (or never loaded)."""
+        _ids.prefix_of(work_id, self.kinds)
+        found = self.registry.find(work_id)
+        return found if found is not None else self._from_ledger(work_id)
 
     def list_units(
         self,
@@ -434,14 +538,15 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
             None if kind is None else self.kinds.actor_class(self.kinds.letter_of(kind)).kind
         )
         if parent is not None:
-            self._lookup(parent)
-        return [
+            self.get(parent)
+        in_memory = [
             r
             for r in self.registry
             if (status is None or r.status == status)
             and (kind_name is None or r.kind == kind_name)
             and (parent is None or r.parent == parent)
         ]
+        return in_memory + self._ledger_rows(status, kind_name, parent)
 
     def read_output(self, work_id: str, max_bytes: int | None = None) -> tuple[bytes, WorkRecord]:
         """Read the delta since the offset, then patch only the offset (invariant 6)."""
@@ -524,6 +629,8 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
         if now >= self._next_cap_check:
             self._next_cap_check = now + OUTPUT_CAP_CHECK_EVERY
             self._check_output_caps()
+        if not self._closing:
+            self._durable_tick(now)
         return evicted
 
     def _check_output_caps(self) -> None:
@@ -546,14 +653,30 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
 
     # -- kinds -----------------------------------------------------------------
 
+    def resident_ids(self) -> set[str]:
+        return {r.id for r in self.registry}
+
+    def gc(self, older_than: float | None = None) -> int:
+        return self._ledger.gc(older_than)
+
     def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
         self.kinds.add(letter, actor_class)
 
     # -- shutdown (invariant 10) -------------------------------------------------
 
-    def begin_shutdown(self) -> list[str]:
-        """Refuse new work and kill all running work; return the IDs still ending."""
+    def begin_shutdown(self, deploy: bool = False) -> list[str]:
+        """Refuse new work and kill all running work; return the IDs still ending.
+
+        With ``deploy``, resumable running units and pending units are stopped
+        without a terminal write: the next session resumes or starts them.
+        """
         self._closing = True
+        if deploy:
+            for record in self.registry:
+                if record.status == Status.PENDING or (
+                    record.status == Status.RUNNING and self._resumable(record.id)
+                ):
+                    self._suspended.add(record.id)
         for record in self.registry:
             if not is_terminal(record.status):
                 self._kill(record.id, Reason.SHUTDOWN)
@@ -568,6 +691,7 @@ class SupervisorActor(UnitMessaging, pykka.ThreadingActor):
                 ref.stop(block=False)
 
     def on_stop(self) -> None:
+        self._close_durable()
         self._fail_all_asks()
         for fd in self._read_fds.values():
             os.close(fd)

@@ -34,6 +34,8 @@ from workunits.actors.monitor import MonitorActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.actors.teammate import TeammateActor
 from workunits.actors.workflow import WorkflowActor
+from workunits.ledger import Ledger, SupervisorLock
+from workunits.ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
@@ -122,10 +124,53 @@ class Supervisor(KindsFacade):
         ask_timeout: float = 30.0,
         install_signal_handlers: bool = True,
         preload: Sequence[str] = (),
+        concurrency: Mapping[str, int] | None = None,
+        lock_timeout: float = 0.0,
+        expire_after: float = DEFAULT_EXPIRE_AFTER,
     ) -> None:
+        """Open (or create) the state dir and its ledger, and recover what a dead session left.
+
+        One supervisor per state dir: a second one raises SupervisorBusy (after
+        waiting ``lock_timeout`` seconds for the first to go). ``concurrency``
+        caps running units per kind name (``{"agent": 4}``); the rest wait pending.
+        """
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
+        for kind_name, limit in (concurrency or {}).items():
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
         self.state_dir = _outputfile.private_dir(Path(state_dir))
+        self._lock = SupervisorLock(self.state_dir)
+        self._lock.acquire(timeout=lock_timeout)
+        try:
+            self._open(
+                eviction_grace=eviction_grace,
+                clock=clock,
+                tick_interval=tick_interval,
+                shutdown_grace=shutdown_grace,
+                ask_timeout=ask_timeout,
+                install_signal_handlers=install_signal_handlers,
+                preload=preload,
+                concurrency=concurrency,
+                expire_after=expire_after,
+            )
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(
+        self,
+        *,
+        eviction_grace: float,
+        clock: Clock | None,
+        tick_interval: float | None,
+        shutdown_grace: float,
+        ask_timeout: float,
+        install_signal_handlers: bool,
+        preload: Sequence[str],
+        concurrency: Mapping[str, int] | None,
+        expire_after: float,
+    ) -> None:
         self._output_dir = _outputfile.private_dir(self.state_dir / "output")
         self._clock = clock or SystemClock()
         self._ask_timeout = ask_timeout
@@ -141,6 +186,8 @@ class Supervisor(KindsFacade):
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
         kinds.add("w", WorkflowActor, builtin=True)
+        self._ledger = Ledger(self.state_dir, clock=self._clock, expire_after=expire_after)
+        self.session = _ids.mint("s")
         self._reaper = Reaper()
         self._zygote = ZygoteClient(self._reaper, preload)
         # Warm the zygote up in the background: the first unit then finds it ready.
@@ -153,10 +200,15 @@ class Supervisor(KindsFacade):
             zygote=self._zygote,
             kinds=kinds,
             eviction_grace=eviction_grace,
+            ledger=self._ledger,
+            session=self.session,
+            concurrency=concurrency,
         )
         self._actor = self._ref.proxy()
         self._waiters = TerminalWaiters()
         self._ask(self._actor.subscribe(self._waiters.on_change))
+        # What a dead session left: resumed and lost units, adopted pending ones.
+        self.recovered: dict[str, list[str]] = self._ask(self._actor.recover())
         self._ticker = None if tick_interval is None else Ticker(tick_interval, self._send_tick)
         _cleanup.track(self, signals=install_signal_handlers)
 
@@ -196,18 +248,22 @@ class Supervisor(KindsFacade):
         timeout: float | None = None,
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        on_lost: str = "fail",
+        key: str | None = None,
     ) -> WorkHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
         ``env`` replaces the environment, as in ``subprocess``. Raises only for bad
         arguments; a command that cannot start still gets an ID and ends ``failed``.
+        ``on_lost="restart"`` runs it again if its supervisor dies while it runs.
         """
-        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap)
+        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
         return self.submit(
             "b",
             spec,
             description=spec.describe() if description is None else description,
             timeout=timeout,
+            key=key,
         )
 
     def agent(
@@ -217,12 +273,17 @@ class Supervisor(KindsFacade):
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
 
         The call is pickled here, so an unpicklable callable or argument raises
         SpecError before any ID exists. ``result()`` returns what ``fn`` returned.
+        An agent whose callable is importable (``module:qualname``) is resumable:
+        if its supervisor dies, the next one runs it again from its last
+        checkpoint, up to ``max_attempts`` (default 3) attempts in all.
         """
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
         return self.submit(
@@ -230,6 +291,8 @@ class Supervisor(KindsFacade):
             spec,
             description=spec.name if description is None else description,
             timeout=timeout,
+            key=key,
+            max_attempts=max_attempts,
         )
 
     def submit(
@@ -240,12 +303,34 @@ class Supervisor(KindsFacade):
         description: str = "",
         parent: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
     ) -> WorkHandle:
-        """Start a unit of any registered kind (by letter) with a kind-specific spec."""
+        """Start a unit of any registered kind (by letter) with a kind-specific spec.
+
+        ``key`` makes the submit idempotent: a unit already submitted under it is
+        returned, whatever its status; the same key with another spec raises
+        IdempotencyConflict.
+        """
         record = self._call(
-            "register", kind, spec, parent=parent, description=description, timeout=timeout
+            "register",
+            kind,
+            spec,
+            parent=parent,
+            description=description,
+            timeout=timeout,
+            key=key,
+            max_attempts=max_attempts,
         )
         return WorkHandle(self, cast(WorkRecord, record).id)
+
+    def resident_ids(self) -> set[str]:
+        """IDs whose records are in memory (the rest only the ledger still answers for)."""
+        return cast("set[str]", self._call("resident_ids"))
+
+    def gc(self, older_than: float | None = None) -> int:
+        """Expire ended units past their retention; forget those expired ``older_than`` ago."""
+        return cast(int, self._call("gc", older_than))
 
     def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
         """Add a kind under an unused letter; built-in letters and ``s`` are refused."""
@@ -383,15 +468,20 @@ class Supervisor(KindsFacade):
 
     # -- shutdown --------------------------------------------------------------
 
-    def close(self) -> None:
-        """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent."""
+    def close(self, *, deploy: bool = False) -> None:
+        """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent.
+
+        ``deploy=True`` (what ``workunits serve`` does on SIGTERM): resumable
+        units and pending ones are stopped without ending them in the ledger,
+        so the next supervisor on this state dir resumes or starts them.
+        """
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
         _cleanup.untrack(self)
         try:
-            ending = cast("list[str]", self._ask(self._actor.begin_shutdown()))
+            ending = cast("list[str]", self._ask(self._actor.begin_shutdown(deploy)))
             deadline = time.monotonic() + self._shutdown_grace
             stuck: list[str] = []
             for work_id in ending:
@@ -418,6 +508,7 @@ class Supervisor(KindsFacade):
             self._close_kinds()
             self._zygote.close()
             self._reaper.close()
+            self._lock.release()
 
     def __enter__(self) -> Supervisor:
         return self

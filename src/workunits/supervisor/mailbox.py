@@ -15,7 +15,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from workunits._record import MailboxItem
 
@@ -25,8 +25,13 @@ class MailboxClosed(Exception):
 
 
 class Mailbox:
-    def __init__(self, owner: str | None) -> None:
+    def __init__(
+        self, owner: str | None, on_take: Callable[[MailboxItem], None] | None = None
+    ) -> None:
+        """``on_take(item)`` runs in the consumer's thread as each item is taken
+        (the root mailbox uses it to mark the notice delivered in the ledger)."""
         self.owner = owner
+        self._on_take = on_take
         self._cond = threading.Condition()
         self._items: deque[MailboxItem] = deque()
         self._closed = False
@@ -68,11 +73,18 @@ class Mailbox:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"no notification within {timeout} s")
                 self._cond.wait(remaining)
-            return self._items.popleft()
+            item = self._items.popleft()
+        return self._taken(item)
+
+    def _taken(self, item: MailboxItem) -> MailboxItem:
+        if self._on_take is not None:
+            self._on_take(item)
+        return item
 
     def get_nowait(self) -> MailboxItem | None:
         with self._cond:
-            return self._items.popleft() if self._items else None
+            item = self._items.popleft() if self._items else None
+        return None if item is None else self._taken(item)
 
     def __iter__(self) -> Iterator[MailboxItem]:
         """Yield notices as they arrive, until the supervisor closes."""
@@ -89,11 +101,13 @@ class Mailbox:
                 loop = asyncio.get_running_loop()
                 fut: asyncio.Future[None] = loop.create_future()
                 with self._cond:
-                    if self._items:
-                        return self._items.popleft()
-                    if self._closed:
+                    item = self._items.popleft() if self._items else None
+                    if item is None and self._closed:
                         raise MailboxClosed("the supervisor is closed and the mailbox is empty")
-                    self._async_waiters.append((loop, fut))
+                    if item is None:
+                        self._async_waiters.append((loop, fut))
+                if item is not None:
+                    return self._taken(item)
                 await fut
 
     def __aiter__(self) -> AsyncIterator[MailboxItem]:

@@ -11,7 +11,7 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits._errors import TeammateError, WorkFailed, WorkKilled, WorkunitsError
+from workunits._errors import TeammateError, WorkExpired, WorkFailed, WorkKilled, WorkunitsError
 from workunits._record import WorkRecord
 from workunits._status import Status
 from workunits.runtime import messages as m
@@ -25,6 +25,11 @@ def decode_value(data: bytes, fmt: str) -> Any:
 
 def result_of(record: WorkRecord) -> Any:
     """The value of a completed unit (its record for kinds without values, like shell)."""
+    if record.expired_at is not None:
+        raise WorkExpired(
+            f"{record.id} ended {record.status.value}, but its retention ran out and its "
+            f"result is gone; only its status is kept"
+        )
     if record.status == Status.COMPLETED:
         if record.result is None or record.result_format is None:
             return record

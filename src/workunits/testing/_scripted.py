@@ -168,8 +168,8 @@ class ScriptedDriver:
 
     Each call returns when the unit has acted: ``write`` when the bytes are in
     the output file, ``exit`` and ``fail`` when the terminal record exists.
-    Commands to a unit that has ended raise ``NotRunning``; to one the supervisor
-    has forgotten, ``UnknownWork``.
+    Commands to a unit that has ended (evicted too) raise ``NotRunning``; to an
+    ID the state dir never saw, ``UnknownWork``.
     """
 
     def __init__(
