@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import ClientClosed, NotFinished, SpecError, WorkExpired
+from workunits._errors import ClientClosed, NotFinished, SpecError
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._record import WorkRecord
 from workunits._status import Status, is_terminal
@@ -278,9 +278,7 @@ class Client:
         unit's retention ran out and its value is gone.
         """
         row = self._wait_row(work_id, timeout)
-        if row.expired:
-            raise WorkExpired(row.to_record())
-        if row.result is None or row.status is not Status.COMPLETED:
+        if row.expired or row.result is None or row.status is not Status.COMPLETED:
             return result_of(row.to_record())  # raises, or the record of a value-less unit
         return self.ledger.load_result(work_id)
 

@@ -62,7 +62,8 @@ def test_tail_follow_renders_an_agent_transcript(
     fifo = _fifo(tmp_path)
     work_id = client.agent("tests.cli.e2e_units:half_way_then", str(fifo)).id
     term = terminal("tail", "-f", "--state", str(client.state_dir), work_id)
-    screen = term.wait_for("waiting for the go")
+    # Progress and printed lines reach the transcript by different paths: wait for both.
+    screen = term.wait_for(lambda s: "waiting for the go" in s and "half way" in s)
     assert f"[start] {work_id} attempt 1" in screen
     assert "[progress]  50% half way" in screen
     release(fifo, "go")
@@ -97,7 +98,10 @@ def test_watch_shows_units_live_retains_them_and_quits_on_q(
         "tests.cli.e2e_units:half_way_then", str(fifo), description="the migration"
     ).id
     term = terminal("watch", "--state", str(client.state_dir), "--interval", "0.05")
-    screen = term.wait_for(lambda s: "half way" in _line_of(s, slow))
+    # Wait for a whole frame: rich redraws top to bottom, so a read may end mid-frame.
+    screen = term.wait_for(
+        lambda s: "half way" in _line_of(s, slow) and "completed" in _line_of(s, quick)
+    )
     lines = screen.splitlines()
     assert lines[0].startswith("workunits watch  supervisor up")
     assert lines[1].split() == ["ID", "KIND", "STATUS", "AGE", "PROGRESS", "DESCRIPTION"]

@@ -29,6 +29,7 @@ from workunits._errors import (
     NotFinished,
     SpecError,
     UnknownWork,
+    WorkExpired,
     WorkKilled,
     WorkunitsError,
 )
@@ -81,8 +82,7 @@ def finish(code: Exit) -> NoReturn:
 
 
 def _code_of(exc: WorkunitsError) -> Exit:
-    # Most specific first: WorkExpired is an UnknownWork; InvalidWorkId a ValueError.
-    if isinstance(exc, UnknownWork):
+    if isinstance(exc, UnknownWork | WorkExpired):
         return Exit.UNKNOWN
     if isinstance(exc, InvalidWorkId | SpecError | IdempotencyConflict):
         return Exit.USAGE

@@ -1,8 +1,9 @@
 """``serve``: a supervisor daemon on the state dir, until SIGTERM, SIGINT or SIGHUP.
 
 Deliberately thin: the ``Supervisor`` does the work (adopting pending rows,
-applying requests, recovering units of dead sessions); this command owns
-only the process's signals. The main thread blocks in ``select`` on a wakeup
+applying requests, recovering units of dead sessions, concurrency limits);
+this command owns only the process's signals, and says which one came to
+``close()`` (SIGTERM: ``deploy=True``). The main thread blocks in ``select`` on a wakeup
 pipe, so a signal is seen at once; the handlers only record which signal
 came, and the main thread then closes the supervisor, which ends or hands
 over running work before the process exits 0.
@@ -20,6 +21,7 @@ from types import FrameType
 
 import click
 
+from workunits._errors import SpecError
 from workunits.cli._app import cli, state_option
 from workunits.supervisor.facade import Supervisor
 
@@ -28,24 +30,53 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 @cli.command("serve")
 @state_option
-def serve(state_dir: Path) -> None:
+@click.option(
+    "-c",
+    "--concurrency",
+    "limits",
+    multiple=True,
+    metavar="KIND=N",
+    help="Run at most N units of KIND at once (default: agent=<number of cores>).",
+)
+def serve(state_dir: Path, limits: tuple[str, ...]) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
-    SIGTERM, SIGINT (Ctrl-C) and SIGHUP stop it: running units are ended or
-    left to resume in the next run, as the supervisor's close() decides.
+    SIGTERM is a deploy: resumable units are stopped and left for the next
+    `workunits serve` on this state dir to resume, pending ones wait for it,
+    and the others end killed (reason shutdown). SIGINT (Ctrl-C) and SIGHUP
+    end every running unit (reason shutdown).
     """
+    concurrency = _limits(limits)
     with _stop_signals() as wait_for_signal:
-        supervisor = Supervisor(state_dir, install_signal_handlers=False)
+        supervisor = Supervisor(state_dir, install_signal_handlers=False, concurrency=concurrency)
+        deploy = False
         try:
+            caps = ", ".join(f"{kind} {n}" for kind, n in sorted(concurrency.items()))
             click.echo(
-                f"workunits serve: supervising {state_dir} (pid {os.getpid()}); "
-                f"SIGTERM or Ctrl-C stops it",
+                f"workunits serve: supervising {state_dir} (pid {os.getpid()}, session "
+                f"{supervisor.session}, at most {caps} at once); SIGTERM or Ctrl-C stops it",
                 err=True,
             )
             signum = wait_for_signal()
-            click.echo(f"workunits serve: {signal.Signals(signum).name}, stopping", err=True)
+            deploy = signum == signal.SIGTERM
+            how = "leaving resumable work for the next run" if deploy else "ending running work"
+            click.echo(f"workunits serve: {signal.Signals(signum).name}, {how}", err=True)
         finally:
-            supervisor.close()
+            supervisor.close(deploy=deploy)
+
+
+def _limits(items: tuple[str, ...]) -> dict[str, int]:
+    limits = {"agent": os.cpu_count() or 1}
+    for item in items:
+        kind, sep, number = item.partition("=")
+        try:
+            value = int(number)
+        except ValueError:
+            value = 0
+        if not sep or not kind or value < 1:
+            raise SpecError(f"--concurrency takes KIND=N with N >= 1, got {item!r}")
+        limits[kind] = value
+    return limits
 
 
 @contextlib.contextmanager
