@@ -91,3 +91,19 @@ def test_serve_stops_cleanly_on_a_stop_signal(
 ) -> None:
     serve = Serve(state_dir)
     assert serve.stop(signum) == 0
+
+
+def test_a_second_serve_on_the_same_state_dir_refuses_in_one_line(served: Serve, run: Run) -> None:
+    result = run("serve")
+    assert result.exit_code == Exit.FAILED
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("workunits: ")
+    assert "supervisor" in line
+
+
+def test_serve_refuses_a_bad_concurrency_limit(run: Run, client: wu.Client) -> None:
+    result = run("serve", "--concurrency", "agent=0")
+    assert result.exit_code == Exit.USAGE
+    assert result.stderr.strip() == (
+        "workunits: --concurrency takes KIND=N with N >= 1, got 'agent=0'"
+    )
