@@ -31,9 +31,11 @@ from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.base import WorkActor
 from workunits.actors.dream import DreamActor
 from workunits.actors.monitor import MonitorActor
+from workunits.actors.remote import RemoteActor, RemoteSpec
+from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
-from workunits.actors.teammate import TeammateActor
 from workunits.actors.workflow import WorkflowActor
+from workunits.remote.runtime import RayRuntime, check_available
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
@@ -109,6 +111,12 @@ class Supervisor(KindsFacade):
 
     ``clock`` and ``tick_interval=None`` exist for tests: with a manual clock and
     no ticker, deadlines and eviction run only when ``tick()`` is called.
+
+    Remote units (``remote()``, ``teammate(..., remote=True)``) run on Ray:
+    ``ray_address=None`` starts a local Ray at the first one (its files under
+    ``ray_temp_dir``, by default ``<state_dir>/ray``), ``"auto"`` or an address
+    joins a cluster. ``ray_init`` adds keywords for ``ray.init`` (``runtime_env``,
+    ``num_cpus``…). A Ray this process had already initialised is used as it is.
     """
 
     def __init__(
@@ -122,6 +130,9 @@ class Supervisor(KindsFacade):
         ask_timeout: float = 30.0,
         install_signal_handlers: bool = True,
         preload: Sequence[str] = (),
+        ray_address: str | None = None,
+        ray_temp_dir: str | os.PathLike[str] | None = None,
+        ray_init: Mapping[str, Any] | None = None,
     ) -> None:
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
@@ -137,7 +148,15 @@ class Supervisor(KindsFacade):
         kinds = Kinds()
         kinds.add("b", ShellActor, builtin=True)
         kinds.add("a", AgentActor, builtin=True)
-        kinds.add("t", TeammateActor, builtin=True)
+        # Ray is imported and reached only when a remote unit asks for it (remote/runtime.py).
+        self._ray = RayRuntime(
+            address=ray_address,
+            temp_dir=Path(ray_temp_dir or self.state_dir / "ray").absolute(),
+            init_options=ray_init,
+        )
+        kinds.add("r", RemoteActor.bound_to(self._ray), builtin=True)
+        remote_teammates = RemoteTeammateActor.bound_to(self._ray)
+        kinds.add("t", teammates_local_or_remote(remote_teammates), builtin=True)
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
         kinds.add("w", WorkflowActor, builtin=True)
@@ -227,6 +246,31 @@ class Supervisor(KindsFacade):
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
         return self.submit(
             "a",
+            spec,
+            description=spec.name if description is None else description,
+            timeout=timeout,
+        )
+
+    def remote(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` as a Ray task, an ``r`` unit (needs ``workunits[ray]``).
+
+        ``resources`` are Ray's: ``{"CPU": 2, "GPU": 1, "memory": bytes, "custom": 1}``.
+        Ray is reached (or started locally, see ``ray_address``) at the first remote
+        unit; ``wu.current()`` works inside ``fn``, and its output, progress,
+        checkpoints and events stream into the unit's local transcript.
+        """
+        check_available()
+        spec = RemoteSpec.build(fn, args, kwargs, resources=resources)
+        return self.submit(
+            "r",
             spec,
             description=spec.name if description is None else description,
             timeout=timeout,
@@ -416,6 +460,7 @@ class Supervisor(KindsFacade):
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.stop(timeout=self._ask_timeout)
             self._close_kinds()
+            self._ray.close()
             self._zygote.close()
             self._reaper.close()
 
