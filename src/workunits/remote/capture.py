@@ -3,7 +3,9 @@
 Runs inside a Ray worker, which runs one task at a time, so swapping its fds
 for the length of a task captures exactly that task's output (including C code
 and subprocesses writing to them) and leaves the worker as it was for the next
-task. One pump thread polls both pipes.
+task. One pump thread polls both pipes. ``sys.stdout``/``sys.stderr`` are line
+buffered meanwhile, as in an agent: Ray's own unbuffered streams write each
+piece of a ``print`` apart, which would split lines across transcript events.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import select
 import sys
 import threading
+from typing import TextIO
 
 from workunits.remote.frames import Output
 from workunits.remote.outbox import Outbox
@@ -31,6 +34,7 @@ class FdCapture:
         self._decoders: dict[int, codecs.IncrementalDecoder] = {}
         self._stopping = threading.Event()
         self._pump: threading.Thread | None = None
+        self._streams: tuple[TextIO, TextIO] | None = None  # the worker's own, put back at stop
 
     def start(self) -> None:
         """Called in the thread that starts the unit, before its code runs."""
@@ -42,6 +46,9 @@ class FdCapture:
             os.close(write_end)
             self._names[read_end] = name
             self._decoders[read_end] = codecs.getincrementaldecoder("utf-8")("replace")
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout = open(1, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
         self._pump = threading.Thread(target=self._run, name="workunits-capture", daemon=True)
         self._pump.start()
 
@@ -52,6 +59,13 @@ class FdCapture:
         its later output is dropped rather than letting the unit wait for it.
         """
         _flush_std()
+        if self._streams is not None:
+            ours = (sys.stdout, sys.stderr)
+            sys.stdout, sys.stderr = self._streams
+            self._streams = None
+            for stream in ours:
+                with contextlib.suppress(Exception):
+                    stream.close()  # closefd=False: fds 1 and 2 stay open
         for target, saved in self._saved.items():
             os.dup2(saved, target)  # drops our write end: the pump sees EOF
             os.close(saved)

@@ -39,7 +39,11 @@ ReadyCallback = Callable[["RayApi | None", "str | None"], None]
 
 def check_available() -> None:
     """Raise SpecError naming the extra when Ray is not installed (imports nothing)."""
-    if importlib.util.find_spec("ray") is None:
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # e.g. sys.modules["ray"] = None, a blocked import
+        found = False
+    if not found:
         raise SpecError(f"remote units run on Ray, which is not installed: {INSTALL_HINT}")
 
 
