@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -85,6 +88,24 @@ def raise_value_error() -> None:
 
 def return_set() -> set[int]:
     return {1, 2}
+
+
+def try_children() -> list[str]:
+    """What needs the supervisor's channel is refused inside a remote unit, saying why."""
+    ctx = wu.current()
+    refused = []
+    for attempt in (
+        lambda: ctx.agent(len, "abc"),
+        lambda: ctx.shell("true"),
+        lambda: ctx.tell("t00000000", "hi"),
+        ctx.notifications,
+        lambda: ctx.step("one", len, "abc"),
+    ):
+        try:
+            attempt()
+        except wu.SpecError as exc:
+            refused.append(str(exc))
+    return refused
 
 
 def talk(gate: str) -> list[Any]:
@@ -180,6 +201,14 @@ def test_pickled_result_and_remote_failure(sup: wu.Supervisor) -> None:
     assert "Traceback" in error  # the remote traceback...
     assert "raise_value_error" in error  # ...down to the body's own frame
     assert of_type(events(sup, h.id), "error")[0]["error_type"] == "ValueError"
+
+
+def test_what_needs_the_channel_is_refused_inside(sup: wu.Supervisor) -> None:
+    h = sup.remote(try_children)
+    refused = sup.result(h.id, timeout=30)
+    assert len(refused) == 5
+    assert all("is a remote unit" in text for text in refused)
+    assert [r.id for r in sup.list()] == [h.id]  # no child was registered
 
 
 def test_bad_specs_register_nothing(sup: wu.Supervisor) -> None:
@@ -338,3 +367,54 @@ def test_remote_teammate_whose_actor_dies_is_lost(sup: wu.Supervisor) -> None:
     assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
     with pytest.raises(wu.TeammateEnded):
         t.ask(1, timeout=30)
+
+
+# -- a local Ray started on demand ------------------------------------------------------------
+
+
+def test_local_ray_is_started_on_demand_and_shut_down_at_close(tmp_path: Path) -> None:
+    """In a fresh process: the default ``ray_address=None`` path, from start to shutdown.
+
+    The second unit runs after the first unit's actor thread has ended: Ray's
+    processes die with the thread that started them, which must not be a unit's.
+    """
+    ray_dir = Path(tempfile.mkdtemp(prefix="wu-t-"))  # short: Ray's socket paths must fit
+    script = f"""
+import os, sys
+import workunits as wu
+with wu.Supervisor({str(tmp_path / "state")!r}, install_signal_handlers=False,
+                   ray_temp_dir={str(ray_dir)!r}) as sup:
+    assert "ray" not in sys.modules
+    first = sup.remote(os.getpid)
+    print(sup.result(first.id, timeout=120))
+    sup.wait(first.id)
+    print(sup.result(sup.remote(os.getpid).id, timeout=60))
+import ray
+assert not ray.is_initialized(), "close() left the Ray it started running"
+"""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        pids = [int(line) for line in done.stdout.split()]
+        assert len(pids) == 2
+        assert any((ray_dir).glob("session_*")), "Ray's files are not under ray_temp_dir"
+        assert "SIGTERM handler" not in done.stderr
+        wait_until(lambda: not ray_processes(ray_dir), what="Ray's processes to exit")
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def ray_processes(ray_dir: Path) -> list[int]:
+    """Live processes whose command line names ``ray_dir`` (GCS, raylet, workers...)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(ray_dir).encode() in cmdline and alive(int(entry)):
+                found.append(int(entry))
+    return found

@@ -34,7 +34,7 @@ from workunits.actors.agent import CheckpointReport, ProgressReport
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import TellActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP
-from workunits.remote.follower import Batch, StreamEnded, StreamFailed, follow
+from workunits.remote.follower import Batch, StreamEnded, StreamFailed
 from workunits.remote.frames import Emitted, Output, RemoteCall, Returned, Started
 from workunits.remote.placement import Placement, RemoteWork
 from workunits.remote.runtime import RayApi, RayRuntime, ray_options
@@ -175,7 +175,8 @@ class RemoteActor(WorkActor):
         except Exception as exc:  # noqa: BLE001 - Ray refused the work: the unit fails, saying why
             self._end(Outcome(Status.FAILED, error=f"Ray did not take the unit: {exc!r}"))
             return
-        follow(self._placement.stream, TellActor(self.actor_ref).tell, f"workunits-{self.unit.id}")
+        tell = TellActor(self.actor_ref).tell
+        api.followers.follow(self._placement.stream, tell, f"workunits-{self.unit.id}")
         self._placed()
 
     def _placed(self) -> None:

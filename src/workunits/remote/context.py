@@ -8,29 +8,25 @@ that never looks costs the board nothing.
 
 ``RemoteContext`` subclasses ``UnitContext`` so that ``wu.current()`` keeps one
 return type for user code; it shares none of its channel state (there is no
-channel to the supervisor here) and overrides every public method. Starting
+channel to the supervisor here) and overrides what would use it. Starting
 child units from a remote unit is not supported yet: those methods raise.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import orjson
 
 from workunits import _jsonvalue
 from workunits._errors import SpecError
-from workunits._record import WorkRecord
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP
 from workunits.remote.frames import Emitted
 from workunits.remote.outbox import Outbox
 from workunits.runtime import messages as m
-from workunits.runtime.context import ChildHandle, UnitContext
-from workunits.supervisor.mailbox import Mailbox
+from workunits.runtime.context import UnitContext
 
 BOARD_POLL_EVERY = 0.005
 """Seconds between two looks at the cancel board (each look is a local ``ray.wait``)."""
@@ -129,53 +125,31 @@ class RemoteContext(UnitContext):
             raise SpecError(f"an event is a mapping, got {type(event).__name__}")
         self._outbox.put(Emitted(orjson.dumps(dict(event), default=repr)))
 
-    # -- children: not in a remote unit (yet) ------------------------------------
+    # -- what needs the supervisor's channel: not in a remote unit (yet) ----------
+    #
+    # Child units, messages to teammates by ID, children's mailboxes and workflow
+    # steps all go through the agent channel's plumbing below; overriding the
+    # plumbing (rather than each method) refuses any method built on it, also
+    # those added to UnitContext later, with one clear error.
 
-    def _no_children(self, what: str) -> NoReturn:
-        raise SpecError(f"{what} is not available inside a remote unit ({self.id})")
+    def _no_channel(self) -> NoReturn:
+        raise SpecError(
+            f"{self.id} is a remote unit: child units, messages by ID, mailboxes and "
+            "workflow steps are not available inside it (they need the supervisor's "
+            "channel, which only local units have)"
+        )
 
-    def agent(
-        self,
-        fn: Any,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> ChildHandle:
-        self._no_children("starting a child agent")
+    def _request(self, make: Any, timeout: float | None = None) -> Any:
+        self._no_channel()
 
-    def shell(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-    ) -> ChildHandle:
-        self._no_children("starting a child shell")
-
-    def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
-        self._no_children("waiting for a child")
-
-    def result(self, child: ChildHandle | str, timeout: float | None = None) -> Any:
-        self._no_children("a child's result")
-
-    def get(self, work_id: ChildHandle | str) -> WorkRecord:
-        self._no_children("reading another unit")
-
-    def kill(self, child: ChildHandle | str) -> bool:
-        self._no_children("killing a child")
-
-    def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
-        self._no_children("cancelling a child")
-
-    def notifications(self) -> Mailbox:
-        self._no_children("a mailbox of children's notices")
-
-    def ended(self, work_id: str) -> bool:
-        self._no_children("a child's status")
+    def _start_reader(self) -> None:
+        self._no_channel()
 
     def send(self, message: Any) -> None:
-        self._no_children("the agent channel")
+        self._no_channel()
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._no_channel()
+
+    def ended(self, work_id: str) -> bool:
+        self._no_channel()

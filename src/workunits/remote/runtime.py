@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from workunits._errors import SpecError
+from workunits.remote.follower import Followers
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class RayApi:
     host_class: Any  # TeammateHost as a Ray actor class
     board: Any  # this supervisor's CancelBoard actor
     owned: bool  # we called ray.init, so we call ray.shutdown
+    followers: Followers  # the threads that read units' streams
     # ``.options()`` costs a Ray task ~0.5 ms: one wrapper per set of resources.
     _tasks: dict[str, Any] = field(default_factory=dict)
 
@@ -198,7 +200,12 @@ class RayRuntime:
 
         owned = False
         if not ray.is_initialized():
-            ray.init(**self._init_kwargs())
+            notice = logging.getLogger("ray._private.worker")
+            notice.addFilter(_drop_sigterm_notice)
+            try:
+                ray.init(**self._init_kwargs())
+            finally:
+                notice.removeFilter(_drop_sigterm_notice)
             owned = True
         here = ray.get_runtime_context().get_node_id()
         board = (
@@ -216,6 +223,7 @@ class RayRuntime:
             host_class=ray.remote(concurrency_groups=HOST_CONCURRENCY)(TeammateHost),
             board=board,
             owned=owned,
+            followers=Followers(),
         )
 
     def _init_kwargs(self) -> dict[str, Any]:
@@ -241,3 +249,12 @@ class RayRuntime:
             api.ray.kill(api.board)
         if api.owned:
             api.ray.shutdown()
+
+
+def _drop_sigterm_notice(record: logging.LogRecord) -> bool:
+    """Ray warns that ``ray.init`` outside the main thread installs no SIGTERM handler.
+
+    That is on purpose here: the application's handler (and workunits' cleanup,
+    which kills running work) stays in place instead of Ray's ``sys.exit``.
+    """
+    return not record.getMessage().startswith("SIGTERM handler is not set")
