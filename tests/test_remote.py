@@ -312,13 +312,21 @@ def test_worker_killed_from_outside_is_lost(sup: wu.Supervisor, fifos: tuple[Fif
     assert "WorkerCrashedError" in (record.error or "")
 
 
-def test_close_kills_running_remote_work(ray_cluster: None, tmp_path: Path) -> None:
+def test_close_kills_running_remote_work_and_leaves_no_threads(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    before = set(threading.enumerate())
     entered = Fifo(tmp_path / "entered")
     with supervisor(tmp_path) as s:
+        assert s.result(s.remote(len, "abc").id, timeout=30) == 3  # leaves an idle follower
         s.remote(hang, entered.path)
         pid = int(entered.wait(timeout=30))
     wait_until(lambda: not alive(pid), what="the worker of a unit running at close")
     entered.close()
+    ours = [t for t in set(threading.enumerate()) - before if t.name.startswith("workunits")]
+    for thread in ours:
+        thread.join(10)
+    assert [t.name for t in ours if t.is_alive()] == []
 
 
 # -- remote teammates ------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Runs in the supervisor process. A follower thread blocks in Ray (``next`` on the
 stream) so that no pykka actor ever does; it only tells. Each running remote
 unit has one, taken from a pool of reusable daemon threads: starting a thread
 costs about half a millisecond on a busy driver, a good part of a short unit's
-whole bookkeeping. A thread idle for ``IDLE_EXIT`` seconds ends.
+whole bookkeeping. A thread idle for ``IDLE_EXIT`` seconds ends, and ``close``
+ends the idle ones at once (a busy one ends with its stream: close kills the units).
 """
 
 from __future__ import annotations
@@ -48,25 +49,38 @@ class Followers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[_Job]] = []  # each idle thread's own inbox
+        # Each idle thread's own inbox; None in it tells the thread to end.
+        self._idle: list[queue.SimpleQueue[_Job | None]] = []
+        self._closed = False
 
     def follow(self, stream: Any, tell: Tell, name: str) -> None:
         """Read ``stream`` to its end in a pool thread, telling each batch, then its end."""
         job = _Job(stream, tell, name)
         with self._lock:
-            inbox = self._idle.pop() if self._idle else None
+            inbox = self._idle.pop() if self._idle and not self._closed else None
         if inbox is not None:
             inbox.put(job)
             return
         thread = threading.Thread(target=self._run, args=(job,), name=name, daemon=True)
         thread.start()
 
-    def _run(self, job: _Job) -> None:
-        inbox: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        while True:
+    def close(self) -> None:
+        """End the idle threads now; no thread waits for work after this."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
+
+    def _run(self, first: _Job) -> None:
+        inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        job: _Job | None = first
+        while job is not None:
             threading.current_thread().name = job.name
             follow(job.stream, job.tell)
             with self._lock:
+                if self._closed:
+                    return
                 self._idle.append(inbox)
             try:
                 job = inbox.get(timeout=IDLE_EXIT)

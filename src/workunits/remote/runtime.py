@@ -245,6 +245,7 @@ class RayRuntime:
         return kwargs
 
     def _disconnect(self, api: RayApi) -> None:
+        api.followers.close()
         with contextlib.suppress(Exception):  # Ray may already be down; nothing to release then
             api.ray.kill(api.board)
         if api.owned:
