@@ -3,14 +3,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Optional extras join with a comma: `make test EXTRAS=test,dev,ray` runs the Ray tests too.
+EXTRAS ?= test,dev
+STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint check bench bench-quick clean
+.PHONY: demo test lint check bench bench-quick bench-remote clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
@@ -31,6 +33,10 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
+
+bench-remote: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[ray]'
+	$(PY) bench/remote_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,11 +1,12 @@
-"""Remote units (``r``): a callable run as a Ray task, or a teammate in a Ray actor.
+"""Remote units (``r``): a callable run as a Ray task.
 
 ``RemoteActor`` runs in the supervisor process, one pykka actor per unit, like
 every kind. It owns the unit's transcript (the output file is a symlink to it,
 as for agents), places the work on Ray once Ray is up, and turns what comes up
 the unit's stream into transcript events, progress and checkpoint reports, and
 at the end one outcome. It never blocks on Ray: a follower thread reads the
-stream and tells it (see ``workunits.remote``).
+stream and tells it (see ``workunits.remote``). Remote teammates
+(``remote_teammate``) run in a subclass.
 
 Ending: ``kill`` force-cancels the task (``ray.cancel(force=True)``) or kills
 the actor (``ray.kill``); ``cancel`` posts on the cancel board (a teammate gets
@@ -100,10 +101,7 @@ class TaskPlacement:
         self._cancel_posted = True
         self._api.request_cancel(self._key)
 
-    def on_frame(self, frame: Any) -> bool:
-        return False
-
-    def release(self, ended: str) -> None:
+    def release(self) -> None:
         if self._cancel_posted:
             self._api.forget(self._key)
 
@@ -231,8 +229,7 @@ class RemoteActor(WorkActor):
                 write("error", error_type=error_type, message=text, traceback=traceback)
                 self._end(self._outcome())
             case _:
-                if self._placement is None or not self._placement.on_frame(frame):
-                    log.warning("%s: unexpected frame %r", unit.id, frame)
+                log.warning("%s: unexpected frame %r", unit.id, frame)
 
     def _write(self, type_: str, **fields: Any) -> None:
         if self._transcript is not None:
@@ -291,7 +288,7 @@ class RemoteActor(WorkActor):
         self.finish(outcome)
         if self._placement is not None:
             try:
-                self._placement.release(outcome.status.value)
+                self._placement.release()
             except Exception:
                 log.exception("%s: could not release its Ray resources", self.unit.id)
 

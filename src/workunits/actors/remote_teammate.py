@@ -89,10 +89,7 @@ class HostPlacement:
     def cancel(self) -> None:
         self.host.cancel.options(concurrency_group="control").remote()
 
-    def on_frame(self, frame: Any) -> bool:
-        return False
-
-    def release(self, ended: str) -> None:
+    def release(self) -> None:
         # The stream has ended; the actor has nothing left to do but hold a worker.
         with contextlib.suppress(Exception):
             self._api.ray.kill(self.host, no_restart=True)

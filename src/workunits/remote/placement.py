@@ -1,8 +1,9 @@
 """What the remote kind's actor needs from a spec: how to place the work on Ray.
 
-``RemoteActor`` is one kind (``r``) for two sorts of remote work, a task
-(``RemoteSpec``) and a teammate actor (``RemoteTeammateSpec``); each spec says
-how it is placed and ended, and the actor does the rest (transcript, outcome).
+Two sorts of work run on Ray: a task (``RemoteSpec``, the ``r`` kind's
+``RemoteActor``) and a teammate held in a Ray actor (``RemoteTeammateSpec``, a
+``t`` unit run by ``RemoteTeammateActor``, a subclass). Each spec says how it is
+placed and ended; the actor does the rest (transcript, reports, one outcome).
 """
 
 from __future__ import annotations
@@ -31,17 +32,15 @@ class Placement(Protocol):
         """Ask the work to stop; ``kill`` follows after the grace if it does not."""
         ...
 
-    def on_frame(self, frame: Any) -> bool:
-        """Take a frame only this sort of work sends; False if it is not one."""
-        ...
-
-    def release(self, ended: str) -> None:
-        """The unit is terminal (``ended`` says how): free what is left on Ray."""
+    def release(self) -> None:
+        """The unit is terminal: free what is left of it on Ray."""
         ...
 
 
 class RemoteWork(ABC):
     """Base of remote specs: built in the caller's thread, placed in the unit's actor thread."""
+
+    __slots__ = ()
 
     payload: bytes  # what the worker runs: cloudpickled (callable or class, args, kwargs)
     name: str
