@@ -15,8 +15,15 @@ from typing import Any
 
 from workunits.remote.frames import Output
 
+FIRST_LINGER = 0.05
+"""Seconds the first batch waits for company: a unit shorter than this sends one item.
+
+Each item costs about a Ray RPC; a short unit's start and result in one item are
+what keep its overhead near a bare task's. The first output shows up this late.
+"""
+
 LINGER = 0.01
-"""Seconds a batch waits for company after its first frame: a short unit sends one item."""
+"""Seconds every later batch waits for company after its first frame."""
 
 MAX_PENDING_OUTPUT = 8 << 20
 """Output bytes that may wait unsent before the output pump (and so the writer) blocks."""
@@ -24,8 +31,13 @@ MAX_PENDING_OUTPUT = 8 << 20
 
 class Outbox:
     def __init__(
-        self, *, linger: float = LINGER, max_pending_output: int = MAX_PENDING_OUTPUT
+        self,
+        *,
+        first_linger: float = FIRST_LINGER,
+        linger: float = LINGER,
+        max_pending_output: int = MAX_PENDING_OUTPUT,
     ) -> None:
+        self._first_linger = first_linger
         self._linger = linger
         self._max_pending = max_pending_output
         self._cond = threading.Condition()
@@ -58,11 +70,13 @@ class Outbox:
 
     def batches(self) -> Iterator[list[Any]]:
         """Yield lists of frames until closed and empty."""
+        linger = self._first_linger
         while True:
             with self._cond:
                 while not self._frames and not self._closed:
                     self._cond.wait()
-                deadline = time.monotonic() + self._linger
+                deadline = time.monotonic() + linger
+                linger = self._linger
                 while not self._closed and (remaining := deadline - time.monotonic()) > 0:
                     self._cond.wait(remaining)
                 batch, self._frames = _joined(self._frames), []
