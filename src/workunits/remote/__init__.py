@@ -32,8 +32,8 @@ rather than through a channel actor:
 - Ray applies backpressure to it (``_generator_backpressure_num_objects``).
 
 Its cost is about one extra RPC per unit (~1 ms on a local Ray), which matters
-only for trivial bodies; a worker batches what it has (lingering a few
-milliseconds), so a short unit sends exactly one item. The one thing a generator
+only for short bodies; a worker batches what it has (the first batch lingers
+up to 50 ms), so a short unit sends exactly one item. The one thing a generator
 cannot carry is the other direction (a cancel request), which is why the tiny
 ``CancelBoard`` actor exists; a task only talks to it when its code asks
 ``ctx.cancelled`` (or calls ``progress``/``checkpoint``).
