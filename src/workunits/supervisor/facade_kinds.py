@@ -57,6 +57,8 @@ class KindsFacade:
             description: str = "",
             parent: str | None = None,
             timeout: float | None = None,
+            key: str | None = None,
+            max_attempts: int | None = None,
         ) -> WorkHandle: ...
 
     _answers: _AnswerThread | None = None
@@ -140,12 +142,20 @@ class KindsFacade:
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
-        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once."""
+        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
+
+        Resumable when ``fn`` is importable: after a crash the next supervisor
+        runs it again and finished steps return their stored results.
+        """
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
         name = spec.name if description is None else description
-        return self.submit("w", spec, description=name, timeout=timeout)
+        return self.submit(
+            "w", spec, description=name, timeout=timeout, key=key, max_attempts=max_attempts
+        )
 
     def shed(self, n: int | None = None) -> list[str]:
         """Kill up to ``n`` running dreams (all with None), newest first; their IDs.
