@@ -2,11 +2,13 @@
 
 from workunits._errors import AskTimeout as AskTimeout
 from workunits._errors import Cancelled as Cancelled
+from workunits._errors import ClientClosed as ClientClosed
 from workunits._errors import IdempotencyConflict as IdempotencyConflict
 from workunits._errors import InvalidTransition as InvalidTransition
 from workunits._errors import InvalidWorkId as InvalidWorkId
 from workunits._errors import KindTaken as KindTaken
 from workunits._errors import LedgerTampered as LedgerTampered
+from workunits._errors import NoLedger as NoLedger
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import SpecError as SpecError
 from workunits._errors import SupervisorClosed as SupervisorClosed
@@ -14,6 +16,7 @@ from workunits._errors import TeammateEnded as TeammateEnded
 from workunits._errors import TeammateError as TeammateError
 from workunits._errors import UnknownKind as UnknownKind
 from workunits._errors import UnknownWork as UnknownWork
+from workunits._errors import WorkExpired as WorkExpired
 from workunits._errors import WorkFailed as WorkFailed
 from workunits._errors import WorkKilled as WorkKilled
 from workunits._errors import WorkunitsError as WorkunitsError
@@ -28,6 +31,9 @@ from workunits._status import Reason as Reason
 from workunits._status import Status as Status
 from workunits._status import is_terminal as is_terminal
 from workunits.actors.base import WorkActor as WorkActor
+from workunits.client import Client as Client
+from workunits.client import ClientHandle as ClientHandle
+from workunits.client import connect as connect
 from workunits.runtime.context import ChildHandle as ChildHandle
 from workunits.runtime.context import UnitContext as UnitContext
 from workunits.runtime.context import current as current
@@ -44,6 +50,9 @@ __all__ = [
     "Cancelled",
     "ChildHandle",
     "ChildTeammate",
+    "Client",
+    "ClientClosed",
+    "ClientHandle",
     "IdempotencyConflict",
     "InvalidTransition",
     "InvalidWorkId",
@@ -53,6 +62,7 @@ __all__ = [
     "MailboxClosed",
     "MailboxItem",
     "MonitorEvent",
+    "NoLedger",
     "NotFinished",
     "Notification",
     "Outcome",
@@ -69,11 +79,13 @@ __all__ = [
     "UnknownKind",
     "UnknownWork",
     "WorkActor",
+    "WorkExpired",
     "WorkFailed",
     "WorkHandle",
     "WorkKilled",
     "WorkRecord",
     "WorkunitsError",
+    "connect",
     "current",
     "is_terminal",
     "is_valid_id",

@@ -5,6 +5,7 @@ WorkunitsError
 ├── UnknownKind          well-formed ID or kind letter nobody registered
 ├── KindTaken            register_kind() with a letter already in use or reserved
 ├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
+│   └── WorkExpired      the ledger knows the unit, but its retention ran out: no result
 ├── SpecError            arguments a submit cannot accept (also a ValueError)
 ├── InvalidTransition    a status change the lifecycle table forbids (a bug, not a race)
 ├── NotFinished          wait/result timed out while the unit still runs (also a TimeoutError)
@@ -16,12 +17,14 @@ WorkunitsError
 ├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
 ├── SupervisorBusy       another supervisor holds the state dir's lock
 ├── SupervisorClosed     the supervisor was closed, or its actor is gone
+├── ClientClosed         a ledger client was closed (also ends its waits in other threads)
 ├── TeammateEnded        a tell/ask to a teammate that has ended or is ending, or an ask
 │                        whose teammate ended before it answered
 ├── AskTimeout           no answer to an ask within its timeout (also a TimeoutError)
 ├── TeammateError        a teammate's handler raised an exception that cannot be
 │                        rebuilt here; carries its type, message and traceback
 └── LedgerError          the durable ledger cannot do what was asked
+    ├── NoLedger            the state dir has no ledger, and the caller asked not to create one
     ├── LedgerVersionError  the ledger file was written by a newer schema
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
     ├── LedgerFull          the state dir's disk is full; nothing was written
@@ -63,6 +66,24 @@ class UnknownWork(WorkunitsError, KeyError):
         return str(self.args[0]) if self.args else "unknown work unit"
 
 
+class WorkExpired(UnknownWork):
+    """The unit ended long enough ago that its retention ran out (its status reads ``expired``).
+
+    The ledger still says how it ended (``record``), but no longer keeps its
+    result, output tail or checkpoint. A subclass of UnknownWork because, like
+    an unknown unit, it has nothing more to give; never raised for a unit the
+    ledger does not know.
+    """
+
+    def __init__(self, record: WorkRecord) -> None:
+        end = record.describe_end()
+        how = record.status.value if end == record.status.value else f"{record.status} ({end})"
+        super().__init__(
+            f"{record.id} has expired: it ended {how}, and its result and output are no longer kept"
+        )
+        self.record = record
+
+
 class SpecError(WorkunitsError, ValueError):
     """The arguments of a submit cannot make a unit; nothing was registered."""
 
@@ -73,6 +94,10 @@ class InvalidTransition(WorkunitsError):
 
 class SupervisorClosed(WorkunitsError):
     """The supervisor is closed (or its actor died); it accepts no more calls."""
+
+
+class ClientClosed(WorkunitsError):
+    """The ledger client (``wu.connect``) is closed; a wait in progress ends with this."""
 
 
 class NotFinished(WorkunitsError, TimeoutError):
@@ -137,6 +162,10 @@ class SupervisorBusy(WorkunitsError):
 
 class LedgerError(WorkunitsError):
     """The durable ledger cannot do what was asked."""
+
+
+class NoLedger(LedgerError):
+    """The state dir holds no ledger, and the caller asked not to create one."""
 
 
 class LedgerVersionError(LedgerError):

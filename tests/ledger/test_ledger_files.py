@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,35 @@ def test_a_ledger_is_not_used_across_a_fork(ledger: Ledger) -> None:
     os.waitpid(pid, 0)
     assert "open a new Ledger" in message
     assert len(ledger.list()) == 1
+
+
+def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_processes(
+    state_dir: Path,
+) -> None:
+    # Opening a second Ledger used to open and close the database files, which
+    # drops every POSIX lock this process holds on them (the first Ledger's
+    # too). Another process closing its connection then believed it was the
+    # last, deleted the WAL, and this process never saw its commits again.
+    first = Ledger(state_dir)
+    second = Ledger(state_dir)
+    code = (
+        "import sys\n"
+        "from workunits.ledger import Ledger\n"
+        "with Ledger(sys.argv[1]) as ledger:\n"
+        "    print(ledger.add_request('kill', 'b00000000'))\n"
+    )
+    try:
+        for _ in range(3):
+            done = subprocess.run(
+                [sys.executable, "-c", code, str(state_dir)],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            )
+            seq = int(done.stdout)
+            assert first.get_request(seq) is not None
+            assert second.get_request(seq) is not None
+    finally:
+        first.close()
+        second.close()

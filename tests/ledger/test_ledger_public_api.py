@@ -17,6 +17,7 @@ EXPECTED = {
     "LedgerTampered",
     "LedgerVersionError",
     "NewUnit",
+    "NoLedger",
     "Request",
     "Session",
     "StaleAttempt",

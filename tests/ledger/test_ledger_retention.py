@@ -97,3 +97,33 @@ def test_gc_keeps_undelivered_notices(ledger: Ledger, clock: ManualClock) -> Non
 def test_list_refuses_a_status_that_does_not_exist(ledger: Ledger) -> None:
     with pytest.raises(ValueError, match="'done' is not a status"):
         ledger.list(status="done")
+
+
+def test_expire_ended_before_expires_early_and_counts_what_it_dropped(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    old = _ended(ledger)
+    clock.advance(50)
+    young = _ended(ledger)
+    retained = _ended(ledger, retain=1)
+    running = start(ledger, new_unit(ledger).id).id
+    units, freed = ledger.expire_ended_before(clock.now() - 10)
+    assert units == 1
+    assert freed > len(b"tail") + len(b'{"rows":5}')
+    assert ledger.require(old).shown_status == EXPIRED
+    for work_id in (young, retained, running):
+        assert ledger.require(work_id).shown_status != EXPIRED
+    clock.advance(100)  # young's expire_at (ended + 100) is due; retained waits
+    assert ledger.expire_ended_before(0.0)[0] == 1
+    assert ledger.require(young).shown_status == EXPIRED
+    assert ledger.require(retained).shown_status == "completed"
+
+
+def test_list_ended_after_keeps_units_that_ended_since(ledger: Ledger, clock: ManualClock) -> None:
+    old = _ended(ledger)
+    clock.advance(50)
+    fresh = _ended(ledger)
+    running = start(ledger, new_unit(ledger).id).id
+    assert [r.id for r in ledger.list(ended_after=clock.now())] == [fresh]
+    assert {r.id for r in ledger.list(ended_after=0.0)} == {old, fresh}
+    assert running not in [r.id for r in ledger.list(ended_after=0.0)]

@@ -22,6 +22,7 @@ from workunits._errors import LedgerError as LedgerError
 from workunits._errors import LedgerFull as LedgerFull
 from workunits._errors import LedgerTampered as LedgerTampered
 from workunits._errors import LedgerVersionError as LedgerVersionError
+from workunits._errors import NoLedger as NoLedger
 from workunits._errors import StaleAttempt as StaleAttempt
 from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import UnstorableValue as UnstorableValue
@@ -52,6 +53,7 @@ __all__ = [
     "LedgerTampered",
     "LedgerVersionError",
     "NewUnit",
+    "NoLedger",
     "Request",
     "Session",
     "StaleAttempt",

@@ -44,19 +44,34 @@ def prepare_state_dir(state_dir: str | os.PathLike[str]) -> Path:
 
 
 def create_private_file(path: Path) -> None:
-    """Create ``path`` 0600 if missing; refuse a symlink planted in its place."""
+    """Create ``path`` 0600 if missing; refuse a symlink planted in its place.
+
+    A file that exists is looked at (``lstat``) but never opened. Closing any
+    descriptor of an SQLite file drops every POSIX lock this process holds on
+    it -- those of another Ledger's connection included (SQLite's "broken
+    POSIX locks"). Without its lock on the ``-shm`` file, that connection is
+    invisible to other processes: the last of them to close deletes the WAL
+    under it, and it never sees another process's commits again.
+    """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise LedgerError(f"cannot open {path}: {exc.strerror} (is it a symlink?)") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise LedgerError(f"{path} is not a regular file")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+        info = os.lstat(path)
+    except FileNotFoundError:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            info = os.lstat(path)  # another opener created it first
+        except OSError as exc:
+            raise LedgerError(f"cannot create {path}: {exc.strerror}") from exc
+        else:
+            os.close(fd)  # nobody can hold a lock on a file that did not exist
+            return
+    if stat.S_ISLNK(info.st_mode):
+        raise LedgerError(f"cannot open {path}: it is a symlink, and the ledger follows none")
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"{path} is not a regular file")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o600)
 
 
 class Database:

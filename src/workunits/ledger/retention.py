@@ -12,6 +12,18 @@ from __future__ import annotations
 from workunits.ledger._db import Database
 from workunits.ledger.rows import IN_TERMINAL, TERMINAL
 
+# What expiry drops: everything heavy, keeping how the unit ended.
+_DROP = (
+    "SET expired_at = ?, spec = NULL, spec_mac = NULL, spec_versions = NULL, "
+    "result = NULL, result_format = NULL, result_mac = NULL, result_versions = NULL, "
+    "cause = NULL, cause_format = NULL, cause_mac = NULL, cause_versions = NULL, "
+    "output_tail = NULL, checkpoint = NULL, progress_message = NULL"
+)
+_HEAVY_BYTES = (
+    "ifnull(length(spec), 0) + ifnull(length(result), 0) + ifnull(length(cause), 0) "
+    "+ ifnull(length(output_tail), 0) + ifnull(length(checkpoint), 0)"
+)
+
 
 def expire(db: Database, now: float) -> int:
     """Expire ended, unretained units whose ``expire_at`` has passed; return how many."""
@@ -20,16 +32,33 @@ def expire(db: Database, now: float) -> int:
         cursor = conn.execute(
             # INDEXED BY: without statistics SQLite would pick the status index
             # and visit every ended unit; units_expire holds only those due.
-            "UPDATE units INDEXED BY units_expire "  # noqa: S608
-            "SET expired_at = ?, spec = NULL, spec_mac = NULL, spec_versions = NULL, "
-            "result = NULL, result_format = NULL, result_mac = NULL, result_versions = NULL, "
-            "cause = NULL, cause_format = NULL, cause_mac = NULL, cause_versions = NULL, "
-            "output_tail = NULL, checkpoint = NULL, progress_message = NULL "
+            f"UPDATE units INDEXED BY units_expire {_DROP} "
             "WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 "
             f"AND status IN {IN_TERMINAL}",
             (now, now, *TERMINAL),
         )
         return cursor.rowcount
+
+
+def expire_ended_before(db: Database, now: float, cut: float) -> tuple[int, int]:
+    """Expire ended, unretained units that are due or ended at or before ``cut``.
+
+    For ``gc --older-than``: a person asks for room now, whatever each unit's
+    ``expire_at`` says. Returns how many units expired and how many bytes of
+    spec, result, cause, output tail and checkpoint they dropped.
+    """
+    where = (
+        f"WHERE expired_at IS NULL AND retain = 0 AND status IN {IN_TERMINAL} "
+        "AND (ended_at <= ? OR expire_at <= ?)"
+    )
+    params = (*TERMINAL, cut, now)
+    with db.write(durable=False) as conn:
+        freed = conn.execute(
+            f"SELECT ifnull(sum({_HEAVY_BYTES}), 0) FROM units {where}",  # noqa: S608
+            params,
+        ).fetchone()[0]
+        cursor = conn.execute(f"UPDATE units {_DROP} {where}", (now, *params))
+        return cursor.rowcount, int(freed)
 
 
 def forget(db: Database, cut: float) -> int:

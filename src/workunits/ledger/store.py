@@ -27,6 +27,7 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import (
     IdempotencyConflict,
     InvalidTransition,
+    NoLedger,
     SpecError,
     StaleAttempt,
     UnknownWork,
@@ -44,7 +45,7 @@ from workunits.ledger import (
     values,
     writes,
 )
-from workunits.ledger._db import Database, prepare_state_dir
+from workunits.ledger._db import DB_FILE, Database, prepare_state_dir
 from workunits.ledger.requests import Request
 from workunits.ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits.ledger.sessions import Session
@@ -76,6 +77,27 @@ class Ledger:
         except BaseException:
             self._db.close()
             raise
+
+    @classmethod
+    def open_existing(
+        cls,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> Ledger:
+        """Open the ledger of ``state_dir``; NoLedger when there is none (nothing is created).
+
+        For readers such as the CLI's ``ls``: looking must not leave an empty
+        ledger (or state dir) behind in a directory given by mistake.
+        """
+        path = Path(state_dir) / DB_FILE
+        if not path.is_file():
+            raise NoLedger(
+                f"{Path(state_dir)} holds no workunits ledger (no {DB_FILE}); check the state "
+                f"dir, or start one with `workunits serve --state {state_dir}`"
+            )
+        return cls(state_dir, clock=clock, busy_timeout=busy_timeout)
 
     @property
     def path(self) -> Path:
@@ -153,9 +175,11 @@ class Ledger:
         kind: str | None = None,
         parent: str | None = None,
         limit: int | None = None,
+        ended_after: float | None = None,
     ) -> builtins.list[UnitRow]:
         """Units oldest first. ``status="expired"`` lists expired units; a real status
-        lists units that have it and are not expired (their status reads ``expired``)."""
+        lists units that have it and are not expired (their status reads ``expired``).
+        ``ended_after`` keeps units that ended at or after that time."""
         clauses: builtins.list[str] = []
         params: builtins.list[object] = []
         if status == EXPIRED:
@@ -171,6 +195,9 @@ class Ledger:
         if parent is not None:
             clauses.append("parent = ?")
             params.append(_ids.validate(parent))
+        if ended_after is not None:
+            clauses.append("ended_at >= ?")
+            params.append(ended_after)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         params.append(-1 if limit is None else limit)
         with self._db.read() as conn:
@@ -382,6 +409,14 @@ class Ledger:
         how many units expired now.
         """
         return retention.expire(self._db, self._clock.now())
+
+    def expire_ended_before(self, cut: float) -> tuple[int, int]:
+        """Expire what is due and every ended, unretained unit that ended at or before ``cut``.
+
+        Returns ``(units, bytes)``: how many units expired now and how many
+        bytes of stored values they dropped.
+        """
+        return retention.expire_ended_before(self._db, self._clock.now(), cut)
 
     def gc(self, older_than: float | None = None) -> int:
         """Expire what is due, then forget units expired more than ``older_than`` s ago.

@@ -1,0 +1,224 @@
+"""Following units through the ledger from another process: output bytes and root notices.
+
+Everything here runs in the caller's thread and talks only to the ledger and
+the state dir's files, never to a supervisor: a client may follow a unit
+whether a supervisor runs or not. Waiting is a timed wait that starts short
+and backs off (:class:`Backoff`), never a busy loop, and a closed client ends
+every wait at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from workunits import _outputfile
+from workunits._errors import ClientClosed
+from workunits._record import Notification
+from workunits._status import is_terminal
+from workunits.ledger import Ledger, UnitRow
+
+# Two chunks alive at a time (the caller's and the next) keeps memory flat
+# however much a unit writes, and still catches up on a backlog quickly.
+STREAM_CHUNK = 256 << 10
+FIRST_DELAY = 0.002
+
+
+class Backoff:
+    """Timed waits that start at ``FIRST_DELAY`` and double up to ``cap`` seconds.
+
+    ``reset()`` after progress, so a busy unit is re-read soon and an idle one
+    costs a query every ``cap`` seconds. ``stop`` (the client's closed event)
+    cuts any wait short.
+    """
+
+    def __init__(self, stop: threading.Event, cap: float) -> None:
+        self._stop = stop
+        self._cap = cap
+        self._delay = FIRST_DELAY
+
+    def reset(self) -> None:
+        self._delay = FIRST_DELAY
+
+    def pause(self, deadline: float | None = None) -> None:
+        """Wait the current delay (never past ``deadline``, a ``time.monotonic()``)."""
+        if self._stop.is_set():
+            raise ClientClosed("the client is closed")
+        delay = self._delay
+        if deadline is not None:
+            delay = min(delay, max(0.0, deadline - time.monotonic()))
+        if self._stop.wait(delay):
+            raise ClientClosed("the client is closed")
+        self._delay = min(self._delay * 2, self._cap)
+
+
+class OutputStream(Iterator[bytes]):
+    """Every byte of one unit's output, once, in order, until the unit is terminal.
+
+    With ``follow=False`` it ends as soon as it has read what is there now.
+
+    The read offset is this stream's own: other readers (the supervisor's
+    ``read_output``, other clients) do not move it. Sources, in order of
+    preference: an agent's transcript (``transcripts/<id>.jsonl``, kept after
+    the end), the live output file at ``row.output_path`` (kept open, so its
+    removal at the end does not cut the read short), and once the file is gone
+    before it was ever opened, the ``output_tail`` the terminal write stored
+    (the last 64 KiB; what came before it is no longer anywhere).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        work_id: str,
+        *,
+        stop: threading.Event,
+        poll: float,
+        follow: bool = True,
+        chunk: int = STREAM_CHUNK,
+    ) -> None:
+        self.id = work_id
+        self.follow = follow
+        self.offset = 0
+        self._ledger = ledger
+        self._transcript = Path(ledger.state_dir) / "transcripts" / f"{work_id}.jsonl"
+        self._backoff = Backoff(stop, poll)
+        self._chunk = chunk
+        self._fd: int | None = None
+        self._path: str | None = None
+        self._open = True
+
+    def __next__(self) -> bytes:
+        while self._open:
+            row = self._ledger.require(self.id)
+            # The status is read before the file: output read after a terminal
+            # row has been seen is all the output there will be.
+            ended = is_terminal(row.status)
+            data = self._read(row, ended)
+            if data:
+                self._backoff.reset()
+                return data
+            if ended:
+                rest = self._rest_from_tail(row)
+                self.close()
+                if rest:
+                    return rest
+                break
+            if not self.follow:
+                self.close()  # what was there now has been read
+                break
+            self._backoff.pause()
+        raise StopIteration
+
+    def _read(self, row: UnitRow, ended: bool) -> bytes:
+        if self._fd is None:
+            self._open_source(row)
+            if self._fd is None:
+                return b""
+        data = _outputfile.read_delta(self._fd, self.offset, self._chunk)
+        if not data and not ended and self._replaced():
+            # A restarted shell attempt writes a fresh file at the same path.
+            self._close_fd()
+            self.offset = 0
+            return self._read(row, ended)
+        self.offset += len(data)
+        return data
+
+    def _open_source(self, row: UnitRow) -> None:
+        for path in (str(self._transcript), row.output_path):
+            if path is None:
+                continue
+            fd = _outputfile.open_for_reading(path)
+            if fd is not None:
+                self._fd, self._path = fd, path
+                return
+
+    def _replaced(self) -> bool:
+        assert self._fd is not None
+        assert self._path is not None
+        if self._path == str(self._transcript):
+            return False  # transcripts are appended to across attempts, never replaced
+        try:
+            now = os.stat(self._path)
+        except FileNotFoundError:
+            return False  # removed at the end; the open descriptor still reads it
+        mine = os.fstat(self._fd)
+        return (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
+
+    def _rest_from_tail(self, row: UnitRow) -> bytes:
+        if self._fd is not None:
+            return b""  # the file itself was read to its end
+        tail = row.output_tail
+        start = row.output_bytes - len(tail)
+        skip = max(0, self.offset - start)
+        rest = tail[skip:]
+        self.offset = max(self.offset, start) + len(rest)
+        return rest
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._path = None
+
+    def close(self) -> None:
+        """Stop following; the next ``next()`` ends the iteration. Idempotent."""
+        self._open = False
+        self._close_fd()
+
+    def __enter__(self) -> OutputStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Notices(Iterator[Notification]):
+    """Notices of top-level units (no parent) from the ledger's outbox.
+
+    Each notice is handed to exactly one consumer, once, across every client
+    and process on the state dir: it is taken by marking it delivered, and
+    only the caller whose mark succeeds gets it. Iteration blocks until the
+    next notice and ends when the client closes.
+    """
+
+    def __init__(self, ledger: Ledger, *, stop: threading.Event, poll: float) -> None:
+        self._ledger = ledger
+        self._stop = stop
+        self._poll = poll
+        self._seen: deque[Notification] = deque()
+
+    def get_nowait(self) -> Notification | None:
+        """The next notice if one is waiting, else None."""
+        while True:
+            if not self._seen:
+                self._seen.extend(self._ledger.undelivered(None, limit=64))
+                if not self._seen:
+                    return None
+            notice = self._seen.popleft()
+            if self._ledger.mark_delivered(notice.id, notice.status):
+                return notice
+
+    def get(self, timeout: float | None = None) -> Notification:
+        """The next notice; TimeoutError after ``timeout`` s, ClientClosed once closed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff(self._stop, self._poll)
+        while True:
+            notice = self.get_nowait()
+            if notice is not None:
+                return notice
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no notification within {timeout} s")
+            backoff.pause(deadline)
+
+    def __next__(self) -> Notification:
+        try:
+            return self.get()
+        except ClientClosed:
+            raise StopIteration from None

@@ -1,0 +1,88 @@
+"""``workunits serve`` end to end: units submitted from the command line run, end, and report.
+
+Every command here is the CLI in-process (CliRunner) or a client, talking to a
+live ``workunits serve`` subprocess through the ledger only.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+import workunits as wu
+from tests.cli.conftest import Run
+from tests.cli.live import WAIT, Serve
+from tests.conftest import eventually
+from workunits._status import Reason, Status
+from workunits.cli import Exit
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_submitted_command_runs_and_its_result_is_its_output(served: Serve, run: Run) -> None:
+    assert "supervising" in served.banner
+    work_id = run("submit", "-q", "--", "echo hello").stdout.strip()
+    assert run("wait", "--timeout", f"{WAIT}s", work_id).exit_code == Exit.OK
+    assert run("result", work_id).stdout == "hello\n"
+    failing = run("submit", "-q", "--", "exit 3").stdout.strip()
+    result = run("wait", "--timeout", f"{WAIT}s", failing)
+    assert (result.exit_code, result.stdout.strip()) == (
+        Exit.FAILED,
+        f"{failing} failed (exit code 3)",
+    )
+
+
+def test_an_agent_by_reference_returns_its_value(served: Serve, run: Run) -> None:
+    work_id = run(
+        "submit", "-q", "--agent", "tests.test_client:add", "--args", "[1]", "--kwargs", '{"b": 2}'
+    ).stdout.strip()
+    result = run("result", "--timeout", f"{WAIT}s", work_id)
+    assert (result.exit_code, result.stdout.strip()) == (Exit.OK, "3")
+
+
+def test_cancel_from_the_command_line_ends_a_running_unit(
+    served: Serve, run: Run, client: wu.Client
+) -> None:
+    work_id = client.shell("exec sleep 600").id
+    eventually(lambda: client.get(work_id).status is Status.RUNNING, timeout=WAIT)
+    said = run("cancel", "--grace", "1", work_id)
+    assert said.exit_code == Exit.OK
+    assert work_id in said.stdout
+    assert run("wait", "--timeout", f"{WAIT}s", work_id).exit_code == Exit.KILLED
+    assert client.get(work_id).reason is Reason.CANCELLED
+    again = run("kill", work_id)
+    assert "already ended" in again.stdout
+
+
+def test_a_cancel_queued_before_serve_starts_ends_the_unit_without_running_it(
+    state_dir: Path, run: Run, client: wu.Client
+) -> None:
+    work_id = client.shell("echo must not run").id
+    assert "queued" in run("cancel", work_id).stdout
+    serve = Serve(state_dir)
+    try:
+        record = client.wait(work_id, WAIT)
+    finally:
+        assert serve.stop() == 0
+    assert (record.status, record.reason, record.started_at) == (
+        Status.KILLED,
+        Reason.CANCELLED,
+        None,
+    )
+
+
+def test_root_notices_reach_a_client_once(served: Serve, client: wu.Client) -> None:
+    work_id = client.shell("true").id
+    notice = client.notifications().get(timeout=WAIT)
+    assert (notice.id, notice.status) == (work_id, Status.COMPLETED)
+    assert client.notifications().get_nowait() is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_serve_stops_cleanly_on_a_stop_signal(
+    state_dir: Path, client: wu.Client, signum: int
+) -> None:
+    serve = Serve(state_dir)
+    assert serve.stop(signum) == 0

@@ -1,0 +1,97 @@
+"""``tail``: output from the start; agent transcripts as readable events; -f to the end."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import workunits as wu
+from tests.cli.conftest import Run
+from tests.client_support import FakeSupervisor
+from workunits._status import Reason, Status
+from workunits.cli import Exit
+
+
+def test_tail_prints_the_output_so_far_and_returns(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.shell("make").id
+    assert run("tail", work_id).stdout == ""  # pending: nothing yet
+    fake.start(work_id)
+    fake.output(work_id, b"one\ntwo\nno newline")
+    result = run("tail", work_id)
+    assert (result.exit_code, result.stdout) == (Exit.OK, "one\ntwo\nno newline")
+    lines = [json.loads(x) for x in run("tail", "--json", work_id).stdout.splitlines()]
+    assert lines == [
+        {"type": "output", "line": "one"},
+        {"type": "output", "line": "two"},
+        {"type": "output", "line": "no newline"},
+    ]
+
+
+def test_tail_of_an_ended_unit_prints_its_tail(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.shell("make").id
+    fake.start(work_id)
+    fake.output(work_id, b"done\n")
+    fake.complete(work_id)
+    assert run("tail", work_id).stdout == "done\n"
+
+
+def test_tail_renders_an_agent_transcript_and_raw_gives_the_jsonl(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.agent("tests.test_client:add", 1, 2).id
+    fake.start(work_id)
+    fake.event(work_id, "stdout", data="hello\n")
+    fake.event(work_id, "progress", fraction=0.5, message="half")
+    out = run("tail", work_id).stdout.splitlines()
+    assert out[0].startswith(f"[start] {work_id} attempt 1")
+    assert out[1:] == ["hello", "[progress]  50% half"]
+    raw = run("tail", "--raw", work_id).stdout.splitlines()
+    assert [json.loads(line)["type"] for line in raw] == ["start", "stdout", "progress"]
+    events = [json.loads(line) for line in run("tail", "--json", work_id).stdout.splitlines()]
+    assert [e["type"] for e in events] == ["start", "stdout", "progress"]
+
+
+def test_tail_follow_prints_everything_then_the_status_and_exits_with_it(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.shell("make").id
+    fake.open_session()
+    fake.start(work_id)
+    fake.output(work_id, b"first\n")
+
+    def finish() -> None:
+        fake.output(work_id, b"second\n")
+        fake.end(work_id, Status.KILLED, reason=Reason.CANCELLED)
+
+    ender = threading.Thread(target=finish)
+    ender.start()
+    try:
+        result = run("tail", "-f", work_id)
+    finally:
+        ender.join(10)
+    assert result.exit_code == Exit.KILLED
+    assert result.stdout == "first\nsecond\n"
+    assert result.stderr == f"-- {work_id} killed (reason cancelled)\n"
+    # It retained the unit while following and released it on the way out.
+    assert [(r.verb, r.target) for r in fake.apply_requests()] == [
+        ("retain", work_id),
+        ("release", work_id),
+    ]
+
+
+def test_tail_follow_json_ends_with_the_status_object(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.shell("make").id
+    fake.start(work_id)
+    fake.output(work_id, b"x\n")
+    fake.complete(work_id)
+    result = run("tail", "-f", "--json", work_id)
+    assert result.exit_code == Exit.OK
+    *output, status = (json.loads(line) for line in result.stdout.splitlines())
+    assert output == [{"type": "output", "line": "x"}]
+    assert (status["type"], status["id"], status["status"]) == ("status", work_id, "completed")
