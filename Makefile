@@ -3,23 +3,32 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The demo needs no extras beyond the tests'; `make test` and `make lint` add the
+# [ray] extra so the remote kind is tested against a real local Ray.
+EXTRAS ?= test,dev
+STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint check bench bench-quick clean
+.PHONY: demo test lint pytest static check bench bench-quick bench-remote clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
-test: $(STAMP)
+test:
+	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray
+
+lint:
+	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray
+
+pytest: $(STAMP)
 	$(PY) -m pytest -q
 
-lint: $(STAMP)
+static: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -31,6 +40,10 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
+
+bench-remote: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[ray]'
+	$(PY) bench/remote_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -10,7 +10,6 @@ WorkunitsError
 ├── NotFinished          wait/result timed out while the unit still runs (also a TimeoutError)
 ├── WorkFailed           the unit ended ``failed``; carries the record and its cause
 ├── WorkKilled           the unit ended ``killed``; carries the record and its reason
-├── WorkExpired          the unit ended long ago and retention dropped its result
 ├── IdempotencyConflict  the same key was submitted with different arguments
 ├── StaleAttempt         a write from an attempt that is no longer the unit's current one
 ├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
@@ -103,10 +102,6 @@ class WorkKilled(WorkunitsError):
     def __init__(self, record: WorkRecord) -> None:
         super().__init__(f"{record.id} was killed: {record.describe_end()}")
         self.record = record
-
-
-class WorkExpired(WorkunitsError):
-    """The unit ended long ago: retention dropped its result; only its status is kept."""
 
 
 class IdempotencyConflict(WorkunitsError):

@@ -51,6 +51,18 @@ def create(path: str, *, append: bool = False) -> int:
         raise
 
 
+def reopen_for_append(path: str) -> int:
+    """Open an existing output file of ours to append to it; a symlink there is refused."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputFileError(
+                errno.ELOOP, f"refusing to write output through a symlink at {path}"
+            ) from exc
+        raise
+
+
 def link(target: str, path: str) -> None:
     """Make ``path`` a symlink to ``target``; refuse if anything is already at ``path``."""
     try:

@@ -30,7 +30,7 @@ from workunits.actors.process_events import (
 )
 from workunits.ledger.values import Call
 from workunits.runtime import messages as m
-from workunits.runtime.transcript import append_event
+from workunits.runtime.transcript import append_event, last_seq
 from workunits.zygote.protocol import Limits, SpawnCall
 
 
@@ -193,7 +193,14 @@ class AgentActor(WorkActor):
     # -- start ------------------------------------------------------------------
 
     def launch(self) -> None:
-        transcript_fd = _outputfile.create(self._transcript_path, append=True)
+        first_seq = 1
+        if self.unit.attempt > 1 and os.path.lexists(self._transcript_path):
+            # A resumed attempt appends to the transcript its earlier attempts wrote.
+            transcript_fd = _outputfile.reopen_for_append(self._transcript_path)
+            first_seq = last_seq(self._transcript_path) + 1
+            _outputfile.remove(self.unit.output_path)  # the dead session's symlink
+        else:
+            transcript_fd = _outputfile.create(self._transcript_path, append=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             _outputfile.link(self._transcript_path, self.unit.output_path)
@@ -218,6 +225,7 @@ class AgentActor(WorkActor):
                 payload=self.spec.payload,
                 attempt=self.unit.attempt,
                 checkpoint=self.unit.checkpoint,
+                first_seq=first_seq,
                 limits=self._limits(),
             )
             self.unit.zygote.spawn_call(call, transcript_fd, theirs.fileno(), TellActor(ref))

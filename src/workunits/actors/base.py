@@ -103,6 +103,16 @@ class WorkActor(pykka.ThreadingActor):
     def validate_spec(cls, spec: Any) -> None:
         """Raise SpecError when ``spec`` cannot make a unit of this kind (caller's thread)."""
 
+    @classmethod
+    def actor_for(cls, spec: Any) -> type[WorkActor]:
+        """The class that runs a unit of this kind with ``spec`` (after ``validate_spec``).
+
+        A kind with more than one way to run picks here: a teammate runs in a local
+        process or, with ``remote=True``, in a Ray actor. The record's ``kind`` is
+        that class's ``kind``.
+        """
+        return cls
+
     # -- durability: how the ledger keeps a spec, and whether a lost unit resumes --
 
     @classmethod

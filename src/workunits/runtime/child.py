@@ -30,7 +30,7 @@ EXIT_RAISED = 1
 
 
 def run_unit(call: SpawnCall, transcript_fd: int, channel_fd: int) -> int:
-    transcript = TranscriptWriter(transcript_fd)
+    transcript = TranscriptWriter(transcript_fd, call.first_seq)
     channel = socket.socket(fileno=channel_fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)

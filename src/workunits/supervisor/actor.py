@@ -176,8 +176,9 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
-        actor_class = self.kinds.actor_class(_ids.validate_letter(letter))
-        actor_class.validate_spec(spec)
+        kind_class = self.kinds.actor_class(_ids.validate_letter(letter))
+        kind_class.validate_spec(spec)
+        actor_class = kind_class.actor_for(spec)
         if not isinstance(description, str):
             raise SpecError(f"description must be a str, got {type(description).__name__}")
         if timeout is not None and (
@@ -396,7 +397,12 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
         self._mailbox(record.parent).put(Notification.of(record))
 
     def _relays(self, work_id: str | None) -> bool:
-        return work_id is not None and self.kinds.actor_class(work_id[0]).relays_notifications
+        if work_id is None:
+            return False
+        # The unit's own class: a kind's units may run in different classes (actor_for).
+        ref = self._actors.get(work_id)
+        actor_class = self.kinds.actor_class(work_id[0]) if ref is None else ref.actor_class
+        return actor_class.relays_notifications
 
     # -- requests from inside unit processes --------------------------------------
 

@@ -159,6 +159,7 @@ class DurableSupervisor:
         lost: list[str] = []
         for row in self._ledger.units_of_dead_sessions(self._session):
             (resumed if self._resume_or_lose(row) else lost).append(row.id)
+        self._apply_requests()  # before adopting: a cancel sent while no supervisor ran wins
         adopted = self._adopt_pending()
         root = self._mailbox(None)  # type: ignore[attr-defined]
         for notice in self._ledger.undelivered(None):
@@ -223,8 +224,8 @@ class DurableSupervisor:
             except WorkunitsError:
                 log.exception("ledger: could not record progress")
         try:
-            self._adopt_pending()
             self._apply_requests()
+            self._adopt_pending()
             if now >= self._next_heartbeat:
                 self._next_heartbeat = now + HEARTBEAT_EVERY
                 self._ledger.heartbeat(self._session)
@@ -246,6 +247,17 @@ class DurableSupervisor:
         target = request.target
         if target not in self.registry:
             row = self._ledger.require(target)
+            if row.status == Status.PENDING and request.verb in ("cancel", "kill"):
+                # Never started: it ends without running (pending -> killed).
+                reason = Reason.CANCELLED if request.verb == "cancel" else Reason.KILLED
+                self._ledger.write(
+                    target,
+                    attempt=row.attempt,
+                    status=Status.KILLED.value,
+                    reason=reason.value,
+                    ended_at=self._clock.now(),
+                )
+                return {"changed": True, "status": Status.KILLED.value}
             return {"changed": False, "status": row.shown_status}
         if request.verb == "cancel":
             grace = float(request.args.get("grace", 5.0))

@@ -31,11 +31,13 @@ from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.base import WorkActor
 from workunits.actors.dream import DreamActor
 from workunits.actors.monitor import MonitorActor
+from workunits.actors.remote import RemoteActor, RemoteSpec
+from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
-from workunits.actors.teammate import TeammateActor
 from workunits.actors.workflow import WorkflowActor
 from workunits.ledger import Ledger, SupervisorLock
 from workunits.ledger.store import DEFAULT_EXPIRE_AFTER
+from workunits.remote.runtime import RayRuntime, check_available
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
@@ -111,6 +113,12 @@ class Supervisor(KindsFacade):
 
     ``clock`` and ``tick_interval=None`` exist for tests: with a manual clock and
     no ticker, deadlines and eviction run only when ``tick()`` is called.
+
+    Remote units (``remote()``, ``teammate(..., remote=True)``) run on Ray:
+    ``ray_address=None`` starts a local Ray at the first one (its files under
+    ``ray_temp_dir``, by default ``<state_dir>/ray``), ``"auto"`` or an address
+    joins a cluster. ``ray_init`` adds keywords for ``ray.init`` (``runtime_env``,
+    ``num_cpus``…). A Ray this process had already initialised is used as it is.
     """
 
     def __init__(
@@ -127,6 +135,9 @@ class Supervisor(KindsFacade):
         concurrency: Mapping[str, int] | None = None,
         lock_timeout: float = 0.0,
         expire_after: float = DEFAULT_EXPIRE_AFTER,
+        ray_address: str | None = None,
+        ray_temp_dir: str | os.PathLike[str] | None = None,
+        ray_init: Mapping[str, Any] | None = None,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -153,6 +164,11 @@ class Supervisor(KindsFacade):
                 preload=preload,
                 concurrency=concurrency,
                 expire_after=expire_after,
+                ray=RayRuntime(
+                    address=ray_address,
+                    temp_dir=Path(ray_temp_dir or self.state_dir / "ray").absolute(),
+                    init_options=ray_init,
+                ),
             )
         except BaseException:
             self._lock.release()
@@ -170,6 +186,7 @@ class Supervisor(KindsFacade):
         preload: Sequence[str],
         concurrency: Mapping[str, int] | None,
         expire_after: float,
+        ray: RayRuntime,
     ) -> None:
         self._output_dir = _outputfile.private_dir(self.state_dir / "output")
         self._clock = clock or SystemClock()
@@ -182,7 +199,11 @@ class Supervisor(KindsFacade):
         kinds = Kinds()
         kinds.add("b", ShellActor, builtin=True)
         kinds.add("a", AgentActor, builtin=True)
-        kinds.add("t", TeammateActor, builtin=True)
+        # Ray is imported and reached only when a remote unit asks for it (remote/runtime.py).
+        self._ray = ray
+        kinds.add("r", RemoteActor.bound_to(self._ray), builtin=True)
+        remote_teammates = RemoteTeammateActor.bound_to(self._ray)
+        kinds.add("t", teammates_local_or_remote(remote_teammates), builtin=True)
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
         kinds.add("w", WorkflowActor, builtin=True)
@@ -293,6 +314,31 @@ class Supervisor(KindsFacade):
             timeout=timeout,
             key=key,
             max_attempts=max_attempts,
+        )
+
+    def remote(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` as a Ray task, an ``r`` unit (needs ``workunits[ray]``).
+
+        ``resources`` are Ray's: ``{"CPU": 2, "GPU": 1, "memory": bytes, "custom": 1}``.
+        Ray is reached (or started locally, see ``ray_address``) at the first remote
+        unit; ``wu.current()`` works inside ``fn``, and its output, progress,
+        checkpoints and events stream into the unit's local transcript.
+        """
+        check_available()
+        spec = RemoteSpec.build(fn, args, kwargs, resources=resources)
+        return self.submit(
+            "r",
+            spec,
+            description=spec.name if description is None else description,
+            timeout=timeout,
         )
 
     def submit(
@@ -506,6 +552,7 @@ class Supervisor(KindsFacade):
             with contextlib.suppress(pykka.ActorDeadError):
                 self._ref.stop(timeout=self._ask_timeout)
             self._close_kinds()
+            self._ray.close()
             self._zygote.close()
             self._reaper.close()
             self._lock.release()

@@ -18,7 +18,7 @@ import contextlib
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,7 +28,9 @@ from workunits import _ids
 from workunits._errors import AskTimeout, SpecError
 from workunits.actors.agent import AgentSpec
 from workunits.actors.monitor import MonitorSpec
+from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.actors.teammate import TeammateSpec
+from workunits.remote.runtime import check_available
 from workunits.runtime.messages import encode_message
 from workunits.runtime.ratelimit import DEFAULT_RATE_LIMIT
 from workunits.supervisor.asks import Route
@@ -55,6 +57,8 @@ class KindsFacade:
             description: str = "",
             parent: str | None = None,
             timeout: float | None = None,
+            key: str | None = None,
+            max_attempts: int | None = None,
         ) -> WorkHandle: ...
 
     _answers: _AnswerThread | None = None
@@ -69,14 +73,29 @@ class KindsFacade:
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        remote: bool = False,
+        resources: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Create ``cls(*args, **kwargs)`` in its own process as a ``t`` unit.
 
         It takes messages in ``on_receive(message)`` (and method calls through
         ``proxy()``) one at a time, until ``stop()``, a cancel or a kill.
+        ``remote=True`` puts the instance in a Ray actor (``workunits[ray]``), with
+        Ray ``resources`` as for ``remote()``; the handle and its semantics are the same.
         """
-        spec = TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
+        spec: TeammateSpec | RemoteTeammateSpec
+        if remote:
+            if memory_limit is not None:
+                raise SpecError(
+                    'memory_limit is for local teammates; on Ray ask for resources={"memory": n}'
+                )
+            check_available()
+            spec = RemoteTeammateSpec.for_class(cls, args, kwargs, resources=resources)
+        elif resources is not None:
+            raise SpecError("resources are for remote teammates (remote=True)")
+        else:
+            spec = TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
         name = spec.name if description is None else description
         handle = self.submit("t", spec, description=name, timeout=timeout)
         return TeammateHandle(cast(Any, self), handle.id, cls)
@@ -123,12 +142,20 @@ class KindsFacade:
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
-        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once."""
+        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
+
+        Resumable when ``fn`` is importable: after a crash the next supervisor
+        runs it again and finished steps return their stored results.
+        """
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
         name = spec.name if description is None else description
-        return self.submit("w", spec, description=name, timeout=timeout)
+        return self.submit(
+            "w", spec, description=name, timeout=timeout, key=key, max_attempts=max_attempts
+        )
 
     def shed(self, n: int | None = None) -> list[str]:
         """Kill up to ``n`` running dreams (all with None), newest first; their IDs.

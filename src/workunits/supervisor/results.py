@@ -26,10 +26,7 @@ def decode_value(data: bytes, fmt: str) -> Any:
 def result_of(record: WorkRecord) -> Any:
     """The value of a completed unit (its record for kinds without values, like shell)."""
     if record.expired_at is not None:
-        raise WorkExpired(
-            f"{record.id} ended {record.status.value}, but its retention ran out and its "
-            f"result is gone; only its status is kept"
-        )
+        raise WorkExpired(record)
     if record.status == Status.COMPLETED:
         if record.result is None or record.result_format is None:
             return record

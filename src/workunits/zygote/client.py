@@ -97,6 +97,7 @@ class ZygoteClient:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "workunits.zygote", str(theirs.fileno()), *self._preload],
                 pass_fds=(theirs.fileno(),),
+                env=_environment_for_units(),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to handle
             )
@@ -213,6 +214,18 @@ class ZygoteClient:
                 log.warning("zygote %d did not exit; killing it", zygote.proc.pid)
                 zygote.proc.kill()
                 zygote.proc.wait()
+
+
+def _environment_for_units() -> dict[str, str]:
+    """This process's environment, with its import path: a unit can import what we can.
+
+    Without it, a callable stored by reference from a module beside the main
+    script (not on the default path) could not be loaded in the unit process.
+    """
+    env = dict(os.environ)
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
 
 
 def zygote_supported() -> bool:

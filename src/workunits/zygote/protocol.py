@@ -35,6 +35,7 @@ class SpawnCall:
     payload: bytes  # cloudpickled (callable, args, kwargs), opened only in the unit process
     attempt: int = 1
     checkpoint: bytes | None = None  # orjson of the last checkpoint, for a resumed attempt
+    first_seq: int = 1  # a resumed attempt continues its transcript's sequence
     limits: Limits = field(default_factory=Limits)
 
 
