@@ -259,7 +259,9 @@ def test_an_expired_unit_reads_expired_and_its_result_is_a_clear_error(
     assert handle.get().status is Status.COMPLETED  # the record keeps how it ended
     assert [r.id for r in client.list(status="expired")] == [handle.id]
     assert client.list(status="completed") == []
-    with pytest.raises(wu.WorkExpired, match=f"{handle.id} ended completed, but its retention"):
+    with pytest.raises(wu.WorkExpired, match=f"{handle.id} has expired: it ended completed"):
+        handle.result()
+    with pytest.raises(wu.UnknownWork):  # WorkExpired is one
         handle.result()
 
 

@@ -5,6 +5,7 @@ WorkunitsError
 ├── UnknownKind          well-formed ID or kind letter nobody registered
 ├── KindTaken            register_kind() with a letter already in use or reserved
 ├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
+│   └── WorkExpired      the ledger knows the unit, but its retention ran out: no result
 ├── SpecError            arguments a submit cannot accept (also a ValueError)
 ├── InvalidTransition    a status change the lifecycle table forbids (a bug, not a race)
 ├── NotFinished          wait/result timed out while the unit still runs (also a TimeoutError)
@@ -62,6 +63,24 @@ class UnknownWork(WorkunitsError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else "unknown work unit"
+
+
+class WorkExpired(UnknownWork):
+    """The unit ended long enough ago that its retention ran out (its status reads ``expired``).
+
+    The ledger still says how it ended (``record``), but no longer keeps its
+    result, output tail or checkpoint. A subclass of UnknownWork because, like
+    an unknown unit, it has nothing more to give; never raised for a unit the
+    ledger does not know.
+    """
+
+    def __init__(self, record: WorkRecord) -> None:
+        end = record.describe_end()
+        how = record.status.value if end == record.status.value else f"{record.status} ({end})"
+        super().__init__(
+            f"{record.id} has expired: it ended {how}, and its result and output are no longer kept"
+        )
+        self.record = record
 
 
 class SpecError(WorkunitsError, ValueError):

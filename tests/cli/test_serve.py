@@ -56,11 +56,6 @@ def test_cancel_from_the_command_line_ends_a_running_unit(
     assert "already ended" in again.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the supervisor adopts pending rows before it applies queued requests, and a "
-    "cancel of a unit it has not adopted is answered 'not changed' (supervisor/durable.py)",
-)
 def test_a_cancel_queued_before_serve_starts_ends_the_unit_without_running_it(
     state_dir: Path, run: Run, client: wu.Client
 ) -> None:

@@ -77,8 +77,8 @@ def test_wait_and_result_of_an_expired_unit_exit_5(run: Run, client: wu.Client) 
         fake.ledger.expire()
     finally:
         fake.close()
-    one_line_error(run("wait", work_id), Exit.UNKNOWN, "only its status is kept")
-    one_line_error(run("result", work_id), Exit.UNKNOWN, "only its status is kept")
+    one_line_error(run("wait", work_id), Exit.UNKNOWN, "has expired")
+    one_line_error(run("result", work_id), Exit.UNKNOWN, "has expired")
 
 
 def test_result_prints_the_value_as_json(run: Run, client: wu.Client, fake: FakeSupervisor) -> None:

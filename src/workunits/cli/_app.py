@@ -29,7 +29,6 @@ from workunits._errors import (
     NotFinished,
     SpecError,
     UnknownWork,
-    WorkExpired,
     WorkKilled,
     WorkunitsError,
 )
@@ -82,7 +81,7 @@ def finish(code: Exit) -> NoReturn:
 
 
 def _code_of(exc: WorkunitsError) -> Exit:
-    if isinstance(exc, UnknownWork | WorkExpired):
+    if isinstance(exc, UnknownWork):  # WorkExpired too: it is one
         return Exit.UNKNOWN
     if isinstance(exc, InvalidWorkId | SpecError | IdempotencyConflict):
         return Exit.USAGE

@@ -58,9 +58,7 @@ def wait(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) -> N
             raise CliError(str(exc), Exit.RUNNING) from None
         row = client.row(work_id)
     if row.expired:
-        raise WorkExpired(
-            f"{_render.end_line(row)}: it ended long enough ago that only its status is kept"
-        )
+        raise WorkExpired(row.to_record())
     if as_json:
         emit_json(_render.unit_doc(row))
     else:
