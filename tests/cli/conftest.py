@@ -67,14 +67,28 @@ def one_line_error(result: Result, code: int, needle: str) -> None:
 
 
 @pytest.fixture
-def served(state_dir: Path, client: wu.Client) -> Iterator[Serve]:
-    """``workunits serve`` on the test's state dir; SIGTERM ends it, and it must exit 0."""
-    serve = Serve(state_dir)
-    try:
-        yield serve
-    finally:
-        code = serve.stop()
-    assert code == 0, f"workunits serve exited {code}"
+def start_serve(state_dir: Path) -> Iterator[Callable[[], Serve]]:
+    """Start ``workunits serve`` processes on the test's state dir.
+
+    The finalizer ends every one still running (SIGTERM, then SIGKILL of its
+    group if it lingers) and insists that each exited 0.
+    """
+    started: list[Serve] = []
+
+    def start() -> Serve:
+        serve = Serve(state_dir)
+        started.append(serve)
+        return serve
+
+    yield start
+    codes = [serve.stop() for serve in started]
+    assert codes == [0] * len(started), f"workunits serve exited {codes}"
+
+
+@pytest.fixture
+def served(client: wu.Client, start_serve: Callable[[], Serve]) -> Serve:
+    """One ``workunits serve`` on the test's state dir (whose ledger ``client`` made)."""
+    return start_serve()
 
 
 @pytest.fixture

@@ -64,7 +64,10 @@ class Serve:
         return self.proc.stderr.readline().decode()
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
-        """Signal it and return its exit code; SIGKILL its group if it does not exit."""
+        """Signal it and return its exit code; SIGKILL its group if it does not exit.
+
+        Safe to call again: a stopped serve just reports its exit code.
+        """
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signum)
@@ -74,7 +77,7 @@ class Serve:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(WAIT)
-        if self.proc.stderr is not None:
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
             self.proc.stderr.close()
         return self.proc.returncode
 

@@ -7,7 +7,7 @@ live ``workunits serve`` subprocess through the ledger only.
 from __future__ import annotations
 
 import signal
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -57,15 +57,12 @@ def test_cancel_from_the_command_line_ends_a_running_unit(
 
 
 def test_a_cancel_queued_before_serve_starts_ends_the_unit_without_running_it(
-    state_dir: Path, run: Run, client: wu.Client
+    run: Run, client: wu.Client, start_serve: Callable[[], Serve]
 ) -> None:
     work_id = client.shell("echo must not run").id
     assert "queued" in run("cancel", work_id).stdout
-    serve = Serve(state_dir)
-    try:
-        record = client.wait(work_id, WAIT)
-    finally:
-        assert serve.stop() == 0
+    start_serve()
+    record = client.wait(work_id, WAIT)
     assert (record.status, record.reason, record.started_at) == (
         Status.KILLED,
         Reason.CANCELLED,
@@ -82,9 +79,10 @@ def test_root_notices_reach_a_client_once(served: Serve, client: wu.Client) -> N
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_serve_stops_cleanly_on_a_stop_signal(
-    state_dir: Path, client: wu.Client, signum: int
+    client: wu.Client, start_serve: Callable[[], Serve], signum: int
 ) -> None:
-    serve = Serve(state_dir)
+    serve = start_serve()
+    assert "supervising" in serve.banner
     assert serve.stop(signum) == 0
 
 
