@@ -57,6 +57,14 @@ class Host:
             self.proc.stdout.close()
 
 
+def pid_of(source: wu.Client | wu.Supervisor, work_id: str) -> int:
+    return eventually(lambda: source.get(work_id).pid, what=f"{work_id} to start")
+
+
+def gone(pid: int) -> None:
+    eventually(lambda: not alive(pid), what=f"pid {pid} of the dead session to die")
+
+
 @pytest.fixture
 def hosts() -> Iterator[list[Host]]:
     started: list[Host] = []
@@ -108,14 +116,12 @@ def test_after_a_crash_units_resume_or_fail_lost_as_their_kind_says(
     host = Host(state, "mixed", tmp_path / "groups.log")
     hosts.append(host)
     ids = host.read()
+    names = ("shell", "restart", "lambda", "agent")
     with wu.connect(state) as client:
-        for name in ("shell", "restart", "lambda", "agent"):
-            eventually(lambda n=name: client.get(ids[n]).pid, what=f"{name} to start")
-        pids = [client.get(ids[n]).pid for n in ("shell", "restart", "lambda", "agent")]
+        pids = [pid_of(client, ids[name]) for name in names]
     host.sigkill()
     for pid in pids:
-        assert pid is not None
-        eventually(lambda p=pid: not alive(p), what=f"pid {pid} of the dead session to die")
+        gone(pid)
     with wu.Supervisor(state, install_signal_handlers=False) as sup:
         recovered = sup.recovered
         assert sorted(recovered["lost"]) == sorted([ids["shell"], ids["lambda"]])
@@ -124,9 +130,10 @@ def test_after_a_crash_units_resume_or_fail_lost_as_their_kind_says(
             record = sup.get(ids[name])
             assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
         for name in ("restart", "agent"):
-            record = eventually(lambda n=name: sup.get(ids[n]).pid and sup.get(ids[n]))
+            pid = pid_of(sup, ids[name])
+            record = sup.get(ids[name])
             assert (record.status, record.attempt) == (wu.Status.RUNNING, 2)
-            assert alive(record.pid or -1)
+            assert alive(pid)
 
 
 def test_a_key_finds_the_unit_it_made_and_refuses_other_arguments(tmp_path: Path) -> None:
