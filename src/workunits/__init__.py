@@ -7,15 +7,23 @@ from workunits._errors import IdempotencyConflict as IdempotencyConflict
 from workunits._errors import InvalidTransition as InvalidTransition
 from workunits._errors import InvalidWorkId as InvalidWorkId
 from workunits._errors import KindTaken as KindTaken
+from workunits._errors import LedgerCorrupt as LedgerCorrupt
+from workunits._errors import LedgerError as LedgerError
+from workunits._errors import LedgerFull as LedgerFull
 from workunits._errors import LedgerTampered as LedgerTampered
+from workunits._errors import LedgerVersionError as LedgerVersionError
 from workunits._errors import NoLedger as NoLedger
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import SpecError as SpecError
+from workunits._errors import StaleAttempt as StaleAttempt
+from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import SupervisorClosed as SupervisorClosed
 from workunits._errors import TeammateEnded as TeammateEnded
 from workunits._errors import TeammateError as TeammateError
 from workunits._errors import UnknownKind as UnknownKind
 from workunits._errors import UnknownWork as UnknownWork
+from workunits._errors import UnstorableValue as UnstorableValue
+from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
 from workunits._errors import WorkExpired as WorkExpired
 from workunits._errors import WorkFailed as WorkFailed
 from workunits._errors import WorkKilled as WorkKilled
@@ -57,7 +65,11 @@ __all__ = [
     "InvalidTransition",
     "InvalidWorkId",
     "KindTaken",
+    "LedgerCorrupt",
+    "LedgerError",
+    "LedgerFull",
     "LedgerTampered",
+    "LedgerVersionError",
     "Mailbox",
     "MailboxClosed",
     "MailboxItem",
@@ -68,8 +80,10 @@ __all__ = [
     "Outcome",
     "Reason",
     "SpecError",
+    "StaleAttempt",
     "Status",
     "Supervisor",
+    "SupervisorBusy",
     "SupervisorClosed",
     "TeammateEnded",
     "TeammateError",
@@ -78,6 +92,8 @@ __all__ = [
     "UnitContext",
     "UnknownKind",
     "UnknownWork",
+    "UnstorableValue",
+    "ValueVersionMismatch",
     "WorkActor",
     "WorkExpired",
     "WorkFailed",

@@ -1,0 +1,155 @@
+"""Durability in real processes: a supervisor is SIGKILLed mid-run and another resumes.
+
+Invariants 11-13 end to end: the resumed unit keeps its ID, runs as attempt 2
+and repeats no finished step; units that cannot resume fail with reason lost;
+each unit's notice is delivered once; a resubmit with the same key finds the
+same unit; nothing of the dead session keeps running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import workunits as wu
+
+from .conftest import alive, eventually
+from .durable_jobs import GROUPS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Host:
+    """A supervisor process (tests/durable_host.py), ended for sure at teardown."""
+
+    def __init__(self, state: Path, mode: str, log: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.durable_host", str(state), mode, str(log)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "the supervisor process ended without answering"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def sigkill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def pid_of(source: wu.Client | wu.Supervisor, work_id: str) -> int:
+    return eventually(lambda: source.get(work_id).pid, what=f"{work_id} to start")
+
+
+def gone(pid: int) -> None:
+    eventually(lambda: not alive(pid), what=f"pid {pid} of the dead session to die")
+
+
+@pytest.fixture
+def hosts() -> Iterator[list[Host]]:
+    started: list[Host] = []
+    yield started
+    for host in started:
+        host.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_sigkilled_supervisor_s_workflow_resumes_at_the_next_step(
+    tmp_path: Path, hosts: list[Host]
+) -> None:
+    state, log = tmp_path / "state", tmp_path / "groups.log"
+    first = Host(state, "migrate", log)
+    hosts.append(first)
+    work_id = first.read()["migration"]
+    with wu.connect(state) as client:
+        eventually(lambda: (client.get(work_id).progress or 0) >= 2 / GROUPS, timeout=60)
+        pid = client.get(work_id).pid
+        first.sigkill()
+        assert pid is not None
+        eventually(lambda: not alive(pid), what="the dead session's unit process to die")
+
+        second = Host(state, "migrate", log)
+        hosts.append(second)
+        hello = second.read()
+        assert hello["migration"] == work_id  # same key: the same unit, not a duplicate
+        assert hello["recovered"]["resumed"] == [work_id]
+        assert second.read()["result"] == list(range(GROUPS))
+        record = client.get(work_id)
+        assert (record.status, record.attempt) == (wu.Status.COMPLETED, 2)
+        inbox = client.notifications()
+        notices = []
+        while (notice := inbox.get_nowait()) is not None:
+            notices.append(notice.id)
+    assert notices.count(work_id) == 1  # exactly one notice, across the restart
+    groups = [line.split()[0] for line in log.read_text().splitlines()]
+    assert sorted(groups) == [str(g) for g in range(GROUPS)]  # no finished step ran twice
+    attempts = {line.split()[0]: line.split()[1] for line in log.read_text().splitlines()}
+    assert attempts["0"] == "1"
+    assert attempts[str(GROUPS - 1)] == "2"
+
+
+@pytest.mark.timeout(120)
+def test_after_a_crash_units_resume_or_fail_lost_as_their_kind_says(
+    tmp_path: Path, hosts: list[Host]
+) -> None:
+    state = tmp_path / "state"
+    host = Host(state, "mixed", tmp_path / "groups.log")
+    hosts.append(host)
+    ids = host.read()
+    names = ("shell", "restart", "lambda", "agent")
+    with wu.connect(state) as client:
+        pids = [pid_of(client, ids[name]) for name in names]
+    host.sigkill()
+    for pid in pids:
+        gone(pid)
+    with wu.Supervisor(state, install_signal_handlers=False) as sup:
+        recovered = sup.recovered
+        assert sorted(recovered["lost"]) == sorted([ids["shell"], ids["lambda"]])
+        assert set(recovered["resumed"]) == {ids["migration"], ids["restart"], ids["agent"]}
+        for name in ("shell", "lambda"):
+            record = sup.get(ids[name])
+            assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
+        for name in ("restart", "agent"):
+            pid = pid_of(sup, ids[name])
+            record = sup.get(ids[name])
+            assert (record.status, record.attempt) == (wu.Status.RUNNING, 2)
+            assert alive(pid)
+
+
+def test_a_key_finds_the_unit_it_made_and_refuses_other_arguments(tmp_path: Path) -> None:
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        first = sup.shell("echo one", key="build-42")
+        sup.wait(first.id, 20)
+        assert sup.shell("echo one", key="build-42").id == first.id  # ended: still the same
+        with pytest.raises(wu.IdempotencyConflict):
+            sup.shell("echo two", key="build-42")
+        assert len([r for r in sup.list() if r.description == "echo one"]) == 1
+
+
+def test_one_supervisor_per_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with (
+        wu.Supervisor(state, install_signal_handlers=False),
+        pytest.raises(wu.SupervisorBusy, match=str(os.getpid())),
+    ):
+        wu.Supervisor(state, install_signal_handlers=False)
