@@ -86,7 +86,7 @@ def _no_actor_outlives_its_test() -> Iterator[None]:
     assert [r for r in started if r.is_alive()] == []
 
 
-def eventually(check: Callable[[], T | None], timeout: float = 10.0, what: str = "") -> T:
+def eventually(check: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
     """Re-check ``check`` until it returns something truthy; fail after ``timeout``.
 
     A bounded, timed wait on a condition, not a sleep followed by an assertion.

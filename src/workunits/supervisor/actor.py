@@ -110,9 +110,10 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
         self._ending: dict[str, str] = {}
         self._asks = PendingAsks()  # open asks to teammates (see messaging.py)
         self._read_fds: dict[str, int] = {}
-        self._mailboxes: dict[str | None, Mailbox] = {
-            None: Mailbox(None, on_take=self._root_notice_taken)
-        }
+        # The application's mailbox (key None) is made when first asked for, and
+        # filled then from the ledger's outbox: a daemon nobody reads from holds
+        # no notices in memory, and a late reader still gets every one.
+        self._mailboxes: dict[str | None, Mailbox] = {}
         # The ledger hears of a change first: whoever wakes on it may read the ledger.
         self._subscribers: list[Subscriber] = [self._ledger_on_change]
         # Units waiting for a slot of their kind (FIFO), and the limits per kind name.
@@ -394,6 +395,8 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
                 pass  # the parent just ended; keep the notice in its mailbox
             else:
                 return
+        if record.parent is None and None not in self._mailboxes:
+            return  # the ledger's outbox holds it until the application asks
         self._mailbox(record.parent).put(Notification.of(record))
 
     def _relays(self, work_id: str | None) -> bool:
@@ -453,6 +456,8 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
         return False
 
     def _mailbox(self, owner: str | None) -> Mailbox:
+        if owner is None:
+            return self.mailbox(None)
         mailbox = self._mailboxes.get(owner)
         if mailbox is None:
             mailbox = self._mailboxes[owner] = Mailbox(owner)
@@ -467,7 +472,13 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
     def mailbox(self, owner: str | None = None) -> Mailbox:
         if owner is not None:
             self._lookup(owner)
-        return self._mailbox(owner)
+            return self._mailbox(owner)
+        root = self._mailboxes.get(None)
+        if root is None:
+            root = self._mailboxes[None] = Mailbox(None, on_take=self._root_notice_taken)
+            for notice in self._ledger.undelivered(None):
+                root.put(notice)
+        return root
 
     # -- kill and cancel, routed by prefix (invariant 9) -----------------------
 

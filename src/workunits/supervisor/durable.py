@@ -161,9 +161,6 @@ class DurableSupervisor:
             (resumed if self._resume_or_lose(row) else lost).append(row.id)
         self._apply_requests()  # before adopting: a cancel sent while no supervisor ran wins
         adopted = self._adopt_pending()
-        root = self._mailbox(None)  # type: ignore[attr-defined]
-        for notice in self._ledger.undelivered(None):
-            root.put(notice)
         return {"resumed": resumed, "lost": lost, "adopted": adopted}
 
     def _resume_or_lose(self, row: UnitRow) -> bool:
