@@ -66,7 +66,11 @@ class ZygoteClient:
         self._reaper = reaper
         self._preload = tuple(preload)
         self._start_timeout = start_timeout
+        # Two locks, so the Reaper (which takes only ``_lock``) can always drain the
+        # zygote's replies: a sender blocked on a full socket holds only
+        # ``_send_lock``, while the zygote waits for its own replies to be read.
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._current: _Zygote | None = None
         self._all: list[_Zygote] = []
         self._closed = False
@@ -128,16 +132,18 @@ class ZygoteClient:
         return zygote
 
     def _send(self, unit_id: str, events: UnitEvents, message: Any, fds: list[int]) -> None:
-        with self._lock:
+        with self._send_lock:
             for attempt in (1, 2):
-                zygote = self._ensure()
-                zygote.units[unit_id] = events
+                with self._lock:
+                    zygote = self._ensure()
+                    zygote.units[unit_id] = events
                 try:
                     _framing.send(zygote.sock, message, fds)
                 except OSError:
                     # The zygote died under us; its EOF reports its other units lost.
-                    zygote.units.pop(unit_id, None)
-                    self._retire(zygote)
+                    with self._lock:
+                        zygote.units.pop(unit_id, None)
+                        self._retire(zygote)
                     if attempt == 2:
                         raise
                 else:
@@ -153,10 +159,11 @@ class ZygoteClient:
 
     def signal(self, unit_id: str, signum: int) -> None:
         with self._lock:
-            for zygote in self._all:
-                if zygote.alive and unit_id in zygote.units:
-                    with contextlib.suppress(OSError):
-                        _framing.send(zygote.sock, Signal(unit_id, signum))
+            targets = [z for z in self._all if z.alive and unit_id in z.units]
+        with self._send_lock:
+            for zygote in targets:
+                with contextlib.suppress(OSError):
+                    _framing.send(zygote.sock, Signal(unit_id, signum))
 
     def _retire(self, zygote: _Zygote) -> None:
         """Stop using a zygote (lock held); the next spawn starts a new one."""
