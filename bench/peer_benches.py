@@ -263,7 +263,7 @@ def bench_agent_trivial(cfg: HasQuick) -> BenchResult:
 def bench_agent_kill_1gib(cfg: HasQuick) -> BenchResult:
     """Kill -> terminal record of an agent holding 1 GiB vs killpg + waitpid of a bare one."""
     result = BenchResult("agent_kill_1gib")
-    reps = scale(cfg, 5, 20)
+    reps = scale(cfg, 3, 20)
     size = GIB
     bad: list[str] = []
     with state_dir("kill1g") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
@@ -377,7 +377,7 @@ def bench_ledger(cfg: HasQuick) -> BenchResult:
     import ledger_bench  # noqa: PLC0415 - the existing ledger bench, reused
 
     result = BenchResult("ledger")
-    units = scale(cfg, 2000, 5000)
+    units = scale(cfg, 1000, 5000)
     rounds = scale(cfg, 2, 3)
     group = 256
     rates: dict[str, list[float]] = {}
@@ -499,7 +499,7 @@ def bench_ray_peers(cfg: HasQuick) -> BenchResult:
         return result
     cloudpickle.register_pickle_by_value(remote_bench)  # Ray workers cannot import bench/
     reps = scale(cfg, 40, 200)
-    creations = scale(cfg, 5, 20)
+    creations = scale(cfg, 3, 20)
     with tempfile.TemporaryDirectory(prefix="wu-rp-") as tmp:
         scratch = Path(tmp)
         t0 = time.perf_counter()
