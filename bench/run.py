@@ -600,6 +600,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="JSON file for every sample")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables here too")
     parser.add_argument("--no-plot", action="store_true", help="no PNG of the distributions")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="PATH",
+        help="run nothing: print the tables (and plot) of an earlier run's JSON",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -609,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
         result = run_here(args.child, cfg)
         args.result_file.write_text(json.dumps(asdict(result)), encoding="utf-8")
         return 0
+
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text(encoding="utf-8"))
+        earlier = [harness.result_from_json(entry) for entry in saved["benches"]]
+        return report(earlier, args.from_json, args.markdown, not args.no_plot)
 
     names = [n for item in args.only for n in item.split(",") if n] or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
@@ -625,26 +636,30 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         results.append(run_here(name, cfg) if args.in_process else run_child(name, cfg, timeout))
         harness.write_json(out, env, results)  # keep what we have if a later bench hangs
+    code = report(results, out, args.markdown, not args.no_plot)
+    if code == 0 and args.strict and any(not c.passed for r in results for c in r.checks):
+        return 1
+    return code
+
+
+def report(results: list[BenchResult], out: Path, md: Path | None, with_plot: bool) -> int:
+    """Tables on stdout (and to ``md``), the plot next to ``out``; 2 if a bench failed."""
     tables = harness.markdown(results)
     print()
     print(tables)
     print(f"\nsamples: {out}")
-    if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(tables + "\n", encoding="utf-8")
-        print(f"tables: {args.markdown}")
-    if not args.no_plot:
+    if md is not None:
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(tables + "\n", encoding="utf-8")
+        print(f"tables: {md}")
+    if with_plot:
         png = out.with_suffix(".png")
         try:
             if plot(results, png):
                 print(f"plot: {png}")
         except ImportError as exc:
             print(f"no plot ({exc}): pip install matplotlib", file=sys.stderr)
-    if any(r.error is not None for r in results):
-        return 2
-    if args.strict and any(not c.passed for r in results for c in r.checks):
-        return 1
-    return 0
+    return 2 if any(r.error is not None for r in results) else 0
 
 
 if __name__ == "__main__":
