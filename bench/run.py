@@ -568,7 +568,7 @@ def plot(results: list[BenchResult], path: Path) -> bool:
     for ax, (name, series) in zip(axes[:, 0], panels, strict=True):
         ax.boxplot(
             [[x * 1e3 for x in s.samples] for s in series],
-            vert=False,
+            orientation="horizontal",
             whis=(0, 100),
             widths=0.6,
         )
