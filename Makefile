@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest static check bench bench-quick bench-remote clean
+.PHONY: demo test lint pytest static check bench bench-quick bench-run bench-remote clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,11 +35,15 @@ static: $(STAMP)
 
 check: lint test
 
-bench: $(STAMP)
-	$(PY) bench/run.py
+# The benches run their peers too: pebble, matplotlib and DBOS ([bench]), Ray ([ray]).
+bench:
+	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench
 
-bench-quick: $(STAMP)
-	$(PY) bench/run.py --quick
+bench-quick:
+	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench BENCH_ARGS=--quick
+
+bench-run: $(STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 bench-remote: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[ray]'

@@ -242,6 +242,8 @@ def fmt(value: float, unit: str) -> str:
         text = f"{value:.2f} %"
     elif unit == "x":
         text = f"{value:.2f}x"
+    elif unit.endswith("/s"):
+        text = f"{value:,.0f} {unit}"
     else:
         text = f"{value:.4g} {unit}"
     return text

@@ -1,11 +1,12 @@
 """workunits benchmarks (DESIGN section 8): each figure is a ratio or a budget, measured in one run.
 
-    python bench/run.py [--quick] [--only NAME[,NAME...]] [--strict]
+    python bench/run.py [--quick] [--only NAME[,NAME...]] [--strict] [--markdown PATH]
 
 Each bench runs in a fresh child process (so memory figures start from a clean
 heap and one bench's threads cannot colour the next); ``--in-process`` runs
 them here instead, which is what a profiler wants. Every sample goes to
-``bench/results/<time>-<mode>.json``; a Markdown summary goes to stdout.
+``bench/results/<time>-<mode>.json``, a plot of the latency distributions to the
+PNG next to it; a Markdown summary goes to stdout (and to ``--markdown PATH``).
 Exit status: 0 when every bench ran (misses are reported, not fatal unless
 ``--strict``), 1 on a miss with ``--strict``, 2 when a bench could not run.
 """
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import harness
+import peer_benches
 import procstat
 from harness import BenchResult, Pair, Series
 
@@ -338,6 +340,15 @@ def bench_idle_1000(cfg: Config) -> BenchResult:
                 result.error = f"{n - still} of {n} units stopped during the idle window"
         finally:
             t1 = time.perf_counter()
+            # Ends the units one by one before close(): close() kills 1,000 at once and
+            # can deadlock in ZygoteClient (a send blocked on a full socket while holding
+            # the lock its only reader needs; see bench/RESULTS.md).
+            with contextlib.suppress(wu.WorkunitsError):
+                for work_id in ids:
+                    if sup.kill(work_id):
+                        sup.wait(work_id, timeout=30)
+            result.info["kill_all_seconds"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
             sup.close()
             result.info["close_seconds"] = time.perf_counter() - t1
     result.info["children_left_after_close"] = _reap_leftovers()
@@ -502,6 +513,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     "kill_latency": bench_kill_latency,
     "idle_1000": bench_idle_1000,
     "output_1gib": bench_output_1gib,
+    **peer_benches.BENCHES,
 }
 
 
@@ -549,6 +561,39 @@ def run_child(name: str, cfg: Config, timeout: float) -> BenchResult:
         Path(out).unlink(missing_ok=True)
 
 
+def plot(results: list[BenchResult], path: Path) -> bool:
+    """Latency distributions (series in seconds), one panel per bench, log scale; False if none."""
+    import matplotlib  # noqa: PLC0415 - optional: the [bench] extra
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    panels = [(r.name, [s for s in r.series if s.unit == "s" and s.samples]) for r in results]
+    panels = [(name, series) for name, series in panels if series]
+    if not panels:
+        return False
+    height = sum(0.9 + 0.35 * len(series) for _, series in panels)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, height), squeeze=False)
+    for ax, (name, series) in zip(axes[:, 0], panels, strict=True):
+        ax.boxplot(
+            [[x * 1e3 for x in s.samples] for s in series],
+            orientation="horizontal",
+            whis=(0, 100),
+            widths=0.6,
+        )
+        ax.set_yticks(range(1, len(series) + 1), [s.name for s in series], fontsize=7)
+        ax.set_xscale("log")
+        ax.set_title(name, fontsize=9, loc="left")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="x", which="both", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms (log scale; box: quartiles, whiskers: min and max)", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer reps, smaller sizes (< 2 min)")
@@ -562,6 +607,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true", help="no child processes (profiling)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--out", type=Path, help="JSON file for every sample")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the tables here too")
+    parser.add_argument("--no-plot", action="store_true", help="no PNG of the distributions")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="PATH",
+        help="run nothing: print the tables (and plot) of an earlier run's JSON",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -571,6 +624,11 @@ def main(argv: list[str] | None = None) -> int:
         result = run_here(args.child, cfg)
         args.result_file.write_text(json.dumps(asdict(result)), encoding="utf-8")
         return 0
+
+    if args.from_json is not None:
+        saved = json.loads(args.from_json.read_text(encoding="utf-8"))
+        earlier = [harness.result_from_json(entry) for entry in saved["benches"]]
+        return report(earlier, args.from_json, args.markdown, not args.no_plot)
 
     names = [n for item in args.only for n in item.split(",") if n] or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
@@ -587,14 +645,30 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         results.append(run_here(name, cfg) if args.in_process else run_child(name, cfg, timeout))
         harness.write_json(out, env, results)  # keep what we have if a later bench hangs
-    print()
-    print(harness.markdown(results))
-    print(f"\nsamples: {out}")
-    if any(r.error is not None for r in results):
-        return 2
-    if args.strict and any(not c.passed for r in results for c in r.checks):
+    code = report(results, out, args.markdown, not args.no_plot)
+    if code == 0 and args.strict and any(not c.passed for r in results for c in r.checks):
         return 1
-    return 0
+    return code
+
+
+def report(results: list[BenchResult], out: Path, md: Path | None, with_plot: bool) -> int:
+    """Tables on stdout (and to ``md``), the plot next to ``out``; 2 if a bench failed."""
+    tables = harness.markdown(results)
+    print()
+    print(tables)
+    print(f"\nsamples: {out}")
+    if md is not None:
+        md.parent.mkdir(parents=True, exist_ok=True)
+        md.write_text(tables + "\n", encoding="utf-8")
+        print(f"tables: {md}")
+    if with_plot:
+        png = out.with_suffix(".png")
+        try:
+            if plot(results, png):
+                print(f"plot: {png}")
+        except ImportError as exc:
+            print(f"no plot ({exc}): pip install matplotlib", file=sys.stderr)
+    return 2 if any(r.error is not None for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,590 @@
+"""Benches against peers (DESIGN section 8): agents, teammates, the ledger, workflows, Ray.
+
+Imported by run.py, which runs each one in a fresh child process like its own
+benches. The bodies the units run are module-level functions here; this module
+is registered with cloudpickle *by value*, so a zygote or Ray worker that
+cannot import ``bench/`` still gets them whole.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import cloudpickle
+import harness
+import pykka
+from harness import BenchResult, Pair, Series
+
+import workunits as wu
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+MIB = 1 << 20
+GIB = 1 << 30
+PAGE = 4096
+EVICT_SOON = 1.0
+
+
+class HasQuick(Protocol):
+    @property
+    def quick(self) -> bool: ...
+
+
+def scale(cfg: HasQuick, quick: int, full: int) -> int:
+    return quick if cfg.quick else full
+
+
+@contextlib.contextmanager
+def state_dir(name: str, parent: Path | None = None) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"workunits-bench-{name}-", dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def pair_of(
+    result: BenchResult, name: str, a: tuple[str, list[float]], b: tuple[str, list[float]]
+) -> Pair:
+    pair = Pair(name, Series(a[0], a[1]), Series(b[0], b[1]))
+    result.pairs.append(pair)
+    result.series += [pair.a, pair.b]
+    return pair
+
+
+# -- bodies the units and peers run ---------------------------------------------
+
+
+def trivial(x: int = 1) -> int:
+    """The trivial module-level function every side runs."""
+    return x + 1
+
+
+def hold_memory(size: int) -> None:
+    """Allocate and touch ``size`` bytes, say so through progress, then sleep until killed."""
+    block = bytearray(size)
+    block[::PAGE] = b"\x01" * len(range(0, size, PAGE))
+    wu.current().progress(1.0, "holding")
+    threading.Event().wait()
+
+
+def workflow_three_steps(x: int) -> int:
+    ctx = wu.current()
+    a = ctx.step("one", trivial, x)
+    b = ctx.step("two", trivial, a)
+    return int(ctx.step("three", trivial, b))
+
+
+class Echo:
+    """A teammate (and pykka actor body) answering every message with itself."""
+
+    def on_receive(self, message: Any) -> Any:
+        return message
+
+
+class PykkaEcho(pykka.ThreadingActor):
+    def on_receive(self, message: Any) -> Any:
+        return message
+
+
+# -- raw fork + pipe + cloudpickle ------------------------------------------------
+
+
+def fork_call(fn: Callable[..., Any], *args: Any) -> Any:
+    """The floor for an isolated call: fork, run the pickled call, pickle back the value."""
+    payload = cloudpickle.dumps((fn, args))
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads alive
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(r)
+            f, a = cloudpickle.loads(payload)
+            data = cloudpickle.dumps(f(*a))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view) :]
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks: list[bytes] = []
+    with os.fdopen(r, "rb", buffering=0) as reader:
+        while chunk := reader.read(65536):
+            chunks.append(chunk)
+    os.waitpid(pid, 0)
+    return cloudpickle.loads(b"".join(chunks))
+
+
+def two_in_flight(call: Callable[[], Any], batch: int) -> float:
+    """Units per second with two submitters, each keeping one call in flight."""
+
+    def worker() -> None:
+        for _ in range(batch // 2):
+            call()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return batch / (time.perf_counter() - start)
+
+
+# -- agent_trivial ------------------------------------------------------------------
+
+
+def bench_agent_trivial(cfg: HasQuick) -> BenchResult:
+    """``sup.agent(trivial)`` -> ``sup.result`` vs fork+pipe+cloudpickle, a process pool, pebble."""
+    import pebble  # noqa: PLC0415 - a peer, in the [bench] extra
+
+    result = BenchResult("agent_trivial")
+    reps = scale(cfg, 60, 400)
+    warm = scale(cfg, 10, 30)
+    with (
+        state_dir("agent") as state,
+        wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup,
+        concurrent.futures.ProcessPoolExecutor(2) as ppe,
+        pebble.ProcessPool(2) as peb,
+    ):
+
+        def unit() -> float:
+            start = time.perf_counter()
+            value = sup.result(sup.agent(trivial, 1).id, timeout=60)
+            elapsed = time.perf_counter() - start
+            assert value == 2
+            return elapsed
+
+        def raw() -> float:
+            start = time.perf_counter()
+            value = fork_call(trivial, 1)
+            elapsed = time.perf_counter() - start
+            assert value == 2
+            return elapsed
+
+        def pool() -> float:
+            start = time.perf_counter()
+            value = ppe.submit(trivial, 1).result(60)
+            elapsed = time.perf_counter() - start
+            assert value == 2
+            return elapsed
+
+        def pebble_pool() -> float:
+            start = time.perf_counter()
+            value = peb.schedule(trivial, args=(1,)).result(60)
+            elapsed = time.perf_counter() - start
+            assert value == 2
+            return elapsed
+
+        label = "sup.agent(trivial) -> sup.result"
+        floor = pair_of(
+            result,
+            "submit -> result vs raw fork",
+            (label + " [vs fork]", []),
+            ("os.fork + pipe + cloudpickle", []),
+        )
+        floor.a.samples, floor.b.samples = harness.alternate(unit, raw, reps, warm)
+        p1 = pair_of(
+            result,
+            "submit -> result vs ProcessPoolExecutor",
+            (label + " [vs PPE]", []),
+            ("ProcessPoolExecutor(2) submit -> result", []),
+        )
+        p1.a.samples, p1.b.samples = harness.alternate(unit, pool, reps, warm)
+        p2 = pair_of(
+            result,
+            "submit -> result vs pebble",
+            (label + " [vs pebble]", []),
+            ("pebble.ProcessPool(2) schedule -> result", []),
+        )
+        p2.a.samples, p2.b.samples = harness.alternate(unit, pebble_pool, reps, warm)
+
+        batch = scale(cfg, 200, 1000)
+        windows = scale(cfg, 3, 5)
+
+        def wu_rate() -> float:
+            return two_in_flight(lambda: sup.result(sup.agent(trivial, 1).id, timeout=60), batch)
+
+        def ppe_rate() -> float:
+            return two_in_flight(lambda: ppe.submit(trivial, 1).result(60), batch)
+
+        xs, ys = harness.alternate(wu_rate, ppe_rate, windows, 1)
+    rates = Pair(
+        "throughput, 2 in flight",
+        Series(f"workunits agents, 2 in flight ({batch} per window)", xs, "units/s"),
+        Series(f"ProcessPoolExecutor(2), 2 in flight ({batch} per window)", ys, "units/s"),
+    )
+    result.pairs.append(rates)
+    result.series += [rates.a, rates.b]
+    result.check(
+        "agent submit -> result / raw fork round trip (median of pair ratios)",
+        "<= 2.00x",
+        2.0,
+        floor.median_pair_ratio,
+        f"{floor.median_pair_ratio:.2f}x ({harness.fmt(floor.a.median, 's')} vs "
+        f"{harness.fmt(floor.b.median, 's')})",
+    )
+    rate = rates.a.median
+    result.check(
+        "agents with 2 in flight, time per unit (>= 500 units/s)",
+        "<= 2.000 ms",
+        1 / 500,
+        1 / rate,
+        f"{rate:,.0f} units/s = {harness.fmt(1 / rate, 's')} per unit "
+        f"(ProcessPoolExecutor {rates.b.median:,.0f}/s)",
+    )
+    result.note(
+        f"peers (no target): ProcessPoolExecutor {p1.median_pair_ratio:.1f}x faster per call "
+        f"({harness.fmt(p1.b.median, 's')}), pebble {p2.median_pair_ratio:.1f}x "
+        f"({harness.fmt(p2.b.median, 's')}); neither isolates tasks from one another "
+        "nor kills one task"
+    )
+    return result
+
+
+# -- agent_kill_1gib ----------------------------------------------------------------
+
+
+def bench_agent_kill_1gib(cfg: HasQuick) -> BenchResult:
+    """Kill -> terminal record of an agent holding 1 GiB vs killpg + waitpid of a bare one."""
+    result = BenchResult("agent_kill_1gib")
+    reps = scale(cfg, 3, 20)
+    size = GIB
+    bad: list[str] = []
+    with state_dir("kill1g") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
+
+        def unit() -> float:
+            handle = sup.agent(hold_memory, size)
+            deadline = time.monotonic() + 60
+            while True:
+                record = sup.get(handle.id)
+                if record.progress == 1.0 or wu.is_terminal(record.status):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{handle.id} never said it holds the memory")
+                time.sleep(0.002)
+            start = time.perf_counter()
+            killed = sup.kill(handle.id)
+            record = sup.wait(handle.id, timeout=60)
+            elapsed = time.perf_counter() - start
+            if not killed or record.status is not wu.Status.KILLED:
+                bad.append(f"{record.id}: kill={killed}, {record.describe_end()}")
+            return elapsed
+
+        def bare() -> float:
+            r, w = os.pipe()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                try:
+                    os.setsid()
+                    block = bytearray(size)
+                    block[::PAGE] = b"\x01" * len(range(0, size, PAGE))
+                    os.write(w, b"!")
+                    threading.Event().wait()
+                finally:
+                    os._exit(0)
+            os.close(w)
+            os.read(r, 1)
+            os.close(r)
+            start = time.perf_counter()
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return time.perf_counter() - start
+
+        a, b = harness.alternate(unit, bare, reps, 1)
+    pair = pair_of(
+        result,
+        "kill -> terminal, 1 GiB held",
+        ("sup.kill -> terminal record (agent holding 1 GiB)", a),
+        ("killpg + waitpid (bare fork holding 1 GiB)", b),
+    )
+    if bad:
+        result.error = f"{len(bad)} kills did not end killed: {bad[:3]}"
+    result.note(
+        f"kill -> terminal with 1 GiB resident: {harness.fmt(pair.a.median, 's')} vs bare "
+        f"{harness.fmt(pair.b.median, 's')} ({pair.median_pair_ratio:.2f}x); the kernel's "
+        "teardown of the address space is in both"
+    )
+    return result
+
+
+# -- teammate_ask -------------------------------------------------------------------
+
+
+def bench_teammate_ask(cfg: HasQuick) -> BenchResult:
+    """``handle.ask(msg)`` round trip to a teammate process vs an in-process pykka ask."""
+    result = BenchResult("teammate_ask")
+    reps = scale(cfg, 300, 2000)
+    with state_dir("ask") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
+        mate = sup.teammate(Echo)
+        ref = PykkaEcho.start()
+        try:
+
+            def unit() -> float:
+                start = time.perf_counter()
+                value = mate.ask("ping", timeout=30)
+                elapsed = time.perf_counter() - start
+                assert value == "ping"
+                return elapsed
+
+            def local() -> float:
+                start = time.perf_counter()
+                value = ref.ask("ping", timeout=30)
+                elapsed = time.perf_counter() - start
+                assert value == "ping"
+                return elapsed
+
+            a, b = harness.alternate(unit, local, reps, 20)
+        finally:
+            ref.stop()
+            sup.kill(mate.id)
+    pair = pair_of(
+        result,
+        "ask round trip",
+        ("teammate handle.ask (its own process)", a),
+        ("pykka ActorRef.ask (same process)", b),
+    )
+    result.note(
+        f"teammate ask {harness.fmt(pair.a.median, 's')} vs in-process pykka ask "
+        f"{harness.fmt(pair.b.median, 's')} ({pair.median_pair_ratio:.1f}x; no target: "
+        "the teammate crosses two processes and the supervisor actor)"
+    )
+    return result
+
+
+# -- ledger -----------------------------------------------------------------------
+
+
+def bench_ledger(cfg: HasQuick) -> BenchResult:
+    """ledger_bench.py's figures, each run ``rounds`` times, on the disk bench/ lives on."""
+    import ledger_bench  # noqa: PLC0415 - the existing ledger bench, reused
+
+    result = BenchResult("ledger")
+    units = scale(cfg, 1000, 5000)
+    rounds = scale(cfg, 2, 3)
+    group = 256
+    rates: dict[str, list[float]] = {}
+    targets: dict[str, int | None] = {}
+    peer: list[float] = []
+    where = Path(__file__).resolve().parent / "results"
+    where.mkdir(parents=True, exist_ok=True)
+    for _ in range(rounds):
+        with state_dir("ledger", where) as base:
+            peer.append(ledger_bench.raw_commits(base / "raw.db", units))
+            for what, rate, target in ledger_bench.run(base / "state", units, group):
+                rates.setdefault(what, []).append(rate)
+                targets[what] = target
+    for what, xs in rates.items():
+        result.series.append(Series(what, xs, "/s"))
+    result.series.append(Series("peer: bare SQLite WAL FULL, one insert per commit", peer, "/s"))
+    for what, target in targets.items():
+        if target is None:
+            continue
+        rate = statistics.median(rates[what])
+        result.check(
+            what + " (time per item)",
+            f"<= {1e6 / target:.1f} us (>= {target:,}/s)",
+            1 / target,
+            1 / rate,
+            f"{rate:,.0f}/s",
+        )
+    result.note(
+        f"ledger state dir on the disk bench/ lives on; {units} units per round, "
+        f"{rounds} rounds; bare SQLite FULL peer {statistics.median(peer):,.0f} commits/s"
+    )
+    return result
+
+
+# -- durable_workflow ----------------------------------------------------------------
+
+
+def bench_durable_workflow(cfg: HasQuick) -> BenchResult:
+    """A 3-step workflow, submit -> result: workunits vs DBOS Transact on SQLite."""
+    result = BenchResult("durable_workflow")
+    reps = scale(cfg, 40, 200)
+    try:
+        from dbos import DBOS  # noqa: PLC0415 - a peer, in the [bench] extra
+    except ImportError as exc:
+        result.note(f"DBOS is not installed ({exc}); measuring workunits alone")
+        has_dbos = False
+    else:
+        has_dbos = True
+    with state_dir("wf") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
+
+        def unit() -> float:
+            start = time.perf_counter()
+            value = sup.result(sup.workflow(workflow_three_steps, 1).id, timeout=60)
+            elapsed = time.perf_counter() - start
+            assert value == 4
+            return elapsed
+
+        if not has_dbos:
+            result.series.append(
+                Series("sup.workflow (3 steps) -> result", harness.repeat(unit, reps, 5))
+            )
+            return result
+        for name in ("dbos", "sqlalchemy"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+        @DBOS.step()
+        def dbos_step(x: int) -> int:
+            return x + 1
+
+        @DBOS.workflow()
+        def dbos_workflow(x: int) -> int:
+            return dbos_step(dbos_step(dbos_step(x)))
+
+        DBOS(
+            config={
+                "name": "workunits-bench",
+                "system_database_url": f"sqlite:///{state / 'dbos.sqlite'}",
+                "log_level": "WARNING",
+            }
+        )
+        DBOS.launch()
+        try:
+
+            def peer() -> float:
+                start = time.perf_counter()
+                value = DBOS.start_workflow(dbos_workflow, 1).get_result()
+                elapsed = time.perf_counter() - start
+                assert value == 4
+                return elapsed
+
+            a, b = harness.alternate(unit, peer, reps, 5)
+        finally:
+            DBOS.destroy()
+    pair = pair_of(
+        result,
+        "3-step workflow submit -> result",
+        ("sup.workflow (3 ctx.steps, own process) -> result", a),
+        ("DBOS.start_workflow (3 steps, SQLite, in-process) -> result", b),
+    )
+    result.note(
+        f"workflow {harness.fmt(pair.a.median, 's')} vs DBOS on SQLite "
+        f"{harness.fmt(pair.b.median, 's')} ({pair.median_pair_ratio:.2f}x; no target: DBOS "
+        "runs the steps in the caller's process, workunits in a forked one)"
+    )
+    return result
+
+
+# -- ray_peers ----------------------------------------------------------------------
+
+
+def bench_ray_peers(cfg: HasQuick) -> BenchResult:
+    """Ray task round trip vs ``sup.remote``; Ray actor creation and call vs teammates."""
+    result = BenchResult("ray_peers")
+    try:
+        import ray  # noqa: PLC0415 - optional: needs the [ray] extra
+        import remote_bench  # noqa: PLC0415 - reuse its local Ray set-up
+    except ImportError:
+        result.note("Ray is not installed: no Ray peers")
+        return result
+    cloudpickle.register_pickle_by_value(remote_bench)  # Ray workers cannot import bench/
+    reps = scale(cfg, 40, 200)
+    creations = scale(cfg, 3, 20)
+    with tempfile.TemporaryDirectory(prefix="wu-rp-") as tmp:
+        scratch = Path(tmp)
+        t0 = time.perf_counter()
+        with (
+            remote_bench.local_ray(ray, scratch / "ray"),
+            wu.Supervisor(
+                scratch / "state", install_signal_handlers=False, eviction_grace=EVICT_SOON
+            ) as sup,
+        ):
+            result.info["ray_init_seconds"] = time.perf_counter() - t0
+            over = remote_bench.bench_overhead(sup, ray, 0, reps, 10)
+            result.pairs += over.pairs
+            result.series += over.series
+            result.checks += over.checks
+
+            ray_echo = ray.remote(Echo)
+            actor = ray_echo.remote()
+            mate = sup.teammate(Echo)
+            mate.ask("warm", timeout=60)
+            ray.get(actor.on_receive.remote("warm"), timeout=60)
+
+            def unit_call() -> float:
+                start = time.perf_counter()
+                mate.ask("ping", timeout=30)
+                return time.perf_counter() - start
+
+            def ray_call() -> float:
+                start = time.perf_counter()
+                ray.get(actor.on_receive.remote("ping"), timeout=30)
+                return time.perf_counter() - start
+
+            a, b = harness.alternate(unit_call, ray_call, reps, 10)
+            calls = pair_of(
+                result,
+                "actor call round trip",
+                ("teammate handle.ask", a),
+                ("Ray actor method call + ray.get", b),
+            )
+            sup.kill(mate.id)
+            ray.kill(actor)
+
+            create = _creation_pair(result, sup, ray, ray_echo, creations)
+            result.info["ray_version"] = ray.__version__
+    result.note(
+        f"Ray {result.info.get('ray_version')}: init {result.info['ray_init_seconds']:.2f} s; "
+        f"actor call {harness.fmt(calls.b.median, 's')} vs teammate ask "
+        f"{harness.fmt(calls.a.median, 's')}; actor creation {harness.fmt(create.b.median, 's')} "
+        f"vs teammate creation {harness.fmt(create.a.median, 's')}"
+    )
+    return result
+
+
+def _creation_pair(
+    result: BenchResult, sup: wu.Supervisor, ray: Any, ray_echo: Any, reps: int
+) -> Pair:
+    def unit_create() -> float:
+        start = time.perf_counter()
+        h = sup.teammate(Echo)
+        h.ask("first", timeout=60)
+        elapsed = time.perf_counter() - start
+        sup.kill(h.id)
+        return elapsed
+
+    def ray_create() -> float:
+        start = time.perf_counter()
+        act = ray_echo.remote()
+        ray.get(act.on_receive.remote("first"), timeout=60)
+        elapsed = time.perf_counter() - start
+        ray.kill(act)
+        return elapsed
+
+    a, b = harness.alternate(unit_create, ray_create, reps, 1)
+    return pair_of(
+        result,
+        "actor creation + first call",
+        ("sup.teammate(Echo) + first ask", a),
+        ("Ray actor creation + first call", b),
+    )
+
+
+BENCHES: dict[str, Callable[[Any], BenchResult]] = {
+    "agent_trivial": bench_agent_trivial,
+    "agent_kill_1gib": bench_agent_kill_1gib,
+    "teammate_ask": bench_teammate_ask,
+    "ledger": bench_ledger,
+    "durable_workflow": bench_durable_workflow,
+    "ray_peers": bench_ray_peers,
+}
