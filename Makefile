@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The demo needs no extras beyond the tests'; `make test` and `make lint` add the
-# [ray] extra so the remote kind is tested against a real local Ray.
+# [ray] and [bench] extras: the remote kind is tested against a real local Ray,
+# and the benchmarks (with their peers) are type-checked.
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
@@ -20,10 +21,10 @@ demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
 test:
-	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray
+	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench
 
 lint:
-	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray
+	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q
