@@ -53,6 +53,11 @@ def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: 
 
 def take(db: Database, limit: int, session: str | None, now: float) -> list[Request]:
     """Take up to ``limit`` open requests, oldest first; each is taken by one caller only."""
+    # A supervisor asks on every tick and there is usually nothing: look before
+    # paying for a write transaction (its lock and commit) to find that out.
+    with db.read() as conn:
+        if conn.execute("SELECT 1 FROM requests WHERE taken_at IS NULL LIMIT 1").fetchone() is None:
+            return []
     with db.write(durable=False) as conn:
         rows = conn.execute(
             "SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq LIMIT ?", (limit,)
