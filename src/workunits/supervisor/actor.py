@@ -371,7 +371,15 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             return record.output_bytes, record.output_tail
         fd = self._read_fds.pop(record.id, None)
         if fd is None:
-            fd = _outputfile.open_for_reading(path)
+            try:
+                fd = _outputfile.open_for_reading(path)
+            except OSError:
+                # Out of descriptors (EMFILE/ENFILE) or the like: the unit must still
+                # end, so keep its size (stat needs no descriptor) and lose only the tail.
+                log.exception("could not open the output of %s for its final drain", record.id)
+                size = _outputfile.size_of(path)
+                _outputfile.remove(path)
+                return size, b""
         if fd is None:
             return 0, b""
         try:
