@@ -101,7 +101,7 @@ def test_junk_ids_get_documented_errors_from_every_supervisor_call(
 ) -> None:
     sup, _ = fuzz_state
     for call in _sup_calls(sup):
-        with contextlib.suppress(DOCUMENTED):
+        with contextlib.suppress(*DOCUMENTED):
             call(work_id)
 
 
@@ -113,7 +113,7 @@ def test_junk_ids_get_documented_errors_from_every_client_call(
     _, state = fuzz_state
     with wu.connect(state) as client:
         for call in _client_calls(client):
-            with contextlib.suppress(DOCUMENTED):
+            with contextlib.suppress(*DOCUMENTED):
                 call(work_id)
 
 
