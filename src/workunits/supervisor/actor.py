@@ -499,8 +499,9 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             return True
         if record.status != Status.RUNNING or self._ending.get(work_id) == "kill":
             return False
+        if not self._tell(work_id, Kill(reason)):
+            return False  # it has ended; its report is queued behind this call
         self._ending[work_id] = "kill"
-        self._tell(work_id, Kill(reason))
         return True
 
     def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
@@ -512,18 +513,23 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             return True
         if record.status != Status.RUNNING or work_id in self._ending:
             return False
+        if not self._tell(work_id, Cancel(reason)):
+            return False  # it has ended; its report is queued behind this call
         self._ending[work_id] = "cancel"
-        self._tell(work_id, Cancel(reason))
         self._deadlines.push(self._clock.now() + grace, work_id, Due.ESCALATE)
         return True
 
-    def _tell(self, work_id: str, message: Any) -> None:
+    def _tell(self, work_id: str, message: Any) -> bool:
+        """Send ``message`` to the unit's actor; False when it has already stopped."""
         ref = self._actors.get(work_id)
-        if ref is None:
-            return
+        if ref is None or not ref.is_alive():
+            return False
         # A dead actor already reported its end, which is queued behind this call.
-        with contextlib.suppress(pykka.ActorDeadError):
+        try:
             ref.tell(message)
+        except pykka.ActorDeadError:
+            return False
+        return True
 
     # -- reads -----------------------------------------------------------------
 
