@@ -105,14 +105,6 @@ def test_eight_clients_make_exactly_one_unit_per_key(sup: Supervisor, state_dir:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: about 30% of client cancels of running units are answered "
-        "{'changed': True, 'status': 'running'} and the unit then ends completed "
-        "(even 'sleep 0.3' with grace 0): neither honoured nor reported too late"
-    ),
-)
 def test_every_client_cancel_is_honoured_or_reported_too_late(
     sup: Supervisor, state_dir: Path
 ) -> None:
