@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest static check bench bench-quick bench-remote clean
+.PHONY: demo test lint pytest static check bench bench-quick bench-remote soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) bench/run.py --quick
+
+# Ten minutes of mixed load (not in CI): units/s, RSS and fds over time.
+soak: $(STAMP)
+	$(PY) bench/soak.py --seconds 600 --every 30
 
 bench-remote: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[ray]'
