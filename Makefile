@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest static check bench bench-quick bench-run bench-remote clean
+.PHONY: demo test lint pytest static check bench bench-quick bench-run bench-remote soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench-quick:
 
 bench-run: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Ten minutes of mixed load (not in CI): units/s, RSS and fds over time.
+soak: $(STAMP)
+	$(PY) bench/soak.py --seconds 600 --every 30
 
 bench-remote: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[ray]'

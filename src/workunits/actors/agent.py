@@ -201,9 +201,14 @@ class AgentActor(WorkActor):
             _outputfile.remove(self.unit.output_path)  # the dead session's symlink
         else:
             transcript_fd = _outputfile.create(self._transcript_path, append=True)
+        try:
+            # Before the channel exists: a refused link must leave no socket behind.
+            _outputfile.link(self._transcript_path, self.unit.output_path)
+        except BaseException:
+            os.close(transcript_fd)
+            raise
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            _outputfile.link(self._transcript_path, self.unit.output_path)
             self._channel = ours
             reader = _framing.FrameReader()
             ref = self.actor_ref

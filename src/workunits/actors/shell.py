@@ -127,8 +127,11 @@ class ShellActor(WorkActor):
         return isinstance(stored, dict) and stored.get("on_lost") == "restart"
 
     def launch(self) -> None:
-        # A restarted attempt starts a fresh output file (the old one went with its session).
-        _outputfile.remove(self.unit.output_path)
+        # A restarted attempt starts a fresh output file (the old one went with its
+        # session). A first attempt removes nothing: whatever is already at its path
+        # (a planted symlink) is refused by create(), not silently replaced.
+        if self.unit.attempt > 1:
+            _outputfile.remove(self.unit.output_path)
         fd = _outputfile.create(self.unit.output_path)
         try:
             # The zygote forks and execs; the kernel enforces the output cap

@@ -66,7 +66,19 @@ def take(db: Database, limit: int, session: str | None, now: float) -> list[Requ
             "UPDATE requests SET taken_at = ?, taken_by = ? WHERE seq = ?",
             [(now, session, row["seq"]) for row in rows],
         )
-    return [_decode(row, taken_at=now, taken_by=session) for row in rows]
+        # A row written outside workunits that does not decode is answered with
+        # its error and finished here: raising would refuse the whole batch, at
+        # every tick, and no good request behind it would ever be applied.
+        taken: list[Request] = []
+        refused: list[tuple[float, bytes, int]] = []
+        for row in rows:
+            try:
+                taken.append(_decode(row, taken_at=now, taken_by=session))
+            except LedgerCorrupt as exc:
+                answer = strictjson.dumps({"error": str(exc)}, f"result of request {row['seq']}")
+                refused.append((now, answer, row["seq"]))
+        conn.executemany("UPDATE requests SET done_at = ?, result = ? WHERE seq = ?", refused)
+    return taken
 
 
 def finish(db: Database, seq: int, result: Any, now: float) -> None:

@@ -375,7 +375,15 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             return record.output_bytes, record.output_tail
         fd = self._read_fds.pop(record.id, None)
         if fd is None:
-            fd = _outputfile.open_for_reading(path)
+            try:
+                fd = _outputfile.open_for_reading(path)
+            except OSError:
+                # Out of descriptors (EMFILE/ENFILE) or the like: the unit must still
+                # end, so keep its size (stat needs no descriptor) and lose only the tail.
+                log.exception("could not open the output of %s for its final drain", record.id)
+                size = _outputfile.size_of(path)
+                _outputfile.remove(path)
+                return size, b""
         if fd is None:
             return 0, b""
         try:
@@ -505,8 +513,9 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             return True
         if record.status != Status.RUNNING or self._ending.get(work_id) == "kill":
             return False
+        if not self._tell(work_id, Kill(reason)):
+            return False  # it has ended; its report is queued behind this call
         self._ending[work_id] = "kill"
-        self._tell(work_id, Kill(reason))
         return True
 
     def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
@@ -518,18 +527,23 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             return True
         if record.status != Status.RUNNING or work_id in self._ending:
             return False
+        if not self._tell(work_id, Cancel(reason)):
+            return False  # it has ended; its report is queued behind this call
         self._ending[work_id] = "cancel"
-        self._tell(work_id, Cancel(reason))
         self._deadlines.push(self._clock.now() + grace, work_id, Due.ESCALATE)
         return True
 
-    def _tell(self, work_id: str, message: Any) -> None:
+    def _tell(self, work_id: str, message: Any) -> bool:
+        """Send ``message`` to the unit's actor; False when it has already stopped."""
         ref = self._actors.get(work_id)
-        if ref is None:
-            return
+        if ref is None or not ref.is_alive():
+            return False
         # A dead actor already reported its end, which is queued behind this call.
-        with contextlib.suppress(pykka.ActorDeadError):
+        try:
             ref.tell(message)
+        except pykka.ActorDeadError:
+            return False
+        return True
 
     # -- reads -----------------------------------------------------------------
 

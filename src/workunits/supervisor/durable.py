@@ -28,7 +28,7 @@ from workunits._errors import (
 )
 from workunits._record import Notification, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
-from workunits.ledger import Ledger, NewUnit, Request, UnitRow
+from workunits.ledger import Ledger, NewUnit, Request, UnitRow, Write
 
 if TYPE_CHECKING:
     from workunits.actors.base import WorkActor
@@ -182,15 +182,25 @@ class DurableSupervisor:
         return False
 
     def _lose(self, row: UnitRow, error: str) -> None:
+        failed = Write(
+            row.id,
+            row.attempt,
+            {
+                "status": Status.FAILED.value,
+                "reason": Reason.LOST.value,
+                "error": error,
+                "ended_at": self._clock.now(),
+            },
+        )
+        # pending -> failed is no transition (only a cancel ends a pending unit): a
+        # pending unit that cannot start passes through running, in one transaction,
+        # as a unit whose launch fails does. Without it the write was refused, and
+        # the unit stayed pending, retried and refused again at every tick.
+        batch = [failed]
+        if row.status == Status.PENDING:
+            batch.insert(0, Write(row.id, row.attempt, {"status": Status.RUNNING.value}))
         try:
-            self._ledger.write(
-                row.id,
-                attempt=row.attempt,
-                status=Status.FAILED.value,
-                reason=Reason.LOST.value,
-                error=error,
-                ended_at=self._clock.now(),
-            )
+            self._ledger.write_many(batch)
         except WorkunitsError:
             log.exception("ledger: could not record %s as lost", row.id)
 

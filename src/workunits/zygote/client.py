@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -176,6 +177,9 @@ class ZygoteClient:
         zygote.fds.extend(fds)
         for message in zygote.reader.feed(data):
             if isinstance(message, Spawned):
+                if not zygote.fds:
+                    self._pidfd_dropped(zygote, message.unit_id)
+                    continue
                 pidfd = zygote.fds.pop(0)
                 with self._lock:
                     events = zygote.units.get(message.unit_id)
@@ -192,6 +196,23 @@ class ZygoteClient:
                     events.spawn_failed(message.error)
                 else:
                     events.exited(message.exit_code, message.signal)
+
+    def _pidfd_dropped(self, zygote: _Zygote, unit_id: str) -> None:
+        """Handle a Spawned that came without its pidfd.
+
+        The kernel drops passed descriptors (MSG_CTRUNC) when this process is out
+        of them. Without a pidfd the unit cannot be signalled safely, so it is
+        killed now and reported as not started; the frames after it still count.
+        """
+        with self._lock:
+            events = zygote.units.pop(unit_id, None)
+            with contextlib.suppress(OSError):
+                _framing.send(zygote.sock, Signal(unit_id, signal.SIGKILL))
+        if events is not None:
+            events.spawn_failed(
+                "no descriptor for the unit's pidfd (this process is out of file "
+                "descriptors: RLIMIT_NOFILE); it was killed before it could run"
+            )
 
     def _on_close(self, zygote: _Zygote) -> None:
         """The zygote's socket reached EOF: it is gone, and so are its units."""

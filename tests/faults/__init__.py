@@ -1,0 +1,1 @@
+"""Fault-injection, load and security tests (issue 7)."""

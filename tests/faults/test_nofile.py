@@ -1,0 +1,67 @@
+"""Descriptor exhaustion: with a low RLIMIT_NOFILE new units fail clearly, the rest carry on.
+
+The supervisor runs in its own process (``tests.faults.nofile_host``) so the
+low limit (soft and hard: the Supervisor raises soft to hard) touches nothing
+else. Units that cannot get a descriptor end ``failed`` naming EMFILE; those
+already running complete; the supervisor answers throughout and starts units
+again once descriptors are free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LIMIT = 256
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.faults.nofile_host",
+            str(tmp_path / "state"),
+            str(tmp_path / "gate"),
+            str(LIMIT),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_out_of_descriptors_new_units_fail_clearly_and_the_rest_carry_on(
+    host: subprocess.Popen[str],
+) -> None:
+    out, err = host.communicate(timeout=100)
+    assert host.returncode == 0, err[-4000:]
+    report = json.loads(out)
+    assert report["submit_errors"] == []
+    others = report["others"]
+    assert len(others) >= 5, report
+    for status, error in others:
+        assert status == "failed"
+        assert "Too many open files" in error or "out of file descriptors" in error, error
+    # Everything that got its descriptors ran to the end.
+    assert report["completed"] == report["units"] - len(others)
+    assert report["completed"] > LIMIT // 2
+    assert report["answered_running"] >= report["completed"] - len(others)
+    assert report["after"] == "completed"
