@@ -639,10 +639,6 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
                 self._deadlines.push(new.evict_after, work_id, Due.EVICT)
         return new
 
-    def sweep(self) -> int:
-        """Run due deadlines now; returns how many records were evicted."""
-        return self.tick()
-
     def tick(self) -> int:
         now = self._clock.now()
         evicted = 0

@@ -1,11 +1,8 @@
-"""The Reaper: one thread that waits on every unit's descriptors with epoll.
+"""The Reaper: one thread that waits on every unit's sockets with epoll.
 
-It watches two sorts of descriptors:
-
-- *exit* descriptors (pidfds, or anything that turns readable once when a
-  process is gone): the callback runs once, then the fd is forgotten;
-- *streams* (an agent's channel, the zygote's control socket): every chunk read
-  is handed to ``on_data``; end of file calls ``on_close`` and closes the fd.
+It watches *streams* (each agent's channel, the zygote's control socket, which
+reports every unit process's exit): every chunk read is handed to ``on_data``;
+end of file calls ``on_close`` and closes the Reaper's copy of the socket.
 
 Actors never block on a process or a socket; the Reaper tells them. Callbacks
 run in the Reaper thread and must be quick (a pykka ``tell`` is right).
@@ -39,20 +36,12 @@ class Reaper:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._epoll.register(self._wake_r, select.EPOLLIN)
         self._lock = threading.Lock()
-        # Invariant: an fd is in exactly one of these maps iff it is registered with the epoll.
-        self._exits: dict[int, Callable[[], None]] = {}
+        # Invariant: an fd is in _streams iff it is registered with the epoll.
         self._streams: dict[int, _Stream] = {}
         self._to_close: deque[int] = deque()  # streams to drain and close, in the Reaper thread
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="workunits-reaper", daemon=True)
         self._thread.start()
-
-    def watch(self, pidfd: int, on_exit: Callable[[], None]) -> None:
-        """Call ``on_exit()`` once when ``pidfd`` turns readable (its process ended)."""
-        with self._lock:
-            self._check_open()
-            self._exits[pidfd] = on_exit
-            self._epoll.register(pidfd, select.EPOLLIN)
 
     def watch_stream(
         self,
@@ -99,15 +88,8 @@ class Reaper:
                         return
                     while self._to_close:
                         self._drain(self._to_close.popleft(), final=True)
-                elif fd in self._streams:
-                    self._drain(fd, final=False)
                 else:
-                    with self._lock:
-                        callback = self._exits.pop(fd, None)
-                        if callback is not None:
-                            self._epoll.unregister(fd)
-                    if callback is not None:
-                        self._call(callback)
+                    self._drain(fd, final=False)
 
     def _drain(self, fd: int, *, final: bool) -> None:
         stream = self._streams.get(fd)

@@ -254,7 +254,3 @@ def _environment_for_units() -> dict[str, str]:
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
-
-
-def zygote_supported() -> bool:
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
