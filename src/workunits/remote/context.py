@@ -21,8 +21,8 @@ from typing import Any, NoReturn
 
 import orjson
 
-from workunits import _jsonvalue
 from workunits._errors import SpecError
+from workunits.ledger import strictjson
 from workunits.remote.frames import Emitted
 from workunits.remote.outbox import Outbox
 from workunits.runtime import messages as m
@@ -114,7 +114,7 @@ class RemoteContext(UnitContext):
 
     def checkpoint(self, state: Any) -> None:
         """Save ``state`` (strict JSON) so a later attempt resumes from it; raises Cancelled."""
-        data = _jsonvalue.dumps_strict(state, "checkpoint")
+        data = strictjson.dumps(state, "checkpoint")
         self._outbox.put(m.Checkpoint(data))
         self.last_checkpoint = state
         self._raise_if_cancelled()

@@ -19,7 +19,7 @@ import cloudpickle
 import orjson
 import ray
 
-from workunits import _jsonvalue
+from workunits.ledger import strictjson
 from workunits.remote.capture import FdCapture
 from workunits.remote.context import RemoteContext
 from workunits.remote.frames import RemoteCall, Returned, Started
@@ -91,8 +91,9 @@ def _body(call: RemoteCall, capture: FdCapture, outbox: Outbox) -> None:
 
 def encode_result(value: Any) -> Returned | m.Error:
     """A return value as JSON when it survives JSON unchanged, else cloudpickle."""
-    if _jsonvalue.is_jsonable(value):
-        return Returned(m.Result(orjson.dumps(value), "json"), "")
+    data = strictjson.dumps_if_exact(value)
+    if data is not None:
+        return Returned(m.Result(data, "json"), "")
     try:
         blob = bytes(cloudpickle.dumps(value))
     except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the unit, saying so

@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits import _jsonvalue
+from workunits.ledger import strictjson
 from workunits.runtime import context as _context
 from workunits.runtime import messages as m
 from workunits.runtime.transcript import TranscriptWriter
@@ -78,8 +78,9 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: TranscriptWrite
 
 
 def _report_result(value: Any, ctx: _context.UnitContext, transcript: TranscriptWriter) -> int:
-    if _jsonvalue.is_jsonable(value):
-        ctx.send(m.Result(orjson.dumps(value), "json"))
+    data = strictjson.dumps_if_exact(value)
+    if data is not None:
+        ctx.send(m.Result(data, "json"))
         transcript.write("result", value=value)
         return EXIT_OK
     try:

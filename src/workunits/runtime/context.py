@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from workunits import _framing, _jsonvalue
+from workunits import _framing
 from workunits._errors import (
     AskTimeout,
     Cancelled,
@@ -30,8 +30,8 @@ from workunits._errors import (
     WorkunitsError,
 )
 from workunits._record import MonitorEvent, Notification, WorkRecord
-from workunits._status import is_terminal
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
+from workunits.ledger import strictjson
 from workunits.runtime import messages as m
 from workunits.runtime.ratelimit import DEFAULT_RATE_LIMIT
 from workunits.runtime.steps import Steps, join
@@ -246,7 +246,7 @@ class UnitContext:
 
     def checkpoint(self, state: Any) -> None:
         """Save ``state`` (strict JSON) so a later attempt resumes from it; raises Cancelled."""
-        _jsonvalue.dumps_strict(state, "checkpoint")
+        strictjson.dumps(state, "checkpoint")
         self.last_checkpoint = state
         if self._steps is not None:
             self._steps.state = state
@@ -255,7 +255,7 @@ class UnitContext:
             self._save(state)
 
     def _save(self, whole: Any) -> None:
-        self.send(m.Checkpoint(_jsonvalue.dumps_strict(whole, "checkpoint")))
+        self.send(m.Checkpoint(strictjson.dumps(whole, "checkpoint")))
         self._transcript.write("checkpoint", state=whole)
         self._raise_if_cancelled()
 
@@ -423,11 +423,6 @@ class UnitContext:
         """This unit's mailbox: one notice per child that ends, and its monitors' events."""
         self._start_reader()
         return self._mailbox
-
-    def ended(self, work_id: str) -> bool:
-        with self._cond:
-            record = self._ended.get(work_id)
-        return record is not None and is_terminal(record.status)
 
 
 def pickle_error(exc: BaseException) -> bytes | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workunits import _jsonvalue
 from workunits._errors import SpecError
+from workunits.ledger import strictjson
 
 STEPS = "steps"
 STATE = "state"
@@ -58,7 +58,7 @@ class Steps:
             return self.done[name]
         before()
         value = fn(*args, **kwargs)
-        _jsonvalue.dumps_strict(value, f"the result of step {name!r}")
+        strictjson.dumps(value, f"the result of step {name!r}")
         self.done[name] = value
         log(name, False)
         save(join(self.done, self.state))

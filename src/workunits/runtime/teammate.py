@@ -18,11 +18,10 @@ import traceback
 from typing import Any
 
 import cloudpickle
-import orjson
 
-from workunits import _jsonvalue
 from workunits._errors import Cancelled
 from workunits._record import WorkRecord
+from workunits.ledger import strictjson
 from workunits.runtime import messages as m
 from workunits.runtime.context import ChildHandle, UnitContext, current, pickle_error
 
@@ -77,8 +76,9 @@ def _dispatch(instance: Any, message: Any) -> Any:
 
 
 def _encode_answer(value: Any) -> tuple[m.Result | None, m.Error | None]:
-    if _jsonvalue.is_jsonable(value):
-        return m.Result(orjson.dumps(value), "json"), None
+    data = strictjson.dumps_if_exact(value)
+    if data is not None:
+        return m.Result(data, "json"), None
     try:
         return m.Result(bytes(cloudpickle.dumps(value)), "pickle"), None
     except Exception as exc:  # noqa: BLE001 - the asker is told; the teammate carries on
