@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
@@ -106,3 +108,26 @@ def test_the_testing_module_loads_the_state_machines_on_first_use() -> None:
     assert module.LifecycleMachine.__name__ == "LifecycleMachine"
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         module.Nope  # noqa: B018
+
+
+def test_the_unit_runtime_loads_neither_the_supervisor_nor_sqlite() -> None:
+    # What the zygote preloads is copied on write by every fork (see _lazy); a
+    # stray import of the supervisor or the ledger's store makes each unit slower.
+    code = (
+        "import sys, workunits, workunits.zygote.server, workunits.runtime.child, "
+        "workunits.runtime.monitor, workunits.runtime.teammate; "
+        "print(sorted(m for m in ('sqlite3', 'asyncio', 'workunits.supervisor.facade', "
+        "'workunits.client', 'workunits.ledger.store') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_lazy_names_resolve_once_and_are_listed() -> None:
+    assert "Supervisor" in dir(workunits)
+    assert workunits.Supervisor is workunits.supervisor.facade.Supervisor
+    assert "Supervisor" in vars(workunits)  # stored: the next read is a plain attribute
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        workunits.Nope  # type: ignore[attr-defined]  # noqa: B018

@@ -1,5 +1,13 @@
-"""workunits: supervised, durable work units for agent runtimes."""
+"""workunits: supervised, durable work units for agent runtimes.
 
+The supervisor, the client and the actor base are imported on first use (see
+``_lazy``): a unit process, forked from a zygote that imports this package,
+needs only the unit runtime.
+"""
+
+from typing import TYPE_CHECKING
+
+from workunits import _lazy
 from workunits._errors import AskTimeout as AskTimeout
 from workunits._errors import Cancelled as Cancelled
 from workunits._errors import ClientClosed as ClientClosed
@@ -38,20 +46,22 @@ from workunits._record import WorkRecord as WorkRecord
 from workunits._status import Reason as Reason
 from workunits._status import Status as Status
 from workunits._status import is_terminal as is_terminal
-from workunits.actors.base import WorkActor as WorkActor
-from workunits.client import Client as Client
-from workunits.client import ClientHandle as ClientHandle
-from workunits.client import connect as connect
 from workunits.runtime.context import ChildHandle as ChildHandle
 from workunits.runtime.context import UnitContext as UnitContext
 from workunits.runtime.context import current as current
 from workunits.runtime.teammate import ChildTeammate as ChildTeammate
-from workunits.supervisor.facade import Supervisor as Supervisor
-from workunits.supervisor.handle import WorkHandle as WorkHandle
-from workunits.supervisor.mailbox import Mailbox as Mailbox
-from workunits.supervisor.mailbox import MailboxClosed as MailboxClosed
-from workunits.supervisor.teammate import TeammateHandle as TeammateHandle
-from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
+
+if TYPE_CHECKING:
+    from workunits.actors.base import WorkActor as WorkActor
+    from workunits.client import Client as Client
+    from workunits.client import ClientHandle as ClientHandle
+    from workunits.client import connect as connect
+    from workunits.supervisor.facade import Supervisor as Supervisor
+    from workunits.supervisor.handle import WorkHandle as WorkHandle
+    from workunits.supervisor.mailbox import Mailbox as Mailbox
+    from workunits.supervisor.mailbox import MailboxClosed as MailboxClosed
+    from workunits.supervisor.teammate import TeammateHandle as TeammateHandle
+    from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
 
 __all__ = [
     "AskTimeout",
@@ -108,3 +118,20 @@ __all__ = [
     "mint_id",
 ]
 __version__ = "0.1.0"
+
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    globals(),
+    {
+        "WorkActor": "workunits.actors.base",
+        "Client": "workunits.client",
+        "ClientHandle": "workunits.client",
+        "connect": "workunits.client",
+        "Supervisor": "workunits.supervisor.facade",
+        "WorkHandle": "workunits.supervisor.handle",
+        "Mailbox": "workunits.supervisor.mailbox",
+        "MailboxClosed": "workunits.supervisor.mailbox",
+        "TeammateHandle": "workunits.supervisor.teammate",
+        "TeammateProxy": "workunits.supervisor.teammate",
+    },
+)

@@ -15,8 +15,14 @@ Modules, one concept each:
 - ``values``      specs and results: import references, signed pickles, spec hashes
 - ``strictjson``  JSON that comes back equal, or is refused
 - ``lock``        one supervisor per state dir
+
+The store and its rows are imported on first use (see ``workunits._lazy``): the
+unit runtime imports ``strictjson`` from here and must not load SQLite.
 """
 
+from typing import TYPE_CHECKING
+
+from workunits import _lazy
 from workunits._errors import LedgerCorrupt as LedgerCorrupt
 from workunits._errors import LedgerError as LedgerError
 from workunits._errors import LedgerFull as LedgerFull
@@ -27,19 +33,21 @@ from workunits._errors import StaleAttempt as StaleAttempt
 from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import UnstorableValue as UnstorableValue
 from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
-from workunits.ledger.lock import SupervisorLock as SupervisorLock
-from workunits.ledger.requests import Request as Request
-from workunits.ledger.rows import EXPIRED as EXPIRED
-from workunits.ledger.rows import NewUnit as NewUnit
-from workunits.ledger.rows import UnitRow as UnitRow
-from workunits.ledger.schema import SCHEMA_VERSION as SCHEMA_VERSION
-from workunits.ledger.sessions import Session as Session
-from workunits.ledger.store import Ledger as Ledger
-from workunits.ledger.values import Call as Call
-from workunits.ledger.values import Stored as Stored
-from workunits.ledger.writes import NO_RESULT as NO_RESULT
-from workunits.ledger.writes import Outcome as WriteOutcome
-from workunits.ledger.writes import Write as Write
+
+if TYPE_CHECKING:
+    from workunits.ledger.lock import SupervisorLock as SupervisorLock
+    from workunits.ledger.requests import Request as Request
+    from workunits.ledger.rows import EXPIRED as EXPIRED
+    from workunits.ledger.rows import NewUnit as NewUnit
+    from workunits.ledger.rows import UnitRow as UnitRow
+    from workunits.ledger.schema import SCHEMA_VERSION as SCHEMA_VERSION
+    from workunits.ledger.sessions import Session as Session
+    from workunits.ledger.store import Ledger as Ledger
+    from workunits.ledger.values import Call as Call
+    from workunits.ledger.values import Stored as Stored
+    from workunits.ledger.writes import NO_RESULT as NO_RESULT
+    from workunits.ledger.writes import Outcome as WriteOutcome
+    from workunits.ledger.writes import Write as Write
 
 __all__ = [
     "EXPIRED",
@@ -66,3 +74,23 @@ __all__ = [
     "Write",
     "WriteOutcome",
 ]
+
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    globals(),
+    {
+        "SupervisorLock": "workunits.ledger.lock",
+        "Request": "workunits.ledger.requests",
+        "EXPIRED": "workunits.ledger.rows",
+        "NewUnit": "workunits.ledger.rows",
+        "UnitRow": "workunits.ledger.rows",
+        "SCHEMA_VERSION": "workunits.ledger.schema",
+        "Session": "workunits.ledger.sessions",
+        "Ledger": "workunits.ledger.store",
+        "Call": "workunits.ledger.values",
+        "Stored": "workunits.ledger.values",
+        "NO_RESULT": "workunits.ledger.writes",
+        "WriteOutcome": "workunits.ledger.writes:Outcome",
+        "Write": "workunits.ledger.writes",
+    },
+)

@@ -11,13 +11,18 @@ notice into an abandoned future. The supervisor actor is the only producer.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from workunits._record import MailboxItem
+
+if TYPE_CHECKING:
+    # Only async callers need it, and they have it loaded: unit processes (which
+    # hold mailboxes for their children) are forked without it (see _lazy).
+    import asyncio
 
 
 class MailboxClosed(Exception):
@@ -96,6 +101,8 @@ class Mailbox:
 
     async def get_async(self, timeout: float | None = None) -> MailboxItem:
         """Like ``get`` without blocking the event loop."""
+        import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
         async with asyncio.timeout(timeout):
             while True:
                 loop = asyncio.get_running_loop()
