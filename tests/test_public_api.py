@@ -130,4 +130,4 @@ def test_lazy_names_resolve_once_and_are_listed() -> None:
     assert workunits.Supervisor is workunits.supervisor.facade.Supervisor
     assert "Supervisor" in vars(workunits)  # stored: the next read is a plain attribute
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        workunits.Nope  # type: ignore[attr-defined]  # noqa: B018
+        workunits.Nope  # noqa: B018
