@@ -18,8 +18,10 @@ from workunits import (
     Supervisor,
     WorkFailed,
     WorkKilled,
+    connect,
 )
 from workunits.testing import ManualClock, ScriptedDriver, ScriptSpec
+from workunits.testing._scripted import Exit
 
 
 def test_kill_of_a_running_unit_returns_true_and_ends_it(
@@ -267,3 +269,52 @@ def test_a_handle_is_a_view_of_its_unit(msup: Supervisor, drive: ScriptedDriver)
         handle.result()
     assert asyncio.run(handle.wait_async()).status == Status.KILLED
     assert list(handle.stream()) == []
+
+
+# -- cancel and kill requests from other processes are answered at the unit's end --
+
+
+def test_a_cancel_request_is_answered_when_the_unit_ends(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start(ScriptSpec(ignore_cancel=True))
+    with connect(msup.state_dir) as client:
+        seq = client.request("cancel", unit.id, {"grace": 30.0})
+        assert seq is not None
+        msup.tick()  # applies the request: SIGTERM, which the unit ignores
+        assert drive.signals(unit.id) == (signal.SIGTERM,)
+        assert client.request_result(seq) is None  # no answer while it still runs
+        clock.advance(30.0)
+        msup.tick()  # the grace is over: SIGKILL
+        assert client.request_result(seq, timeout=WAIT) == {"changed": True, "status": "killed"}
+
+
+def test_a_cancel_request_the_unit_outran_is_answered_unchanged(
+    msup: Supervisor, drive: ScriptedDriver
+) -> None:
+    # The unit exits 0 on its own just before the Cancel reaches its actor (its
+    # exit is already queued there): the request changed nothing and must say so.
+    unit = drive.start()
+    actor = msup._call("unit_actor", unit.id)
+    with connect(msup.state_dir) as client:
+        seq = client.request("cancel", unit.id)
+        assert seq is not None
+        actor.tell(Exit(0))
+        msup.tick()
+        assert client.request_result(seq, timeout=WAIT) == {
+            "changed": False,
+            "status": "completed",
+        }
+    assert msup.wait(unit.id, WAIT).status is Status.COMPLETED
+
+
+def test_a_kill_request_is_answered_changed_once_the_unit_ended_killed(
+    msup: Supervisor, drive: ScriptedDriver
+) -> None:
+    unit = drive.start()
+    with connect(msup.state_dir) as client:
+        seq = client.request("kill", unit.id)
+        assert seq is not None
+        msup.tick()
+        assert client.request_result(seq, timeout=WAIT) == {"changed": True, "status": "killed"}
+        assert msup.get(unit.id).status is Status.KILLED

@@ -68,7 +68,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class NewUnit:
-    """What a submit inserts: a ``pending`` unit whose ID the caller minted."""
+    """What a submit inserts: a ``pending`` unit whose ID the caller minted.
+
+    With ``started_at``, a unit its supervisor starts at once is inserted
+    ``running``: one fully synced commit instead of a submit and a transition.
+    """
 
     id: str
     kind: str
@@ -81,6 +85,11 @@ class NewUnit:
     resumable: bool = False
     session: str | None = None
     output_path: str | None = None
+    started_at: float | None = None
+
+    @property
+    def status(self) -> Status:
+        return Status.PENDING if self.started_at is None else Status.RUNNING
 
     @classmethod
     def of(
@@ -92,8 +101,9 @@ class NewUnit:
         max_attempts: int = 1,
         resumable: bool = False,
         session: str | None = None,
+        started_at: float | None = None,
     ) -> NewUnit:
-        """The row for a freshly registered (``pending``) record."""
+        """The row for a freshly registered record (``running`` with ``started_at``)."""
         return cls(
             id=record.id,
             kind=record.kind,
@@ -106,6 +116,7 @@ class NewUnit:
             resumable=resumable,
             session=session,
             output_path=record.output_path,
+            started_at=started_at,
         )
 
 
@@ -204,7 +215,7 @@ class UnitRow:
         return cls(
             id=new.id,
             kind=new.kind,
-            status=Status.PENDING,
+            status=new.status,
             parent=new.parent,
             description=new.description,
             key=new.key,
@@ -214,7 +225,7 @@ class UnitRow:
             max_attempts=new.max_attempts,
             resumable=new.resumable,
             created_at=new.created_at,
-            started_at=None,
+            started_at=new.started_at,
             ended_at=None,
             exit_code=None,
             signal=None,

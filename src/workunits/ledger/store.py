@@ -115,7 +115,8 @@ class Ledger:
     # -- submit and read ---------------------------------------------------------
 
     def submit(self, new: NewUnit) -> tuple[UnitRow, bool]:
-        """Insert ``new`` as ``pending``, or return the unit that already has its key.
+        """Insert ``new`` (``pending``, or ``running`` when it has ``started_at``), or return
+        the unit that already has its key.
 
         Returns ``(row, created)``. The same key with the same spec hash returns
         the existing unit whatever its status (expired too) with

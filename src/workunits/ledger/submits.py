@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 
 from workunits._errors import IdempotencyConflict, LedgerError
-from workunits._status import Status
 from workunits.ledger.rows import NewUnit, UnitRow
 
 
@@ -40,7 +39,7 @@ def insert(
 INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
-    "session, output_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "session, output_path, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -48,7 +47,7 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
     return (
         new.id,
         new.kind,
-        Status.PENDING.value,
+        new.status.value,
         new.parent,
         new.description,
         new.key,
@@ -62,4 +61,5 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.created_at,
         new.session,
         new.output_path,
+        new.started_at,
     )

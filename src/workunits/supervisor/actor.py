@@ -211,7 +211,12 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
             created_at=self._clock.now(),
             output_path=str(self._output_dir / f"{work_id}.out"),
         )
-        existing = self._submit_durably(record, actor_class, spec, timeout, key, max_attempts)
+        # A unit that gets a slot now is written ``running`` by its submit: one
+        # fully synced commit, not a submit and then a transition.
+        starts_now = self._has_slot(actor_class.kind)
+        existing = self._submit_durably(
+            record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
+        )
         if existing is not None:
             found = self.registry.find(existing.id)
             return found if found is not None else existing.to_record()
@@ -229,12 +234,15 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
         """Insert a pending record and start it, or queue it for a slot of its kind."""
         self.registry.insert(record)
         self._emit(None, record)
-        limit = self._limits.get(actor_class.kind)
-        if limit is not None and self._running_of(actor_class.kind) >= limit:
+        if not self._has_slot(actor_class.kind):
             queue = self._queued.setdefault(actor_class.kind, deque())
             queue.append((record.id, actor_class, spec, timeout, checkpoint))
             return
         self._start(record.id, actor_class, spec, timeout, checkpoint)
+
+    def _has_slot(self, kind: str) -> bool:
+        limit = self._limits.get(kind)
+        return limit is None or self._running_of(kind) < limit
 
     def _running_of(self, kind: str) -> int:
         return sum(1 for work_id in self._actors if self.registry.get(work_id).kind == kind)

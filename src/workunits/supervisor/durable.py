@@ -53,6 +53,10 @@ class DurableSupervisor:
         self._session = session
         self._progress: dict[str, tuple[str, int, float, str | None]] = {}
         self._suspended: set[str] = set()  # stopped by a deploy: left running in the ledger
+        self._running_at_submit: set[str] = set()  # inserted running; their start writes nothing
+        self._pids: dict[str, Write] = {}  # pids to record at the next tick
+        # Cancel and kill requests (by seq) that the unit's terminal write answers.
+        self._end_requests: dict[str, list[int]] = {}
         self._next_heartbeat = 0.0
         self._next_expire = 0.0
 
@@ -76,8 +80,14 @@ class DurableSupervisor:
         timeout: float | None,
         key: str | None,
         max_attempts: int | None,
+        *,
+        starts_now: bool,
     ) -> UnitRow | None:
-        """Insert the unit's row (fully synced); the existing row when ``key`` is taken."""
+        """Insert the unit's row (fully synced); the existing row when ``key`` is taken.
+
+        With ``starts_now`` the row is inserted ``running`` (this session's), and the
+        pending -> running change that follows writes nothing more.
+        """
         durable = actor_class.to_durable(spec, timeout)
         stored = self._ledger.encode_spec(durable, record.id)
         resumable = actor_class.resumable(durable, stored.format)
@@ -89,9 +99,14 @@ class DurableSupervisor:
             max_attempts=attempts,
             resumable=resumable,
             session=self._session,
+            started_at=self._clock.now() if starts_now else None,
         )
         row, created = self._ledger.submit(new)
-        return None if created else row
+        if not created:
+            return row
+        if starts_now:
+            self._running_at_submit.add(record.id)
+        return None
 
     def _ledger_on_change(self, old: WorkRecord | None, new: WorkRecord) -> None:
         """Change subscriber: mirror status, pid and retain changes; queue progress."""
@@ -99,14 +114,25 @@ class DurableSupervisor:
             return  # the submit wrote the row
         if new.id in self._suspended and is_terminal(new.status):
             return  # a deploy stopped it: the next session resumes it
+        if new.id in self._running_at_submit:
+            self._running_at_submit.discard(new.id)
+            if old.status == Status.PENDING and new.status == Status.RUNNING:
+                return  # the submit wrote it running
+        if is_terminal(new.status):
+            self._pids.pop(new.id, None)  # the terminal write carries the pid
         try:
             if old.status != new.status:
                 fields: dict[str, Any] = {}
                 if new.status == Status.RUNNING:
                     fields["session"] = self._session
                 self._ledger.write(new, attempt=new.attempt, **fields)
-            elif old.pid != new.pid or old.retain != new.retain:
+                if is_terminal(new.status) and new.id in self._end_requests:
+                    self._answer_at_end(new)
+            elif old.retain != new.retain:
                 self._ledger.write(new, attempt=new.attempt)
+            elif old.pid != new.pid and new.pid is not None:
+                # Shown by ls/show only (signals go through pidfds): grouped per tick.
+                self._pids[new.id] = Write(new.id, new.attempt, {"pid": new.pid})
             elif new.progress is not None and (old.progress, old.progress_message) != (
                 new.progress,
                 new.progress_message,
@@ -224,6 +250,12 @@ class DurableSupervisor:
     # -- every tick ---------------------------------------------------------------------
 
     def _durable_tick(self, now: float) -> None:
+        if self._pids:
+            pids, self._pids = list(self._pids.values()), {}
+            try:
+                self._ledger.write_many(pids)
+            except WorkunitsError:
+                log.exception("ledger: could not record pids")
         if self._progress:
             items, self._progress = list(self._progress.values()), {}
             try:
@@ -248,9 +280,25 @@ class DurableSupervisor:
                 result = self._apply(request)
             except WorkunitsError as exc:
                 result = {"changed": False, "error": f"{type(exc).__name__}: {exc}"}
-            self._ledger.finish_request(request.seq, result)
+            if result is not None:
+                self._ledger.finish_request(request.seq, result)
 
-    def _apply(self, request: Request) -> dict[str, Any]:
+    def _answer_at_end(self, record: WorkRecord) -> None:
+        """Finish the cancel and kill requests that waited for ``record``'s terminal write.
+
+        Answered here, not when the Cancel or Kill was handed to the unit's actor:
+        the unit may have exited on its own first (its end was already queued),
+        and then the request changed nothing. ``changed`` says what happened.
+        """
+        for seq in self._end_requests.pop(record.id, ()):
+            result = {"changed": record.status == Status.KILLED, "status": record.status.value}
+            try:
+                self._ledger.finish_request(seq, result)
+            except WorkunitsError:
+                log.exception("ledger: could not answer request %d", seq)
+
+    def _apply(self, request: Request) -> dict[str, Any] | None:
+        """Apply one request; its answer, or None when the unit's end will answer it."""
         target = request.target
         if target not in self.registry:
             row = self._ledger.require(target)
@@ -266,12 +314,18 @@ class DurableSupervisor:
                 )
                 return {"changed": True, "status": Status.KILLED.value}
             return {"changed": False, "status": row.shown_status}
-        if request.verb == "cancel":
-            grace = float(request.args.get("grace", 5.0))
-            changed: object = self.cancel(target, grace)  # type: ignore[attr-defined]
-        elif request.verb == "kill":
-            changed = self.kill(target)  # type: ignore[attr-defined]
-        elif request.verb == "retain":
+        if request.verb in ("cancel", "kill"):
+            if request.verb == "cancel":
+                grace = float(request.args.get("grace", 5.0))
+                changed: object = self.cancel(target, grace)  # type: ignore[attr-defined]
+            else:
+                changed = self.kill(target)  # type: ignore[attr-defined]
+            record = self.registry.get(target)
+            if not is_terminal(record.status):  # ending, or its end is already queued
+                self._end_requests.setdefault(target, []).append(request.seq)
+                return None
+            return {"changed": bool(changed), "status": record.status.value}
+        if request.verb == "retain":
             changed = self.retain(target) is not None  # type: ignore[attr-defined]
         elif request.verb == "release":
             changed = self.release(target) is not None  # type: ignore[attr-defined]
