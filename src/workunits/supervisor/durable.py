@@ -125,7 +125,10 @@ class DurableSupervisor:
                 fields: dict[str, Any] = {}
                 if new.status == Status.RUNNING:
                     fields["session"] = self._session
-                self._ledger.write(new, attempt=new.attempt, **fields)
+                # The terminal notice comes from the record in hand, not from reading
+                # the row back inside the transaction (a third of its CPU, profiled).
+                notice = Notification.of(new) if is_terminal(new.status) else None
+                self._ledger.write(new, attempt=new.attempt, notification=notice, **fields)
                 if is_terminal(new.status) and new.id in self._end_requests:
                     self._answer_at_end(new)
             elif old.retain != new.retain:
