@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+from collections.abc import Iterable
 
 import pytest
 
 from tests.helpers import WAIT, as_notice
-from workunits import MailboxClosed, Notification, Reason, Status, Supervisor
+from workunits import MailboxClosed, Notification, Reason, Status, Supervisor, WorkRecord
+from workunits.ledger import Ledger, Write, WriteOutcome
 from workunits.testing import ScriptedDriver
+from workunits.testing._scripted import Exit
 
 
 def test_each_terminal_unit_sends_exactly_one_notice_with_its_fields(sup: Supervisor) -> None:
@@ -141,3 +144,54 @@ def test_get_async_times_out(msup: Supervisor) -> None:
             await msup.notifications().get_async(timeout=0.01)
 
     asyncio.run(main())
+
+
+# -- group commit of ends ---------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_ends_reported_back_to_back_commit_in_one_transaction(
+    msup: Supervisor, drive: ScriptedDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups: list[list[str]] = []
+    real_write_many = Ledger.write_many
+
+    def write_many(self: Ledger, batch: Iterable[Write]) -> list[WriteOutcome]:
+        writes = list(batch)
+        ends = [str(w.target) if isinstance(w.target, str) else w.target.id for w in writes]
+        if any(w.notification is not None for w in writes):
+            groups.append(ends)
+        return real_write_many(self, writes)
+
+    monkeypatch.setattr(Ledger, "write_many", write_many)
+    units = [drive.start() for _ in range(5)]
+    actors = [msup._call("unit_actor", u.id) for u in units]
+    blocker = drive.start()
+    # Hold the supervisor thread inside a change subscriber while the five units
+    # end, so that their EndReports queue up behind it, back to back.
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(old: WorkRecord | None, new: WorkRecord) -> None:
+        if new.id == blocker.id and new.retain:
+            entered.set()
+            release.wait(WAIT)
+
+    msup._call("subscribe", hold)
+    holder = threading.Thread(target=msup.retain, args=(blocker.id,))
+    holder.start()
+    try:
+        assert entered.wait(WAIT)
+        for actor in actors:
+            actor.tell(Exit(0))
+        for actor in actors:  # an actor stops right after it told its end
+            assert actor.actor_stopped.wait(WAIT)
+    finally:
+        release.set()
+        holder.join(WAIT)
+    ends = [msup.wait(u.id, WAIT) for u in units]
+    assert all(r.status is Status.COMPLETED for r in ends)
+    # One fully synced transaction for the five, and the notices in its order.
+    assert len(groups) == 1
+    assert sorted(groups[0]) == sorted(u.id for u in units)
+    mailbox = msup.notifications()
+    assert [as_notice(mailbox.get(timeout=WAIT)).id for _ in units] == groups[0]

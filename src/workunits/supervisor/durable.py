@@ -28,7 +28,7 @@ from workunits._errors import (
 )
 from workunits._record import Notification, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
-from workunits.ledger import Ledger, NewUnit, Request, UnitRow, Write
+from workunits.ledger import Ledger, NewUnit, Request, UnitRow, Write, WriteOutcome
 
 if TYPE_CHECKING:
     from workunits.actors.base import WorkActor
@@ -109,28 +109,25 @@ class DurableSupervisor:
         return None
 
     def _ledger_on_change(self, old: WorkRecord | None, new: WorkRecord) -> None:
-        """Change subscriber: mirror status, pid and retain changes; queue progress."""
+        """Mirror a non-terminal change: status, pid and retain; queue progress.
+
+        Terminal changes go through ``_ledger_end``, in groups.
+        """
         if old is None:
             return  # the submit wrote the row
-        if new.id in self._suspended and is_terminal(new.status):
-            return  # a deploy stopped it: the next session resumes it
+        if is_terminal(new.status) and not is_terminal(old.status):
+            self._ledger_end([(old, new)])
+            return
         if new.id in self._running_at_submit:
             self._running_at_submit.discard(new.id)
             if old.status == Status.PENDING and new.status == Status.RUNNING:
                 return  # the submit wrote it running
-        if is_terminal(new.status):
-            self._pids.pop(new.id, None)  # the terminal write carries the pid
         try:
             if old.status != new.status:
                 fields: dict[str, Any] = {}
                 if new.status == Status.RUNNING:
                     fields["session"] = self._session
-                # The terminal notice comes from the record in hand, not from reading
-                # the row back inside the transaction (a third of its CPU, profiled).
-                notice = Notification.of(new) if is_terminal(new.status) else None
-                self._ledger.write(new, attempt=new.attempt, notification=notice, **fields)
-                if is_terminal(new.status) and new.id in self._end_requests:
-                    self._answer_at_end(new)
+                self._ledger.write(new, attempt=new.attempt, **fields)
             elif old.retain != new.retain:
                 self._ledger.write(new, attempt=new.attempt)
             elif old.pid != new.pid and new.pid is not None:
@@ -148,6 +145,45 @@ class DurableSupervisor:
                 )
         except WorkunitsError:
             log.exception("ledger: could not record %s (%s)", new.id, new.status.value)
+
+    def _ledger_end(self, ends: list[tuple[WorkRecord, WorkRecord]]) -> None:
+        """Write terminal records with their notices: one fully synced transaction.
+
+        Each notice is built from the record in hand, not read back from the row
+        inside the transaction (that was a third of the write's CPU, profiled).
+        """
+        writes: list[Write] = []
+        for _old, new in ends:
+            self._running_at_submit.discard(new.id)
+            self._pids.pop(new.id, None)  # the terminal write carries the pid
+            if new.id in self._suspended:
+                continue  # a deploy stopped it: the next session resumes it
+            writes.append(Write(new, new.attempt, notification=Notification.of(new)))
+        if not writes:
+            return
+        outcomes: list[WriteOutcome | None]
+        try:
+            outcomes = list(self._ledger.write_many(writes))
+        except WorkunitsError:
+            if len(writes) == 1:
+                log.exception("ledger: could not record the end of %s", _id_of(writes[0]))
+                outcomes = [None]
+            else:  # one bad row must not cost the others their end: one at a time
+                outcomes = [self._ledger_write_one(w) for w in writes]
+        for w, outcome in zip(writes, outcomes, strict=True):
+            if outcome is WriteOutcome.STALE:
+                log.error("ledger: the end of %s was refused: a later attempt owns it", _id_of(w))
+        for _old, new in ends:
+            if new.id in self._end_requests:
+                self._answer_at_end(new)
+
+    def _ledger_write_one(self, w: Write) -> WriteOutcome | None:
+        try:
+            (outcome,) = self._ledger.write_many([w])
+        except WorkunitsError:
+            log.exception("ledger: could not record the end of %s", _id_of(w))
+            return None
+        return outcome
 
     def _save_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
         try:
@@ -349,3 +385,7 @@ class DurableSupervisor:
         except WorkunitsError:
             log.exception("ledger: could not close session %s", self._session)
         self._ledger.close()
+
+
+def _id_of(w: Write) -> str:
+    return w.target.id if isinstance(w.target, WorkRecord) else w.target
