@@ -119,8 +119,8 @@ def bench_shell_true(cfg: Config) -> BenchResult:
     """Submit -> terminal record of ``true`` vs ``Popen(["true"]).wait()``, alternately."""
     result = BenchResult("shell_true")
     bad: list[str] = []
-    with state_dir("shell") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
 
+    def unit_on(sup: wu.Supervisor) -> Callable[[], float]:
         def unit() -> float:
             start = time.perf_counter()
             handle = sup.shell(["true"])
@@ -129,6 +129,11 @@ def bench_shell_true(cfg: Config) -> BenchResult:
             if record.status is not wu.Status.COMPLETED:
                 bad.append(f"{record.id}: {record.describe_end()}")
             return elapsed
+
+        return unit
+
+    with state_dir("shell") as state, wu.Supervisor(state, eviction_grace=EVICT_SOON) as sup:
+        unit = unit_on(sup)
 
         def popen() -> float:
             start = time.perf_counter()
@@ -140,13 +145,30 @@ def bench_shell_true(cfg: Config) -> BenchResult:
 
         a, b = harness.alternate(unit, popen, cfg.shell_reps, cfg.shell_warmup)
         _explain_cpu(result, unit, popen, cfg.shell_cpu_reps)
+    # What the two fully synced commits per unit cost: the same units on a ledger
+    # that does not fsync (ledger_sync="normal"), against Popen in the same run.
+    with (
+        state_dir("shell-normal") as state,
+        wu.Supervisor(state, eviction_grace=EVICT_SOON, ledger_sync="normal") as unsynced_sup,
+    ):
+        c, d = harness.alternate(unit_on(unsynced_sup), popen, cfg.shell_reps, cfg.shell_warmup)
     pair = Pair(
         "submit -> terminal",
         Series("sup.shell(['true']) + wait", a),
         Series("Popen(['true']).wait()", b),
     )
-    result.pairs.append(pair)
-    result.series += [pair.a, pair.b]
+    unsynced = Pair(
+        "submit -> terminal, ledger_sync='normal' (no fsync)",
+        Series("sup.shell(['true']) + wait, ledger_sync='normal'", c),
+        Series("Popen(['true']).wait() [vs normal]", d),
+    )
+    result.pairs += [pair, unsynced]
+    result.series += [pair.a, pair.b, unsynced.a, unsynced.b]
+    result.note(
+        f"without the two fsyncs per unit (ledger_sync='normal', durable against any "
+        f"process crash, not a power cut): {unsynced.median_pair_ratio:.2f}x Popen "
+        f"({harness.fmt(unsynced.a.median, 's')} vs {harness.fmt(unsynced.b.median, 's')})"
+    )
     result.info["ratio_of_medians"] = pair.ratio_of_medians
     if bad:
         result.error = f"{len(bad)} runs did not complete: {bad[:3]}"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import new_unit
+from workunits import SpecError, Status, Supervisor
 from workunits.ledger import Ledger, LedgerError
 from workunits.ledger.values import KEY_FILE
 
@@ -111,3 +112,40 @@ def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_process
     finally:
         first.close()
         second.close()
+
+
+# -- how durable a commit is ------------------------------------------------------
+
+
+def _synchronous_after_a_submit(ledger: Ledger) -> int:
+    new_unit(ledger)
+    return int(ledger._db.conn.execute("PRAGMA synchronous").fetchone()[0])
+
+
+def test_submits_are_fully_synced_by_default(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "state") as ledger:
+        assert _synchronous_after_a_submit(ledger) == 2  # FULL
+
+
+def test_sync_normal_skips_the_fsync_but_keeps_every_commit(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "state", sync="normal") as ledger:
+        assert _synchronous_after_a_submit(ledger) == 1  # NORMAL
+        unit = new_unit(ledger)
+    # Another connection (another process would do the same) reads it back.
+    with Ledger(tmp_path / "state") as reader:
+        row = reader.get(unit.id)
+        assert row is not None
+        assert row.status is Status.PENDING
+
+
+def test_an_unknown_sync_mode_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"sync must be one of \['full', 'normal'\], got 'off'"):
+        Ledger(tmp_path / "state", sync="off")
+
+
+def test_a_supervisor_refuses_an_unknown_ledger_sync_before_touching_the_state_dir(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(SpecError, match="ledger_sync must be one of"):
+        Supervisor(tmp_path / "state", ledger_sync="fast")
+    assert not (tmp_path / "state").exists()

@@ -9,6 +9,8 @@
 - ``synchronous`` is chosen per transaction: FULL (the WAL is fsynced at
   commit) for what must survive a power cut -- submits, terminal writes,
   checkpoints -- and NORMAL for grouped progress, which a crash may lose.
+  A ledger opened with ``sync="normal"`` uses NORMAL for all of them: every
+  commit still survives the crash of any process, not of the OS or machine.
 - SQLite error codes become workunits errors that say what happened and that
   nothing was written.
 """
@@ -23,10 +25,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull
+from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError
 from workunits.ledger import schema
 
 DB_FILE = "ledger.db"
+# What a durable transaction (submit, terminal write, checkpoint) is synced as.
+SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
 
 
 def prepare_state_dir(state_dir: str | os.PathLike[str]) -> Path:
@@ -77,7 +81,10 @@ def create_private_file(path: Path) -> None:
 class Database:
     """The connection and its lock; safe to share between the threads of one process."""
 
-    def __init__(self, state_dir: Path, *, busy_timeout: float) -> None:
+    def __init__(self, state_dir: Path, *, busy_timeout: float, sync: str = "full") -> None:
+        if sync not in SYNC_MODES:
+            raise SpecError(f"sync must be one of {sorted(SYNC_MODES)}, got {sync!r}")
+        self._durable_level = SYNC_MODES[sync]
         self.path = state_dir / DB_FILE
         self._busy_timeout = busy_timeout
         create_private_file(self.path)
@@ -122,13 +129,14 @@ class Database:
     def write(self, *, durable: bool) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction; committed on success, rolled back on any error.
 
-        ``durable`` selects ``synchronous=FULL`` for this transaction.
+        ``durable`` selects ``synchronous=FULL`` for this transaction (NORMAL
+        when the ledger was opened with ``sync="normal"``).
         """
         with self._lock:
             self._check_process()
             conn = self.conn
             try:
-                self._set_sync("FULL" if durable else "NORMAL")
+                self._set_sync(self._durable_level if durable else "NORMAL")
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn

@@ -67,11 +67,13 @@ class Ledger:
         clock: Clock | None = None,
         expire_after: float = DEFAULT_EXPIRE_AFTER,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        sync: str = "full",
     ) -> None:
+        """``sync="normal"`` trades power-cut durability for latency (see ``_db``)."""
         self.state_dir = prepare_state_dir(state_dir)
         self._clock = clock or SystemClock()
         self._expire_after = expire_after
-        self._db = Database(self.state_dir, busy_timeout=busy_timeout)
+        self._db = Database(self.state_dir, busy_timeout=busy_timeout, sync=sync)
         try:
             self._key = values.load_or_create_key(self.state_dir)
         except BaseException:

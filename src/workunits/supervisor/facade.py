@@ -36,6 +36,7 @@ from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_loca
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.actors.workflow import WorkflowActor
 from workunits.ledger import Ledger, SupervisorLock
+from workunits.ledger._db import SYNC_MODES
 from workunits.ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits.remote.runtime import RayRuntime, check_available
 from workunits.supervisor.actor import SupervisorActor, Tick
@@ -135,6 +136,7 @@ class Supervisor(KindsFacade):
         concurrency: Mapping[str, int] | None = None,
         lock_timeout: float = 0.0,
         expire_after: float = DEFAULT_EXPIRE_AFTER,
+        ledger_sync: str = "full",
         ray_address: str | None = None,
         ray_temp_dir: str | os.PathLike[str] | None = None,
         ray_init: Mapping[str, Any] | None = None,
@@ -144,12 +146,20 @@ class Supervisor(KindsFacade):
         One supervisor per state dir: a second one raises SupervisorBusy (after
         waiting ``lock_timeout`` seconds for the first to go). ``concurrency``
         caps running units per kind name (``{"agent": 4}``); the rest wait pending.
+
+        ``ledger_sync="full"`` (the default) fsyncs every submit, terminal write
+        and checkpoint before anyone hears of it: they survive a power cut.
+        ``"normal"`` skips those fsyncs: still durable against the crash of any
+        process (the supervisor's, a client's), not of the OS or the machine, and
+        about 0.3-0.5 ms faster per commit on the disks we measured (bench/).
         """
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
         for kind_name, limit in (concurrency or {}).items():
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
+        if ledger_sync not in SYNC_MODES:
+            raise SpecError(f"ledger_sync must be one of {sorted(SYNC_MODES)}, got {ledger_sync!r}")
         self.state_dir = _outputfile.private_dir(Path(state_dir))
         self._lock = SupervisorLock(self.state_dir)
         self._lock.acquire(timeout=lock_timeout)
@@ -164,6 +174,7 @@ class Supervisor(KindsFacade):
                 preload=preload,
                 concurrency=concurrency,
                 expire_after=expire_after,
+                ledger_sync=ledger_sync,
                 ray=RayRuntime(
                     address=ray_address,
                     temp_dir=Path(ray_temp_dir or self.state_dir / "ray").absolute(),
@@ -186,6 +197,7 @@ class Supervisor(KindsFacade):
         preload: Sequence[str],
         concurrency: Mapping[str, int] | None,
         expire_after: float,
+        ledger_sync: str,
         ray: RayRuntime,
     ) -> None:
         self._output_dir = _outputfile.private_dir(self.state_dir / "output")
@@ -207,7 +219,9 @@ class Supervisor(KindsFacade):
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
         kinds.add("w", WorkflowActor, builtin=True)
-        self._ledger = Ledger(self.state_dir, clock=self._clock, expire_after=expire_after)
+        self._ledger = Ledger(
+            self.state_dir, clock=self._clock, expire_after=expire_after, sync=ledger_sync
+        )
         self.session = _ids.mint("s")
         self._reaper = Reaper()
         self._zygote = ZygoteClient(self._reaper, preload)
