@@ -349,3 +349,22 @@ def test_zygote_death_loses_running_units_and_a_new_one_takes_over(sup: wu.Super
         eventually(lambda p=pid: not alive(p), what=f"pid {pid} to die")  # type: ignore[misc]
     assert sup.result(sup.agent(add, 20, 22).id, timeout=30) == 42
     assert sup._zygote.pid not in (None, zygote)
+
+
+def split_character() -> None:
+    # "é" is two bytes in UTF-8; they reach the capture pipe in two writes, the
+    # second after a pause (the unit's own pacing), so the capture reads them apart.
+    os.write(1, "é".encode()[:1])
+    time.sleep(0.2)
+    os.write(1, "é".encode()[1:] + b"\n")
+
+
+@pytest.mark.timeout(30)
+def test_a_character_split_across_writes_reaches_the_transcript_whole(
+    sup: wu.Supervisor, tmp_path: Path
+) -> None:
+    h = sup.agent(split_character)
+    sup.result(h.id, timeout=20)
+    transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
+    events = [orjson.loads(line) for line in transcript.read_bytes().splitlines()]
+    assert "".join(e["data"] for e in events if e["type"] == "stdout") == "é\n"

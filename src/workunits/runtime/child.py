@@ -7,6 +7,7 @@ calls ``os._exit`` with it, so nothing inherited from the zygote runs at exit.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import select
@@ -110,11 +111,15 @@ def _capture(transcript: TranscriptWriter) -> threading.Thread:
     One thread polls both pipes: a thread costs a fresh fork more than a poll does.
     """
     names: dict[int, str] = {}
+    # One incremental decoder per stream: a character split across two reads is
+    # decoded whole, not as two replacement characters.
+    decoders: dict[int, codecs.IncrementalDecoder] = {}
     for target, name in ((1, "stdout"), (2, "stderr")):
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         os.dup2(write_end, target)  # the dup is inheritable: subprocesses write here too
         os.close(write_end)
         names[read_end] = name
+        decoders[read_end] = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def pump() -> None:
         poller = select.poll()
@@ -124,9 +129,10 @@ def _capture(transcript: TranscriptWriter) -> threading.Thread:
         while open_fds:
             for fd, _ in poller.poll():
                 chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    transcript.write(names[fd], data=chunk.decode("utf-8", errors="replace"))
-                else:
+                text = decoders[fd].decode(chunk, final=not chunk)
+                if text:
+                    transcript.write(names[fd], data=text)
+                if not chunk:
                     poller.unregister(fd)
                     os.close(fd)
                     open_fds.discard(fd)
