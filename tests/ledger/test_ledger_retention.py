@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, start
@@ -127,3 +129,30 @@ def test_list_ended_after_keeps_units_that_ended_since(ledger: Ledger, clock: Ma
     assert [r.id for r in ledger.list(ended_after=clock.now())] == [fresh]
     assert {r.id for r in ledger.list(ended_after=0.0)} == {old, fresh}
     assert running not in [r.id for r in ledger.list(ended_after=0.0)]
+
+
+def _transcript(ledger: Ledger, work_id: str, size: int) -> Path:
+    folder = ledger.state_dir / "transcripts"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{work_id}.jsonl"
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_a_transcript_goes_when_its_unit_expires(ledger: Ledger, clock: ManualClock) -> None:
+    due, retained = _ended(ledger), _ended(ledger, retain=1)
+    paths = {work_id: _transcript(ledger, work_id, 10) for work_id in (due, retained)}
+    clock.advance(101)
+    assert ledger.expire() == 1
+    assert not paths[due].exists()
+    assert paths[retained].exists()  # a retained unit keeps everything, its transcript too
+
+
+def test_gc_older_than_counts_the_transcripts_it_frees(ledger: Ledger, clock: ManualClock) -> None:
+    with_transcript, without = _ended(ledger), _ended(ledger)
+    path = _transcript(ledger, with_transcript, 5000)
+    units, freed = ledger.expire_ended_before(clock.now())
+    assert units == 2  # a unit with no transcript (a shell) expires all the same
+    assert freed >= 5000
+    assert not path.exists()
+    assert ledger.require(without).shown_status == EXPIRED

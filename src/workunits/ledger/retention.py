@@ -25,27 +25,36 @@ _HEAVY_BYTES = (
 )
 
 
-def expire(db: Database, now: float) -> int:
-    """Expire ended, unretained units whose ``expire_at`` has passed; return how many."""
-    # NORMAL sync: an expiry lost to a power cut is simply done again.
+def expire(db: Database, now: float) -> list[str]:
+    """Expire ended, unretained units whose ``expire_at`` has passed; return their IDs."""
+    # INDEXED BY: without statistics SQLite would pick the status index and
+    # visit every ended unit; units_expire holds only those due.
+    where = (
+        f"WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 AND status IN {IN_TERMINAL}"
+    )
+    # NORMAL sync: an expiry lost to a power cut is simply done again. The
+    # SELECT and the UPDATE see the same rows: the write lock is held for both.
     with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            # INDEXED BY: without statistics SQLite would pick the status index
-            # and visit every ended unit; units_expire holds only those due.
-            f"UPDATE units INDEXED BY units_expire {_DROP} "
-            "WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 "
-            f"AND status IN {IN_TERMINAL}",
-            (now, now, *TERMINAL),
-        )
-        return cursor.rowcount
+        ids = [
+            str(row[0])
+            for row in conn.execute(
+                f"SELECT id FROM units INDEXED BY units_expire {where}",  # noqa: S608
+                (now, *TERMINAL),
+            )
+        ]
+        if ids:
+            conn.execute(
+                f"UPDATE units INDEXED BY units_expire {_DROP} {where}", (now, now, *TERMINAL)
+            )
+        return ids
 
 
-def expire_ended_before(db: Database, now: float, cut: float) -> tuple[int, int]:
+def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str], int]:
     """Expire ended, unretained units that are due or ended at or before ``cut``.
 
     For ``gc --older-than``: a person asks for room now, whatever each unit's
-    ``expire_at`` says. Returns how many units expired and how many bytes of
-    spec, result, cause, output tail and checkpoint they dropped.
+    ``expire_at`` says. Returns the units expired and how many bytes of spec,
+    result, cause, output tail and checkpoint they dropped.
     """
     where = (
         f"WHERE expired_at IS NULL AND retain = 0 AND status IN {IN_TERMINAL} "
@@ -53,12 +62,13 @@ def expire_ended_before(db: Database, now: float, cut: float) -> tuple[int, int]
     )
     params = (*TERMINAL, cut, now)
     with db.write(durable=False) as conn:
-        freed = conn.execute(
-            f"SELECT ifnull(sum({_HEAVY_BYTES}), 0) FROM units {where}",  # noqa: S608
+        rows = conn.execute(
+            f"SELECT id, {_HEAVY_BYTES} FROM units {where}",  # noqa: S608
             params,
-        ).fetchone()[0]
-        cursor = conn.execute(f"UPDATE units {_DROP} {where}", (now, *params))
-        return cursor.rowcount, int(freed)
+        ).fetchall()
+        if rows:
+            conn.execute(f"UPDATE units {_DROP} {where}", (now, *params))
+        return [str(r[0]) for r in rows], sum(int(r[1]) for r in rows)
 
 
 def forget(db: Database, cut: float) -> int:

@@ -53,6 +53,8 @@ from workunits.ledger.writes import NO_RESULT, Outcome, Write
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
 DEFAULT_BUSY_TIMEOUT = 10.0
+# Agents' JSONL transcripts, one per unit; dropped when the unit expires.
+TRANSCRIPTS_DIR = "transcripts"
 
 _STATUS_VALUES = frozenset(s.value for s in Status)
 
@@ -406,20 +408,39 @@ class Ledger:
     # -- retention -----------------------------------------------------------------
 
     def expire(self) -> int:
-        """Drop spec, result, output tail and checkpoint of ended units past ``expire_at``.
+        """Drop spec, result, output tail, checkpoint and transcript of ended units past
+        ``expire_at``.
 
         The small row stays and reads ``expired``; retained units wait. Returns
         how many units expired now.
         """
-        return retention.expire(self._db, self._clock.now())
+        expired = retention.expire(self._db, self._clock.now())
+        self._drop_transcripts(expired)
+        return len(expired)
 
     def expire_ended_before(self, cut: float) -> tuple[int, int]:
         """Expire what is due and every ended, unretained unit that ended at or before ``cut``.
 
         Returns ``(units, bytes)``: how many units expired now and how many
-        bytes of stored values they dropped.
+        bytes of stored values and transcripts they dropped.
         """
-        return retention.expire_ended_before(self._db, self._clock.now(), cut)
+        expired, freed = retention.expire_ended_before(self._db, self._clock.now(), cut)
+        return len(expired), freed + self._drop_transcripts(expired)
+
+    def _drop_transcripts(self, work_ids: Iterable[str]) -> int:
+        """Delete the transcripts of expired units (after the commit); the bytes freed."""
+        folder = self.state_dir / TRANSCRIPTS_DIR
+        freed = 0
+        for work_id in work_ids:
+            if not _ids.is_valid(work_id):
+                continue  # a path is never built from an unchecked value, even our own row's
+            path = folder / f"{work_id}.jsonl"
+            try:
+                freed += path.lstat().st_size
+                path.unlink()
+            except FileNotFoundError:
+                continue  # not an agent, or already gone
+        return freed
 
     def gc(self, older_than: float | None = None) -> int:
         """Expire what is due, then forget units expired more than ``older_than`` s ago.
