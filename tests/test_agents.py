@@ -368,3 +368,31 @@ def test_a_character_split_across_writes_reaches_the_transcript_whole(
     transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
     events = [orjson.loads(line) for line in transcript.read_bytes().splitlines()]
     assert "".join(e["data"] for e in events if e["type"] == "stdout") == "é\n"
+
+
+def flood(chunk: int) -> None:
+    line = "x" * (chunk - 1) + "\n"
+    while True:  # paced, so the test's disk use stays small before the cap check
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        time.sleep(0.005)
+
+
+@pytest.mark.timeout(30)
+def test_an_agent_past_its_output_cap_is_killed_with_that_reason(
+    sup: wu.Supervisor, tmp_path: Path
+) -> None:
+    cap = 256 * 1024
+    h = sup.agent(flood, 16 * 1024, output_cap=cap)
+    record = sup.wait(h.id, timeout=20)
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.OUTPUT_CAP)
+    transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
+    # Checked every second: the overshoot is what ~1 s of paced writing adds.
+    assert cap <= transcript.stat().st_size < cap + 16 * 1024 * 1024
+
+
+def test_an_agent_output_cap_must_be_a_positive_int(sup: wu.Supervisor) -> None:
+    bads: list[Any] = [0, -1, 1.5, True]
+    for bad in bads:
+        with pytest.raises(wu.SpecError, match="output_cap must be a positive int"):
+            sup.agent(flood, 1, output_cap=bad)

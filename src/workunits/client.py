@@ -30,7 +30,7 @@ from workunits._errors import ClientClosed, NotFinished, SpecError
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._record import WorkRecord
 from workunits._status import Status, is_terminal
-from workunits.actors.agent import AgentActor, AgentSpec
+from workunits.actors.agent import AgentActor, AgentSpec, check_limits, durable_options
 from workunits.actors.base import WorkActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.ledger import Call, Ledger, NewUnit, UnitRow
@@ -134,6 +134,7 @@ class Client:
         timeout: float | None = None,
         max_attempts: int | None = None,
         memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
         **kwargs: Any,
     ) -> ClientHandle:
         """Submit ``fn(*args, **kwargs)`` as an ``a`` unit.
@@ -145,21 +146,16 @@ class Client:
         dies, up to ``max_attempts`` (default 3) attempts in all.
         """
         if isinstance(fn, str):
-            if memory_limit is not None and (
-                isinstance(memory_limit, bool)
-                or not isinstance(memory_limit, int)
-                or memory_limit <= 0
-            ):
-                raise SpecError(
-                    f"memory_limit must be a positive int of bytes, got {memory_limit!r}"
-                )
+            check_limits(memory_limit, output_cap)
             # The options AgentActor.to_durable would write: a reference and the
             # callable it names make the same spec, so they share idempotency keys.
-            options = {"timeout": _timeout(timeout), "memory_limit": memory_limit}
+            options = durable_options(_timeout(timeout), memory_limit, output_cap)
             durable: Any = Call(fn, tuple(args), dict(kwargs), options)
             name = fn
         else:
-            spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+            spec = AgentSpec.build(
+                fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
+            )
             durable = AgentActor.to_durable(spec, _timeout(timeout))
             name = spec.name
         if description is not None:

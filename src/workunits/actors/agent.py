@@ -28,6 +28,7 @@ from workunits.actors.process_events import (
     ProcessSpawnFailed,
     TellActor,
 )
+from workunits.actors.shell import DEFAULT_OUTPUT_CAP
 from workunits.ledger.values import Call
 from workunits.runtime import messages as m
 from workunits.runtime.transcript import append_event, last_seq
@@ -40,6 +41,9 @@ class AgentSpec:
     name: str
     limits: Limits = field(default_factory=Limits)
     call: Call | None = field(default=None, compare=False, repr=False)  # for the ledger
+    # Transcript bytes before the supervisor kills the unit (reason output-cap). No
+    # RLIMIT_FSIZE here, unlike a shell: it would cap every file the agent writes.
+    output_cap: int = DEFAULT_OUTPUT_CAP
 
     @classmethod
     def build(
@@ -50,14 +54,12 @@ class AgentSpec:
         *,
         memory_limit: int | None = None,
         idle_priority: bool = False,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> AgentSpec:
         """Pickle the call now, in the caller's thread: a SpecError here registers nothing."""
         if not callable(fn):
             raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
-        if memory_limit is not None and (
-            isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit <= 0
-        ):
-            raise SpecError(f"memory_limit must be a positive int of bytes, got {memory_limit!r}")
+        check_limits(memory_limit, output_cap)
         try:
             payload = bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
         except Exception as exc:
@@ -66,7 +68,30 @@ class AgentSpec:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         limits = Limits(memory=memory_limit, idle_priority=idle_priority)
-        return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)))
+        return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)), output_cap)
+
+
+def check_limits(memory_limit: object, output_cap: object) -> None:
+    """SpecError unless both are positive ints of bytes (``memory_limit`` may be None)."""
+    for name, value in (("memory_limit", memory_limit), ("output_cap", output_cap)):
+        if value is None and name == "memory_limit":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SpecError(f"{name} must be a positive int of bytes, got {value!r}")
+
+
+def durable_options(
+    timeout: float | None, memory_limit: int | None, output_cap: int
+) -> dict[str, Any]:
+    """An agent's options as its ledger Call stores them (and its spec hash covers).
+
+    The output cap appears only when it is not the default, so specs written
+    before it existed keep their hash: a resubmit by key finds the same unit.
+    """
+    options: dict[str, Any] = {"timeout": timeout, "memory_limit": memory_limit}
+    if output_cap != DEFAULT_OUTPUT_CAP:
+        options["output_cap"] = output_cap
+    return options
 
 
 def _name_of(fn: Any) -> str:
@@ -166,7 +191,7 @@ class AgentActor(WorkActor):
         call = getattr(spec, "call", None)  # kinds built on agents may have other specs
         if not isinstance(call, Call):
             return (spec, timeout)
-        options = {"timeout": timeout, "memory_limit": spec.limits.memory}
+        options = durable_options(timeout, spec.limits.memory, spec.output_cap)
         return Call(call.fn, call.args, call.kwargs, options)
 
     @classmethod
@@ -182,6 +207,7 @@ class AgentActor(WorkActor):
             tuple(stored.args),
             dict(stored.kwargs),
             memory_limit=options.get("memory_limit"),
+            output_cap=options.get("output_cap", DEFAULT_OUTPUT_CAP),
         )
         return spec, options.get("timeout")
 

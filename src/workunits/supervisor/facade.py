@@ -308,6 +308,7 @@ class Supervisor(KindsFacade):
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
         key: str | None = None,
         max_attempts: int | None = None,
         **kwargs: Any,
@@ -316,11 +317,13 @@ class Supervisor(KindsFacade):
 
         The call is pickled here, so an unpicklable callable or argument raises
         SpecError before any ID exists. ``result()`` returns what ``fn`` returned.
+        A transcript that grows past ``output_cap`` bytes ends the unit ``killed``
+        (reason ``output-cap``) at the supervisor's next check (every second).
         An agent whose callable is importable (``module:qualname``) is resumable:
         if its supervisor dies, the next one runs it again from its last
         checkpoint, up to ``max_attempts`` (default 3) attempts in all.
         """
-        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap)
         return self.submit(
             "a",
             spec,
