@@ -20,22 +20,21 @@ import pykka
 
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
-from workunits._errors import SpecError, SupervisorClosed, UnknownWork, WorkunitsError
+from workunits._errors import SpecError, SupervisorClosed, UnknownWork
 from workunits._record import Notification, Outcome, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
 from workunits.actors.agent import (
     CheckpointReport,
-    ChildEnded,
     ControlChild,
     ProgressReport,
-    ReplyToUnit,
     SpawnChild,
 )
 from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
 from workunits.ledger import Ledger
-from workunits.runtime import messages as m
 from workunits.supervisor.asks import PendingAsks
+from workunits.supervisor.children import ChildRequests
 from workunits.supervisor.durable import DurableSupervisor
+from workunits.supervisor.endings import EndReport, TerminalTransition
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.messaging import BetweenUnits, UnitMessaging
@@ -51,19 +50,12 @@ Subscriber = Callable[[WorkRecord | None, WorkRecord], None]
 Queued = tuple[str, type[WorkActor], Any, float | None, bytes | None]
 
 OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between output-size checks of running units
-MAX_ENDS_PER_COMMIT = 256  # a longer run of ends is committed in several groups
 
 
 @dataclass(frozen=True, slots=True)
 class PidReport:
     work_id: str
     pid: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndReport:
-    work_id: str
-    outcome: Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +70,9 @@ class Delivered:
     notice: Notification
 
 
-class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
+class SupervisorActor(
+    ChildRequests, TerminalTransition, UnitMessaging, DurableSupervisor, pykka.ThreadingActor
+):
     use_daemon_thread = True  # a safety net only; Supervisor.close() stops it
 
     def __init__(
@@ -133,25 +127,6 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
         self._closing = False
 
     # -- tells from WorkActors, the Reaper and the Ticker ------------------------
-
-    def _handle_receive(self, message: Any) -> Any:
-        """pykka's dispatch of every message, wrapped for group commit of ends.
-
-        Consecutive EndReports are made terminal in memory and committed in one
-        fully synced transaction (one fsync, which profiling showed is the
-        supervisor thread's largest cost per unit). The group is committed before
-        any other message is handled and whenever the inbox runs empty, so nothing
-        -- an ask, a tick, another unit -- sees an end that is not yet durable.
-        """
-        if self._ending_batch and not isinstance(message, EndReport):
-            self._commit_ends()
-        try:
-            return super()._handle_receive(message)
-        finally:
-            if self._ending_batch and (
-                len(self._ending_batch) >= MAX_ENDS_PER_COMMIT or self.actor_inbox.empty()
-            ):
-                self._commit_ends()
 
     def on_receive(self, message: Any) -> Any:
         # A bad message must never stop the supervisor: log it and go on.
@@ -351,179 +326,6 @@ class SupervisorActor(UnitMessaging, DurableSupervisor, pykka.ThreadingActor):
     def subscribe(self, subscriber: Subscriber) -> None:
         """``subscriber(old, new)`` runs in this thread after every write; it must not block."""
         self._subscribers.append(subscriber)
-
-    # -- the terminal transition (invariant 7) ---------------------------------
-
-    def _end(self, work_id: str, outcome: Outcome, *, group: bool = False) -> None:
-        """Make the unit terminal: in memory, then in the ledger, then tell everyone.
-
-        With ``group`` the ledger write waits for the end of a run of EndReports
-        (see _handle_receive); nothing else runs before it is committed.
-        """
-        ended = self._make_terminal(work_id, outcome)
-        if ended is None:
-            return
-        self._ending_batch.append(ended)
-        if not group:
-            self._commit_ends()
-
-    def _make_terminal(
-        self, work_id: str, outcome: Outcome
-    ) -> tuple[WorkRecord, WorkRecord, bool] | None:
-        """The in-memory half of the terminal transition: no one is told yet."""
-        record = self.registry.find(work_id)
-        if record is None or is_terminal(record.status):
-            return None  # already ended: "exited after kill" and friends are normal
-        size, tail = self._drain_output(record)
-        now = self._clock.now()
-        notify = not record.notified
-
-        def terminal(r: WorkRecord) -> WorkRecord:
-            return replace(
-                r,
-                status=outcome.status,
-                ended_at=now,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-                error=outcome.error,
-                reason=outcome.reason,
-                result=outcome.result,
-                result_format=outcome.result_format,
-                cause=outcome.cause,
-                output_bytes=size,
-                output_tail=tail,
-                evict_after=None if r.retain else now + self._grace,
-                notified=True,
-            )
-
-        old, new = self.registry.update(work_id, terminal)
-        if new is old:
-            return None
-        self._actors.pop(work_id, None)
-        self._output_caps.pop(work_id, None)
-        self._ending.pop(work_id, None)
-        return old, new, notify
-
-    def _commit_ends(self) -> None:
-        """Commit the pending terminal rows and notices (invariants 7 and 11), then tell.
-
-        The ledger first: nobody sees an end, or its notice, before it is durable.
-        """
-        batch, self._ending_batch = self._ending_batch, []
-        self._ledger_end([(old, new) for old, new, _ in batch])
-        for old, new, notify in batch:
-            self._fail_asks(new)
-            self._tell_subscribers(old, new)
-            if notify and new.id not in self._suspended:
-                self._notify_parent(new)
-            if new.evict_after is not None:
-                self._deadlines.push(new.evict_after, new.id, Due.EVICT)
-            for child in self.registry.children(new.id):
-                self._kill(child, Reason.PARENT_ENDED)
-            if new.kind in self._queued:
-                self._start_queued(new.kind)
-
-    def _drain_output(self, record: WorkRecord) -> tuple[int, bytes]:
-        """Final drain: size and tail, then remove the file (a symlink's target survives).
-
-        A retained reader that still lags keeps a descriptor, so a stream loses
-        nothing to the removal.
-        """
-        path = record.output_path
-        if path is None:
-            return record.output_bytes, record.output_tail
-        fd = self._read_fds.pop(record.id, None)
-        if fd is None:
-            try:
-                fd = _outputfile.open_for_reading(path)
-            except OSError:
-                # Out of descriptors (EMFILE/ENFILE) or the like: the unit must still
-                # end, so keep its size (stat needs no descriptor) and lose only the tail.
-                log.exception("could not open the output of %s for its final drain", record.id)
-                size = _outputfile.size_of(path)
-                _outputfile.remove(path)
-                return size, b""
-        if fd is None:
-            return 0, b""
-        try:
-            size, tail = _outputfile.drain(fd)
-        finally:
-            _outputfile.remove(path)
-        if record.retain and record.output_offset < size:
-            self._read_fds[record.id] = fd
-        else:
-            os.close(fd)
-        return size, tail
-
-    def _notify_parent(self, record: WorkRecord) -> None:
-        """The one notice of a terminal unit: into its parent's process, or its mailbox."""
-        parent_actor = None if record.parent is None else self._actors.get(record.parent)
-        if parent_actor is not None and self._relays(record.parent):
-            try:
-                parent_actor.tell(ChildEnded(record))
-            except pykka.ActorDeadError:
-                pass  # the parent just ended; keep the notice in its mailbox
-            else:
-                return
-        if record.parent is None and None not in self._mailboxes:
-            return  # the ledger's outbox holds it until the application asks
-        self._mailbox(record.parent).put(Notification.of(record))
-
-    def _relays(self, work_id: str | None) -> bool:
-        if work_id is None:
-            return False
-        # The unit's own class: a kind's units may run in different classes (actor_for).
-        ref = self._actors.get(work_id)
-        actor_class = self.kinds.actor_class(work_id[0]) if ref is None else ref.actor_class
-        return actor_class.relays_notifications
-
-    # -- requests from inside unit processes --------------------------------------
-
-    def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None:
-        self._tell(parent, ReplyToUnit(m.Reply(req, ok, value)))
-
-    def _spawn_child(self, parent: str, request: m.Spawn) -> None:
-        try:
-            record = self.register(
-                request.letter,
-                request.spec,
-                parent=parent,
-                description=request.description,
-                timeout=request.timeout,
-            )
-        except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
-        else:
-            self._reply(parent, request.req, True, record.id)
-
-    def _control_child(self, parent: str, request: m.Control) -> None:
-        """kill / cancel / get for a unit's own descendants only."""
-        try:
-            target = self._lookup(request.target)
-            if not self._descends_from(target, parent):
-                raise UnknownWork(f"{request.target} is not a descendant of {parent}")
-            if request.op == "kill":
-                value: Any = self._kill(target.id, Reason.KILLED)
-            elif request.op == "cancel":
-                value = self.cancel(target.id, float(request.arg))
-            elif request.op == "stop":
-                value = self.stop_teammate(target.id)
-            else:
-                value = target
-        except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
-        else:
-            self._reply(parent, request.req, True, value)
-
-    def _descends_from(self, record: WorkRecord, ancestor: str) -> bool:
-        while record.parent is not None:
-            if record.parent == ancestor:
-                return True
-            found = self.registry.find(record.parent)
-            if found is None:
-                return False
-            record = found
-        return False
 
     def _mailbox(self, owner: str | None) -> Mailbox:
         if owner is None:
