@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import GRACE
-from workunits import Status, Supervisor, UnknownWork
+from workunits import Status, Supervisor, UnknownWork, connect
 from workunits.testing import ManualClock, ScriptedDriver
 
 
@@ -156,3 +156,28 @@ def test_ticks_evict_only_what_is_due(
     clock.advance(5)
     assert msup.tick() == 1
     assert msup.resident_ids() == {running.id}
+
+
+def test_a_retain_request_for_an_evicted_unit_holds_its_ledger_row(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE)
+    msup.tick()
+    assert unit.id not in msup.resident_ids()  # only the ledger knows it now
+    with connect(msup.state_dir) as client:
+        seq = client.request("retain", unit.id)
+        assert seq is not None
+        msup.tick()
+        assert client.request_result(seq) == {"changed": True, "status": "completed"}
+        assert client.row(unit.id).retain == 1  # expiry leaves it alone
+        seq = client.request("release", unit.id)
+        assert seq is not None
+        msup.tick()
+        assert client.request_result(seq) == {"changed": True, "status": "completed"}
+        assert client.row(unit.id).retain == 0
+        seq = client.request("release", unit.id)  # one release too many changes nothing
+        assert seq is not None
+        msup.tick()
+        assert client.request_result(seq) == {"changed": False, "status": "completed"}

@@ -352,6 +352,13 @@ class DurableSupervisor:
                     ended_at=self._clock.now(),
                 )
                 return {"changed": True, "status": Status.KILLED.value}
+            if request.verb in ("retain", "release") and row.expired_at is None:
+                # Not in memory (evicted, or never started here): the hold is on the
+                # row, which expiry leaves alone while its count is above zero.
+                count = row.retain + 1 if request.verb == "retain" else max(0, row.retain - 1)
+                if count != row.retain:
+                    self._ledger.write(target, attempt=row.attempt, retain=count)
+                return {"changed": count != row.retain, "status": row.shown_status}
             return {"changed": False, "status": row.shown_status}
         if request.verb in ("cancel", "kill"):
             if request.verb == "cancel":
