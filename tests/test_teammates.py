@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import sys
 import threading
 import time
@@ -388,3 +391,24 @@ def test_closing_the_supervisor_fails_a_waiting_ask(
         sup.close()  # kills the teammate (reason shutdown): the ask must not hang
         with pytest.raises(wu.TeammateEnded, match="shutdown"):
             future.result(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_a_frozen_teammate_flooded_with_tells_can_still_be_killed(sup: wu.Supervisor) -> None:
+    # The process is stopped, so nothing reads its channel: once the socket's
+    # buffer is full, a blocking send would hold the unit's actor, and the Kill
+    # queued behind the tells would never run.
+    t = sup.teammate(Accumulator)
+    assert t.ask("total", timeout=20) == 0
+    pid = sup.get(t.id).pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for _ in range(40):
+            t.tell("x" * (256 * 1024))  # 10 MiB in all, far past any socket buffer
+        assert sup.kill(t.id)
+        record = sup.wait(t.id, timeout=10)
+        assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.KILLED)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)

@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -161,6 +162,11 @@ class _FromUnit:
 
 
 @dataclass(frozen=True, slots=True)
+class _ChannelWritable:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
 class _ChannelClosed:
     pass
 
@@ -173,6 +179,7 @@ class AgentActor(WorkActor):
         super().__init__(unit)
         self.spec: AgentSpec = unit.spec
         self._channel: socket.socket | None = None
+        self._outgoing: deque[memoryview] = deque()  # frames the socket has not taken yet
         self._channel_key: int | None = None
         self._channel_open = False
         self._exit: tuple[int | None, int | None] | None = None
@@ -293,6 +300,8 @@ class AgentActor(WorkActor):
             case _ChannelClosed():
                 self._channel_open = False
                 self._maybe_finish()
+            case _ChannelWritable():
+                self._flush()
             case ReplyToUnit(reply):
                 self._send(reply)
             case ChildEnded(record):
@@ -322,13 +331,42 @@ class AgentActor(WorkActor):
                 unit.tell_supervisor(SendFromUnit(unit.id, frame))
 
     def _send(self, message: Any) -> None:
-        channel = self._channel
-        if channel is None or self._exit is not None:
+        """Queue a frame for the process and send what the socket takes now.
+
+        Never blocks: a process that does not read its channel (stopped, or busy
+        in C code) must not hold this actor, or a Kill queued behind the send
+        would never run. The rest goes when the Reaper says the socket has room.
+        """
+        if self._channel is None or self._exit is not None:
             return
-        with contextlib.suppress(OSError):  # the process is gone; its exit is on its way
-            _framing.send(channel, message)
+        self._outgoing.append(memoryview(_framing.encode(message)))
+        if len(self._outgoing) == 1:
+            self._flush()
+
+    def _flush(self) -> None:
+        channel = self._channel
+        while self._outgoing and channel is not None and self._exit is None:
+            data = self._outgoing[0]
+            try:
+                sent = channel.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                key = self._channel_key
+                if key is None or not self.unit.reaper.when_writable(key, self._tell_writable):
+                    self._outgoing.clear()  # the channel is closing: the process is gone
+                return
+            except OSError:  # the process is gone; its exit is on its way
+                self._outgoing.clear()
+                return
+            if sent < len(data):
+                self._outgoing[0] = data[sent:]
+            else:
+                self._outgoing.popleft()
+
+    def _tell_writable(self) -> None:  # Reaper thread
+        TellActor(self.actor_ref).tell(_ChannelWritable())
 
     def _close_channel(self) -> None:
+        self._outgoing.clear()  # for a process that is gone
         if self._channel_key is not None:
             self.unit.reaper.close_stream(self._channel_key)
             self._channel_key = None

@@ -2,7 +2,9 @@
 
 It watches *streams* (each agent's channel, the zygote's control socket, which
 reports every unit process's exit): every chunk read is handed to ``on_data``;
-end of file calls ``on_close`` and closes the Reaper's copy of the socket.
+end of file calls ``on_close`` and closes the Reaper's copy of the socket. A
+stream's owner that could not send everything (the peer is not reading) asks
+``when_writable`` to be called back once, when the socket has room again.
 
 Actors never block on a process or a socket; the Reaper tells them. Callbacks
 run in the Reaper thread and must be quick (a pykka ``tell`` is right).
@@ -38,6 +40,8 @@ class Reaper:
         self._lock = threading.Lock()
         # Invariant: an fd is in _streams iff it is registered with the epoll.
         self._streams: dict[int, _Stream] = {}
+        # One-shot callbacks for streams registered for EPOLLOUT as well.
+        self._writable: dict[int, Callable[[], None]] = {}
         self._to_close: deque[int] = deque()  # streams to drain and close, in the Reaper thread
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="workunits-reaper", daemon=True)
@@ -65,6 +69,18 @@ class Reaper:
             self._epoll.register(fd, select.EPOLLIN)
         return fd
 
+    def when_writable(self, fd: int, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` once, in the Reaper thread, when stream ``fd`` can be sent on.
+
+        False (and no callback) when the stream is no longer watched.
+        """
+        with self._lock:
+            if self._closing or fd not in self._streams:
+                return False
+            self._writable[fd] = callback
+            self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+        return True
+
     def close_stream(self, fd: int) -> None:
         """Deliver what the stream still holds, then ``on_close`` and close it (asynchronously)."""
         with self._lock:
@@ -80,7 +96,7 @@ class Reaper:
     def _run(self) -> None:
         """Runs in the Reaper thread until close()."""
         while True:
-            for fd, _mask in self._epoll.poll():
+            for fd, mask in self._epoll.poll():
                 if fd == self._wake_r:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
@@ -89,7 +105,18 @@ class Reaper:
                     while self._to_close:
                         self._drain(self._to_close.popleft(), final=True)
                 else:
-                    self._drain(fd, final=False)
+                    if mask & select.EPOLLOUT:
+                        self._on_writable(fd)
+                    if mask & ~select.EPOLLOUT:
+                        self._drain(fd, final=False)
+
+    def _on_writable(self, fd: int) -> None:
+        with self._lock:
+            callback = self._writable.pop(fd, None)
+            if fd in self._streams:
+                self._epoll.modify(fd, select.EPOLLIN)
+        if callback is not None:
+            self._call(callback)
 
     def _drain(self, fd: int, *, final: bool) -> None:
         stream = self._streams.get(fd)
@@ -110,6 +137,7 @@ class Reaper:
             if not data:
                 with self._lock:
                     del self._streams[fd]
+                    self._writable.pop(fd, None)
                     self._epoll.unregister(fd)
                 self._call(stream.on_close)
                 stream.sock.close()
