@@ -150,18 +150,29 @@ class TerminalTransition:
         The ledger first: nobody sees an end, or its notice, before it is durable.
         """
         batch, self._ending_batch = self._ending_batch, []
-        self._ledger_end([(old, new) for old, new, _ in batch])
+        try:
+            self._ledger_end([(old, new) for old, new, _ in batch])
+        except Exception:  # a bug, not a ledger error (those are logged inside)
+            log.exception("supervisor: could not record %d ends", len(batch))
         for old, new, notify in batch:
-            self._fail_asks(new)
-            self._tell_subscribers(old, new)
-            if notify and new.id not in self._suspended:
-                self._notify_parent(new)
-            if new.evict_after is not None:
-                self._deadlines.push(new.evict_after, new.id, Due.EVICT)
-            for child in self.registry.children(new.id):
-                self._kill(child, Reason.PARENT_ENDED)
-            if new.kind in self._queued:
-                self._start_queued(new.kind)
+            # Runs outside on_receive's guard too (from _handle_receive): a failure
+            # must neither stop the supervisor nor cost the other ends their effects.
+            try:
+                self._after_end(old, new, notify=notify)
+            except Exception:
+                log.exception("supervisor: failed to complete the end of %s", new.id)
+
+    def _after_end(self, old: WorkRecord, new: WorkRecord, *, notify: bool) -> None:
+        self._fail_asks(new)
+        self._tell_subscribers(old, new)
+        if notify and new.id not in self._suspended:
+            self._notify_parent(new)
+        if new.evict_after is not None:
+            self._deadlines.push(new.evict_after, new.id, Due.EVICT)
+        for child in self.registry.children(new.id):
+            self._kill(child, Reason.PARENT_ENDED)
+        if new.kind in self._queued:
+            self._start_queued(new.kind)
 
     def _drain_output(self, record: WorkRecord) -> tuple[int, bytes]:
         """Final drain: size and tail, then remove the file (a symlink's target survives).
