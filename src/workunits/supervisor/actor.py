@@ -313,7 +313,10 @@ class SupervisorActor(
         return old, new
 
     def _emit(self, old: WorkRecord | None, new: WorkRecord) -> None:
-        self._ledger_on_change(old, new)
+        try:
+            self._ledger_on_change(old, new)  # ledger errors are logged inside
+        except Exception:
+            log.exception("ledger: failed to mirror the change of %s", new.id)
         self._tell_subscribers(old, new)
 
     def _tell_subscribers(self, old: WorkRecord | None, new: WorkRecord) -> None:
