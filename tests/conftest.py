@@ -105,13 +105,14 @@ def eventually(check: Callable[[], T | None], timeout: float = 30.0, what: str =
 
 
 def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
+    """True while ``pid`` exists and is neither a zombie nor dead."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # ProcessLookupError: it was reaped between the open and the read.
         return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def running_pid(sup: wu.Supervisor, work_id: str) -> int:

@@ -66,7 +66,11 @@ def children_of_this_process() -> set[int]:
     """PIDs of the direct children of every thread of this process (from /proc)."""
     pids: set[int] = set()
     for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/children") as f:
+        # A thread may end between the listing, the open and the read (ESRCH).
+        with (
+            contextlib.suppress(FileNotFoundError, ProcessLookupError),
+            open(f"/proc/self/task/{tid}/children") as f,
+        ):
             pids.update(int(p) for p in f.read().split())
     return pids
 

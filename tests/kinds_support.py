@@ -76,17 +76,6 @@ def read_line(path: str) -> str:
         return f.readline().strip()
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    state = stat[stat.rfind(b")") + 2 :].split()[0]
-    return state not in (b"Z", b"X")
-
-
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (children of children too), from /proc."""
     parents: dict[int, int] = {}

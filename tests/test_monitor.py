@@ -17,9 +17,9 @@ import pytest
 import workunits as wu
 from workunits.runtime.ratelimit import TokenBucket
 
+from .conftest import alive
 from .kinds_support import (
     Fifo,
-    alive,
     descendants,
     read_line,
     supervisor,

@@ -28,7 +28,8 @@ import pytest
 
 import workunits as wu
 
-from .kinds_support import Fifo, alive, read_line, supervisor, wait_until, write_line
+from .conftest import alive
+from .kinds_support import Fifo, read_line, supervisor, wait_until, write_line
 
 ray = pytest.importorskip("ray", reason='the remote kind needs Ray: pip install "workunits[ray]"')
 
