@@ -43,9 +43,9 @@ def cli_argv(*args: str) -> list[str]:
 class Serve:
     """``workunits serve --state DIR`` in its own session, until ``stop()``."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
-            cli_argv("serve", "--state", str(state_dir)),
+            cli_argv("serve", "--state", str(state_dir), *args),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -100,3 +100,20 @@ def test_serve_refuses_a_bad_concurrency_limit(run: Run, client: wu.Client) -> N
     assert result.stderr.strip() == (
         "workunits: --concurrency takes KIND=N with N >= 1, got 'agent=0'"
     )
+
+
+def test_serve_with_an_unsynced_ledger_says_so_and_runs_units(client: wu.Client, run: Run) -> None:
+    serve = Serve(client.state_dir, "--ledger-sync", "normal")
+    try:
+        assert "ledger not fsynced" in serve.banner
+        work_id = run("submit", "-q", "--", "echo unsynced").stdout.strip()
+        assert run("wait", "--timeout", f"{WAIT}s", work_id).exit_code == Exit.OK
+        assert run("result", work_id).stdout == "unsynced\n"
+    finally:
+        assert serve.stop() == 0
+
+
+def test_serve_refuses_an_unknown_ledger_sync(run: Run, client: wu.Client) -> None:
+    result = run("serve", "--ledger-sync", "off")
+    assert result.exit_code == Exit.USAGE
+    assert "'off' is not one of 'full', 'normal'" in result.stderr

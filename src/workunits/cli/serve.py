@@ -23,6 +23,7 @@ import click
 
 from workunits._errors import SpecError
 from workunits.cli._app import cli, state_option
+from workunits.ledger._db import SYNC_MODES
 from workunits.supervisor.facade import Supervisor
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -38,7 +39,15 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     metavar="KIND=N",
     help="Run at most N units of KIND at once (default: agent=<number of cores>).",
 )
-def serve(state_dir: Path, limits: tuple[str, ...]) -> None:
+@click.option(
+    "--ledger-sync",
+    type=click.Choice(sorted(SYNC_MODES)),
+    default="full",
+    show_default=True,
+    help="normal: no fsync for submits and terminal writes (safe against any process "
+    "crash, not a power cut; ~0.6 ms faster per unit).",
+)
+def serve(state_dir: Path, limits: tuple[str, ...], ledger_sync: str) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
     SIGTERM is a deploy: resumable units are stopped and left for the next
@@ -48,13 +57,20 @@ def serve(state_dir: Path, limits: tuple[str, ...]) -> None:
     """
     concurrency = _limits(limits)
     with _stop_signals() as wait_for_signal:
-        supervisor = Supervisor(state_dir, install_signal_handlers=False, concurrency=concurrency)
+        supervisor = Supervisor(
+            state_dir,
+            install_signal_handlers=False,
+            concurrency=concurrency,
+            ledger_sync=ledger_sync,
+        )
         deploy = False
         try:
             caps = ", ".join(f"{kind} {n}" for kind, n in sorted(concurrency.items()))
+            unsynced = "; ledger not fsynced" if ledger_sync == "normal" else ""
             click.echo(
                 f"workunits serve: supervising {state_dir} (pid {os.getpid()}, session "
-                f"{supervisor.session}, at most {caps} at once); SIGTERM or Ctrl-C stops it",
+                f"{supervisor.session}, at most {caps} at once{unsynced}); "
+                "SIGTERM or Ctrl-C stops it",
                 err=True,
             )
             signum = wait_for_signal()
