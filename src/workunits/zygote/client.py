@@ -161,10 +161,12 @@ class ZygoteClient:
     def signal(self, unit_id: str, signum: int) -> None:
         with self._lock:
             targets = [z for z in self._all if z.alive and unit_id in z.units]
-        with self._send_lock:
-            for zygote in targets:
-                with contextlib.suppress(OSError):
-                    _framing.send(zygote.sock, Signal(unit_id, signum))
+        for zygote in targets:
+            self._send_signal(zygote, unit_id, signum)
+
+    def _send_signal(self, zygote: _Zygote, unit_id: str, signum: int) -> None:
+        with self._send_lock, contextlib.suppress(OSError):
+            _framing.send(zygote.sock, Signal(unit_id, signum))
 
     def _retire(self, zygote: _Zygote) -> None:
         """Stop using a zygote (lock held); the next spawn starts a new one."""
@@ -206,8 +208,14 @@ class ZygoteClient:
         """
         with self._lock:
             events = zygote.units.pop(unit_id, None)
-            with contextlib.suppress(OSError):
-                _framing.send(zygote.sock, Signal(unit_id, signal.SIGKILL))
+        # Not sent from this (the Reaper) thread, and never under _lock: the zygote
+        # may itself be blocked sending to us, and only this thread reads its socket.
+        threading.Thread(
+            target=self._send_signal,
+            args=(zygote, unit_id, signal.SIGKILL),
+            name="workunits-zygote-kill",
+            daemon=True,
+        ).start()
         if events is not None:
             events.spawn_failed(
                 "no descriptor for the unit's pidfd (this process is out of file "
