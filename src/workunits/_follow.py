@@ -84,7 +84,7 @@ class OutputStream(Iterator[bytes]):
         self.follow = follow
         self.offset = 0
         self._ledger = ledger
-        self._transcript = Path(ledger.state_dir) / "transcripts" / f"{work_id}.jsonl"
+        self._transcript = Path(_outputfile.transcript_path(ledger.state_dir, work_id))
         self._backoff = Backoff(stop, poll)
         self._chunk = chunk
         self._fd: int | None = None

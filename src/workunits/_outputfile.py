@@ -15,11 +15,20 @@ from pathlib import Path
 
 from workunits._record import TAIL_BYTES
 
+# Agents' JSONL transcripts, one per unit, under the state dir; an agent's output
+# file is a symlink to its transcript. Kept after the end, deleted at expiry.
+TRANSCRIPTS_DIR = "transcripts"
+
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class OutputFileError(OSError):
     """The output file could not be created safely."""
+
+
+def transcript_path(state_dir: str | os.PathLike[str], work_id: str) -> str:
+    """Where the unit ``work_id`` (a validated ID) keeps its transcript."""
+    return os.path.join(state_dir, TRANSCRIPTS_DIR, f"{work_id}.jsonl")
 
 
 def private_dir(path: Path) -> Path:

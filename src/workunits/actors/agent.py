@@ -29,7 +29,7 @@ from workunits.actors.process_events import (
     ProcessSpawnFailed,
     TellActor,
 )
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP
+from workunits.actors.shell import DEFAULT_OUTPUT_CAP, check_bytes
 from workunits.ledger.values import Call
 from workunits.runtime import messages as m
 from workunits.runtime.transcript import append_event, last_seq
@@ -74,11 +74,9 @@ class AgentSpec:
 
 def check_limits(memory_limit: object, output_cap: object) -> None:
     """SpecError unless both are positive ints of bytes (``memory_limit`` may be None)."""
-    for name, value in (("memory_limit", memory_limit), ("output_cap", output_cap)):
-        if value is None and name == "memory_limit":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise SpecError(f"{name} must be a positive int of bytes, got {value!r}")
+    if memory_limit is not None:
+        check_bytes("memory_limit", memory_limit)
+    check_bytes("output_cap", output_cap)
 
 
 def durable_options(
@@ -185,7 +183,7 @@ class AgentActor(WorkActor):
         self._exit: tuple[int | None, int | None] | None = None
         self._result: m.Result | None = None
         self._error: m.Error | None = None
-        self._transcript_path = os.path.join(unit.state_dir, "transcripts", f"{unit.id}.jsonl")
+        self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:

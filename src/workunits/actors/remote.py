@@ -132,7 +132,7 @@ class RemoteActor(WorkActor):
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__(unit)
         self.spec: RemoteWork = unit.spec
-        self._transcript_path = os.path.join(unit.state_dir, "transcripts", f"{unit.id}.jsonl")
+        self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
         self._transcript_fd: int | None = None
         self._transcript: TranscriptWriter | None = None
         self._placement: Placement | None = None

@@ -31,6 +31,12 @@ from workunits.zygote.protocol import Limits, SpawnExec
 DEFAULT_OUTPUT_CAP = 5 * 1024**3
 
 
+def check_bytes(name: str, value: object) -> None:
+    """SpecError unless ``value`` is a positive int: a size in bytes (a cap, a limit)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(f"{name} must be a positive int of bytes, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class ShellSpec:
     argv: tuple[str, ...]
@@ -74,8 +80,7 @@ class ShellSpec:
         cwd_str = None if cwd is None else os.fspath(cwd)
         if cwd_str is not None and not os.path.isdir(cwd_str):
             raise SpecError(f"cwd {cwd_str!r} is not a directory")
-        if isinstance(output_cap, bool) or not isinstance(output_cap, int) or output_cap <= 0:
-            raise SpecError(f"output_cap must be a positive int of bytes, got {output_cap!r}")
+        check_bytes("output_cap", output_cap)
         if on_lost not in ("fail", "restart"):
             raise SpecError(f"on_lost must be 'fail' or 'restart', got {on_lost!r}")
         return cls(argv=argv, cwd=cwd_str, env=env, output_cap=output_cap, on_lost=on_lost)

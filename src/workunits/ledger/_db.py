@@ -33,6 +33,14 @@ DB_FILE = "ledger.db"
 SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
 
 
+def sync_level(mode: str, name: str = "sync") -> str:
+    """The ``synchronous`` level of a sync mode; SpecError naming ``name`` if unknown."""
+    level = SYNC_MODES.get(mode) if isinstance(mode, str) else None
+    if level is None:
+        raise SpecError(f"{name} must be one of {sorted(SYNC_MODES)}, got {mode!r}")
+    return level
+
+
 def prepare_state_dir(state_dir: str | os.PathLike[str]) -> Path:
     """Create the state dir 0700 (or tighten an existing one of ours); return it."""
     path = Path(state_dir)
@@ -82,9 +90,7 @@ class Database:
     """The connection and its lock; safe to share between the threads of one process."""
 
     def __init__(self, state_dir: Path, *, busy_timeout: float, sync: str = "full") -> None:
-        if sync not in SYNC_MODES:
-            raise SpecError(f"sync must be one of {sorted(SYNC_MODES)}, got {sync!r}")
-        self._durable_level = SYNC_MODES[sync]
+        self._durable_level = sync_level(sync)
         self.path = state_dir / DB_FILE
         self._busy_timeout = busy_timeout
         create_private_file(self.path)

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from workunits import _ids
+from workunits import _ids, _outputfile
 from workunits._clock import Clock, SystemClock
 from workunits._errors import (
     IdempotencyConflict,
@@ -53,8 +53,6 @@ from workunits.ledger.writes import NO_RESULT, Outcome, Write
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
 DEFAULT_BUSY_TIMEOUT = 10.0
-# Agents' JSONL transcripts, one per unit; dropped when the unit expires.
-TRANSCRIPTS_DIR = "transcripts"
 
 _STATUS_VALUES = frozenset(s.value for s in Status)
 
@@ -429,12 +427,11 @@ class Ledger:
 
     def _drop_transcripts(self, work_ids: Iterable[str]) -> int:
         """Delete the transcripts of expired units (after the commit); the bytes freed."""
-        folder = self.state_dir / TRANSCRIPTS_DIR
         freed = 0
         for work_id in work_ids:
             if not _ids.is_valid(work_id):
                 continue  # a path is never built from an unchecked value, even our own row's
-            path = folder / f"{work_id}.jsonl"
+            path = Path(_outputfile.transcript_path(self.state_dir, work_id))
             try:
                 freed += path.lstat().st_size
                 path.unlink()

@@ -36,7 +36,7 @@ from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_loca
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.actors.workflow import WorkflowActor
 from workunits.ledger import Ledger, SupervisorLock
-from workunits.ledger._db import SYNC_MODES
+from workunits.ledger._db import sync_level
 from workunits.ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits.remote.runtime import RayRuntime, check_available
 from workunits.supervisor.actor import SupervisorActor, Tick
@@ -158,8 +158,7 @@ class Supervisor(KindsFacade):
         for kind_name, limit in (concurrency or {}).items():
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
-        if ledger_sync not in SYNC_MODES:
-            raise SpecError(f"ledger_sync must be one of {sorted(SYNC_MODES)}, got {ledger_sync!r}")
+        sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         self.state_dir = _outputfile.private_dir(Path(state_dir))
         self._lock = SupervisorLock(self.state_dir)
         self._lock.acquire(timeout=lock_timeout)
@@ -207,7 +206,7 @@ class Supervisor(KindsFacade):
         self._closed = False
         self._close_lock = threading.Lock()
         _raise_nofile_limit()
-        self._transcript_dir = _outputfile.private_dir(self.state_dir / "transcripts")
+        self._transcript_dir = _outputfile.private_dir(self.state_dir / _outputfile.TRANSCRIPTS_DIR)
         kinds = Kinds()
         kinds.add("b", ShellActor, builtin=True)
         kinds.add("a", AgentActor, builtin=True)
