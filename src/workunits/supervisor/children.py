@@ -22,16 +22,8 @@ class ChildRequests:
     if TYPE_CHECKING:  # provided by SupervisorActor and its other bases
         registry: Registry
 
-        def register(
-            self,
-            letter: str,
-            spec: Any,
-            *,
-            parent: str | None = None,
-            description: str = "",
-            timeout: float | None = None,
-            key: str | None = None,
-            max_attempts: int | None = None,
+        def register(  # the registration chokepoint, with what a child request gives
+            self, letter: str, spec: Any, *, parent: str, description: str, timeout: float | None
         ) -> WorkRecord: ...
         def _lookup(self, work_id: str) -> WorkRecord: ...
         def _tell(self, work_id: str, message: Any) -> bool: ...

@@ -208,17 +208,26 @@ class TerminalTransition:
 
     def _notify_parent(self, record: WorkRecord) -> None:
         """The one notice of a terminal unit: into its parent's process, or its mailbox."""
-        parent_actor = None if record.parent is None else self._actors.get(record.parent)
-        if parent_actor is not None and self._relays(record.parent):
-            try:
-                parent_actor.tell(ChildEnded(record))
-            except pykka.ActorDeadError:
-                pass  # the parent just ended; keep the notice in its mailbox
-            else:
-                return
+        if self._relay(record.parent, ChildEnded(record)):
+            return
         if record.parent is None and None not in self._mailboxes:
             return  # the ledger's outbox holds it until the application asks
         self._mailbox(record.parent).put(Notification.of(record))
+
+    def _relay(self, parent: str | None, message: Any) -> bool:
+        """Tell ``message`` to the actor of a parent that relays to its process.
+
+        False when there is no such parent, or it just ended: then the caller
+        keeps the item in the parent's mailbox.
+        """
+        parent_actor = None if parent is None else self._actors.get(parent)
+        if parent_actor is None or not self._relays(parent):
+            return False
+        try:
+            parent_actor.tell(message)
+        except pykka.ActorDeadError:
+            return False
+        return True
 
     def _relays(self, work_id: str | None) -> bool:
         if work_id is None:

@@ -44,7 +44,7 @@ class UnitMessaging:
         def _lookup(self, work_id: str) -> WorkRecord: ...
         def _tell(self, work_id: str, message: Any) -> bool: ...
         def _kill(self, work_id: str, reason: Reason) -> bool: ...
-        def _relays(self, work_id: str | None) -> bool: ...
+        def _relay(self, parent: str | None, message: Any) -> bool: ...
         def _mailbox(self, owner: str | None) -> Mailbox: ...
         def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None: ...
 
@@ -85,14 +85,8 @@ class UnitMessaging:
         parent = record.parent
         if parent is not None and parent not in self.registry:
             return  # the parent has left memory: nobody is left to read it
-        parent_actor = None if parent is None else self._actors.get(parent)
-        if parent_actor is not None and self._relays(parent):
-            try:
-                parent_actor.tell(EventToUnit(event))
-            except pykka.ActorDeadError:
-                pass  # the parent just ended; keep the event in its mailbox
-            else:
-                return
+        if self._relay(parent, EventToUnit(event)):
+            return
         self._mailbox(parent).put(event)
 
     # -- asks from the facade --------------------------------------------------------
