@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
+import struct
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -352,11 +355,19 @@ def test_zygote_death_loses_running_units_and_a_new_one_takes_over(sup: wu.Super
 
 
 def split_character() -> None:
-    # "é" is two bytes in UTF-8; they reach the capture pipe in two writes, the
-    # second after a pause (the unit's own pacing), so the capture reads them apart.
+    # "é" is two bytes in UTF-8. The second is written only once the capture has
+    # read the first (the pipe behind fd 1 holds nothing unread), so the two
+    # certainly arrive in separate reads.
     os.write(1, "é".encode()[:1])
-    time.sleep(0.2)
+    drained, deadline = threading.Event(), time.monotonic() + 10
+    while _unread(1) and time.monotonic() < deadline:
+        drained.wait(0.001)
     os.write(1, "é".encode()[1:] + b"\n")
+
+
+def _unread(fd: int) -> int:
+    """Bytes written to the pipe behind ``fd`` and not read yet (FIONREAD)."""
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 @pytest.mark.timeout(30)
@@ -371,11 +382,13 @@ def test_a_character_split_across_writes_reaches_the_transcript_whole(
 
 
 def flood(chunk: int) -> None:
+    # 8 MiB at full speed, far past the test's cap, then wait to be killed: the
+    # disk used stays bounded whenever the supervisor's once-a-second check runs.
     line = "x" * (chunk - 1) + "\n"
-    while True:  # paced, so the test's disk use stays small before the cap check
+    for _ in range(8 * 1024 * 1024 // chunk):
         sys.stdout.write(line)
-        sys.stdout.flush()
-        time.sleep(0.005)
+    sys.stdout.flush()
+    threading.Event().wait()
 
 
 @pytest.mark.timeout(30)
@@ -387,7 +400,7 @@ def test_an_agent_past_its_output_cap_is_killed_with_that_reason(
     record = sup.wait(h.id, timeout=20)
     assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.OUTPUT_CAP)
     transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
-    # Checked every second: the overshoot is what ~1 s of paced writing adds.
+    # Checked every second; the unit writes 8 MiB (plus JSON framing) at most.
     assert cap <= transcript.stat().st_size < cap + 16 * 1024 * 1024
 
 
