@@ -218,7 +218,7 @@ class SupervisorActor(
         if existing is not None:
             found = self.registry.find(existing.id)
             return found if found is not None else existing.to_record()
-        self._admit(record, actor_class, spec, timeout)
+        self._admit(record, actor_class, spec, timeout, running_in_ledger=starts_now)
         return self.registry.get(work_id)
 
     def _admit(
@@ -228,15 +228,23 @@ class SupervisorActor(
         spec: Any,
         timeout: float | None,
         checkpoint: bytes | None = None,
+        *,
+        running_in_ledger: bool = False,
     ) -> None:
-        """Insert a pending record and start it, or queue it for a slot of its kind."""
+        """Insert a pending record and start it, or queue it for a slot of its kind.
+
+        ``running_in_ledger``: the submit already wrote the row ``running`` (it
+        found a slot, as this does in the same call).
+        """
         self.registry.insert(record)
         self._emit(None, record)
         if not self._has_slot(actor_class.kind):
             queue = self._queued.setdefault(actor_class.kind, deque())
             queue.append((record.id, actor_class, spec, timeout, checkpoint))
             return
-        self._start(record.id, actor_class, spec, timeout, checkpoint)
+        self._start(
+            record.id, actor_class, spec, timeout, checkpoint, running_in_ledger=running_in_ledger
+        )
 
     def _has_slot(self, kind: str) -> bool:
         limit = self._limits.get(kind)
@@ -247,8 +255,7 @@ class SupervisorActor(
 
     def _start_queued(self, kind: str) -> None:
         queue = self._queued.get(kind)
-        limit = self._limits.get(kind)
-        while queue and (limit is None or self._running_of(kind) < limit):
+        while queue and self._has_slot(kind):
             work_id, actor_class, spec, timeout, checkpoint = queue.popleft()
             record = self.registry.find(work_id)
             if record is not None and record.status == Status.PENDING:
@@ -261,11 +268,19 @@ class SupervisorActor(
         spec: Any,
         timeout: float | None,
         checkpoint: bytes | None = None,
+        *,
+        running_in_ledger: bool = False,
     ) -> None:
         now = self._clock.now()
-        _, record = self._write(
-            work_id, lambda r: replace(r, status=Status.RUNNING, started_at=now)
-        )
+
+        def running(r: WorkRecord) -> WorkRecord:
+            return replace(r, status=Status.RUNNING, started_at=now)
+
+        if running_in_ledger:  # memory catches up with the row; nothing to write
+            old, record = self.registry.update(work_id, running)
+            self._tell_subscribers(old, record)
+        else:
+            _, record = self._write(work_id, running)
         assert record.output_path is not None
         binding = UnitBinding(
             id=work_id,

@@ -53,7 +53,6 @@ class DurableSupervisor:
         self._session = session
         self._progress: dict[str, tuple[str, int, float, str | None]] = {}
         self._suspended: set[str] = set()  # stopped by a deploy: left running in the ledger
-        self._running_at_submit: set[str] = set()  # inserted running; their start writes nothing
         self._pids: dict[str, Write] = {}  # pids to record at the next tick
         # Cancel and kill requests (by seq) that the unit's terminal write answers.
         self._end_requests: dict[str, list[int]] = {}
@@ -69,6 +68,8 @@ class DurableSupervisor:
         spec: Any,
         timeout: float | None,
         checkpoint: bytes | None = None,
+        *,
+        running_in_ledger: bool = False,
     ) -> None:
         raise NotImplementedError  # SupervisorActor: insert into the registry and start
 
@@ -85,8 +86,8 @@ class DurableSupervisor:
     ) -> UnitRow | None:
         """Insert the unit's row (fully synced); the existing row when ``key`` is taken.
 
-        With ``starts_now`` the row is inserted ``running`` (this session's), and the
-        pending -> running change that follows writes nothing more.
+        With ``starts_now`` the row is inserted ``running`` (this session's); the
+        caller's start then writes nothing more (``running_in_ledger``).
         """
         durable = actor_class.to_durable(spec, timeout)
         stored = self._ledger.encode_spec(durable, record.id)
@@ -102,11 +103,7 @@ class DurableSupervisor:
             started_at=self._clock.now() if starts_now else None,
         )
         row, created = self._ledger.submit(new)
-        if not created:
-            return row
-        if starts_now:
-            self._running_at_submit.add(record.id)
-        return None
+        return None if created else row
 
     def _ledger_on_change(self, old: WorkRecord | None, new: WorkRecord) -> None:
         """Mirror a non-terminal change: status, pid and retain; queue progress.
@@ -118,10 +115,6 @@ class DurableSupervisor:
         if is_terminal(new.status) and not is_terminal(old.status):
             self._ledger_end([(old, new)])
             return
-        if new.id in self._running_at_submit:
-            self._running_at_submit.discard(new.id)
-            if old.status == Status.PENDING and new.status == Status.RUNNING:
-                return  # the submit wrote it running
         try:
             if old.status != new.status:
                 fields: dict[str, Any] = {}
@@ -154,7 +147,6 @@ class DurableSupervisor:
         """
         writes: list[Write] = []
         for _old, new in ends:
-            self._running_at_submit.discard(new.id)
             self._pids.pop(new.id, None)  # the terminal write carries the pid
             if new.id in self._suspended:
                 continue  # a deploy stopped it: the next session resumes it
