@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from workunits import _ids
+from workunits._ledger import Call, Ledger, NewUnit, Write, WriteOutcome
 from workunits._record import WorkRecord
 from workunits._status import Status
-from workunits.ledger import Call, Ledger, NewUnit, Write, WriteOutcome
 
 SUBMIT_TARGET = 3_000
 GROUPED_TARGET = 20_000

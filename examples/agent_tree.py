@@ -17,7 +17,7 @@ import time
 import orjson
 
 import workunits as wu
-from workunits.runtime.transcript import LineSplitter, render_event
+from workunits._runtime.transcript import LineSplitter, render_event
 
 
 def research(topic: str) -> dict[str, object]:

@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 
 from workunits import _ids
+from workunits._ledger import NO_RESULT, Ledger, Request, UnitRow
 from workunits._record import TAIL_BYTES
 from workunits._status import Reason, Status, is_terminal
-from workunits.ledger import NO_RESULT, Ledger, Request, UnitRow
 
 SESSION = "s00000001"
 

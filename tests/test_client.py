@@ -18,9 +18,9 @@ import pytest
 
 import workunits as wu
 from tests.client_support import FakeSupervisor
+from workunits._ledger import LedgerVersionError
+from workunits._ledger.schema import SCHEMA_VERSION
 from workunits._status import Reason, Status
-from workunits.ledger import LedgerVersionError
-from workunits.ledger.schema import SCHEMA_VERSION
 
 WAIT = 10.0
 

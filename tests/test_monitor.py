@@ -15,7 +15,7 @@ import cloudpickle
 import pytest
 
 import workunits as wu
-from workunits.runtime.ratelimit import TokenBucket
+from workunits._runtime.ratelimit import TokenBucket
 
 from .conftest import alive
 from .kinds_support import (

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import WAIT, as_notice
 from workunits import MailboxClosed, Notification, Reason, Status, Supervisor, WorkRecord
-from workunits.ledger import Ledger, Write, WriteOutcome
+from workunits._ledger import Ledger, Write, WriteOutcome
 from workunits.testing import ScriptedDriver
 from workunits.testing._scripted import Exit
 

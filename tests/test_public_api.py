@@ -114,10 +114,10 @@ def test_the_unit_runtime_loads_neither_the_supervisor_nor_sqlite() -> None:
     # What the zygote preloads is copied on write by every fork (see _lazy); a
     # stray import of the supervisor or the ledger's store makes each unit slower.
     code = (
-        "import sys, workunits, workunits.zygote.server, workunits.runtime.child, "
-        "workunits.runtime.monitor, workunits.runtime.teammate; "
+        "import sys, workunits, workunits._zygote.server, workunits._runtime.child, "
+        "workunits._runtime.monitor, workunits._runtime.teammate; "
         "print(sorted(m for m in ('sqlite3', 'asyncio', 'workunits.supervisor.facade', "
-        "'workunits.client', 'workunits.ledger.store') if m in sys.modules))"
+        "'workunits._client', 'workunits._ledger.store') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True

@@ -43,19 +43,19 @@ from workunits._record import MonitorEvent as MonitorEvent
 from workunits._record import Notification as Notification
 from workunits._record import Outcome as Outcome
 from workunits._record import WorkRecord as WorkRecord
+from workunits._runtime.context import ChildHandle as ChildHandle
+from workunits._runtime.context import UnitContext as UnitContext
+from workunits._runtime.context import current as current
+from workunits._runtime.teammate import ChildTeammate as ChildTeammate
 from workunits._status import Reason as Reason
 from workunits._status import Status as Status
 from workunits._status import is_terminal as is_terminal
-from workunits.runtime.context import ChildHandle as ChildHandle
-from workunits.runtime.context import UnitContext as UnitContext
-from workunits.runtime.context import current as current
-from workunits.runtime.teammate import ChildTeammate as ChildTeammate
 
 if TYPE_CHECKING:
+    from workunits._client import Client as Client
+    from workunits._client import ClientHandle as ClientHandle
+    from workunits._client import connect as connect
     from workunits.actors.base import WorkActor as WorkActor
-    from workunits.client import Client as Client
-    from workunits.client import ClientHandle as ClientHandle
-    from workunits.client import connect as connect
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
     from workunits.supervisor.mailbox import Mailbox as Mailbox
@@ -124,9 +124,9 @@ __getattr__, __dir__ = _lazy.exports(
     globals(),
     {
         "WorkActor": "workunits.actors.base",
-        "Client": "workunits.client",
-        "ClientHandle": "workunits.client",
-        "connect": "workunits.client",
+        "Client": "workunits._client",
+        "ClientHandle": "workunits._client",
+        "connect": "workunits._client",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits.supervisor.mailbox",

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from workunits import _outputfile
 from workunits._errors import ClientClosed
+from workunits._ledger import Ledger, UnitRow
 from workunits._record import Notification
 from workunits._status import is_terminal
-from workunits.ledger import Ledger, UnitRow
 
 # Two chunks alive at a time (the caller's and the next) keeps memory flat
 # however much a unit writes, and still catches up on a backlog quickly.

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 import workunits as wu
 from tests.cli.live import Serve, Terminal
 from tests.client_support import FakeSupervisor
-from workunits.cli import cli
+from workunits._cli import cli
 
 
 @dataclass

@@ -37,7 +37,7 @@ def cli_env() -> dict[str, str]:
 
 
 def cli_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "workunits.cli", *args]
+    return [sys.executable, "-m", "workunits._cli", *args]
 
 
 class Serve:

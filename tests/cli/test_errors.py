@@ -9,8 +9,8 @@ import pytest
 
 import workunits as wu
 from tests.cli.conftest import Run, one_line_error
-from workunits.cli import Exit
-from workunits.ledger.schema import SCHEMA_VERSION
+from workunits._cli import Exit
+from workunits._ledger.schema import SCHEMA_VERSION
 
 ID_VERBS = [
     ["show"],

@@ -8,9 +8,9 @@ import json
 import workunits as wu
 from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
+from workunits._cli import Exit
+from workunits._ledger import NewUnit
 from workunits._status import Reason, Status
-from workunits.cli import Exit
-from workunits.ledger import NewUnit
 
 
 def _child(client: wu.Client, parent: str, description: str) -> str:

@@ -15,8 +15,8 @@ import workunits as wu
 from tests.cli.conftest import Run
 from tests.cli.live import WAIT, Serve
 from tests.conftest import eventually
+from workunits._cli import Exit
 from workunits._status import Reason, Status
-from workunits.cli import Exit
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from typing import Any
 import workunits as wu
 from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
-from workunits.cli import Exit
+from workunits._cli import Exit
 
 
 def _spec(client: wu.Client, work_id: str) -> dict[str, Any]:

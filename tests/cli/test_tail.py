@@ -8,8 +8,8 @@ import threading
 import workunits as wu
 from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
+from workunits._cli import Exit
 from workunits._status import Reason, Status
-from workunits.cli import Exit
 
 
 def test_tail_prints_the_output_so_far_and_returns(

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import ManualClock
-from workunits.ledger import Ledger
+from workunits._ledger import Ledger
 
 
 @pytest.fixture

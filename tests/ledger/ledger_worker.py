@@ -16,8 +16,8 @@ import signal
 import sys
 
 from workunits import _ids
+from workunits._ledger import Call, Ledger, NewUnit, SupervisorLock
 from workunits._status import Status
-from workunits.ledger import Call, Ledger, NewUnit, SupervisorLock
 
 
 def say(doc: object) -> None:

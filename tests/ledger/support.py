@@ -13,8 +13,8 @@ from types import TracebackType
 from typing import IO
 
 from workunits import _ids
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow
 from workunits._status import Status
-from workunits.ledger import Call, Ledger, NewUnit, UnitRow
 
 WORKER = Path(__file__).with_name("ledger_worker.py")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import new_unit, submit
-from workunits.ledger import Ledger, LedgerFull
+from workunits._ledger import Ledger, LedgerFull
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 
 from tests.ledger.support import new_unit
 from workunits import SpecError, Status, Supervisor
-from workunits.ledger import Ledger, LedgerError
-from workunits.ledger.values import KEY_FILE
+from workunits._ledger import Ledger, LedgerError
+from workunits._ledger.values import KEY_FILE
 
 
 def _mode(path: Path) -> int:
@@ -93,7 +93,7 @@ def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_process
     second = Ledger(state_dir)
     code = (
         "import sys\n"
-        "from workunits.ledger import Ledger\n"
+        "from workunits._ledger import Ledger\n"
         "with Ledger(sys.argv[1]) as ledger:\n"
         "    print(ledger.add_request('kill', 'b00000000'))\n"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import read_line, send, spawn
-from workunits.ledger import SupervisorBusy, SupervisorLock
+from workunits._ledger import SupervisorBusy, SupervisorLock
 
 
 def test_a_lock_is_taken_released_and_taken_again(state_dir: Path) -> None:

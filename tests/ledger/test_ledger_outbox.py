@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import new_unit, read_line, send, spawn, start
+from workunits._ledger import Ledger
 from workunits._status import Status, is_terminal
-from workunits.ledger import Ledger
 
 
 def test_notices_wait_per_parent_until_marked(ledger: Ledger) -> None:

@@ -29,8 +29,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from tests.ledger.support import ManualClock
 from workunits import _ids
 from workunits._errors import IdempotencyConflict, StaleAttempt
+from workunits._ledger import Call, Ledger, NewUnit
 from workunits._status import Status, is_terminal
-from workunits.ledger import Call, Ledger, NewUnit
 
 KEYS = st.sampled_from(["k0", "k1", "k2", None])
 TERMINAL = st.sampled_from([s for s in Status if is_terminal(s)])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import workunits.ledger
+import workunits._ledger
 from workunits._errors import LedgerError, WorkunitsError
 
 EXPECTED = {
@@ -33,15 +33,15 @@ EXPECTED = {
 
 
 def test_all_is_exactly_the_declared_names() -> None:
-    assert set(workunits.ledger.__all__) == EXPECTED
+    assert set(workunits._ledger.__all__) == EXPECTED
     for name in EXPECTED:
-        assert getattr(workunits.ledger, name) is not None
+        assert getattr(workunits._ledger, name) is not None
 
 
 def test_every_ledger_error_is_a_workunits_error() -> None:
     for name in EXPECTED:
-        value = getattr(workunits.ledger, name)
+        value = getattr(workunits._ledger, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, WorkunitsError), name
     for name in ("LedgerCorrupt", "LedgerFull", "LedgerTampered", "LedgerVersionError"):
-        assert issubclass(getattr(workunits.ledger, name), LedgerError)
+        assert issubclass(getattr(workunits._ledger, name), LedgerError)

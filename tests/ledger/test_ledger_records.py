@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from tests.ledger.support import new_unit, start
+from workunits._ledger import Ledger, LedgerTampered
 from workunits._record import WorkRecord
 from workunits._status import Status
-from workunits.ledger import Ledger, LedgerTampered
 
 
 class Toucher:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.ledger.support import read_line, send, spawn_all
 from workunits._errors import SpecError
-from workunits.ledger import Ledger, LedgerError, UnstorableValue
+from workunits._ledger import Ledger, LedgerError, UnstorableValue
 
 
 def test_a_request_is_taken_once_and_finished(ledger: Ledger) -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from tests.ledger.support import ManualClock, new_unit, start
 from workunits._errors import UnknownWork
+from workunits._ledger import EXPIRED, Ledger
 from workunits._status import Status
-from workunits.ledger import EXPIRED, Ledger
 
 
 def _ended(ledger: Ledger, *, retain: int = 0) -> str:

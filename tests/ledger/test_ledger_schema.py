@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import new_unit
-from workunits.ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError, schema
+from workunits._ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError, schema
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -6,7 +6,7 @@ import pytest
 
 from tests.ledger.support import ManualClock, new_unit, start
 from workunits._errors import InvalidWorkId
-from workunits.ledger import Ledger, LedgerError
+from workunits._ledger import Ledger, LedgerError
 
 
 def test_a_session_is_opened_beaten_and_closed(ledger: Ledger, clock: ManualClock) -> None:

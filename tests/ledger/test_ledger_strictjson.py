@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tests.ledger.support import new_unit, start
-from workunits.ledger import Ledger, UnstorableValue, strictjson
+from workunits import _strictjson as strictjson
+from workunits._ledger import Ledger, UnstorableValue
 
 
 @dataclasses.dataclass

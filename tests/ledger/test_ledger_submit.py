@@ -12,8 +12,8 @@ import pytest
 from tests.ledger.support import ManualClock, new_unit, read_line, send, spawn_all, start, submit
 from workunits import _ids
 from workunits._errors import IdempotencyConflict
+from workunits._ledger import Call, Ledger, LedgerError, NewUnit
 from workunits._status import Status
-from workunits.ledger import Call, Ledger, LedgerError, NewUnit
 
 
 def test_a_submit_is_a_pending_row(ledger: Ledger) -> None:

@@ -18,7 +18,7 @@ import pytest
 from tests.ledger.support import new_unit
 from workunits import _ids
 from workunits._errors import SpecError
-from workunits.ledger import (
+from workunits._ledger import (
     Call,
     Ledger,
     LedgerTampered,
@@ -243,8 +243,8 @@ def test_the_spec_hash_is_the_same_in_another_process(ledger: Ledger) -> None:
     code = (
         "import operator, sys\n"
         "from pathlib import Path\n"
-        "from workunits.ledger import Ledger, Call\n"
-        "from workunits.ledger import values\n"
+        "from workunits._ledger import Ledger, Call\n"
+        "from workunits._ledger import values\n"
         "with Ledger(Path(sys.argv[1])) as ledger:\n"
         "    spec = ledger.encode_spec(Call(operator.add, (1, 2)), 'a11111111')\n"
         "    print(values.spec_hash('agent', spec))\n"

@@ -9,11 +9,11 @@ import pytest
 
 from tests.ledger.support import new_unit, start
 from workunits._errors import InvalidTransition, SpecError, StaleAttempt, UnknownWork
+from workunits._ledger import Ledger, LedgerCorrupt, Write, WriteOutcome
+from workunits._ledger.rows import RECORD_COLUMNS
+from workunits._ledger.writes import record_columns
 from workunits._record import Notification
 from workunits._status import Reason, Status
-from workunits.ledger import Ledger, LedgerCorrupt, Write, WriteOutcome
-from workunits.ledger.rows import RECORD_COLUMNS
-from workunits.ledger.writes import record_columns
 
 SESSION = "s00000001"
 

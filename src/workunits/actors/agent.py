@@ -19,8 +19,12 @@ import cloudpickle
 
 from workunits import _framing, _outputfile
 from workunits._errors import SpecError
+from workunits._ledger.values import Call
 from workunits._record import MonitorEvent, Outcome, WorkRecord
+from workunits._runtime import messages as m
+from workunits._runtime.transcript import append_event, last_seq
 from workunits._status import Reason, Status
+from workunits._zygote.protocol import Limits, SpawnCall
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import (
     ProcessExited,
@@ -30,10 +34,6 @@ from workunits.actors.process_events import (
     TellActor,
 )
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, check_bytes
-from workunits.ledger.values import Call
-from workunits.runtime import messages as m
-from workunits.runtime.transcript import append_event, last_seq
-from workunits.zygote.protocol import Limits, SpawnCall
 
 
 @dataclass(frozen=True, slots=True)

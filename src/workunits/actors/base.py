@@ -28,8 +28,8 @@ from workunits._record import Outcome
 from workunits._status import Reason, Status
 
 if TYPE_CHECKING:
+    from workunits._zygote.client import ZygoteClient
     from workunits.supervisor.reaper import Reaper
-    from workunits.zygote.client import ZygoteClient
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
+from workunits._zygote.protocol import Limits
 from workunits.actors.agent import AgentActor
-from workunits.zygote.protocol import Limits
 
 
 class DreamActor(AgentActor):

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 from workunits._errors import SpecError
 from workunits._record import MonitorEvent
+from workunits._runtime import messages as m
+from workunits._runtime.ratelimit import DEFAULT_RATE_LIMIT
 from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
-from workunits.runtime import messages as m
-from workunits.runtime.ratelimit import DEFAULT_RATE_LIMIT
 
 SourceArg = str | Sequence[str] | Callable[[], Iterable[str | bytes]]
 
@@ -39,7 +39,7 @@ class MonitorSpec(AgentSpec):
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
     ) -> MonitorSpec:
         """Check and pickle everything now (caller's thread): a SpecError registers nothing."""
-        from workunits.runtime.monitor import watch  # noqa: PLC0415 - runtime imports actors
+        from workunits._runtime.monitor import watch  # noqa: PLC0415 - runtime imports actors
 
         if callable(source):
             src: Any = source

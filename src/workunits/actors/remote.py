@@ -5,7 +5,7 @@ every kind. It owns the unit's transcript (the output file is a symlink to it,
 as for agents), places the work on Ray once Ray is up, and turns what comes up
 the unit's stream into transcript events, progress and checkpoint reports, and
 at the end one outcome. It never blocks on Ray: a follower thread reads the
-stream and tells it (see ``workunits.remote``). Remote teammates
+stream and tells it (see ``workunits._remote``). Remote teammates
 (``remote_teammate``) run in a subclass.
 
 Ending: ``kill`` force-cancels the task (``ray.cancel(force=True)``) or kills
@@ -30,17 +30,17 @@ import orjson
 from workunits import _outputfile
 from workunits._errors import SpecError
 from workunits._record import Outcome
+from workunits._remote.follower import Batch, StreamEnded, StreamFailed
+from workunits._remote.frames import Emitted, Output, RemoteCall, Returned, Started
+from workunits._remote.placement import Placement, RemoteWork
+from workunits._remote.runtime import RayApi, RayRuntime, ray_options
+from workunits._runtime import messages as m
+from workunits._runtime.transcript import TranscriptWriter
 from workunits._status import Reason, Status
 from workunits.actors.agent import CheckpointReport, ProgressReport
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import TellActor
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP
-from workunits.remote.follower import Batch, StreamEnded, StreamFailed
-from workunits.remote.frames import Emitted, Output, RemoteCall, Returned, Started
-from workunits.remote.placement import Placement, RemoteWork
-from workunits.remote.runtime import RayApi, RayRuntime, ray_options
-from workunits.runtime import messages as m
-from workunits.runtime.transcript import TranscriptWriter
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from workunits._errors import SpecError
+from workunits._remote.frames import RemoteCall
+from workunits._remote.placement import Placement, RemoteWork
+from workunits._remote.runtime import RayApi, ray_options
+from workunits._runtime import messages as m
 from workunits.actors.remote import RemoteActor, name_of, pickle_call
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP
 from workunits.actors.teammate import Answered, DeliverToUnit, StopTeammate, TeammateActor
-from workunits.remote.frames import RemoteCall
-from workunits.remote.placement import Placement, RemoteWork
-from workunits.remote.runtime import RayApi, ray_options
-from workunits.runtime import messages as m
 
 
 @dataclass(frozen=True, slots=True)

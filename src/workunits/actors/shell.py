@@ -18,6 +18,7 @@ from workunits import _outputfile
 from workunits._errors import SpecError
 from workunits._record import Outcome
 from workunits._status import Reason, Status
+from workunits._zygote.protocol import Limits, SpawnExec
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import (
     ProcessExited,
@@ -26,7 +27,6 @@ from workunits.actors.process_events import (
     ProcessSpawnFailed,
     TellActor,
 )
-from workunits.zygote.protocol import Limits, SpawnExec
 
 DEFAULT_OUTPUT_CAP = 5 * 1024**3
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workunits._errors import SpecError
+from workunits._runtime import messages as m
 from workunits.actors.agent import AgentActor, AgentSpec
-from workunits.runtime import messages as m
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class TeammateSpec(AgentSpec):
         memory_limit: int | None = None,
     ) -> TeammateSpec:
         """Pickle the class and its arguments now (caller's thread): SpecError registers nothing."""
-        from workunits.runtime.teammate import serve  # noqa: PLC0415 - runtime imports actors
+        from workunits._runtime.teammate import serve  # noqa: PLC0415 - runtime imports actors
 
         if not isinstance(teammate_cls, type):
             raise SpecError(f"a teammate is made from a class, got {type(teammate_cls).__name__}")

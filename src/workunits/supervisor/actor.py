@@ -21,8 +21,10 @@ import pykka
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._errors import SpecError, SupervisorClosed, UnknownWork
+from workunits._ledger import Ledger
 from workunits._record import Notification, Outcome, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
+from workunits._zygote.client import ZygoteClient
 from workunits.actors.agent import (
     CheckpointReport,
     ControlChild,
@@ -30,7 +32,6 @@ from workunits.actors.agent import (
     SpawnChild,
 )
 from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
-from workunits.ledger import Ledger
 from workunits.supervisor.asks import PendingAsks
 from workunits.supervisor.children import ChildRequests
 from workunits.supervisor.durable import DurableSupervisor
@@ -41,7 +42,6 @@ from workunits.supervisor.messaging import BetweenUnits, UnitMessaging
 from workunits.supervisor.reaper import Reaper
 from workunits.supervisor.registry import Change, Registry
 from workunits.supervisor.sweep import Deadlines, Due, evictable
-from workunits.zygote.client import ZygoteClient
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from workunits._errors import (
     UnknownWork,
     WorkunitsError,
 )
+from workunits._ledger import Ledger, NewUnit, Request, UnitRow, Write, WriteOutcome
 from workunits._record import Notification, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
-from workunits.ledger import Ledger, NewUnit, Request, UnitRow, Write, WriteOutcome
 
 if TYPE_CHECKING:
     from workunits.actors.base import WorkActor

@@ -25,8 +25,13 @@ from workunits._errors import (
     SupervisorClosed,
     UnknownWork,
 )
+from workunits._ledger import Ledger, SupervisorLock
+from workunits._ledger._db import sync_level
+from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._record import WorkRecord
+from workunits._remote.runtime import RayRuntime, check_available
 from workunits._status import Reason, Status, is_terminal
+from workunits._zygote.client import ZygoteClient
 from workunits.actors.agent import AgentActor, AgentSpec
 from workunits.actors.base import WorkActor
 from workunits.actors.dream import DreamActor
@@ -35,10 +40,6 @@ from workunits.actors.remote import RemoteActor, RemoteSpec
 from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
 from workunits.actors.workflow import WorkflowActor
-from workunits.ledger import Ledger, SupervisorLock
-from workunits.ledger._db import sync_level
-from workunits.ledger.store import DEFAULT_EXPIRE_AFTER
-from workunits.remote.runtime import RayRuntime, check_available
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
@@ -49,7 +50,6 @@ from workunits.supervisor.results import result_of
 from workunits.supervisor.ticker import Ticker
 from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters
-from workunits.zygote.client import ZygoteClient
 
 T = TypeVar("T")
 

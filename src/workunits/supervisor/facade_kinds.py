@@ -26,13 +26,13 @@ import pykka
 
 from workunits import _ids
 from workunits._errors import AskTimeout, SpecError
+from workunits._remote.runtime import check_available
+from workunits._runtime.messages import encode_message
+from workunits._runtime.ratelimit import DEFAULT_RATE_LIMIT
 from workunits.actors.agent import AgentSpec
 from workunits.actors.monitor import MonitorSpec
 from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.actors.teammate import TeammateSpec
-from workunits.remote.runtime import check_available
-from workunits.runtime.messages import encode_message
-from workunits.runtime.ratelimit import DEFAULT_RATE_LIMIT
 from workunits.supervisor.asks import Route
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.results import reply_of

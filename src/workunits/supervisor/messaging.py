@@ -16,11 +16,11 @@ import pykka
 
 from workunits._errors import SpecError, SupervisorClosed, TeammateEnded, WorkunitsError
 from workunits._record import MonitorEvent, WorkRecord
+from workunits._runtime import messages as m
 from workunits._status import Reason, Status, is_terminal
 from workunits.actors.agent import EventToUnit, SendFromUnit
 from workunits.actors.monitor import MonitorEventReport
 from workunits.actors.teammate import Answered, DeliverToUnit, StopTeammate
-from workunits.runtime import messages as m
 from workunits.supervisor.asks import PendingAsks, Route, deliver
 
 if TYPE_CHECKING:

@@ -1,0 +1,32 @@
+"""The ``workunits`` command: serve, submit, ls, show, tail, wait, result, cancel, kill, watch, gc.
+
+One module per group of commands, each registering on the group in ``_app``:
+
+- ``_app``     the group, shared options, exit codes, errors as one line
+- ``_render``  how units look (rich) and their JSON form
+- ``serve``    the supervisor daemon
+- ``submit``   new units
+- ``inspect``  ls, show
+- ``tail``     output, followed with -f
+- ``waiting``  wait, result
+- ``control``  cancel, kill, gc
+- ``watch``    the live table
+
+Every command but ``serve`` is a ledger client (``wu.connect``): it reads the
+state dir's ledger and writes only submits and requests, so it works from any
+shell whether or not a supervisor runs.
+"""
+
+from __future__ import annotations
+
+from workunits._cli import control, inspect, serve, submit, tail, waiting, watch
+from workunits._cli._app import Exit, cli
+
+__all__ = ["Exit", "cli", "main"]
+
+_COMMANDS = (control, inspect, serve, submit, tail, waiting, watch)  # imported to register
+
+
+def main() -> None:
+    """The console script's entry point."""
+    cli.main(prog_name="workunits")

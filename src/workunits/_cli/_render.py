@@ -1,0 +1,145 @@
+"""How units look on a terminal (rich) and in ``--json`` output.
+
+Pure functions of ledger rows, used by ``ls``, ``show``, ``watch`` and the
+verbs that report an ending; they run in whichever thread renders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group as RenderGroup
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from workunits._ledger import UnitRow
+from workunits._record import signal_name
+from workunits._status import is_terminal
+
+STATUS_STYLE = {
+    "pending": "yellow",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "bold red",
+    "killed": "magenta",
+    "expired": "dim",
+}
+BAR_WIDTH = 10
+TABLE_BAR_WIDTH = 8
+
+
+def status_text(row: UnitRow) -> Text:
+    shown = row.shown_status
+    return Text(shown, style=STATUS_STYLE.get(shown, ""))
+
+
+def age(seconds: float) -> str:
+    """A short age: ``42s``, ``7m``, ``3h``, ``12d``."""
+    seconds = max(0.0, seconds)
+    for size, suffix in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{int(seconds // size)}{suffix}"
+    return f"{int(seconds)}s"
+
+
+def how_it_ended(row: UnitRow) -> str:
+    """``completed``, ``failed (exit code 2)``, ``killed (reason cancelled)``; or the status."""
+    if not is_terminal(row.status):
+        return row.status.value
+    end = row.to_record().describe_end()
+    return row.status.value if end == row.status.value else f"{row.status.value} ({end})"
+
+
+def end_line(row: UnitRow) -> str:
+    """One line saying how a unit ended (or where it stands)."""
+    expired = " (expired)" if row.expired else ""
+    return f"{row.id} {how_it_ended(row)}{expired}"
+
+
+def progress_bar(fraction: float, width: int = BAR_WIDTH) -> Text:
+    """``━━━━━─────``: heavy for done, light for to do, readable without colour too."""
+    done = round(max(0.0, min(1.0, fraction)) * width)
+    return Text.assemble(("━" * done, "bar.complete"), ("─" * (width - done), "bar.back"))
+
+
+def progress_cell(row: UnitRow, bar_width: int = BAR_WIDTH) -> Text:
+    """The bar and percentage (when the unit reported progress), then its message.
+
+    One Text, so its width is what the column gives it: a long message is cut
+    with an ellipsis, never the bar.
+    """
+    cell = Text(no_wrap=True, overflow="ellipsis")
+    if row.progress is not None:
+        cell.append_text(progress_bar(row.progress, bar_width))
+        cell.append(f" {row.progress * 100:3.0f}% ")
+    cell.append(row.progress_message or "")
+    return cell
+
+
+FIXED_COLUMNS = 9 + 8 + 9 + 4 + 5 * 2  # ID, KIND, STATUS, AGE and the gaps between six columns
+
+
+def units_table(
+    rows: list[UnitRow], now: float, *, width: int = 80, caption: str | None = None
+) -> Table:
+    """The ``ls``/``watch`` table, exactly ``width`` columns wide at most (80 by default).
+
+    Every width is set here rather than measured by rich: a long description
+    or progress message would otherwise squeeze the short columns away.
+    """
+    room = max(2 * BAR_WIDTH, width - FIXED_COLUMNS)
+    progress = min(32, max(BAR_WIDTH, room * 11 // 20))  # 22 of 40 in 80 columns
+    table = Table(box=None, header_style="bold", caption=caption, pad_edge=False, expand=False)
+    table.add_column("ID", no_wrap=True, width=9)
+    table.add_column("KIND", no_wrap=True, width=8, overflow="ellipsis")
+    table.add_column("STATUS", no_wrap=True, width=9)
+    table.add_column("AGE", no_wrap=True, justify="right", width=4)
+    table.add_column("PROGRESS", no_wrap=True, width=progress, overflow="ellipsis")
+    table.add_column("DESCRIPTION", no_wrap=True, width=room - progress, overflow="ellipsis")
+    for row in rows:
+        table.add_row(
+            row.id,
+            row.kind,
+            status_text(row),
+            age(now - row.created_at),
+            progress_cell(row, TABLE_BAR_WIDTH),
+            Text(row.description, overflow="ellipsis", no_wrap=True),
+        )
+    return table
+
+
+def unit_doc(row: UnitRow) -> dict[str, Any]:
+    """A row as one JSON object: what ``ls --json`` and ``show --json`` print."""
+    return {
+        "id": row.id,
+        "kind": row.kind,
+        "status": row.shown_status,
+        "ended_as": row.status.value if row.expired else None,
+        "parent": row.parent,
+        "description": row.description,
+        "key": row.key,
+        "attempt": row.attempt,
+        "max_attempts": row.max_attempts,
+        "resumable": row.resumable,
+        "created_at": row.created_at,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "exit_code": row.exit_code,
+        "signal": None if row.signal is None else signal_name(row.signal),
+        "reason": None if row.reason is None else row.reason.value,
+        "error": row.error,
+        "progress": row.progress,
+        "progress_message": row.progress_message,
+        "output_bytes": row.output_bytes,
+        "retain": row.retain,
+        "cancel_requested": row.cancel_requested,
+        "session": row.session,
+        "pid": row.pid,
+        "expire_at": row.expire_at,
+        "expired_at": row.expired_at,
+    }
+
+
+def stack(*parts: RenderableType) -> RenderGroup:
+    return RenderGroup(*parts)

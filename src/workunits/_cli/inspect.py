@@ -1,0 +1,191 @@
+"""``ls`` and ``show``: what the ledger knows, as tables and trees or as JSON lines.
+
+Both run in the main thread, read the ledger only (they never create one)
+and show units whether or not a supervisor runs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from workunits._cli import _render
+from workunits._cli._app import cli, emit_json, id_argument, json_option, opened, state_option
+from workunits._client import Client
+from workunits._ledger import EXPIRED, UnitRow
+from workunits._record import signal_name
+from workunits._status import Status, is_terminal
+
+STATUS_CHOICES = [s.value for s in Status] + [EXPIRED]
+CHECKPOINT_SUMMARY = 200
+TAIL_LINES = 10
+
+
+@cli.command("ls")
+@state_option
+@json_option
+@click.option("--status", type=click.Choice(STATUS_CHOICES), help="Only units with this status.")
+@click.option("--kind", help="Only units of this kind (shell, agent, ...).")
+@click.option("--parent", metavar="ID", help="Only children of this unit.")
+@click.option("-a", "--all", "show_all", is_flag=True, help="Include ended and expired units.")
+def ls(
+    *,
+    state_dir: Path,
+    as_json: bool,
+    status: str | None,
+    kind: str | None,
+    parent: str | None,
+    show_all: bool,
+) -> None:
+    """List units: pending and running ones, or every one with --all."""
+    with opened(state_dir) as client:
+        rows = client.rows(status=status, kind=kind, parent=parent)
+    if status is None and not show_all:
+        rows = [r for r in rows if not is_terminal(r.status)]
+    if as_json:
+        for row in rows:
+            emit_json(_render.unit_doc(row))
+        return
+    console = Console()
+    if not rows:
+        hint = "" if show_all or status else " (--all shows ended ones)"
+        console.print(f"no units{hint}", style="dim")
+        return
+    console.print(_render.units_table(rows, time.time(), width=console.width))
+
+
+@cli.command("show")
+@state_option
+@json_option
+@id_argument
+def show(state_dir: Path, as_json: bool, work_id: str) -> None:
+    """Everything about one unit: how it ended, progress, checkpoint, attempts, children."""
+    with opened(state_dir) as client:
+        row = client.row(work_id)
+        if as_json:
+            emit_json(_show_doc(client, row))
+            return
+        Console().print(_details(row, time.time()), _children_tree(client, row))
+
+
+def _show_doc(client: Client, row: UnitRow) -> dict[str, Any]:
+    doc = _render.unit_doc(row)
+    doc["checkpoint"] = row.last_checkpoint()
+    doc["result_format"] = None if row.result is None else row.result.format
+    # A JSON result runs nothing to read; a pickle would run the unit's code here.
+    json_result = row.result is not None and row.result.format == "json"
+    doc["result"] = client.ledger.load_result(row.id) if json_result else None
+    doc["output_tail"] = row.output_tail.decode("utf-8", "replace")
+    doc["children"] = [child.id for child in client.rows(parent=row.id)]
+    return doc
+
+
+def _when(t: float | None, now: float) -> str:
+    if t is None:
+        return "-"
+    stamp = datetime.datetime.fromtimestamp(t).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    ago = now - t
+    rel = f"{_render.age(ago)} ago" if ago >= 0 else f"in {_render.age(-ago)}"
+    return f"{stamp} ({rel})"
+
+
+def _details(row: UnitRow, now: float) -> RenderableType:
+    head = Text.assemble((row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+
+    def field(name: str, value: RenderableType | None) -> None:
+        if value is not None and value != "":
+            grid.add_row(name, value)
+
+    field("description", Text(row.description))
+    field("parent", row.parent)
+    field("key", row.key)
+    field("created", _when(row.created_at, now))
+    field("started", _when(row.started_at, now) if row.started_at else None)
+    if row.ended_at is not None:
+        field("ended", _when(row.ended_at, now))
+        if row.started_at is not None:
+            field("ran for", _render.age(row.ended_at - row.started_at))
+        field("outcome", _outcome(row))
+    resumable = "resumable" if row.resumable else "not resumable"
+    field("attempts", f"{row.attempt} of {row.max_attempts} ({resumable})")
+    field("session", row.session)
+    field("pid", None if row.pid is None else str(row.pid))
+    if row.progress is not None or row.progress_message:
+        field("progress", _render.progress_cell(row))
+    field("checkpoint", _checkpoint(row))
+    field("retained", f"by {row.retain} viewer(s)" if row.retain else None)
+    if row.cancel_requested and not is_terminal(row.status):
+        field("cancel", "requested")
+    field("output", _output(row))
+    if row.expired_at is not None:
+        field("expired", _when(row.expired_at, now) + "; result and output are gone")
+    elif row.expire_at is not None:
+        field("expires", _when(row.expire_at, now))
+    if row.error:
+        field("error", Text(row.error.rstrip(), style="red"))
+    return _render.stack(head, grid)
+
+
+def _outcome(row: UnitRow) -> Text:
+    parts = [row.status.value]
+    if row.reason is not None:
+        parts.append(f"reason {row.reason.value}")
+    if row.exit_code is not None:
+        parts.append(f"exit code {row.exit_code}")
+    if row.signal is not None:
+        parts.append(f"signal {signal_name(row.signal)}")
+    return Text(", ".join(parts), style=_render.STATUS_STYLE.get(row.status.value, ""))
+
+
+def _checkpoint(row: UnitRow) -> str | None:
+    if row.checkpoint is None:
+        return None
+    text = orjson.dumps(row.last_checkpoint()).decode()
+    cut = text[:CHECKPOINT_SUMMARY]
+    return cut if len(cut) == len(text) else f"{cut}… ({len(row.checkpoint)} bytes)"
+
+
+def _output(row: UnitRow) -> RenderableType | None:
+    if not is_terminal(row.status):
+        return f"live at {row.output_path}" if row.output_path else None
+    size = f"{row.output_bytes} bytes"
+    if not row.output_tail:
+        return size
+    lines = row.output_tail.decode("utf-8", "replace").rstrip("\n").splitlines()[-TAIL_LINES:]
+    body = Text("\n".join(lines), style="dim")
+    return _render.stack(Text(f"{size}; the last {len(lines)} line(s):"), body)
+
+
+def _children_tree(client: Client, row: UnitRow) -> RenderableType:
+    children = client.rows(parent=row.id)
+    if not children:
+        return Text("")
+    tree = Tree(Text("children", style="bold"))
+
+    def add(branch: Tree, kids: list[UnitRow]) -> None:
+        for kid in kids:
+            label = Text.assemble(
+                (kid.id, "bold"),
+                " ",
+                kid.kind,
+                " ",
+                _render.status_text(kid),
+                "  ",
+                kid.description,
+            )
+            add(branch.add(label), client.rows(parent=kid.id))
+
+    add(tree, children)
+    return tree

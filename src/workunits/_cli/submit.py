@@ -1,0 +1,140 @@
+"""``submit``: a shell command or an importable callable, as a pending unit in the ledger.
+
+Runs in the main thread. It inserts the row and returns at once: a running
+``workunits serve`` (or any supervisor on the state dir) picks the unit up
+on its next tick. Creates the state dir and ledger if they are missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
+from workunits._client import ClientHandle
+from workunits._errors import SpecError
+
+
+@cli.command("submit", context_settings={"ignore_unknown_options": False})
+@state_option
+@click.option("--key", help="Idempotency key: resubmitting with it returns the same unit.")
+@click.option("-d", "--description", help="What the unit is for (default: the command).")
+@click.option("--timeout", metavar="DURATION", help="Kill the unit after this long (90s, 15m).")
+@click.option("--cwd", type=click.Path(file_okay=False, exists=True), help="Working directory.")
+@click.option(
+    "--env", "env_items", multiple=True, metavar="NAME=VALUE", help="Environment (replaces it)."
+)
+@click.option(
+    "--on-lost",
+    type=click.Choice(["fail", "restart"]),
+    default="fail",
+    show_default=True,
+    help="If the supervisor dies mid-run: fail the unit, or run it again.",
+)
+@click.option("--agent", "ref", metavar="MODULE:FUNCTION", help="Run a callable, not a command.")
+@click.option("--args", "args_json", metavar="JSON", help="The callable's arguments (a list).")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", help="Its keyword arguments (an object).")
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts for a resumable agent.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the ID.")
+@click.option("--json", "as_json", is_flag=True, help="Print the unit as one JSON object.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def submit(
+    *,
+    state_dir: Path,
+    key: str | None,
+    description: str | None,
+    timeout: str | None,
+    cwd: str | None,
+    env_items: tuple[str, ...],
+    on_lost: str,
+    ref: str | None,
+    args_json: str | None,
+    kwargs_json: str | None,
+    max_attempts: int | None,
+    quiet: bool,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Submit a unit and print its ID.
+
+    \b
+    workunits submit [--key K] [-d TEXT] -- make test      (argv, no shell)
+    workunits submit -- 'make test | tee log'              (one word: /bin/sh -c)
+    workunits submit --agent pkg.mod:fn --args '[1, 2]' --kwargs '{"n": 3}'
+    """
+    seconds = None if timeout is None else parse_duration(timeout)
+    with opened(state_dir, create=True) as client:
+        if ref is not None:
+            if command or cwd or env_items or on_lost != "fail":
+                raise SpecError(
+                    "--agent runs a callable: it takes no command, --cwd, --env or --on-lost"
+                )
+            args = _json_arg(args_json, list, "--args", "a JSON list")
+            kwargs = _json_arg(kwargs_json, dict, "--kwargs", "a JSON object")
+            handle = client.agent(
+                ref,
+                *args,
+                key=key,
+                description=description,
+                timeout=seconds,
+                max_attempts=max_attempts,
+                **kwargs,
+            )
+        else:
+            if args_json is not None or kwargs_json is not None or max_attempts is not None:
+                raise SpecError("--args, --kwargs and --max-attempts go with --agent")
+            if not command:
+                raise SpecError("nothing to run: give a command after --, or --agent MODULE:FN")
+            handle = client.shell(
+                command[0] if len(command) == 1 else list(command),
+                key=key,
+                cwd=cwd,
+                env=_env(env_items) if env_items else None,
+                timeout=seconds,
+                description=description,
+                on_lost=on_lost,
+            )
+        _report(handle, quiet=quiet, as_json=as_json)
+
+
+def _report(handle: ClientHandle, *, quiet: bool, as_json: bool) -> None:
+    row = handle.row()
+    if as_json:
+        emit_json({"id": row.id, "created": handle.created, "status": row.shown_status})
+        return
+    click.echo(row.id)
+    if quiet:
+        return
+    if not handle.created:
+        click.echo(f"(the key names the existing unit {row.id}, {row.shown_status})", err=True)
+    elif not handle.client.supervisor_running():
+        click.echo(
+            f"(pending: no supervisor is running on {handle.client.state_dir}; "
+            f"start one with `workunits serve`)",
+            err=True,
+        )
+
+
+def _json_arg(text: str | None, kind: type, option: str, what: str) -> Any:
+    if text is None:
+        return kind()
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SpecError(f"{option} is not valid JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise SpecError(f"{option} must be {what}, got {text!r}")
+    return value
+
+
+def _env(items: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SpecError(f"--env takes NAME=VALUE, got {item!r}")
+        env[name] = value
+    return env

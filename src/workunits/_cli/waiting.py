@@ -1,0 +1,110 @@
+"""``wait`` and ``result``: block until a unit ends; say how with the exit code.
+
+Both run in the main thread and wait on the ledger (timed waits that back
+off), so they work from any shell whether the supervisor is this machine's
+``workunits serve`` or a program's own ``wu.Supervisor``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from workunits._cli import _render
+from workunits._cli._app import (
+    CliError,
+    Exit,
+    cli,
+    emit_json,
+    exit_for,
+    finish,
+    id_argument,
+    json_option,
+    opened,
+    parse_duration,
+    state_option,
+    write_bytes,
+)
+from workunits._errors import NotFinished, WorkExpired
+from workunits._record import WorkRecord
+
+
+def timeout_option(fn: Any) -> Any:
+    return click.option(
+        "--timeout",
+        metavar="DURATION",
+        help="Give up after this long (90s, 15m) and exit 4 if the unit still runs.",
+    )(fn)
+
+
+@cli.command("wait")
+@state_option
+@json_option
+@timeout_option
+@id_argument
+def wait(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) -> None:
+    """Wait until a unit ends; exit 0 completed, 1 failed, 3 killed, 4 still running."""
+    seconds = None if timeout is None else parse_duration(timeout)
+    with opened(state_dir) as client:
+        try:
+            client.wait(work_id, seconds)
+        except NotFinished as exc:
+            if as_json:
+                emit_json(_render.unit_doc(client.row(work_id)))
+                finish(Exit.RUNNING)
+            raise CliError(str(exc), Exit.RUNNING) from None
+        row = client.row(work_id)
+    if row.expired:
+        raise WorkExpired(row.to_record())
+    if as_json:
+        emit_json(_render.unit_doc(row))
+    else:
+        click.echo(_render.end_line(row))
+    code = exit_for(row.status)
+    if code is not Exit.OK:
+        finish(code)
+
+
+@cli.command("result")
+@state_option
+@json_option
+@timeout_option
+@id_argument
+def result(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) -> None:
+    """Wait for a unit and print its value (JSON where it can be).
+
+    A shell unit has no value: its result is its output (the last 64 KiB).
+    Exits like `wait` when the unit did not complete.
+    """
+    seconds = None if timeout is None else parse_duration(timeout)
+    with opened(state_dir) as client:
+        value = client.result(work_id, seconds)
+    if isinstance(value, WorkRecord):  # a kind without values
+        if as_json:
+            tail = value.output_tail.decode("utf-8", "replace")
+            emit_json({"id": value.id, "exit_code": value.exit_code, "output": tail})
+        else:
+            write_bytes(value.output_tail)
+        return
+    if as_json:
+        emit_json({"id": work_id, "result": _jsonable(value)})
+    else:
+        click.echo(_text(value))
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def _text(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)

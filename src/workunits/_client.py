@@ -1,0 +1,416 @@
+"""``wu.connect(state_dir)``: work units from another process, through the ledger alone.
+
+A :class:`Client` never talks to a supervisor. It reads the ledger and writes
+only what DESIGN §4 lets other processes write: submits (a ``pending`` row)
+and requests (``cancel``, ``kill``, ``retain``, ``release``). A supervisor on
+the same state dir -- ``workunits serve`` or any ``wu.Supervisor`` -- adopts
+pending rows and applies requests on its next tick; with none running, they
+wait in the ledger until one starts. So a client works the same whether a
+supervisor runs, has not started yet, or died and came back.
+
+Every method runs in the caller's thread. One client may be shared by the
+threads of one process (the ledger serialises them on its connection);
+``close()`` from any thread ends the others' waits with ClientClosed. A client
+does not cross ``fork()``: open another one in the child.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from workunits import _ids
+from workunits._clock import Clock, SystemClock
+from workunits._errors import ClientClosed, NotFinished, SpecError
+from workunits._follow import Backoff, Notices, OutputStream
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow
+from workunits._record import WorkRecord
+from workunits._status import Status, is_terminal
+from workunits.actors.agent import AgentActor, AgentSpec, check_limits, durable_options
+from workunits.actors.base import WorkActor
+from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
+from workunits.supervisor.results import result_of
+
+DEFAULT_POLL: Final = 0.1
+"""Longest pause between two looks at the ledger while waiting (the backoff's cap)."""
+
+RESUMABLE_ATTEMPTS: Final = 3
+"""``max_attempts`` of a unit that can resume after its supervisor dies, unless given."""
+
+SUPERVISOR_STALE_AFTER: Final = 5.0
+"""A supervisor whose heartbeat is older than this many seconds counts as gone."""
+
+_END_VERBS = frozenset({"cancel", "kill"})
+
+
+def connect(
+    state_dir: str | os.PathLike[str] = ".workunits",
+    *,
+    create: bool = True,
+    poll: float = DEFAULT_POLL,
+    clock: Clock | None = None,
+) -> Client:
+    """Open a client on ``state_dir``, creating the dir and its ledger if missing.
+
+    With ``create=False`` a state dir without a ledger raises NoLedger and
+    nothing is created (what a reader wants when the path may be a typo).
+    A ledger written by a newer workunits raises LedgerVersionError.
+    """
+    return Client(state_dir, create=create, poll=poll, clock=clock)
+
+
+class Client:
+    """Submit, inspect, wait for, follow and end work units through a state dir's ledger."""
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str] = ".workunits",
+        *,
+        create: bool = True,
+        poll: float = DEFAULT_POLL,
+        clock: Clock | None = None,
+    ) -> None:
+        if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
+            raise SpecError(f"poll must be a positive number of seconds, got {poll!r}")
+        self._clock = clock or SystemClock()
+        opener = Ledger if create else Ledger.open_existing
+        self._ledger = opener(state_dir, clock=self._clock)
+        self.state_dir: Path = self._ledger.state_dir
+        self._poll = float(poll)
+        self._closed = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"<workunits.Client {str(self.state_dir)!r}{' closed' if self.closed else ''}>"
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger this client reads (for what the client's calls do not cover)."""
+        if self._closed.is_set():
+            raise ClientClosed("the client is closed")
+        return self._ledger
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    # -- submitting ------------------------------------------------------------
+
+    def shell(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        key: str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        on_lost: str = "fail",
+    ) -> ClientHandle:
+        """Submit ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
+
+        It stays ``pending`` until a supervisor adopts it. ``key`` makes the
+        submit idempotent: the same key returns the unit it already names
+        (``handle.created`` is False); the same key with another command raises
+        IdempotencyConflict. ``on_lost="restart"`` runs it again (same ID,
+        next attempt) if its supervisor dies while it runs.
+        """
+        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
+        durable = ShellActor.to_durable(spec, _timeout(timeout))
+        name = spec.describe() if description is None else description
+        return self._submit("b", ShellActor, durable, name, key=key, max_attempts=None)
+
+    def agent(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        **kwargs: Any,
+    ) -> ClientHandle:
+        """Submit ``fn(*args, **kwargs)`` as an ``a`` unit.
+
+        ``fn`` is an importable callable or an import reference
+        ``"package.module:function"``; a reference is not imported here (the
+        supervisor does that), so its arguments must be exact JSON. An agent
+        stored by reference resumes from its last checkpoint if its supervisor
+        dies, up to ``max_attempts`` (default 3) attempts in all.
+        """
+        if isinstance(fn, str):
+            check_limits(memory_limit, output_cap)
+            # The options AgentActor.to_durable would write: a reference and the
+            # callable it names make the same spec, so they share idempotency keys.
+            options = durable_options(_timeout(timeout), memory_limit, output_cap)
+            durable: Any = Call(fn, tuple(args), dict(kwargs), options)
+            name = fn
+        else:
+            spec = AgentSpec.build(
+                fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
+            )
+            durable = AgentActor.to_durable(spec, _timeout(timeout))
+            name = spec.name
+        if description is not None:
+            name = description
+        return self._submit("a", AgentActor, durable, name, key=key, max_attempts=max_attempts)
+
+    def _submit(
+        self,
+        letter: str,
+        actor: type[WorkActor],
+        durable: Any,
+        description: str,
+        *,
+        key: str | None,
+        max_attempts: int | None,
+    ) -> ClientHandle:
+        if not isinstance(description, str):
+            raise SpecError(f"description must be a str, got {type(description).__name__}")
+        if key is not None and (not isinstance(key, str) or not key):
+            raise SpecError(f"key must be a non-empty str, got {key!r}")
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
+            raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        work_id = _ids.mint(letter)
+        stored = self.ledger.encode_spec(durable, work_id)
+        resumable = actor.resumable(durable, stored.format)
+        if max_attempts is None:
+            max_attempts = RESUMABLE_ATTEMPTS if resumable else 1
+        new = NewUnit(
+            id=work_id,
+            kind=actor.kind,
+            spec=stored,
+            created_at=self._clock.now(),
+            description=description,
+            key=key,
+            max_attempts=max_attempts,
+            resumable=resumable,
+            session=None,
+            output_path=str(self.state_dir / "output" / f"{work_id}.out"),
+        )
+        row, created = self.ledger.submit(new)
+        return ClientHandle(self, row.id, created=created)
+
+    # -- reading ---------------------------------------------------------------
+
+    def get(self, work_id: str) -> WorkRecord:
+        """The unit's record. An expired unit keeps its terminal status here; see ``row``."""
+        return self.row(work_id).to_record()
+
+    def row(self, work_id: str) -> UnitRow:
+        """Everything the ledger keeps about the unit: ``shown_status`` reads ``expired``
+        once retention ran out; attempts, key, checkpoint, session too.
+
+        InvalidWorkId for a malformed ID, UnknownWork for one the ledger never saw.
+        """
+        return self.ledger.require(work_id)
+
+    def list(
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+    ) -> builtins.list[WorkRecord]:
+        """Records, oldest first. ``status="expired"`` lists the expired units."""
+        return [row.to_record() for row in self.rows(status=status, kind=kind, parent=parent)]
+
+    def rows(
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+        limit: int | None = None,
+        ended_after: float | None = None,
+    ) -> builtins.list[UnitRow]:
+        """Like ``list``, with the ledger's full rows; ``ended_after`` keeps units that
+        ended at or after that time (seconds since the epoch)."""
+        return self.ledger.list(
+            status=status, kind=kind, parent=parent, limit=limit, ended_after=ended_after
+        )
+
+    def supervisor_running(self, stale_after: float = SUPERVISOR_STALE_AFTER) -> bool:
+        """True while a supervisor on this state dir has sent a heartbeat recently."""
+        return bool(self.ledger.live_sessions(stale_after))
+
+    # -- waiting ---------------------------------------------------------------
+
+    def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
+        """Block until the unit is terminal and return its record.
+
+        NotFinished after ``timeout`` seconds (``0`` looks once). Waits back off
+        from a few milliseconds to ``poll`` seconds between looks.
+        """
+        return self._wait_row(work_id, timeout).to_record()
+
+    def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+        ):
+            raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff(self._closed, self._poll)
+        while True:
+            row = self.row(work_id)
+            if is_terminal(row.status):
+                return row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NotFinished(row.to_record(), timeout)
+            backoff.pause(deadline)
+
+    def result(self, work_id: str, timeout: float | None = None) -> Any:
+        """The unit's value once it completes (its record for kinds without values, like shell).
+
+        Raises WorkFailed (from the unit's exception, when it unpickles here),
+        WorkKilled, NotFinished after ``timeout``, or WorkExpired once the
+        unit's retention ran out and its value is gone.
+        """
+        row = self._wait_row(work_id, timeout)
+        if row.expired or row.result is None or row.status is not Status.COMPLETED:
+            return result_of(row.to_record())  # raises, or the record of a value-less unit
+        return self.ledger.load_result(work_id)
+
+    # -- output and notices ----------------------------------------------------
+
+    def stream(self, work_id: str, *, follow: bool = True) -> OutputStream:
+        """Yield the unit's output from its start, every byte once, until it is terminal.
+
+        With ``follow=False``, only what has been written so far.
+
+        The offset is this stream's own. Output of a unit that ended before it
+        was read comes from the stored tail: its last 64 KiB (an agent's
+        transcript is kept whole). Retain the unit (``retain``) while following
+        it for long, so that its row does not expire meanwhile.
+        """
+        self.row(work_id)  # InvalidWorkId / UnknownWork now, not at the first next()
+        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
+
+    def notifications(self) -> Notices:
+        """Notices of top-level units as they end; each goes to one consumer, once.
+
+        Consumers on the same state dir (other clients, other processes) share
+        them: a notice one of them took is not seen by the others.
+        """
+        return Notices(self.ledger, stop=self._closed, poll=self._poll)
+
+    # -- requests to the supervisor ------------------------------------------
+
+    def cancel(self, work_id: str, grace: float = 5.0) -> bool:
+        """Ask for a cancel (SIGTERM or a cooperative cancel, SIGKILL after ``grace``).
+
+        False, and no request, when the unit has already ended. A pending unit
+        is ended ``killed`` (reason ``cancelled``) without ever running.
+        """
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+            raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
+        return self.request("cancel", work_id, {"grace": float(grace)}) is not None
+
+    def kill(self, work_id: str) -> bool:
+        """Ask for a SIGKILL of the unit's process group; False (no request) if it has ended."""
+        return self.request("kill", work_id) is not None
+
+    def retain(self, work_id: str) -> None:
+        """Ask that the unit be kept (in memory, and from expiry) until a matching ``release``."""
+        self.request("retain", work_id)
+
+    def release(self, work_id: str) -> None:
+        """Undo one ``retain``."""
+        self.request("release", work_id)
+
+    def request(self, verb: str, work_id: str, args: dict[str, Any] | None = None) -> int | None:
+        """Append a request for the supervisor; return its sequence number.
+
+        ``cancel`` and ``kill`` of a unit that has ended return None and add
+        nothing. See ``request_result`` for what the supervisor made of it.
+        """
+        row = self.row(work_id)
+        if verb in _END_VERBS and is_terminal(row.status):
+            return None
+        return self.ledger.add_request(verb, work_id, args)
+
+    def request_result(self, seq: int, timeout: float | None = 0.0) -> Any:
+        """The supervisor's answer to request ``seq`` (``{"changed": bool, "status": ...}``
+        for a cancel or kill), or None while it has not applied it (within ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff(self._closed, self._poll)
+        while True:
+            request = self.ledger.get_request(seq)
+            if request is None:
+                raise SpecError(f"the ledger has no request {seq}")
+            if request.done_at is not None:
+                return request.result
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            backoff.pause(deadline)
+
+    # -- closing ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """End every wait in progress (ClientClosed) and close the ledger. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._ledger.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ClientHandle:
+    """What ``Client.shell``/``agent`` return: one unit's ID and the client that submitted it.
+
+    ``created`` is False when an idempotency key named a unit that already existed.
+    """
+
+    __slots__ = ("client", "created", "id")
+
+    def __init__(self, client: Client, work_id: str, *, created: bool = True) -> None:
+        self.client = client
+        self.id = work_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"<ClientHandle {self.id}{'' if self.created else ' (existing)'}>"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def get(self) -> WorkRecord:
+        return self.client.get(self.id)
+
+    def row(self) -> UnitRow:
+        return self.client.row(self.id)
+
+    def wait(self, timeout: float | None = None) -> WorkRecord:
+        return self.client.wait(self.id, timeout)
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.client.result(self.id, timeout)
+
+    def cancel(self, grace: float = 5.0) -> bool:
+        return self.client.cancel(self.id, grace)
+
+    def kill(self) -> bool:
+        return self.client.kill(self.id)
+
+    def stream(self) -> OutputStream:
+        return self.client.stream(self.id)
+
+
+def _timeout(timeout: float | None) -> float | None:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return timeout

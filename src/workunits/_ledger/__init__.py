@@ -1,0 +1,95 @@
+"""The durable ledger: SQLite in the state dir, so units outlive the process that started them.
+
+Modules, one concept each:
+
+- ``schema``      tables and forward migrations (``PRAGMA user_version``)
+- ``_db``         the connection, the state dir's modes, the transaction discipline
+- ``store``       ``Ledger``: submit, read, fenced writes, checkpoints, attempts, retention
+- ``submits``     the idempotent insert (invariant 12)
+- ``writes``      the one function that changes a unit's status, with fence and outbox
+- ``retention``   expiry to a small ``expired`` row, and forgetting
+- ``rows``        typed rows and their conversions to and from ``WorkRecord``
+- ``outbox``      notifications waiting for delivery (invariant 11)
+- ``requests``    commands from other processes
+- ``sessions``    supervisor runs and the units a dead one left running
+- ``values``      specs and results: import references, signed pickles, spec hashes
+- ``lock``        one supervisor per state dir
+
+The store and its rows are imported on first use (see ``workunits._lazy``), so
+importing the package's errors does not load SQLite.
+"""
+
+from typing import TYPE_CHECKING
+
+from workunits import _lazy
+from workunits._errors import LedgerCorrupt as LedgerCorrupt
+from workunits._errors import LedgerError as LedgerError
+from workunits._errors import LedgerFull as LedgerFull
+from workunits._errors import LedgerTampered as LedgerTampered
+from workunits._errors import LedgerVersionError as LedgerVersionError
+from workunits._errors import NoLedger as NoLedger
+from workunits._errors import StaleAttempt as StaleAttempt
+from workunits._errors import SupervisorBusy as SupervisorBusy
+from workunits._errors import UnstorableValue as UnstorableValue
+from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
+
+if TYPE_CHECKING:
+    from workunits._ledger.lock import SupervisorLock as SupervisorLock
+    from workunits._ledger.requests import Request as Request
+    from workunits._ledger.rows import EXPIRED as EXPIRED
+    from workunits._ledger.rows import NewUnit as NewUnit
+    from workunits._ledger.rows import UnitRow as UnitRow
+    from workunits._ledger.schema import SCHEMA_VERSION as SCHEMA_VERSION
+    from workunits._ledger.sessions import Session as Session
+    from workunits._ledger.store import Ledger as Ledger
+    from workunits._ledger.values import Call as Call
+    from workunits._ledger.values import Stored as Stored
+    from workunits._ledger.writes import NO_RESULT as NO_RESULT
+    from workunits._ledger.writes import Outcome as WriteOutcome
+    from workunits._ledger.writes import Write as Write
+
+__all__ = [
+    "EXPIRED",
+    "NO_RESULT",
+    "SCHEMA_VERSION",
+    "Call",
+    "Ledger",
+    "LedgerCorrupt",
+    "LedgerError",
+    "LedgerFull",
+    "LedgerTampered",
+    "LedgerVersionError",
+    "NewUnit",
+    "NoLedger",
+    "Request",
+    "Session",
+    "StaleAttempt",
+    "Stored",
+    "SupervisorBusy",
+    "SupervisorLock",
+    "UnitRow",
+    "UnstorableValue",
+    "ValueVersionMismatch",
+    "Write",
+    "WriteOutcome",
+]
+
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    globals(),
+    {
+        "SupervisorLock": "workunits._ledger.lock",
+        "Request": "workunits._ledger.requests",
+        "EXPIRED": "workunits._ledger.rows",
+        "NewUnit": "workunits._ledger.rows",
+        "UnitRow": "workunits._ledger.rows",
+        "SCHEMA_VERSION": "workunits._ledger.schema",
+        "Session": "workunits._ledger.sessions",
+        "Ledger": "workunits._ledger.store",
+        "Call": "workunits._ledger.values",
+        "Stored": "workunits._ledger.values",
+        "NO_RESULT": "workunits._ledger.writes",
+        "WriteOutcome": "workunits._ledger.writes:Outcome",
+        "Write": "workunits._ledger.writes",
+    },
+)

@@ -1,0 +1,204 @@
+"""One SQLite connection to the ledger file, with the transaction discipline every write follows.
+
+- The state dir is 0700 and the database 0600 *before* SQLite opens it; SQLite
+  gives its ``-wal`` and ``-shm`` files the database file's mode.
+- Autocommit mode (``isolation_level=None``): transactions are explicit. Every
+  write opens with ``BEGIN IMMEDIATE``, taking the write lock up front, so a
+  transaction that started as a reader never meets ``SQLITE_BUSY`` half-way
+  (DESIGN §9); ``busy_timeout`` makes contenders queue instead of failing.
+- ``synchronous`` is chosen per transaction: FULL (the WAL is fsynced at
+  commit) for what must survive a power cut -- submits, terminal writes,
+  checkpoints -- and NORMAL for grouped progress, which a crash may lose.
+  A ledger opened with ``sync="normal"`` uses NORMAL for all of them: every
+  commit still survives the crash of any process, not of the OS or machine.
+- SQLite error codes become workunits errors that say what happened and that
+  nothing was written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError
+from workunits._ledger import schema
+
+DB_FILE = "ledger.db"
+# What a durable transaction (submit, terminal write, checkpoint) is synced as.
+SYNC_MODES = {"full": "FULL", "normal": "NORMAL"}
+
+
+def sync_level(mode: str, name: str = "sync") -> str:
+    """The ``synchronous`` level of a sync mode; SpecError naming ``name`` if unknown."""
+    level = SYNC_MODES.get(mode) if isinstance(mode, str) else None
+    if level is None:
+        raise SpecError(f"{name} must be one of {sorted(SYNC_MODES)}, got {mode!r}")
+    return level
+
+
+def prepare_state_dir(state_dir: str | os.PathLike[str]) -> Path:
+    """Create the state dir 0700 (or tighten an existing one of ours); return it."""
+    path = Path(state_dir)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise LedgerError(f"state dir {path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise LedgerError(f"state dir {path} belongs to uid {info.st_uid}, not to this user")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        path.chmod(0o700)  # units' output and the key live here: nobody else may look in
+    return path
+
+
+def create_private_file(path: Path) -> None:
+    """Create ``path`` 0600 if missing; refuse a symlink planted in its place.
+
+    A file that exists is looked at (``lstat``) but never opened. Closing any
+    descriptor of an SQLite file drops every POSIX lock this process holds on
+    it -- those of another Ledger's connection included (SQLite's "broken
+    POSIX locks"). Without its lock on the ``-shm`` file, that connection is
+    invisible to other processes: the last of them to close deletes the WAL
+    under it, and it never sees another process's commits again.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            info = os.lstat(path)  # another opener created it first
+        except OSError as exc:
+            raise LedgerError(f"cannot create {path}: {exc.strerror}") from exc
+        else:
+            os.close(fd)  # nobody can hold a lock on a file that did not exist
+            return
+    if stat.S_ISLNK(info.st_mode):
+        raise LedgerError(f"cannot open {path}: it is a symlink, and the ledger follows none")
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"{path} is not a regular file")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o600)
+
+
+class Database:
+    """The connection and its lock; safe to share between the threads of one process."""
+
+    def __init__(self, state_dir: Path, *, busy_timeout: float, sync: str = "full") -> None:
+        self._durable_level = sync_level(sync)
+        self.path = state_dir / DB_FILE
+        self._busy_timeout = busy_timeout
+        create_private_file(self.path)
+        for suffix in ("-wal", "-shm"):
+            sidecar = self.path.with_name(DB_FILE + suffix)
+            if sidecar.exists():
+                create_private_file(sidecar)
+        self._pid = os.getpid()
+        # One connection per Ledger; the lock serialises this process's threads on it.
+        self._lock = threading.RLock()
+        self._sync = ""
+        try:
+            self.conn = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise self._mapped(exc) from exc
+        self.conn.row_factory = sqlite3.Row
+        try:
+            with self._lock:
+                self._setup()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _setup(self) -> None:
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise LedgerError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+            self.conn.execute("PRAGMA foreign_keys = OFF")
+            schema.migrate(self.conn, str(self.path))
+        except sqlite3.Error as exc:
+            raise self._mapped(exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    @contextlib.contextmanager
+    def write(self, *, durable: bool) -> Iterator[sqlite3.Connection]:
+        """A ``BEGIN IMMEDIATE`` transaction; committed on success, rolled back on any error.
+
+        ``durable`` selects ``synchronous=FULL`` for this transaction (NORMAL
+        when the ledger was opened with ``sync="normal"``).
+        """
+        with self._lock:
+            self._check_process()
+            conn = self.conn
+            try:
+                self._set_sync(self._durable_level if durable else "NORMAL")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                finally:
+                    # Reached with a transaction open only when something failed:
+                    # COMMIT itself, or the body.
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+            except sqlite3.Error as exc:
+                raise self._mapped(exc) from exc
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot for several statements."""
+        with self._lock:
+            self._check_process()
+            conn = self.conn
+            try:
+                conn.execute("BEGIN")
+                try:
+                    yield conn
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self._mapped(exc) from exc
+
+    def _set_sync(self, level: str) -> None:
+        # A no-op PRAGMA still costs a statement; skip it when nothing changes.
+        if self._sync != level:
+            self.conn.execute(f"PRAGMA synchronous = {level}")
+            self._sync = level
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise LedgerError(
+                f"this Ledger was opened in process {self._pid}; an SQLite connection must "
+                f"not cross a fork, so open a new Ledger in process {os.getpid()}"
+            )
+
+    def _mapped(self, exc: sqlite3.Error) -> LedgerError:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary result code
+        where = self.path
+        if code == sqlite3.SQLITE_FULL:
+            return LedgerFull(
+                f"the disk holding the state dir ({where.parent}) is full; the transaction was "
+                f"rolled back and nothing was written. Free space there and retry"
+            )
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return LedgerError(
+                f"{where} stayed locked by another process for more than "
+                f"{self._busy_timeout} s; nothing was written. Retry, or raise busy_timeout"
+            )
+        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            return LedgerCorrupt(f"{where} is damaged or not an SQLite database: {exc}")
+        if code == sqlite3.SQLITE_READONLY:
+            return LedgerError(f"{where} is read-only here: {exc}; nothing was written")
+        return LedgerError(f"{where}: {exc}")

@@ -1,0 +1,137 @@
+"""One supervisor per state dir: an ``flock`` on ``<state_dir>/supervisor.lock``.
+
+The kernel drops an ``flock`` when the last descriptor of its open file goes
+away, so a supervisor killed with SIGKILL frees the state dir at once; there is
+no stale lock file to clean up. The holder writes its pid into the file so
+that a refused second supervisor can say who is in the way.
+
+A descriptor inherited by a child keeps the lock alive. ``O_CLOEXEC`` covers
+children that exec; for children that only fork (a zygote, a unit running
+Python) an at-fork hook closes the descriptor in the child, so a unit
+outliving a SIGKILLed supervisor never keeps the next one out. (Between the
+fork and that hook the child briefly holds a copy: a supervisor started in
+that instant gets the lock if it acquires with a timeout of a second or so.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+import weakref
+
+from workunits._errors import SupervisorBusy
+from workunits._ledger._db import create_private_file, prepare_state_dir
+
+LOCK_FILE = "supervisor.lock"
+_PID_WIDTH = 20  # the pid is written padded, in one pwrite, so a reader never sees half
+
+_held: weakref.WeakSet[SupervisorLock] = weakref.WeakSet()
+
+
+class SupervisorLock:
+    """The state dir's supervisor lock. Used by one thread; not reentrant."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = prepare_state_dir(state_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, timeout: float | None = 0.0, *, poll_interval: float = 0.02) -> None:
+        """Take the lock; with another holder, wait up to ``timeout`` s (None: forever).
+
+        Raises SupervisorBusy naming the holder's pid when the wait runs out.
+        """
+        if self._fd is not None:
+            raise RuntimeError(f"{self.path} is already held by this SupervisorLock")
+        create_private_file(self.path)
+        fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self._wait(fd, timeout, poll_interval)
+            os.pwrite(fd, f"{os.getpid():<{_PID_WIDTH}}\n".encode(), 0)
+            os.ftruncate(fd, _PID_WIDTH + 1)
+        except BaseException:
+            os.close(fd)  # also drops the lock, if it was taken
+            raise
+        self._fd = fd
+        _held.add(self)
+
+    def _wait(self, fd: int, timeout: float | None, poll_interval: float) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not _try_lock(fd):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._busy(fd, timeout)
+            # flock has no timeout of its own; a short poll keeps the wait bounded
+            # and the thread interruptible.
+            time.sleep(poll_interval)
+
+    def _busy(self, fd: int, timeout: float | None) -> SupervisorBusy:
+        pid = _holder(fd)
+        who = f"pid {pid}" if pid is not None else "a process whose pid is unknown"
+        waited = f" after waiting {timeout} s" if timeout else ""
+        return SupervisorBusy(
+            f"another supervisor ({who}) is running on {self.path.parent}{waited}; "
+            f"stop it, connect to it as a client, or use another state dir",
+            pid,
+        )
+
+    def release(self) -> None:
+        """Give the lock up; a no-op when not held."""
+        fd, self._fd = self._fd, None
+        _held.discard(self)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(fd, b" " * _PID_WIDTH + b"\n", 0)
+            os.close(fd)
+
+    def holder_pid(self) -> int | None:
+        """The pid written by the current holder, if any (also when nobody holds it)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            return _holder(fd)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> SupervisorLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
+def _holder(fd: int) -> int | None:
+    text = os.pread(fd, _PID_WIDTH + 1, 0).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _forget_in_child() -> None:
+    # Runs in a freshly forked child: its copies of the descriptors must not
+    # keep the parent's lock alive. Closing them leaves the parent's lock held.
+    for lock in list(_held):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

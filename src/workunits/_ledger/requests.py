@@ -1,0 +1,132 @@
+"""Requests: how processes other than the supervisor ask it for something.
+
+A CLI, a UI or a reconnecting client never changes a unit itself; it appends
+a request (``submit``, ``cancel``, ``kill``, ``retain``, ``release``) and the
+supervisor applies it on its next tick, or when one next starts. Taking
+requests marks them in the same transaction that reads them, so two takers
+never get the same request. A supervisor that dies between taking and
+finishing a request leaves it taken; the next one calls :func:`reopen` to
+take such requests again (at least once, so requests are made idempotent by
+the supervisor: cancel/kill of an ended unit is a no-op).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from workunits import _ids
+from workunits import _strictjson as strictjson
+from workunits._errors import LedgerCorrupt, LedgerError, SpecError
+from workunits._ledger._db import Database
+
+VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    seq: int
+    verb: str
+    target: str
+    args: dict[str, Any]
+    created_at: float
+    taken_at: float | None
+    taken_by: str | None
+    done_at: float | None
+    result: Any
+
+
+def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: float) -> int:
+    """Append a request; return its sequence number. Fully synced: a cancel must not be lost."""
+    if verb not in VERBS:
+        raise SpecError(f"{verb!r} is not a request verb; one of {', '.join(VERBS)}")
+    _ids.validate(target)
+    data = strictjson.dumps({} if args is None else args, f"{verb} request for {target}")
+    with db.write(durable=True) as conn:
+        cursor = conn.execute(
+            "INSERT INTO requests (verb, target, args, created_at) VALUES (?, ?, ?, ?)",
+            (verb, target, data, now),
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+
+def take(db: Database, limit: int, session: str | None, now: float) -> list[Request]:
+    """Take up to ``limit`` open requests, oldest first; each is taken by one caller only."""
+    # A supervisor asks on every tick and there is usually nothing: look before
+    # paying for a write transaction (its lock and commit) to find that out.
+    with db.read() as conn:
+        if conn.execute("SELECT 1 FROM requests WHERE taken_at IS NULL LIMIT 1").fetchone() is None:
+            return []
+    with db.write(durable=False) as conn:
+        rows = conn.execute(
+            "SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq LIMIT ?", (limit,)
+        ).fetchall()
+        conn.executemany(
+            "UPDATE requests SET taken_at = ?, taken_by = ? WHERE seq = ?",
+            [(now, session, row["seq"]) for row in rows],
+        )
+        # A row written outside workunits that does not decode is answered with
+        # its error and finished here: raising would refuse the whole batch, at
+        # every tick, and no good request behind it would ever be applied.
+        taken: list[Request] = []
+        refused: list[tuple[float, bytes, int]] = []
+        for row in rows:
+            try:
+                taken.append(_decode(row, taken_at=now, taken_by=session))
+            except LedgerCorrupt as exc:
+                answer = strictjson.dumps({"error": str(exc)}, f"result of request {row['seq']}")
+                refused.append((now, answer, row["seq"]))
+        conn.executemany("UPDATE requests SET done_at = ?, result = ? WHERE seq = ?", refused)
+    return taken
+
+
+def finish(db: Database, seq: int, result: Any, now: float) -> None:
+    """Record a taken request's outcome (exact JSON), for the client that made it."""
+    data = strictjson.dumps(result, f"result of request {seq}")
+    with db.write(durable=False) as conn:
+        cursor = conn.execute(
+            "UPDATE requests SET done_at = ?, result = ? WHERE seq = ? AND taken_at IS NOT NULL",
+            (now, data, seq),
+        )
+        if cursor.rowcount != 1:
+            raise LedgerError(f"no taken request {seq} in the ledger")
+
+
+def get(db: Database, seq: int) -> Request | None:
+    with db.read() as conn:
+        row = conn.execute("SELECT * FROM requests WHERE seq = ?", (seq,)).fetchone()
+    return None if row is None else _decode(row)
+
+
+def reopen(db: Database, current_session: str) -> int:
+    """Make requests taken but never finished by other sessions open again."""
+    with db.write(durable=False) as conn:
+        cursor = conn.execute(
+            "UPDATE requests SET taken_at = NULL, taken_by = NULL "
+            "WHERE taken_at IS NOT NULL AND done_at IS NULL AND taken_by IS NOT ?",
+            (current_session,),
+        )
+        return cursor.rowcount
+
+
+def _decode(row: Any, **override: Any) -> Request:
+    seq = row["seq"]
+    where = f"request {seq}"
+    args = strictjson.loads(row["args"], where, "requests.args")
+    if not isinstance(args, dict):
+        raise LedgerCorrupt(f"{where}: column requests.args is not a JSON object")
+    result = row["result"]
+    fields: dict[str, Any] = {
+        "seq": seq,
+        "verb": row["verb"],
+        "target": row["target"],
+        "args": args,
+        "created_at": row["created_at"],
+        "taken_at": row["taken_at"],
+        "taken_by": row["taken_by"],
+        "done_at": row["done_at"],
+        "result": None if result is None else strictjson.loads(result, where, "requests.result"),
+    }
+    fields.update(override)
+    return Request(**fields)

@@ -1,0 +1,90 @@
+"""Retention: ended units expire to a small row, and much later are forgotten.
+
+Expiry drops what is heavy and no longer needed -- spec, result, cause,
+output tail, checkpoint -- and keeps how the unit ended, so the ledger
+still answers for it, with its status shown as ``expired`` (invariant 8),
+never "unknown" or "pending". Forgetting deletes the row; the ID is unknown
+afterwards.
+"""
+
+from __future__ import annotations
+
+from workunits._ledger._db import Database
+from workunits._ledger.rows import IN_TERMINAL, TERMINAL
+
+# What expiry drops: everything heavy, keeping how the unit ended.
+_DROP = (
+    "SET expired_at = ?, spec = NULL, spec_mac = NULL, spec_versions = NULL, "
+    "result = NULL, result_format = NULL, result_mac = NULL, result_versions = NULL, "
+    "cause = NULL, cause_format = NULL, cause_mac = NULL, cause_versions = NULL, "
+    "output_tail = NULL, checkpoint = NULL, progress_message = NULL"
+)
+_HEAVY_BYTES = (
+    "ifnull(length(spec), 0) + ifnull(length(result), 0) + ifnull(length(cause), 0) "
+    "+ ifnull(length(output_tail), 0) + ifnull(length(checkpoint), 0)"
+)
+
+
+def expire(db: Database, now: float) -> list[str]:
+    """Expire ended, unretained units whose ``expire_at`` has passed; return their IDs."""
+    # INDEXED BY: without statistics SQLite would pick the status index and
+    # visit every ended unit; units_expire holds only those due.
+    where = (
+        f"WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 AND status IN {IN_TERMINAL}"
+    )
+    # NORMAL sync: an expiry lost to a power cut is simply done again. The
+    # SELECT and the UPDATE see the same rows: the write lock is held for both.
+    with db.write(durable=False) as conn:
+        ids = [
+            str(row[0])
+            for row in conn.execute(
+                f"SELECT id FROM units INDEXED BY units_expire {where}",  # noqa: S608
+                (now, *TERMINAL),
+            )
+        ]
+        if ids:
+            conn.execute(
+                f"UPDATE units INDEXED BY units_expire {_DROP} {where}", (now, now, *TERMINAL)
+            )
+        return ids
+
+
+def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str], int]:
+    """Expire ended, unretained units that are due or ended at or before ``cut``.
+
+    For ``gc --older-than``: a person asks for room now, whatever each unit's
+    ``expire_at`` says. Returns the units expired and how many bytes of spec,
+    result, cause, output tail and checkpoint they dropped.
+    """
+    where = (
+        f"WHERE expired_at IS NULL AND retain = 0 AND status IN {IN_TERMINAL} "
+        "AND (ended_at <= ? OR expire_at <= ?)"
+    )
+    params = (*TERMINAL, cut, now)
+    with db.write(durable=False) as conn:
+        rows = conn.execute(
+            f"SELECT id, {_HEAVY_BYTES} FROM units {where}",  # noqa: S608
+            params,
+        ).fetchall()
+        if rows:
+            conn.execute(f"UPDATE units {_DROP} {where}", (now, *params))
+        return [str(r[0]) for r in rows], sum(int(r[1]) for r in rows)
+
+
+def forget(db: Database, cut: float) -> int:
+    """Delete units expired before ``cut``, and bookkeeping that ended before it.
+
+    Undelivered notices stay whatever their age: a parent may still come for
+    them. Returns how many unit rows were deleted.
+    """
+    with db.write(durable=False) as conn:
+        deleted = conn.execute(
+            "DELETE FROM units WHERE expired_at IS NOT NULL AND expired_at <= ?", (cut,)
+        ).rowcount
+        conn.execute(
+            "DELETE FROM notifications WHERE delivered_at IS NOT NULL "
+            "AND id NOT IN (SELECT id FROM units)"
+        )
+        conn.execute("DELETE FROM requests WHERE done_at IS NOT NULL AND done_at <= ?", (cut,))
+        conn.execute("DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at <= ?", (cut,))
+    return deleted

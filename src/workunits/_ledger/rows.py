@@ -1,0 +1,385 @@
+"""Ledger rows as typed values, and their conversions to and from ``WorkRecord``.
+
+A ``WorkRecord`` is the in-memory snapshot the supervisor's registry holds; a
+``UnitRow`` is what the ledger keeps, which is more: the idempotency key, the
+spec, attempts, progress, checkpoint, result, session, retention. Reading a
+row checks every column it decodes, so a row changed outside workunits
+raises ``LedgerCorrupt`` naming the unit and the column, never a bare
+``KeyError`` or ``ValueError`` from deep inside.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+
+from workunits import _strictjson as strictjson
+from workunits._errors import LedgerCorrupt
+from workunits._ledger.values import Stored
+from workunits._record import Notification, WorkRecord
+from workunits._status import Reason, Status, is_terminal
+
+EXPIRED = "expired"
+"""How a unit whose retention ran out shows its status (its terminal status is kept)."""
+
+# Columns a WorkRecord mirrors, written from it on every transition. Its
+# result and cause are written too, signed, once they are set (see writes.py);
+# its other fields (output_offset, notified, evict_after) describe one
+# process's memory.
+RECORD_COLUMNS = (
+    "status",
+    "started_at",
+    "ended_at",
+    "output_path",
+    "output_bytes",
+    "output_tail",
+    "exit_code",
+    "signal",
+    "error",
+    "reason",
+    "retain",
+    "pid",
+    "progress",
+    "progress_message",
+)
+
+# Columns ``Ledger.write`` may set by name, besides the record's own.
+EXTRA_COLUMNS = (
+    "cancel_requested",
+    "session",
+    "expire_at",
+    "max_attempts",
+    "resumable",
+)
+
+# Terminal statuses as SQL sees them, derived from is_terminal (the one place
+# that knows): ``status IN {IN_TERMINAL}`` with ``*TERMINAL`` as parameters.
+TERMINAL = tuple(s.value for s in Status if is_terminal(s))
+IN_TERMINAL = f"({', '.join('?' * len(TERMINAL))})"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class NewUnit:
+    """What a submit inserts: a ``pending`` unit whose ID the caller minted.
+
+    With ``started_at``, a unit its supervisor starts at once is inserted
+    ``running``: one fully synced commit instead of a submit and a transition.
+    """
+
+    id: str
+    kind: str
+    spec: Stored
+    created_at: float
+    parent: str | None = None
+    description: str = ""
+    key: str | None = None
+    max_attempts: int = 1
+    resumable: bool = False
+    session: str | None = None
+    output_path: str | None = None
+    started_at: float | None = None
+
+    @property
+    def status(self) -> Status:
+        return Status.PENDING if self.started_at is None else Status.RUNNING
+
+    @classmethod
+    def of(
+        cls,
+        record: WorkRecord,
+        spec: Stored,
+        *,
+        key: str | None = None,
+        max_attempts: int = 1,
+        resumable: bool = False,
+        session: str | None = None,
+        started_at: float | None = None,
+    ) -> NewUnit:
+        """The row for a freshly registered record (``running`` with ``started_at``)."""
+        return cls(
+            id=record.id,
+            kind=record.kind,
+            spec=spec,
+            created_at=record.created_at,
+            parent=record.parent,
+            description=record.description,
+            key=key,
+            max_attempts=max_attempts,
+            resumable=resumable,
+            session=session,
+            output_path=record.output_path,
+            started_at=started_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitRow:
+    """One row of ``units``, decoded. Blobs the caller may not need stay raw."""
+
+    id: str
+    kind: str
+    status: Status
+    parent: str | None
+    description: str
+    key: str | None
+    spec_hash: str
+    spec: Stored | None  # None once expired
+    attempt: int
+    max_attempts: int
+    resumable: bool
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    reason: Reason | None
+    output_path: str | None
+    output_bytes: int
+    output_tail: bytes
+    progress: float | None
+    progress_message: str | None
+    checkpoint: bytes | None  # raw JSON; see last_checkpoint()
+    result: Stored | None
+    cause: Stored | None  # a failed unit's pickled exception
+    cancel_requested: bool
+    retain: int
+    session: str | None
+    pid: int | None
+    expire_at: float | None
+    expired_at: float | None
+
+    @property
+    def expired(self) -> bool:
+        return self.expired_at is not None
+
+    @property
+    def shown_status(self) -> str:
+        """``expired`` once retention ran out, else the status."""
+        return EXPIRED if self.expired else self.status.value
+
+    def last_checkpoint(self) -> Any:
+        """The last saved checkpoint, decoded (None when there is none)."""
+        if self.checkpoint is None:
+            return None
+        return strictjson.loads(self.checkpoint, self.id, "checkpoint")
+
+    def to_record(self) -> WorkRecord:
+        """The in-memory record this row stands for, as a supervisor would hold it.
+
+        A terminal row's notice is in the outbox (written with the transition),
+        so ``notified`` is true exactly when the status is terminal. The memory-only
+        fields (``output_offset``, ``evict_after``) start afresh. A pickled result
+        or cause is handed on as bytes: rows the Ledger reads have had their
+        signatures checked (``Ledger`` verifies them on every read).
+        """
+        return WorkRecord(
+            id=self.id,
+            kind=self.kind,
+            status=self.status,
+            parent=self.parent,
+            description=self.description,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            output_path=self.output_path,
+            output_bytes=self.output_bytes,
+            output_tail=self.output_tail,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            error=self.error,
+            reason=self.reason,
+            notified=is_terminal(self.status),
+            retain=self.retain,
+            attempt=self.attempt,
+            pid=self.pid,
+            progress=self.progress,
+            progress_message=self.progress_message or "",
+            result=None if self.result is None else self.result.data,
+            result_format=None if self.result is None else self.result.format,
+            cause=None if self.cause is None else self.cause.data,
+            expired_at=self.expired_at,
+        )
+
+    @classmethod
+    def fresh(cls, new: NewUnit, spec_hash: str) -> UnitRow:
+        """The row a submit of ``new`` inserts, without reading it back."""
+        return cls(
+            id=new.id,
+            kind=new.kind,
+            status=new.status,
+            parent=new.parent,
+            description=new.description,
+            key=new.key,
+            spec_hash=spec_hash,
+            spec=new.spec,
+            attempt=1,
+            max_attempts=new.max_attempts,
+            resumable=new.resumable,
+            created_at=new.created_at,
+            started_at=new.started_at,
+            ended_at=None,
+            exit_code=None,
+            signal=None,
+            error=None,
+            reason=None,
+            output_path=new.output_path,
+            output_bytes=0,
+            output_tail=b"",
+            progress=None,
+            progress_message=None,
+            checkpoint=None,
+            result=None,
+            cause=None,
+            cancel_requested=False,
+            retain=0,
+            session=new.session,
+            pid=None,
+            expire_at=None,
+            expired_at=None,
+        )
+
+    @classmethod
+    def from_sql(cls, row: sqlite3.Row) -> UnitRow:
+        work_id = row["id"]
+        if not isinstance(work_id, str):
+            raise LedgerCorrupt(f"a units row has id {work_id!r}, which is not a str")
+        c = _Columns(row, work_id)
+        return cls(
+            id=work_id,
+            kind=c.req("kind", str),
+            status=c.req("status", Status),
+            parent=c.opt("parent", str),
+            description=c.req("description", str),
+            key=c.opt("key", str),
+            spec_hash=c.req("spec_hash", str),
+            spec=c.stored("spec"),
+            attempt=c.req("attempt", int),
+            max_attempts=c.req("max_attempts", int),
+            resumable=c.req("resumable", bool),
+            created_at=c.req("created_at", float),
+            started_at=c.opt("started_at", float),
+            ended_at=c.opt("ended_at", float),
+            exit_code=c.opt("exit_code", int),
+            signal=c.opt("signal", int),
+            error=c.opt("error", str),
+            reason=c.opt("reason", Reason),
+            output_path=c.opt("output_path", str),
+            output_bytes=c.req("output_bytes", int),
+            output_tail=c.opt("output_tail", bytes) or b"",
+            progress=c.opt("progress", float),
+            progress_message=c.opt("progress_message", str),
+            checkpoint=c.opt("checkpoint", bytes),
+            result=c.stored("result"),
+            cause=c.stored("cause"),
+            cancel_requested=c.req("cancel_requested", bool),
+            retain=c.req("retain", int),
+            session=c.opt("session", str),
+            pid=c.opt("pid", int),
+            expire_at=c.opt("expire_at", float),
+            expired_at=c.opt("expired_at", float),
+        )
+
+
+class _Columns:
+    """Typed access to one row's columns; every failure names the unit and the column."""
+
+    def __init__(self, row: sqlite3.Row, work_id: str) -> None:
+        self._row = row
+        self._id = work_id
+
+    def opt(self, name: str, conv: Callable[[Any], T]) -> T | None:
+        value = self._row[name]
+        if value is None:
+            return None
+        return self._convert(name, value, conv)
+
+    def req(self, name: str, conv: Callable[[Any], T]) -> T:
+        value = self._row[name]
+        if value is None:
+            raise LedgerCorrupt(f"unit {self._id}: column {name} is NULL")
+        return self._convert(name, value, conv)
+
+    def stored(self, name: str) -> Stored | None:
+        data = self.opt(name, bytes)
+        if data is None:
+            return None
+        fmt = self.req(f"{name}_format", str)
+        return Stored(fmt, data, self.opt(f"{name}_mac", bytes), self.opt(f"{name}_versions", str))
+
+    def _convert(self, name: str, value: Any, conv: Callable[[Any], T]) -> T:
+        # SQLite's flexible typing lets an outside writer put any type anywhere:
+        # accept only the storage class each column is meant to have.
+        expected = _STORAGE.get(conv)
+        if expected is not None and not isinstance(value, expected):
+            raise LedgerCorrupt(
+                f"unit {self._id}: column {name} holds {type(value).__name__} {value!r:.60}, "
+                f"not {getattr(expected, '__name__', expected)}"
+            )
+        try:
+            return conv(value)
+        except ValueError:
+            raise LedgerCorrupt(
+                f"unit {self._id}: column {name} holds {value!r:.60}, which is not a "
+                f"known {getattr(conv, '__name__', 'value')}"
+            ) from None
+
+
+_STORAGE: Mapping[object, type | types.UnionType] = {
+    str: str,
+    int: int,
+    bool: int,
+    float: float | int,
+    bytes: bytes,
+    Status: str,
+    Reason: str,
+}
+
+
+# -- notifications ----------------------------------------------------------------
+
+
+def encode_notification(notice: Notification) -> bytes:
+    return orjson.dumps(
+        {
+            "id": notice.id,
+            "kind": notice.kind,
+            "status": notice.status.value,
+            "exit_code": notice.exit_code,
+            "signal": notice.signal,
+            "error": notice.error,
+            "reason": None if notice.reason is None else notice.reason.value,
+            "description": notice.description,
+            "output_tail": base64.b64encode(notice.output_tail).decode("ascii"),
+            "ended_at": notice.ended_at,
+        }
+    )
+
+
+def decode_notification(payload: bytes, work_id: str) -> Notification:
+    doc = strictjson.loads(payload, work_id, "notifications.payload")
+    try:
+        return Notification(
+            id=doc["id"],
+            kind=doc["kind"],
+            status=Status(doc["status"]),
+            exit_code=doc["exit_code"],
+            signal=doc["signal"],
+            error=doc["error"],
+            reason=None if doc["reason"] is None else Reason(doc["reason"]),
+            description=doc["description"],
+            output_tail=base64.b64decode(doc["output_tail"], validate=True),
+            ended_at=doc["ended_at"],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LedgerCorrupt(
+            f"unit {work_id}: column notifications.payload is not a notification ({exc!r})"
+        ) from None

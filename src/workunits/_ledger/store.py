@@ -1,0 +1,526 @@
+"""``Ledger``: the durable store of work units in ``<state_dir>/ledger.db``.
+
+Safe to use from several processes at once (SQLite WAL, ``BEGIN IMMEDIATE``
+on every write, a busy timeout) and from several threads of one process (one
+connection behind a lock). Each process opens its own ``Ledger``.
+
+Durability: submits, terminal writes, checkpoints, requests and session
+open/close are fully synced (``synchronous=FULL``); grouped non-terminal
+transitions, progress and delivery marks use NORMAL. A killed process loses
+no committed transaction either way; a power cut or OS crash may lose NORMAL
+commits made since the last fully synced one -- WAL keeps commits in order,
+so each fully synced commit makes every earlier one durable too.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from workunits import _ids, _outputfile
+from workunits import _strictjson as strictjson
+from workunits._clock import Clock, SystemClock
+from workunits._errors import (
+    IdempotencyConflict,
+    InvalidTransition,
+    NoLedger,
+    SpecError,
+    StaleAttempt,
+    UnknownWork,
+    UnstorableValue,
+)
+from workunits._ledger import (
+    outbox,
+    requests,
+    retention,
+    sessions,
+    submits,
+    values,
+    writes,
+)
+from workunits._ledger._db import DB_FILE, Database, prepare_state_dir
+from workunits._ledger.requests import Request
+from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
+from workunits._ledger.sessions import Session
+from workunits._ledger.writes import NO_RESULT, Outcome, Write
+from workunits._record import Notification, WorkRecord
+from workunits._status import Status, is_terminal
+
+DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
+DEFAULT_BUSY_TIMEOUT = 10.0
+
+_STATUS_VALUES = frozenset(s.value for s in Status)
+
+
+class Ledger:
+    """The ledger of one state dir. Every method runs in the calling thread."""
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        expire_after: float = DEFAULT_EXPIRE_AFTER,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        sync: str = "full",
+    ) -> None:
+        """``sync="normal"`` trades power-cut durability for latency (see ``_db``)."""
+        self.state_dir = prepare_state_dir(state_dir)
+        self._clock = clock or SystemClock()
+        self._expire_after = expire_after
+        self._db = Database(self.state_dir, busy_timeout=busy_timeout, sync=sync)
+        try:
+            self._key = values.load_or_create_key(self.state_dir)
+        except BaseException:
+            self._db.close()
+            raise
+
+    @classmethod
+    def open_existing(
+        cls,
+        state_dir: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> Ledger:
+        """Open the ledger of ``state_dir``; NoLedger when there is none (nothing is created).
+
+        For readers such as the CLI's ``ls``: looking must not leave an empty
+        ledger (or state dir) behind in a directory given by mistake.
+        """
+        path = Path(state_dir) / DB_FILE
+        if not path.is_file():
+            raise NoLedger(
+                f"{Path(state_dir)} holds no workunits ledger (no {DB_FILE}); check the state "
+                f"dir, or start one with `workunits serve --state {state_dir}`"
+            )
+        return cls(state_dir, clock=clock, busy_timeout=busy_timeout)
+
+    @property
+    def path(self) -> Path:
+        return self._db.path
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- submit and read ---------------------------------------------------------
+
+    def submit(self, new: NewUnit) -> tuple[UnitRow, bool]:
+        """Insert ``new`` (``pending``, or ``running`` when it has ``started_at``), or return
+        the unit that already has its key.
+
+        Returns ``(row, created)``. The same key with the same spec hash returns
+        the existing unit whatever its status (expired too) with
+        ``created=False``; the same key with another spec raises
+        IdempotencyConflict. Check and insert are one ``BEGIN IMMEDIATE``
+        transaction, so concurrent submits from several processes make one unit
+        per key (invariant 12). Fully synced before it returns.
+        """
+        (answer,) = self.submit_many([new])
+        if isinstance(answer, IdempotencyConflict):
+            raise answer
+        return answer
+
+    def submit_many(
+        self, batch: Iterable[NewUnit]
+    ) -> builtins.list[tuple[UnitRow, bool] | IdempotencyConflict]:
+        """Several submits in one fully synced transaction: one fsync for the group.
+
+        Each answer is what ``submit`` would return, or the IdempotencyConflict
+        it would raise; a conflict does not stop the others. For a supervisor
+        that applies the submits it received during one tick.
+        """
+        prepared = [(new, self._check_new(new)) for new in batch]
+        with self._db.write(durable=True) as conn:
+            answers = [submits.insert(conn, new, digest) for new, digest in prepared]
+        return [
+            a if isinstance(a, IdempotencyConflict) or a[1] else (self._checked(a[0]), False)
+            for a in answers
+        ]
+
+    @staticmethod
+    def _check_new(new: NewUnit) -> str:
+        _ids.validate(new.id)
+        if new.parent is not None:
+            _ids.validate(new.parent)
+        if new.session is not None:
+            sessions.validate(new.session)
+        return values.spec_hash(new.kind, new.spec)
+
+    def get(self, work_id: str) -> UnitRow | None:
+        _ids.validate(work_id)
+        with self._db.read() as conn:
+            row = conn.execute("SELECT * FROM units WHERE id = ?", (work_id,)).fetchone()
+        return None if row is None else self._checked(UnitRow.from_sql(row))
+
+    def require(self, work_id: str) -> UnitRow:
+        """Like ``get``, but an ID the ledger never saw (or has forgotten) raises UnknownWork."""
+        row = self.get(work_id)
+        if row is None:
+            raise UnknownWork(f"the ledger has no unit {work_id}")
+        return row
+
+    def list(
+        self,
+        *,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+        limit: int | None = None,
+        ended_after: float | None = None,
+    ) -> builtins.list[UnitRow]:
+        """Units oldest first. ``status="expired"`` lists expired units; a real status
+        lists units that have it and are not expired (their status reads ``expired``).
+        ``ended_after`` keeps units that ended at or after that time."""
+        clauses: builtins.list[str] = []
+        params: builtins.list[object] = []
+        if status == EXPIRED:
+            clauses.append("expired_at IS NOT NULL")
+        elif status is not None:
+            if status not in _STATUS_VALUES:
+                raise SpecError(f"{status!r} is not a status (nor {EXPIRED!r})")
+            clauses.append("status = ? AND expired_at IS NULL")
+            params.append(Status(status).value)
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)
+        if parent is not None:
+            clauses.append("parent = ?")
+            params.append(_ids.validate(parent))
+        if ended_after is not None:
+            clauses.append("ended_at >= ?")
+            params.append(ended_after)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        params.append(-1 if limit is None else limit)
+        with self._db.read() as conn:
+            rows = conn.execute(
+                f"SELECT * FROM units {where} ORDER BY created_at, id LIMIT ?",  # noqa: S608
+                params,
+            ).fetchall()
+        return [self._checked(UnitRow.from_sql(row)) for row in rows]
+
+    def load_spec(self, work_id: str) -> object:
+        """The unit's spec, verified (LedgerTampered) before anything in it is loaded."""
+        row = self.require(work_id)
+        if row.spec is None:
+            raise UnknownWork(f"{work_id} has expired; its spec is no longer kept")
+        return values.decode_spec(row.spec, work_id=work_id, key=self._key)
+
+    def load_result(self, work_id: str) -> Any:
+        """The stored result (None when there is none); a pickle is verified first."""
+        row = self.require(work_id)
+        if row.result is None:
+            return None
+        return values.decode_result(row.result, work_id=work_id, key=self._key)
+
+    def encode_spec(self, spec: object, work_id: str) -> values.Stored:
+        """``spec`` signed with this state dir's key, for a :class:`NewUnit`."""
+        return values.encode_spec(spec, work_id=work_id, key=self._key)
+
+    # -- fenced writes -------------------------------------------------------------
+
+    def write(
+        self,
+        target: WorkRecord | str,
+        *,
+        attempt: int,
+        result: object = NO_RESULT,
+        json_result: bool = False,
+        notification: Notification | None = None,
+        **fields: object,
+    ) -> bool:
+        """Write a record's columns (or ``fields`` of the unit ``target``), fenced by attempt.
+
+        Returns False when the write was ignored because it would leave a
+        terminal status (a normal race). Raises StaleAttempt when ``attempt``
+        is not the unit's current one. A write that makes the unit terminal
+        commits its outbox notice in the same, fully synced transaction.
+        """
+        w = Write(target, attempt, fields, result, json_result, notification)
+        ((outcome, current),) = self._apply([w])
+        if outcome is Outcome.STALE:
+            raise StaleAttempt(_id_of(target), attempt, current)
+        return outcome is Outcome.WRITTEN
+
+    def write_many(self, batch: Iterable[Write]) -> builtins.list[Outcome]:
+        """Apply several writes in one transaction (one commit, one sync for the group).
+
+        Each write's outcome is in the list; a stale or ignored one does not
+        stop the others. The group is fully synced when any write in it makes
+        a unit terminal or stores a result, else NORMAL.
+        """
+        return [outcome for outcome, _ in self._apply(builtins.list(batch))]
+
+    def _apply(self, batch: builtins.list[Write]) -> builtins.list[tuple[Outcome, int]]:
+        prepared = [writes.prepare(w, self._encode_result(w), self._seal_cause(w)) for w in batch]
+        durable = any(
+            "result" in p.columns or (p.status is not None and is_terminal(p.status))
+            for p in prepared
+        )
+        now = self._clock.now()
+        with self._db.write(durable=durable) as conn:
+            return [
+                writes.apply(conn, p, now=now, expire_after=self._expire_after) for p in prepared
+            ]
+
+    def _encode_result(self, w: Write) -> values.Stored | None:
+        """The result to store: a value given to write(), or the bytes a record carries."""
+        work_id = _id_of(w.target)
+        if w.result is not NO_RESULT:
+            return values.encode_result(
+                w.result, work_id=work_id, key=self._key, json_only=w.json_result
+            )
+        if isinstance(w.target, WorkRecord) and w.target.result is not None:
+            fmt = w.target.result_format
+            if fmt is None:
+                raise SpecError(f"{work_id}: the record has a result but no result_format")
+            return values.seal(
+                w.target.result, fmt, purpose="result", work_id=work_id, key=self._key
+            )
+        return None
+
+    def _seal_cause(self, w: Write) -> values.Stored | None:
+        if isinstance(w.target, WorkRecord) and w.target.cause is not None:
+            return values.seal(
+                w.target.cause, "pickle", purpose="cause", work_id=w.target.id, key=self._key
+            )
+        return None
+
+    def _checked(self, row: UnitRow) -> UnitRow:
+        """``row``, once its pickled result and cause verify (LedgerTampered otherwise).
+
+        Every row the Ledger hands out passes here, so the bytes a record
+        carries onward (``to_record``) are the ones this state dir signed.
+        """
+        for purpose, stored in (("result", row.result), ("cause", row.cause)):
+            if stored is not None:
+                values.verify(stored, purpose=purpose, work_id=row.id, key=self._key)
+        return row
+
+    def write_progress_batch(self, items: Iterable[tuple[str, int, float, str | None]]) -> int:
+        """Store ``(id, attempt, fraction, message)`` items in one NORMAL transaction.
+
+        Items from a stale attempt, or for a unit that has ended, are dropped.
+        Returns how many were written.
+        """
+        params = [_progress_params(*item) for item in items]
+        if not params:
+            return 0
+        with self._db.write(durable=False) as conn:
+            cursor = conn.executemany(
+                "UPDATE units SET progress = ?, progress_message = ? WHERE id = ? "  # noqa: S608
+                f"AND attempt = ? AND status NOT IN {IN_TERMINAL}",
+                [(*p, *TERMINAL) for p in params],
+            )
+            return cursor.rowcount
+
+    def save_checkpoint(self, work_id: str, attempt: int, state: object) -> bool:
+        """Store ``state`` (exact JSON, else UnstorableValue naming the path), fenced.
+
+        Fully synced: a checkpoint is what a later attempt resumes from.
+        Returns False when the unit has already ended (the checkpoint is moot).
+        """
+        _ids.validate(work_id)
+        return self._store_checkpoint(
+            work_id, attempt, strictjson.dumps(state, f"checkpoint of {work_id}")
+        )
+
+    def save_checkpoint_encoded(self, work_id: str, attempt: int, data: bytes) -> bool:
+        """Like ``save_checkpoint`` for JSON a unit process already encoded strictly.
+
+        The supervisor receives checkpoints as bytes; decoding them only to
+        encode them again would cost a round trip per checkpoint. The bytes
+        must parse as JSON (UnstorableValue otherwise).
+        """
+        _ids.validate(work_id)
+        if not isinstance(data, bytes):
+            raise UnstorableValue(
+                f"checkpoint of {work_id}: expected JSON bytes, got {type(data).__name__}"
+            )
+        try:
+            orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UnstorableValue(
+                f"checkpoint of {work_id} is not valid JSON ({exc}); nothing was stored"
+            ) from None
+        return self._store_checkpoint(work_id, attempt, data)
+
+    def _store_checkpoint(self, work_id: str, attempt: int, data: bytes) -> bool:
+        with self._db.write(durable=True) as conn:
+            row = conn.execute(
+                "SELECT status, attempt FROM units WHERE id = ?", (work_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownWork(f"the ledger has no unit {work_id}")
+            if int(row["attempt"]) != attempt:
+                raise StaleAttempt(work_id, attempt, int(row["attempt"]))
+            if is_terminal(writes.status_of(row["status"], work_id)):
+                return False
+            conn.execute("UPDATE units SET checkpoint = ? WHERE id = ?", (data, work_id))
+        return True
+
+    def begin_attempt(self, work_id: str, session: str, *, expected: int | None = None) -> int:
+        """Resume a ``running`` unit as its next attempt (same ID) under ``session``.
+
+        ``expected`` is the attempt the caller saw; if another attempt began
+        since, StaleAttempt. Raises InvalidTransition for a unit that is not
+        running or has no attempts left (it should fail with reason ``lost``).
+        """
+        _ids.validate(work_id)
+        sessions.validate(session)
+        with self._db.write(durable=True) as conn:
+            row = conn.execute(
+                "SELECT status, attempt, max_attempts FROM units WHERE id = ?", (work_id,)
+            ).fetchone()
+            if row is None:
+                raise UnknownWork(f"the ledger has no unit {work_id}")
+            attempt, status = int(row["attempt"]), writes.status_of(row["status"], work_id)
+            if expected is not None and attempt != expected:
+                raise StaleAttempt(work_id, expected, attempt)
+            if status != Status.RUNNING:
+                raise InvalidTransition(
+                    f"{work_id} is {status.value}; only a running unit is resumed"
+                )
+            if attempt >= int(row["max_attempts"]):
+                raise InvalidTransition(
+                    f"{work_id} has used {attempt} of {row['max_attempts']} attempts; "
+                    f"end it failed with reason 'lost' instead"
+                )
+            conn.execute(
+                "UPDATE units SET attempt = ?, session = ?, pid = NULL WHERE id = ?",
+                (attempt + 1, session, work_id),
+            )
+        return attempt + 1
+
+    # -- retention -----------------------------------------------------------------
+
+    def expire(self) -> int:
+        """Drop spec, result, output tail, checkpoint and transcript of ended units past
+        ``expire_at``.
+
+        The small row stays and reads ``expired``; retained units wait. Returns
+        how many units expired now.
+        """
+        expired = retention.expire(self._db, self._clock.now())
+        self._drop_transcripts(expired)
+        return len(expired)
+
+    def expire_ended_before(self, cut: float) -> tuple[int, int]:
+        """Expire what is due and every ended, unretained unit that ended at or before ``cut``.
+
+        Returns ``(units, bytes)``: how many units expired now and how many
+        bytes of stored values and transcripts they dropped.
+        """
+        expired, freed = retention.expire_ended_before(self._db, self._clock.now(), cut)
+        return len(expired), freed + self._drop_transcripts(expired)
+
+    def _drop_transcripts(self, work_ids: Iterable[str]) -> int:
+        """Delete the transcripts of expired units (after the commit); the bytes freed."""
+        freed = 0
+        for work_id in work_ids:
+            if not _ids.is_valid(work_id):
+                continue  # a path is never built from an unchecked value, even our own row's
+            path = Path(_outputfile.transcript_path(self.state_dir, work_id))
+            try:
+                freed += path.lstat().st_size
+                path.unlink()
+            except FileNotFoundError:
+                continue  # not an agent, or already gone
+        return freed
+
+    def gc(self, older_than: float | None = None) -> int:
+        """Expire what is due, then forget units expired more than ``older_than`` s ago.
+
+        Also drops delivered notices of forgotten units, finished requests and
+        closed sessions older than that. ``older_than`` defaults to
+        ``expire_after``. Returns how many unit rows were deleted; their IDs are
+        unknown to the ledger afterwards.
+        """
+        now = self._clock.now()
+        retention.expire(self._db, now)
+        age = self._expire_after if older_than is None else older_than
+        return retention.forget(self._db, now - age)
+
+    # -- the outbox ------------------------------------------------------------------
+
+    def undelivered(
+        self, parent: str | None, limit: int | None = None
+    ) -> builtins.list[Notification]:
+        """Notices for ``parent`` (None: the application root) not yet marked delivered."""
+        return outbox.undelivered(self._db, parent, limit)
+
+    def mark_delivered(self, work_id: str, status: Status) -> bool:
+        """Mark one notice delivered; True only for the call that marked it."""
+        return outbox.mark_delivered(self._db, work_id, status, self._clock.now())
+
+    # -- requests from other processes -------------------------------------------------
+
+    def add_request(self, verb: str, target: str, args: dict[str, Any] | None = None) -> int:
+        return requests.add(self._db, verb, target, args, self._clock.now())
+
+    def take_requests(self, limit: int, *, session: str | None = None) -> builtins.list[Request]:
+        return requests.take(self._db, limit, session, self._clock.now())
+
+    def finish_request(self, seq: int, result: Any = None) -> None:
+        requests.finish(self._db, seq, result, self._clock.now())
+
+    def get_request(self, seq: int) -> Request | None:
+        return requests.get(self._db, seq)
+
+    def reopen_requests(self, current_session: str) -> int:
+        return requests.reopen(self._db, sessions.validate(current_session))
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(self, session_id: str, pid: int) -> None:
+        sessions.open_session(self._db, session_id, pid, self._clock.now())
+
+    def heartbeat(self, session_id: str) -> None:
+        sessions.heartbeat(self._db, session_id, self._clock.now())
+
+    def close_session(self, session_id: str) -> None:
+        sessions.close_session(self._db, session_id, self._clock.now())
+
+    def get_session(self, session_id: str) -> Session | None:
+        return sessions.get(self._db, session_id)
+
+    def live_sessions(self, stale_after: float) -> builtins.list[Session]:
+        return sessions.live(self._db, self._clock.now(), stale_after)
+
+    def units_of_dead_sessions(
+        self, current_session: str, *, stale_after: float | None = None
+    ) -> builtins.list[UnitRow]:
+        found = sessions.units_of_dead_sessions(
+            self._db, current_session, self._clock.now(), stale_after
+        )
+        return [self._checked(row) for row in found]
+
+
+def _id_of(target: WorkRecord | str) -> str:
+    return target.id if isinstance(target, WorkRecord) else target
+
+
+def _progress_params(
+    work_id: str, attempt: int, fraction: float, message: str | None
+) -> tuple[float, str | None, str, int]:
+    _ids.validate(work_id)
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not 0.0 <= fraction <= 1.0
+    ):
+        raise UnstorableValue(f"progress of {work_id} must be a number in [0, 1], got {fraction!r}")
+    if message is not None and not isinstance(message, str):
+        raise SpecError(f"progress message of {work_id} must be a str, got {message!r}")
+    return float(fraction), message, work_id, attempt

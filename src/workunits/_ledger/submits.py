@@ -1,0 +1,65 @@
+"""Submits: the idempotency check and the insert, inside one write transaction.
+
+Invariant 12 rests on both running under the same ``BEGIN IMMEDIATE`` lock:
+the key is looked up and, when absent, the row inserted before any other
+process can look for the same key.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from workunits._errors import IdempotencyConflict, LedgerError
+from workunits._ledger.rows import NewUnit, UnitRow
+
+
+def insert(
+    conn: sqlite3.Connection, new: NewUnit, digest: str
+) -> tuple[UnitRow, bool] | IdempotencyConflict:
+    """Inside a write transaction: the unit with ``new``'s key, or ``new`` inserted."""
+    if new.key is not None:
+        found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
+        if found is not None:
+            existing = UnitRow.from_sql(found)
+            if existing.spec_hash != digest:
+                return IdempotencyConflict(
+                    f"key {new.key!r} belongs to unit {existing.id} ({existing.kind}, "
+                    f"{existing.shown_status}), submitted with other arguments; use "
+                    f"another key, or resubmit the very same call to get {existing.id}"
+                )
+            return existing, False
+    try:
+        conn.execute(INSERT_UNIT, insert_params(new, digest))
+    except sqlite3.IntegrityError:
+        # The key was checked above under the write lock: only the ID can collide.
+        raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another") from None
+    return UnitRow.fresh(new, digest), True
+
+
+INSERT_UNIT = (
+    "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
+    "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
+    "session, output_path, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
+    return (
+        new.id,
+        new.kind,
+        new.status.value,
+        new.parent,
+        new.description,
+        new.key,
+        digest,
+        new.spec.data,
+        new.spec.format,
+        new.spec.mac,
+        new.spec.versions,
+        new.max_attempts,
+        int(new.resumable),
+        new.created_at,
+        new.session,
+        new.output_path,
+        new.started_at,
+    )

@@ -1,0 +1,432 @@
+"""``wu.current()``: the unit context, inside a unit process.
+
+Methods run in the unit's own thread(s); the channel's reader thread fills in
+cancel requests, replies, children's ends and monitors' events, and hands
+messages for a teammate (or a wake-up at a cancel) to ``inbox`` once a kind's
+runtime has opened it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from workunits import _framing
+from workunits import _strictjson as strictjson
+from workunits._errors import (
+    AskTimeout,
+    Cancelled,
+    NotFinished,
+    SpecError,
+    SupervisorClosed,
+    WorkunitsError,
+)
+from workunits._record import MonitorEvent, Notification, WorkRecord
+from workunits._runtime import messages as m
+from workunits._runtime.ratelimit import DEFAULT_RATE_LIMIT
+from workunits._runtime.steps import Steps, join
+from workunits._runtime.transcript import TranscriptWriter
+from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
+from workunits.supervisor.mailbox import Mailbox
+
+if TYPE_CHECKING:
+    from workunits._runtime.teammate import ChildTeammate
+
+_current: UnitContext | None = None
+
+
+def current() -> UnitContext:
+    """The context of the unit this code runs in; RuntimeError outside a unit."""
+    if _current is None:
+        raise RuntimeError("wu.current() is only available inside a work unit's process")
+    return _current
+
+
+class ChildHandle:
+    """A child unit started from inside a unit."""
+
+    __slots__ = ("ctx", "id")
+
+    def __init__(self, ctx: UnitContext, work_id: str) -> None:
+        self.ctx = ctx
+        self.id = work_id
+
+    def __repr__(self) -> str:
+        return f"<ChildHandle {self.id}>"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def wait(self, timeout: float | None = None) -> WorkRecord:
+        return self.ctx.wait(self, timeout)
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.ctx.result(self, timeout)
+
+    def kill(self) -> bool:
+        return self.ctx.kill(self)
+
+    def cancel(self, grace: float = 5.0) -> bool:
+        return self.ctx.cancel(self, grace)
+
+
+class UnitContext:
+    def __init__(
+        self,
+        *,
+        work_id: str,
+        kind: str,
+        attempt: int,
+        last_checkpoint: Any,
+        channel: socket.socket,
+        transcript: TranscriptWriter,
+    ) -> None:
+        self.id = work_id
+        self.kind = kind
+        self.attempt = attempt
+        # A workflow's checkpoint also carries its step results; users see their state.
+        self._steps = Steps(last_checkpoint) if kind == "workflow" else None
+        self.last_checkpoint = last_checkpoint if self._steps is None else self._steps.state
+        self._channel = channel
+        self._send_lock = threading.Lock()
+        self._transcript = transcript
+        self._cancel = threading.Event()
+        self._cond = threading.Condition()
+        self._reqs = itertools.count(1)
+        self._replies: dict[int, m.Reply] = {}
+        self._abandoned: set[int] = set()  # requests that timed out; their late replies are dropped
+        self._lost = False
+        # Messages for a teammate, or a wake-up at a cancel; None until a kind's runtime asks.
+        self.inbox: queue.SimpleQueue[Any] | None = None
+        self._ended: dict[str, WorkRecord] = {}
+        self._mailbox = Mailbox(work_id)
+        # The reader thread starts with the first request: until then only a cancel
+        # can arrive, and progress()/checkpoint()/cancelled poll for it. A thread
+        # costs a freshly forked process more than the rest of its start-up.
+        self._reader: threading.Thread | None = None
+        self._reader_lock = threading.Lock()
+        self._frames = _framing.FrameReader()
+
+    # -- the channel ------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        with self._send_lock:
+            _framing.send(self._channel, message)
+
+    def _start_reader(self) -> None:
+        with self._reader_lock:
+            if self._reader is None:
+                self._reader = threading.Thread(
+                    target=self._read, name="workunits-channel", daemon=True
+                )
+                self._reader.start()
+
+    def _poll(self) -> None:
+        """Take what has arrived without blocking (only before the reader thread runs)."""
+        with self._reader_lock:
+            if self._reader is not None:
+                return
+            while True:
+                try:
+                    data = self._channel.recv(1 << 16, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    data = b""
+                if not data:
+                    self._lost_supervisor()
+                    return
+                self._dispatch(self._frames.feed(data))
+
+    def open_inbox(self) -> queue.SimpleQueue[Any]:
+        """Start taking teammate messages (and cancel wake-ups) into a queue; returns it."""
+        if self.inbox is None:
+            self.inbox = queue.SimpleQueue()
+        self._start_reader()
+        return self.inbox
+
+    def _wake_inbox(self) -> None:
+        if self.inbox is not None:
+            self.inbox.put(m.CancelRequested())
+
+    def _lost_supervisor(self) -> None:
+        self._cancel.set()  # the supervisor is gone: stop at the next safe point
+        with self._cond:
+            self._lost = True
+            self._cond.notify_all()
+        self._wake_inbox()
+
+    def _read(self) -> None:
+        """The reader thread: cancel requests, replies, children's ends."""
+        while True:
+            try:
+                frames = _framing.recv_blocking(self._channel, self._frames)
+            except (EOFError, OSError):
+                self._lost_supervisor()
+                return
+            self._dispatch(frames)
+
+    def _dispatch(self, frames: list[Any]) -> None:
+        for frame in frames:
+            if isinstance(frame, m.CancelRequested):
+                self._cancel.set()
+                self._wake_inbox()
+            elif isinstance(frame, m.Reply):
+                with self._cond:
+                    if frame.req in self._abandoned:
+                        self._abandoned.discard(frame.req)
+                    else:
+                        self._replies[frame.req] = frame
+                        self._cond.notify_all()
+            elif isinstance(frame, m.Deliver | m.Stop) and self.inbox is not None:
+                self.inbox.put(frame)
+            elif isinstance(frame, MonitorEvent):
+                self._mailbox.put(frame)
+            elif isinstance(frame, m.ChildEnded):
+                record = frame.record
+                with self._cond:
+                    self._ended[record.id] = record
+                    self._cond.notify_all()
+                self._mailbox.put(Notification.of(record))
+                self._transcript.write(
+                    "child", child=record.id, status=record.status.value, kind=record.kind
+                )
+
+    def _request(self, make: Any, timeout: float | None = None) -> Any:
+        """Send ``make(req)`` and wait for its reply; AskTimeout after ``timeout``."""
+        self._start_reader()
+        req = next(self._reqs)
+        self.send(make(req))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while req not in self._replies:
+                if self._lost:
+                    raise SupervisorClosed("the supervisor is gone; no reply will come")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    self._abandoned.add(req)
+                    raise AskTimeout(f"no answer within {timeout} s")
+                self._cond.wait(remaining)
+            reply = self._replies.pop(req)
+        if not reply.ok:
+            if isinstance(reply.value, WorkunitsError):
+                raise reply.value
+            raise WorkunitsError(str(reply.value))
+        return reply.value
+
+    # -- progress, checkpoints, cancel -------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel was requested; the next progress()/checkpoint() raises."""
+        self._poll()
+        return self._cancel.is_set()
+
+    def _raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise Cancelled(f"{self.id} was cancelled")
+
+    def progress(self, fraction: float | None = None, message: str = "") -> None:
+        """Report progress (0.0-1.0 or None) and a message; raises Cancelled if asked to stop."""
+        if fraction is not None and not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
+            raise SpecError(f"progress fraction must be between 0 and 1, got {fraction!r}")
+        frac = None if fraction is None else float(fraction)
+        self.send(m.Progress(frac, str(message)))
+        self._transcript.write("progress", fraction=frac, message=str(message))
+        self._raise_if_cancelled()
+
+    def checkpoint(self, state: Any) -> None:
+        """Save ``state`` (strict JSON) so a later attempt resumes from it; raises Cancelled."""
+        strictjson.dumps(state, "checkpoint")
+        self.last_checkpoint = state
+        if self._steps is not None:
+            self._steps.state = state
+            self._save(join(self._steps.done, state))
+        else:
+            self._save(state)
+
+    def _save(self, whole: Any) -> None:
+        self.send(m.Checkpoint(strictjson.dumps(whole, "checkpoint")))
+        self._transcript.write("checkpoint", state=whole)
+        self._raise_if_cancelled()
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` once as the step ``name`` of this workflow; its JSON result is durable.
+
+        A resumed attempt returns the stored result without running the step
+        again. A cancel takes effect between steps (Cancelled is raised).
+        """
+        if self._steps is None:
+            raise SpecError("ctx.step() is for workflow units: start one with sup.workflow()")
+
+        def log(step: str, skipped: bool) -> None:
+            self._transcript.write("step", name=step, skipped=skipped)
+
+        return self._steps.run(
+            name, fn, args, kwargs, before=self._raise_if_cancelled, save=self._save, log=log
+        )
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        """Append an event of yours to the transcript."""
+        if not isinstance(event, Mapping):
+            raise SpecError(f"an event is a mapping, got {type(event).__name__}")
+        self._transcript.write("event", data=dict(event))
+
+    # -- children -----------------------------------------------------------------
+
+    def agent(
+        self,
+        fn: Any,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ChildHandle:
+        """Start a child agent unit (registered through the supervisor, parent = this unit)."""
+        from workunits.actors.agent import AgentSpec  # noqa: PLC0415 - avoids an import cycle
+
+        spec = AgentSpec.build(fn, args, kwargs)
+        return self._spawn("a", spec, spec.name if description is None else description, timeout)
+
+    def shell(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> ChildHandle:
+        """Start a child shell unit."""
+        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap)
+        return self._spawn(
+            "b", spec, spec.describe() if description is None else description, timeout
+        )
+
+    def teammate(
+        self,
+        cls: type[Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ChildTeammate:
+        """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
+        from workunits._runtime.teammate import ChildTeammate  # noqa: PLC0415 - import cycle
+        from workunits.actors.teammate import TeammateSpec  # noqa: PLC0415 - import cycle
+
+        spec = TeammateSpec.for_class(cls, args, kwargs)
+        name = spec.name if description is None else description
+        return ChildTeammate(self, self._spawn("t", spec, name, timeout).id)
+
+    def monitor(
+        self,
+        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
+        pattern: str | re.Pattern[str],
+        *,
+        description: str | None = None,
+        rate_limit: float | None = DEFAULT_RATE_LIMIT,
+        timeout: float | None = None,
+    ) -> ChildHandle:
+        """Start a child monitor; its events come into ``notifications()``."""
+        from workunits.actors.monitor import MonitorSpec  # noqa: PLC0415 - import cycle
+
+        spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
+        return self._spawn("m", spec, spec.name if description is None else description, timeout)
+
+    def dream(
+        self,
+        fn: Any,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ChildHandle:
+        """Start a child dream: an agent at idle CPU priority, the first to be shed."""
+        from workunits.actors.agent import AgentSpec  # noqa: PLC0415 - avoids an import cycle
+
+        spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
+        return self._spawn("d", spec, spec.name if description is None else description, timeout)
+
+    def _spawn(
+        self, letter: str, spec: Any, description: str, timeout: float | None
+    ) -> ChildHandle:
+        self._raise_if_cancelled()
+        child_id = self._request(lambda req: m.Spawn(req, letter, spec, description, timeout))
+        self._transcript.write("child", child=child_id, status="started", kind=letter)
+        return ChildHandle(self, str(child_id))
+
+    def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
+        """Block until a child of this unit is terminal."""
+        self._start_reader()
+        child_id = str(child)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while child_id not in self._ended:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            record = self._ended.get(child_id)
+        if record is None:
+            raise NotFinished(self.get(child_id), timeout)
+        return record
+
+    def result(self, child: ChildHandle | str, timeout: float | None = None) -> Any:
+        """The child's result (its record for a shell); raises WorkFailed / WorkKilled."""
+        from workunits.supervisor.results import result_of  # noqa: PLC0415
+
+        return result_of(self.wait(child, timeout))
+
+    def get(self, work_id: ChildHandle | str) -> WorkRecord:
+        record: WorkRecord = self._request(lambda req: m.Control(req, "get", str(work_id)))
+        return record
+
+    def kill(self, child: ChildHandle | str) -> bool:
+        return bool(self._request(lambda req: m.Control(req, "kill", str(child))))
+
+    def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
+        return bool(self._request(lambda req: m.Control(req, "cancel", str(child), grace)))
+
+    def stop(self, teammate: ChildHandle | str) -> bool:
+        """Ask a descendant teammate to stop after its queued messages (ends ``completed``)."""
+        return bool(self._request(lambda req: m.Control(req, "stop", str(teammate))))
+
+    # -- messages to teammates, by ID ----------------------------------------------
+
+    def tell(self, teammate: ChildHandle | str, message: Any) -> None:
+        """Send ``message`` to any running teammate; TeammateEnded if it has ended or is ending."""
+        payload = m.encode_message(message)
+        self._request(lambda req: m.Send(req, str(teammate), payload, False))
+
+    def ask(self, teammate: ChildHandle | str, message: Any, timeout: float | None = None) -> Any:
+        """The teammate's answer to ``message``, or its exception raised here.
+
+        TeammateEnded if it ended before answering, AskTimeout after ``timeout``.
+        """
+        from workunits.supervisor.results import answer_of  # noqa: PLC0415
+
+        payload = m.encode_message(message)
+        return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))
+
+    def notifications(self) -> Mailbox:
+        """This unit's mailbox: one notice per child that ends, and its monitors' events."""
+        self._start_reader()
+        return self._mailbox
+
+
+def pickle_error(exc: BaseException) -> bytes | None:
+    try:
+        return bytes(cloudpickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - an exception that does not pickle is reported as text
+        return None

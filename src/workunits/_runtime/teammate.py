@@ -1,0 +1,106 @@
+"""Teammates inside unit processes: the serving loop, and a unit's handle on a child teammate.
+
+``serve`` is the callable of a ``t`` unit's payload (pickled by reference, so the
+zygote's preloaded copy runs): it builds the instance, then handles messages one
+at a time in the unit's main thread, in the order they were sent, until a stop
+or a cancel. The channel's reader thread only queues them (``ctx.open_inbox``),
+so a long handler never keeps the channel from draining, and ``wu.current()``
+works inside handlers as in any unit.
+
+Failure semantics follow pykka: an exception from an *ask* goes back to the asker
+and the teammate carries on; an exception from a *tell* has nobody to go to, so
+it ends the teammate ``failed`` with that exception as its cause.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import cloudpickle
+
+from workunits import _strictjson as strictjson
+from workunits._errors import Cancelled
+from workunits._record import WorkRecord
+from workunits._runtime import messages as m
+from workunits._runtime.context import ChildHandle, UnitContext, current, pickle_error
+
+
+def serve(cls: type[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a teammate until stopped; returns what its ``on_stop()`` returns (the result)."""
+    ctx = current()
+    inbox = ctx.open_inbox()
+    instance = cls(*args, **kwargs)
+    while True:
+        frame = inbox.get()
+        # Checked before every message: after a cancel, queued messages are not handled
+        # (their asks fail with TeammateEnded when the unit ends).
+        if ctx.cancelled:
+            raise Cancelled(f"{ctx.id} was cancelled")
+        if isinstance(frame, m.Stop):
+            on_stop = getattr(instance, "on_stop", None)
+            return on_stop() if callable(on_stop) else None
+        if isinstance(frame, m.Deliver):
+            _handle(ctx, instance, frame)
+
+
+def _handle(ctx: UnitContext, instance: Any, frame: m.Deliver) -> None:
+    try:
+        message = cloudpickle.loads(frame.message)
+        value = _dispatch(instance, message)
+    except Exception as exc:
+        if not frame.ask:
+            raise
+        raised = m.Error(
+            type(exc).__qualname__, str(exc), traceback.format_exc(), pickle_error(exc)
+        )
+        ctx.send(m.Answer(frame.token, None, raised))
+        return
+    if frame.ask:
+        result, error = _encode_answer(value)
+        ctx.send(m.Answer(frame.token, result, error))
+
+
+def _dispatch(instance: Any, message: Any) -> Any:
+    if isinstance(message, m.ProxyCall):
+        if message.name.startswith("_"):
+            raise AttributeError(f"{message.name!r} is private; a proxy calls public methods only")
+        return getattr(instance, message.name)(*message.args, **message.kwargs)
+    on_receive = getattr(instance, "on_receive", None)
+    if on_receive is None:
+        raise TypeError(
+            f"{type(instance).__qualname__} has no on_receive(message) for a "
+            f"{type(message).__qualname__} message"
+        )
+    return on_receive(message)
+
+
+def _encode_answer(value: Any) -> tuple[m.Result | None, m.Error | None]:
+    data = strictjson.dumps_if_exact(value)
+    if data is not None:
+        return m.Result(data, "json"), None
+    try:
+        return m.Result(bytes(cloudpickle.dumps(value)), "pickle"), None
+    except Exception as exc:  # noqa: BLE001 - the asker is told; the teammate carries on
+        message = f"the answer ({type(value).__qualname__}) cannot be pickled: {exc}"
+        return None, m.Error("UnpicklableAnswer", message, "", None)
+
+
+class ChildTeammate(ChildHandle):
+    """A teammate started from inside a unit: a child handle that also takes messages."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<ChildTeammate {self.id}>"
+
+    def tell(self, message: Any) -> None:
+        self.ctx.tell(self, message)
+
+    def ask(self, message: Any, timeout: float | None = None) -> Any:
+        return self.ctx.ask(self, message, timeout)
+
+    def stop(self, timeout: float | None = None) -> WorkRecord:
+        """Stop after the messages already sent; returns the terminal record."""
+        self.ctx.stop(self)
+        return self.ctx.wait(self, timeout)

@@ -1,0 +1,11 @@
+"""``python -m workunits._zygote CONTROL_FD [MODULE...]``: run a zygote (a Supervisor starts it)."""
+
+import sys
+
+# Preload what every unit process needs, so a fork has nothing left to import.
+import workunits._runtime.child
+import workunits._runtime.monitor  # the body of monitor units
+import workunits._runtime.teammate  # noqa: F401 - the body of teammate units
+from workunits._zygote.server import main
+
+main(sys.argv)

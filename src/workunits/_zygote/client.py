@@ -1,0 +1,264 @@
+"""The supervisor's side of the zygote: start it, send spawn and signal requests, route exits.
+
+Requests come from WorkActor threads (under a lock); replies and exits arrive
+on the Reaper thread and are routed to each unit's ``UnitEvents``. If the
+zygote dies, every unit it forked is reported ``lost`` (its processes die with
+it through their parent-death signal) and the next spawn starts a new zygote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from workunits import _framing
+from workunits._zygote.protocol import (
+    Exited,
+    Ready,
+    Signal,
+    SpawnCall,
+    Spawned,
+    SpawnExec,
+    SpawnFailed,
+)
+from workunits.supervisor.reaper import Reaper
+
+log = logging.getLogger(__name__)
+
+
+class ZygoteUnavailable(RuntimeError):
+    pass
+
+
+class UnitEvents(Protocol):
+    """How a unit hears about its process; called on the Reaper thread, must not block."""
+
+    def spawned(self, pid: int, pidfd: int) -> None:
+        """The unit process exists; the callee owns ``pidfd`` and must close it."""
+
+    def spawn_failed(self, error: str) -> None: ...
+    def exited(self, exit_code: int | None, signum: int | None) -> None: ...
+    def lost(self) -> None: ...
+
+
+class _Zygote:
+    """One zygote process and the units it forked."""
+
+    def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
+        self.sock = sock
+        self.proc = proc
+        self.reader = _framing.FrameReader()
+        self.fds: list[int] = []  # pidfds received, taken by Spawned frames in order
+        # Invariant: a unit is here from its spawn request until its exit (or loss) is routed.
+        self.units: dict[str, UnitEvents] = {}
+        self.alive = True
+
+
+class ZygoteClient:
+    def __init__(self, reaper: Reaper, preload: Sequence[str] = (), start_timeout: float = 30.0):
+        self._reaper = reaper
+        self._preload = tuple(preload)
+        self._start_timeout = start_timeout
+        # Two locks, so the Reaper (which takes only ``_lock``) can always drain the
+        # zygote's replies: a sender blocked on a full socket holds only
+        # ``_send_lock``, while the zygote waits for its own replies to be read.
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._current: _Zygote | None = None
+        self._all: list[_Zygote] = []
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        current = self._current
+        return None if current is None else current.proc.pid
+
+    def start(self) -> None:
+        """Start the zygote now rather than at the first spawn."""
+        with self._lock:
+            self._ensure()
+
+    def start_quietly(self) -> None:
+        """``start``, leaving any failure to be reported by the first spawn."""
+        with contextlib.suppress(ZygoteUnavailable, OSError):
+            self.start()
+
+    def _ensure(self) -> _Zygote:
+        """Called with the lock held."""
+        if self._closed:
+            raise ZygoteUnavailable("the supervisor is closed")
+        if self._current is not None:
+            return self._current
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workunits._zygote", str(theirs.fileno()), *self._preload],
+                pass_fds=(theirs.fileno(),),
+                env=_environment_for_units(),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to handle
+            )
+        finally:
+            theirs.close()
+        ours.settimeout(self._start_timeout)
+        reader = _framing.FrameReader()
+        frames: list[Any] = []
+        try:
+            while not frames:
+                frames = _framing.recv_blocking(ours, reader)
+        except (OSError, EOFError) as exc:
+            frames = [exc]
+        if not isinstance(frames[0], Ready):
+            ours.close()
+            proc.kill()
+            proc.wait()
+            raise ZygoteUnavailable(f"the zygote did not start: {frames[0]!r}")
+        ours.settimeout(None)
+        zygote = _Zygote(ours, proc)
+        self._current = zygote
+        self._all.append(zygote)
+        self._reaper.watch_stream(
+            ours,
+            lambda data, fds: self._on_data(zygote, data, fds),
+            lambda: self._on_close(zygote),
+        )
+        return zygote
+
+    def _send(self, unit_id: str, events: UnitEvents, message: Any, fds: list[int]) -> None:
+        with self._send_lock:
+            for attempt in (1, 2):
+                with self._lock:
+                    zygote = self._ensure()
+                    zygote.units[unit_id] = events
+                try:
+                    _framing.send(zygote.sock, message, fds)
+                except OSError:
+                    # The zygote died under us; its EOF reports its other units lost.
+                    with self._lock:
+                        zygote.units.pop(unit_id, None)
+                        self._retire(zygote)
+                    if attempt == 2:
+                        raise
+                else:
+                    return
+
+    def spawn_exec(self, message: SpawnExec, output_fd: int, events: UnitEvents) -> None:
+        self._send(message.unit_id, events, message, [output_fd])
+
+    def spawn_call(
+        self, message: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents
+    ) -> None:
+        self._send(message.unit_id, events, message, [transcript_fd, channel_fd])
+
+    def signal(self, unit_id: str, signum: int) -> None:
+        with self._lock:
+            targets = [z for z in self._all if z.alive and unit_id in z.units]
+        for zygote in targets:
+            self._send_signal(zygote, unit_id, signum)
+
+    def _send_signal(self, zygote: _Zygote, unit_id: str, signum: int) -> None:
+        with self._send_lock, contextlib.suppress(OSError):
+            _framing.send(zygote.sock, Signal(unit_id, signum))
+
+    def _retire(self, zygote: _Zygote) -> None:
+        """Stop using a zygote (lock held); the next spawn starts a new one."""
+        if self._current is zygote:
+            self._current = None
+
+    # -- the Reaper thread ------------------------------------------------------
+
+    def _on_data(self, zygote: _Zygote, data: bytes, fds: list[int]) -> None:
+        zygote.fds.extend(fds)
+        for message in zygote.reader.feed(data):
+            if isinstance(message, Spawned):
+                if not zygote.fds:
+                    self._pidfd_dropped(zygote, message.unit_id)
+                    continue
+                pidfd = zygote.fds.pop(0)
+                with self._lock:
+                    events = zygote.units.get(message.unit_id)
+                if events is None:
+                    os.close(pidfd)
+                else:
+                    events.spawned(message.pid, pidfd)
+            elif isinstance(message, SpawnFailed | Exited):
+                with self._lock:
+                    events = zygote.units.pop(message.unit_id, None)
+                if events is None:
+                    continue
+                if isinstance(message, SpawnFailed):
+                    events.spawn_failed(message.error)
+                else:
+                    events.exited(message.exit_code, message.signal)
+
+    def _pidfd_dropped(self, zygote: _Zygote, unit_id: str) -> None:
+        """Handle a Spawned that came without its pidfd.
+
+        The kernel drops passed descriptors (MSG_CTRUNC) when this process is out
+        of them. Without a pidfd the unit cannot be signalled safely, so it is
+        killed now and reported as not started; the frames after it still count.
+        """
+        with self._lock:
+            events = zygote.units.pop(unit_id, None)
+        # Not sent from this (the Reaper) thread, and never under _lock: the zygote
+        # may itself be blocked sending to us, and only this thread reads its socket.
+        threading.Thread(
+            target=self._send_signal,
+            args=(zygote, unit_id, signal.SIGKILL),
+            name="workunits-zygote-kill",
+            daemon=True,
+        ).start()
+        if events is not None:
+            events.spawn_failed(
+                "no descriptor for the unit's pidfd (this process is out of file "
+                "descriptors: RLIMIT_NOFILE); it was killed before it could run"
+            )
+
+    def _on_close(self, zygote: _Zygote) -> None:
+        """The zygote's socket reached EOF: it is gone, and so are its units."""
+        with self._lock:
+            zygote.alive = False
+            self._retire(zygote)
+            lost = list(zygote.units.values())
+            zygote.units.clear()
+        for events in lost:
+            events.lost()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close the control sockets: each zygote kills what is left and exits."""
+        with self._lock:
+            self._closed = True
+            self._current = None
+            zygotes, self._all = self._all, []
+        for zygote in zygotes:
+            # shutdown, not just close: the Reaper holds a duplicate of the socket.
+            with contextlib.suppress(OSError):
+                zygote.sock.shutdown(socket.SHUT_RDWR)
+            zygote.sock.close()
+        for zygote in zygotes:
+            try:
+                zygote.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("zygote %d did not exit; killing it", zygote.proc.pid)
+                zygote.proc.kill()
+                zygote.proc.wait()
+
+
+def _environment_for_units() -> dict[str, str]:
+    """This process's environment, with its import path: a unit can import what we can.
+
+    Without it, a callable stored by reference from a module beside the main
+    script (not on the default path) could not be loaded in the unit process.
+    """
+    env = dict(os.environ)
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env

@@ -1,0 +1,313 @@
+"""The zygote: a small single-threaded process that forks every unit process.
+
+The supervisor process is threaded and must never fork; the zygote is started
+once (exec'd, not forked), has the child runtime preloaded, and forks on
+request, so a fork costs ~1 ms. Each unit process gets its own session and
+process group, SIGKILL as its parent-death signal, default signal handlers and
+its resource limits.
+
+When the control socket closes — the supervisor exited or was SIGKILLed — the
+zygote kills every unit's process group and every orphaned descendant (it is a
+child subreaper, so they come back to it), then exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from workunits import _framing
+from workunits._zygote import _linux
+from workunits._zygote.protocol import (
+    Exited,
+    Limits,
+    Ready,
+    Signal,
+    SpawnCall,
+    Spawned,
+    SpawnExec,
+    SpawnFailed,
+)
+
+EXIT_RUNTIME_BROKEN = 70
+_RESET_SIGNALS = (
+    signal.SIGCHLD,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGUSR1,
+)
+
+
+class Zygote:
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.reader = _framing.FrameReader()
+        self.fds: list[int] = []  # descriptors received, consumed by frames in order
+        # Invariant: every pid here is a forked, unreaped unit leader.
+        self.units: dict[int, str] = {}
+        self.by_unit: dict[str, int] = {}
+        self.parent = os.getppid()
+        self.pid = os.getpid()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # -- set-up ---------------------------------------------------------------
+
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_parent_death_signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides, not the terminal
+        _linux.set_child_subreaper()
+        # A crashing unit must not litter core files; children inherit this.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _linux.set_parent_death_signal(signal.SIGTERM)
+        if os.getppid() != self.parent:
+            return self.shutdown()
+        _framing.send(self.control, Ready(os.getpid()))
+        selector = selectors.DefaultSelector()
+        selector.register(self.control, selectors.EVENT_READ, "control")
+        selector.register(self.wake_r, selectors.EVENT_READ, "signal")
+        while True:
+            for key, _ in selector.select():
+                if key.data == "signal":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 512)
+                    self.reap()
+                elif not self.read_control():
+                    return self.shutdown()
+
+    def _on_parent_death_signal(self, signum: int, frame: Any) -> None:
+        # PR_SET_PDEATHSIG fires when the forking *thread* exits; only a dead
+        # supervisor process is a reason to go. Its socket closing says the same.
+        if os.getppid() != self.parent:
+            self.shutdown()
+
+    # -- requests ---------------------------------------------------------------
+
+    def read_control(self) -> bool:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.control, 1 << 16, 64)
+        except ConnectionResetError:
+            return False
+        if not data:
+            return False
+        for fd in fds:  # a received descriptor must not leak into every later command
+            os.set_inheritable(fd, False)
+        self.fds.extend(fds)
+        for message in self.reader.feed(data):
+            self.handle(message)
+        return True
+
+    def handle(self, message: Any) -> None:
+        if isinstance(message, SpawnExec):
+            self.spawn_exec(message, self.fds.pop(0))
+        elif isinstance(message, SpawnCall):
+            transcript, channel = self.fds.pop(0), self.fds.pop(0)
+            self.spawn_call(message, transcript, channel)
+        elif isinstance(message, Signal):
+            pid = self.by_unit.get(message.unit_id)
+            if pid is not None:  # unreaped leader: its pid and group id are still ours
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, message.signum)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, message.signum)
+
+    def spawn_exec(self, msg: SpawnExec, output_fd: int) -> None:
+        """posix_spawn (vfork-like: no copy of this process) in a new session.
+
+        The zygote is single-threaded, so it may briefly change its own working
+        directory and file-size limit for the child to inherit. A command gets no
+        parent-death signal this way; if the zygote itself is SIGKILLed, the
+        supervisor kills the command through the pidfd it was given.
+        """
+        try:
+            path = _resolve(msg)
+            pid = self._posix_spawn(msg, path, output_fd)
+        except OSError as exc:
+            _framing.send(self.control, SpawnFailed(msg.unit_id, _exec_error(msg, exc)))
+            return
+        finally:
+            os.close(output_fd)
+        self.adopt(pid, msg.unit_id)
+
+    def _posix_spawn(self, msg: SpawnExec, path: str, output_fd: int) -> int:
+        cap = msg.limits.output_cap
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        cwd = os.getcwd() if msg.cwd is not None else None
+        try:
+            if cap is not None:
+                limit = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+            if msg.cwd is not None:
+                os.chdir(msg.cwd)
+            return os.posix_spawn(
+                path,
+                list(msg.argv),
+                os.environ if msg.env is None else dict(msg.env),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, output_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, output_fd, 2),
+                ],
+                setsid=True,
+                setsigdef=_RESET_SIGNALS,
+                setsigmask=(),
+            )
+        finally:
+            if cwd is not None:
+                os.chdir(cwd)
+            if cap is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    def spawn_call(self, msg: SpawnCall, transcript_fd: int, channel_fd: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the unit process
+            code = EXIT_RUNTIME_BROKEN
+            try:
+                self.become_unit(msg.limits)
+                from workunits._runtime.child import run_unit  # noqa: PLC0415 - preloaded
+
+                code = run_unit(msg, transcript_fd, channel_fd)
+            except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
+                code = EXIT_RUNTIME_BROKEN
+            finally:
+                os._exit(code)
+        os.close(transcript_fd)
+        os.close(channel_fd)
+        self.adopt(pid, msg.unit_id)
+
+    def adopt(self, pid: int, unit_id: str) -> None:
+        self.units[pid] = unit_id
+        self.by_unit[unit_id] = pid
+        # The child is unreaped, so the pid is still its: the pidfd cannot name a stranger.
+        pidfd = os.pidfd_open(pid)
+        try:
+            _framing.send(self.control, Spawned(unit_id, pid), [pidfd])
+        finally:
+            os.close(pidfd)
+
+    def become_unit(self, limits: Limits) -> None:
+        """In the forked child: own session, parent-death signal, clean signals, limits."""
+        os.setsid()
+        _linux.set_parent_death_signal(signal.SIGKILL)
+        if os.getppid() != self.pid:
+            os._exit(EXIT_RUNTIME_BROKEN)  # the zygote died between fork and prctl
+        signal.set_wakeup_fd(-1)
+        for signum in _RESET_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        self.control.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        if limits.output_cap is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_cap, limits.output_cap))
+        if limits.memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
+        if limits.idle_priority:
+            _linux.set_idle_priority()
+
+    # -- exits ------------------------------------------------------------------
+
+    def reap(self) -> None:
+        """Collect every exited child; report unit leaders, silently reap orphans."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None:
+                return
+            pid = info.si_pid
+            unit_id = self.units.pop(pid, None)
+            if unit_id is not None:
+                # Stragglers in the group die with the leader; its zombie pins the group id.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                continue
+            if unit_id is None:
+                continue
+            self.by_unit.pop(unit_id, None)
+            if os.WIFSIGNALED(status):
+                exit_code, signum = None, os.WTERMSIG(status)
+            else:
+                exit_code, signum = os.waitstatus_to_exitcode(status), None
+            with contextlib.suppress(OSError):
+                _framing.send(self.control, Exited(unit_id, pid, exit_code, signum))
+
+    def shutdown(self) -> None:
+        """Kill every unit group and every orphaned descendant, then exit."""
+        for pid in list(self.units):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        me = os.getpid()
+        while time.monotonic() < deadline:
+            children = _linux.child_pids(me)
+            if not children:
+                break
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+        os._exit(0)
+
+
+def _resolve(msg: SpawnExec) -> str:
+    """Find the program as execvpe would, with the unit's PATH, relative to its cwd."""
+    program = msg.argv[0]
+    if "/" in program:
+        full = program if msg.cwd is None else os.path.join(msg.cwd, program)
+        if not os.path.exists(full):
+            raise FileNotFoundError(errno.ENOENT, "no such file", program)
+        return program
+    env_path = (os.environ if msg.env is None else msg.env).get("PATH", os.defpath)
+    found = shutil.which(program, path=env_path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "command not found", program)
+    return found
+
+
+def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
+    what = msg.argv[0]
+    if isinstance(exc, FileNotFoundError | NotADirectoryError) and exc.filename == msg.cwd:
+        return f"could not start {what!r}: no directory {msg.cwd!r}"
+    if isinstance(exc, FileNotFoundError):
+        return f"could not start: command not found: {what!r}"
+    if isinstance(exc, PermissionError):
+        return f"could not start: permission denied: {what!r}"
+    if isinstance(exc, OSError):
+        return f"could not start {what!r}: {exc.strerror or exc}"
+    return f"could not start {what!r}: {type(exc).__name__}: {exc}"
+
+
+def main(argv: list[str]) -> None:
+    control_fd = int(argv[1])
+    for module in argv[2:]:
+        __import__(module)
+    control = socket.socket(fileno=control_fd)
+    os.set_inheritable(control_fd, False)
+    zygote = Zygote(control)
+    zygote.serve()
+    zygote.shutdown()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv)

@@ -1,5 +1,0 @@
-"""``python -m workunits.cli``: the same as the ``workunits`` console script."""
-
-from workunits.cli import main
-
-main()
