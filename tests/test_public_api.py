@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import workunits
+import workunits.actors
+import workunits.supervisor
 import workunits.testing
 
 WORKUNITS = {
@@ -79,8 +82,28 @@ TESTING = {
 }
 
 
+ACTORS = {
+    "AgentActor",
+    "AgentSpec",
+    "MonitorSpec",
+    "ShellActor",
+    "ShellSpec",
+    "TeammateSpec",
+    "UnitBinding",
+    "WorkActor",
+}
+
+SUPERVISOR = {"Mailbox", "MailboxClosed", "Supervisor", "WorkHandle"}
+
+
 @pytest.mark.parametrize(
-    ("module", "expected"), [(workunits, WORKUNITS), (workunits.testing, TESTING)]
+    ("module", "expected"),
+    [
+        (workunits, WORKUNITS),
+        (workunits.testing, TESTING),
+        (workunits.actors, ACTORS),
+        (workunits.supervisor, SUPERVISOR),
+    ],
 )
 def test_all_lists_exactly_the_public_names(module: object, expected: set[str]) -> None:
     assert set(module.__all__) == expected  # type: ignore[attr-defined]
@@ -110,14 +133,24 @@ def test_the_testing_module_loads_the_state_machines_on_first_use() -> None:
         module.Nope  # noqa: B018
 
 
+SUPERVISOR_SIDE = (
+    "pykka",
+    "sqlite3",
+    "asyncio",
+    "workunits.supervisor",
+    "workunits.actors",
+    "workunits._client",
+    "workunits._ledger",
+)
+
+
 def test_the_unit_runtime_loads_neither_the_supervisor_nor_sqlite() -> None:
     # What the zygote preloads is copied on write by every fork (see _lazy); a
     # stray import of the supervisor or the ledger's store makes each unit slower.
     code = (
         "import sys, workunits, workunits._zygote.server, workunits._runtime.child, "
         "workunits._runtime.monitor, workunits._runtime.teammate; "
-        "print(sorted(m for m in ('sqlite3', 'asyncio', 'workunits.supervisor.facade', "
-        "'workunits._client', 'workunits._ledger.store') if m in sys.modules))"
+        f"print(sorted(m for m in {SUPERVISOR_SIDE!r} if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
@@ -131,3 +164,18 @@ def test_lazy_names_resolve_once_and_are_listed() -> None:
     assert "Supervisor" in vars(workunits)  # stored: the next read is a plain attribute
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         workunits.Nope  # noqa: B018
+
+
+def test_a_running_agent_has_loaded_nothing_of_the_supervisor_side(tmp_path: Path) -> None:
+    names = SUPERVISOR_SIDE
+
+    def modules_seen_by_the_unit() -> list[str]:
+        # A nested function is pickled by value: the unit does not import this
+        # test module (which imports the supervisor) to run it.
+        return sorted(m for m in names if m in sys.modules)
+
+    with workunits.Supervisor(state_dir=tmp_path / "state") as sup:
+        seen = sup.agent(modules_seen_by_the_unit).result(timeout=30)
+    # asyncio is allowed to be absent or present in a user's unit; the runtime
+    # itself must not bring in the supervisor, the actors, pykka or SQLite.
+    assert [m for m in seen if m != "asyncio"] == []

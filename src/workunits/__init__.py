@@ -44,9 +44,9 @@ from workunits._record import Notification as Notification
 from workunits._record import Outcome as Outcome
 from workunits._record import WorkRecord as WorkRecord
 from workunits._runtime.context import ChildHandle as ChildHandle
+from workunits._runtime.context import ChildTeammate as ChildTeammate
 from workunits._runtime.context import UnitContext as UnitContext
 from workunits._runtime.context import current as current
-from workunits._runtime.teammate import ChildTeammate as ChildTeammate
 from workunits._status import Reason as Reason
 from workunits._status import Status as Status
 from workunits._status import is_terminal as is_terminal
@@ -55,11 +55,11 @@ if TYPE_CHECKING:
     from workunits._client import Client as Client
     from workunits._client import ClientHandle as ClientHandle
     from workunits._client import connect as connect
+    from workunits._mailbox import Mailbox as Mailbox
+    from workunits._mailbox import MailboxClosed as MailboxClosed
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
-    from workunits.supervisor.mailbox import Mailbox as Mailbox
-    from workunits.supervisor.mailbox import MailboxClosed as MailboxClosed
     from workunits.supervisor.teammate import TeammateHandle as TeammateHandle
     from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
 
@@ -129,8 +129,8 @@ __getattr__, __dir__ = _lazy.exports(
         "connect": "workunits._client",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
-        "Mailbox": "workunits.supervisor.mailbox",
-        "MailboxClosed": "workunits.supervisor.mailbox",
+        "Mailbox": "workunits._mailbox",
+        "MailboxClosed": "workunits._mailbox",
         "TeammateHandle": "workunits.supervisor.teammate",
         "TeammateProxy": "workunits.supervisor.teammate",
     },

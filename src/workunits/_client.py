@@ -31,10 +31,20 @@ from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow
 from workunits._record import WorkRecord
 from workunits._status import Status, is_terminal
-from workunits.actors.agent import AgentActor, AgentSpec, check_limits, durable_options
-from workunits.actors.base import WorkActor
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
-from workunits.supervisor.results import result_of
+from workunits._wire.durable import (
+    agent_resumable,
+    agent_to_durable,
+    shell_resumable,
+    shell_to_durable,
+)
+from workunits._wire.results import result_of
+from workunits._wire.specs import (
+    DEFAULT_OUTPUT_CAP,
+    AgentSpec,
+    ShellSpec,
+    check_limits,
+    durable_options,
+)
 
 DEFAULT_POLL: Final = 0.1
 """Longest pause between two looks at the ledger while waiting (the backoff's cap)."""
@@ -121,9 +131,9 @@ class Client:
         next attempt) if its supervisor dies while it runs.
         """
         spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
-        durable = ShellActor.to_durable(spec, _timeout(timeout))
+        durable = shell_to_durable(spec, _timeout(timeout))
         name = spec.describe() if description is None else description
-        return self._submit("b", ShellActor, durable, name, key=key, max_attempts=None)
+        return self._submit("b", "shell", durable, name, key=key, max_attempts=None)
 
     def agent(
         self,
@@ -147,7 +157,7 @@ class Client:
         """
         if isinstance(fn, str):
             check_limits(memory_limit, output_cap)
-            # The options AgentActor.to_durable would write: a reference and the
+            # The options agent_to_durable would write: a reference and the
             # callable it names make the same spec, so they share idempotency keys.
             options = durable_options(_timeout(timeout), memory_limit, output_cap)
             durable: Any = Call(fn, tuple(args), dict(kwargs), options)
@@ -156,16 +166,16 @@ class Client:
             spec = AgentSpec.build(
                 fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
             )
-            durable = AgentActor.to_durable(spec, _timeout(timeout))
+            durable = agent_to_durable(spec, _timeout(timeout))
             name = spec.name
         if description is not None:
             name = description
-        return self._submit("a", AgentActor, durable, name, key=key, max_attempts=max_attempts)
+        return self._submit("a", "agent", durable, name, key=key, max_attempts=max_attempts)
 
     def _submit(
         self,
         letter: str,
-        actor: type[WorkActor],
+        kind: str,
         durable: Any,
         description: str,
         *,
@@ -182,12 +192,12 @@ class Client:
             raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         work_id = _ids.mint(letter)
         stored = self.ledger.encode_spec(durable, work_id)
-        resumable = actor.resumable(durable, stored.format)
+        resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
         if max_attempts is None:
             max_attempts = RESUMABLE_ATTEMPTS if resumable else 1
         new = NewUnit(
             id=work_id,
-            kind=actor.kind,
+            kind=kind,
             spec=stored,
             created_at=self._clock.now(),
             description=description,

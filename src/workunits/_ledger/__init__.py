@@ -42,11 +42,11 @@ if TYPE_CHECKING:
     from workunits._ledger.schema import SCHEMA_VERSION as SCHEMA_VERSION
     from workunits._ledger.sessions import Session as Session
     from workunits._ledger.store import Ledger as Ledger
-    from workunits._ledger.values import Call as Call
     from workunits._ledger.values import Stored as Stored
     from workunits._ledger.writes import NO_RESULT as NO_RESULT
     from workunits._ledger.writes import Outcome as WriteOutcome
     from workunits._ledger.writes import Write as Write
+    from workunits._wire.specs import Call as Call
 
 __all__ = [
     "EXPIRED",
@@ -86,7 +86,7 @@ __getattr__, __dir__ = _lazy.exports(
         "SCHEMA_VERSION": "workunits._ledger.schema",
         "Session": "workunits._ledger.sessions",
         "Ledger": "workunits._ledger.store",
-        "Call": "workunits._ledger.values",
+        "Call": "workunits._wire.specs",
         "Stored": "workunits._ledger.values",
         "NO_RESULT": "workunits._ledger.writes",
         "WriteOutcome": "workunits._ledger.writes:Outcome",

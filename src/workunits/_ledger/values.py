@@ -32,8 +32,7 @@ import re
 import secrets
 import stat
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +47,7 @@ from workunits._errors import (
     SpecError,
     ValueVersionMismatch,
 )
+from workunits._wire.specs import Call
 
 KEY_FILE = "secret.key"
 KEY_BYTES = 32
@@ -56,21 +56,6 @@ SpecFormat = Literal["ref", "json", "pickle"]
 ResultFormat = Literal["json", "pickle"]
 
 _REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A callable and its arguments, as an agent-like unit's spec.
-
-    ``fn`` may be an import reference (``"module:qualname"``) given as a str by
-    a client that does not import the code; it resolves when the spec loads.
-    ``options`` are the kind's JSON settings (timeout, memory limit...).
-    """
-
-    fn: Callable[..., Any] | str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ from workunits import _strictjson as strictjson
 from workunits._errors import SpecError
 from workunits._remote.frames import Emitted
 from workunits._remote.outbox import Outbox
-from workunits._runtime import messages as m
 from workunits._runtime.context import UnitContext
+from workunits._wire import frames as m
 
 BOARD_POLL_EVERY = 0.005
 """Seconds between two looks at the cancel board (each look is a local ``ray.wait``)."""

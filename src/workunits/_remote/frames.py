@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workunits._runtime import messages as m
+from workunits._wire import frames as m
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,11 +35,11 @@ from workunits._remote.context import RemoteContext
 from workunits._remote.frames import RemoteCall, Returned
 from workunits._remote.outbox import Outbox
 from workunits._remote.task import encode_error, encode_result, installed, started
-from workunits._runtime import messages as m
 from workunits._runtime.context import pickle_error
 
 # The same dispatch (on_receive / proxy calls) and answer encoding as a local teammate.
 from workunits._runtime.teammate import _dispatch, _encode_answer
+from workunits._wire import frames as m
 
 HOST_CONCURRENCY = {"life": 1, "mail": 1, "control": 1}
 

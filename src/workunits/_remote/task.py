@@ -25,7 +25,7 @@ from workunits._remote.context import RemoteContext
 from workunits._remote.frames import RemoteCall, Returned, Started
 from workunits._remote.outbox import Outbox
 from workunits._runtime import context as _context
-from workunits._runtime import messages as m
+from workunits._wire import frames as m
 
 
 def run_task(call: RemoteCall, board: Any) -> Iterator[list[Any]]:

@@ -22,9 +22,9 @@ import orjson
 
 from workunits import _strictjson as strictjson
 from workunits._runtime import context as _context
-from workunits._runtime import messages as m
 from workunits._runtime.transcript import TranscriptWriter
-from workunits._zygote.protocol import SpawnCall
+from workunits._wire import frames as m
+from workunits._wire.zygote_protocol import SpawnCall
 
 EXIT_OK = 0
 EXIT_RAISED = 1

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 
@@ -30,16 +30,20 @@ from workunits._errors import (
     SupervisorClosed,
     WorkunitsError,
 )
+from workunits._mailbox import Mailbox
 from workunits._record import MonitorEvent, Notification, WorkRecord
-from workunits._runtime import messages as m
-from workunits._runtime.ratelimit import DEFAULT_RATE_LIMIT
 from workunits._runtime.steps import Steps, join
 from workunits._runtime.transcript import TranscriptWriter
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellSpec
-from workunits.supervisor.mailbox import Mailbox
-
-if TYPE_CHECKING:
-    from workunits._runtime.teammate import ChildTeammate
+from workunits._wire import frames as m
+from workunits._wire.results import answer_of, result_of
+from workunits._wire.specs import (
+    DEFAULT_OUTPUT_CAP,
+    DEFAULT_RATE_LIMIT,
+    AgentSpec,
+    MonitorSpec,
+    ShellSpec,
+    TeammateSpec,
+)
 
 _current: UnitContext | None = None
 
@@ -77,6 +81,26 @@ class ChildHandle:
 
     def cancel(self, grace: float = 5.0) -> bool:
         return self.ctx.cancel(self, grace)
+
+
+class ChildTeammate(ChildHandle):
+    """A teammate started from inside a unit: a child handle that also takes messages."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<ChildTeammate {self.id}>"
+
+    def tell(self, message: Any) -> None:
+        self.ctx.tell(self, message)
+
+    def ask(self, message: Any, timeout: float | None = None) -> Any:
+        return self.ctx.ask(self, message, timeout)
+
+    def stop(self, timeout: float | None = None) -> WorkRecord:
+        """Stop after the messages already sent; returns the terminal record."""
+        self.ctx.stop(self)
+        return self.ctx.wait(self, timeout)
 
 
 class UnitContext:
@@ -292,8 +316,6 @@ class UnitContext:
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child agent unit (registered through the supervisor, parent = this unit)."""
-        from workunits.actors.agent import AgentSpec  # noqa: PLC0415 - avoids an import cycle
-
         spec = AgentSpec.build(fn, args, kwargs)
         return self._spawn("a", spec, spec.name if description is None else description, timeout)
 
@@ -322,9 +344,6 @@ class UnitContext:
         **kwargs: Any,
     ) -> ChildTeammate:
         """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
-        from workunits._runtime.teammate import ChildTeammate  # noqa: PLC0415 - import cycle
-        from workunits.actors.teammate import TeammateSpec  # noqa: PLC0415 - import cycle
-
         spec = TeammateSpec.for_class(cls, args, kwargs)
         name = spec.name if description is None else description
         return ChildTeammate(self, self._spawn("t", spec, name, timeout).id)
@@ -339,8 +358,6 @@ class UnitContext:
         timeout: float | None = None,
     ) -> ChildHandle:
         """Start a child monitor; its events come into ``notifications()``."""
-        from workunits.actors.monitor import MonitorSpec  # noqa: PLC0415 - import cycle
-
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
         return self._spawn("m", spec, spec.name if description is None else description, timeout)
 
@@ -353,8 +370,6 @@ class UnitContext:
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child dream: an agent at idle CPU priority, the first to be shed."""
-        from workunits.actors.agent import AgentSpec  # noqa: PLC0415 - avoids an import cycle
-
         spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
         return self._spawn("d", spec, spec.name if description is None else description, timeout)
 
@@ -384,8 +399,6 @@ class UnitContext:
 
     def result(self, child: ChildHandle | str, timeout: float | None = None) -> Any:
         """The child's result (its record for a shell); raises WorkFailed / WorkKilled."""
-        from workunits.supervisor.results import result_of  # noqa: PLC0415
-
         return result_of(self.wait(child, timeout))
 
     def get(self, work_id: ChildHandle | str) -> WorkRecord:
@@ -414,7 +427,6 @@ class UnitContext:
 
         TeammateEnded if it ended before answering, AskTimeout after ``timeout``.
         """
-        from workunits.supervisor.results import answer_of  # noqa: PLC0415
 
         payload = m.encode_message(message)
         return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from workunits._errors import Cancelled
-from workunits._runtime import messages as m
 from workunits._runtime.context import UnitContext, current
 from workunits._runtime.ratelimit import TokenBucket
+from workunits._wire import frames as m
 
 READ_LIMIT = 1 << 16  # a longer line of a command is matched in pieces of this size
 EVENT_LINE_LIMIT = 8192  # characters of a line kept in its event

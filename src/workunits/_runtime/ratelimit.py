@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 
-DEFAULT_RATE_LIMIT = 10.0  # events per second per monitor
-
 
 class TokenBucket:
     """``rate`` tokens per second, holding at most ``burst``; starts full."""

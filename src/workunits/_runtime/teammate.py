@@ -21,9 +21,8 @@ import cloudpickle
 
 from workunits import _strictjson as strictjson
 from workunits._errors import Cancelled
-from workunits._record import WorkRecord
-from workunits._runtime import messages as m
-from workunits._runtime.context import ChildHandle, UnitContext, current, pickle_error
+from workunits._runtime.context import UnitContext, current, pickle_error
+from workunits._wire import frames as m
 
 
 def serve(cls: type[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -84,23 +83,3 @@ def _encode_answer(value: Any) -> tuple[m.Result | None, m.Error | None]:
     except Exception as exc:  # noqa: BLE001 - the asker is told; the teammate carries on
         message = f"the answer ({type(value).__qualname__}) cannot be pickled: {exc}"
         return None, m.Error("UnpicklableAnswer", message, "", None)
-
-
-class ChildTeammate(ChildHandle):
-    """A teammate started from inside a unit: a child handle that also takes messages."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"<ChildTeammate {self.id}>"
-
-    def tell(self, message: Any) -> None:
-        self.ctx.tell(self, message)
-
-    def ask(self, message: Any, timeout: float | None = None) -> Any:
-        return self.ctx.ask(self, message, timeout)
-
-    def stop(self, timeout: float | None = None) -> WorkRecord:
-        """Stop after the messages already sent; returns the terminal record."""
-        self.ctx.stop(self)
-        return self.ctx.wait(self, timeout)

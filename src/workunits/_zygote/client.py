@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from workunits import _framing
-from workunits._zygote.protocol import (
+from workunits._wire.zygote_protocol import (
     Exited,
     Ready,
     Signal,
@@ -29,7 +29,7 @@ from workunits._zygote.protocol import (
     SpawnExec,
     SpawnFailed,
 )
-from workunits.supervisor.reaper import Reaper
+from workunits._zygote.reaper import Reaper
 
 log = logging.getLogger(__name__)
 

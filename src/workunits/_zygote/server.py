@@ -26,8 +26,7 @@ import time
 from typing import Any
 
 from workunits import _framing
-from workunits._zygote import _linux
-from workunits._zygote.protocol import (
+from workunits._wire.zygote_protocol import (
     Exited,
     Limits,
     Ready,
@@ -37,6 +36,7 @@ from workunits._zygote.protocol import (
     SpawnExec,
     SpawnFailed,
 )
+from workunits._zygote import _linux
 
 EXIT_RUNTIME_BROKEN = 70
 _RESET_SIGNALS = (

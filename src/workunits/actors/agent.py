@@ -12,146 +12,39 @@ import os
 import signal
 import socket
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
-
-import cloudpickle
 
 from workunits import _framing, _outputfile
 from workunits._errors import SpecError
-from workunits._ledger.values import Call
-from workunits._record import MonitorEvent, Outcome, WorkRecord
-from workunits._runtime import messages as m
+from workunits._record import Outcome
 from workunits._runtime.transcript import append_event, last_seq
 from workunits._status import Reason, Status
-from workunits._zygote.protocol import Limits, SpawnCall
-from workunits.actors.base import UnitBinding, WorkActor
-from workunits.actors.process_events import (
+from workunits._wire import durable
+from workunits._wire import frames as m
+from workunits._wire.actor_messages import (
+    CheckpointReport,
+    ChildEnded,
+    ControlChild,
+    EventToUnit,
     ProcessExited,
     ProcessLost,
     ProcessSpawned,
     ProcessSpawnFailed,
-    TellActor,
+    ProgressReport,
+    ReplyToUnit,
+    SendFromUnit,
+    SpawnChild,
 )
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP, check_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSpec:
-    payload: bytes  # cloudpickled (fn, args, kwargs)
-    name: str
-    limits: Limits = field(default_factory=Limits)
-    call: Call | None = field(default=None, compare=False, repr=False)  # for the ledger
-    # Transcript bytes before the supervisor kills the unit (reason output-cap). No
-    # RLIMIT_FSIZE here, unlike a shell: it would cap every file the agent writes.
-    output_cap: int = DEFAULT_OUTPUT_CAP
-
-    @classmethod
-    def build(
-        cls,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        memory_limit: int | None = None,
-        idle_priority: bool = False,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-    ) -> AgentSpec:
-        """Pickle the call now, in the caller's thread: a SpecError here registers nothing."""
-        if not callable(fn):
-            raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
-        check_limits(memory_limit, output_cap)
-        try:
-            payload = bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
-        except Exception as exc:
-            raise SpecError(
-                f"cannot pickle {_name_of(fn)} or its arguments for the unit process: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        limits = Limits(memory=memory_limit, idle_priority=idle_priority)
-        return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)), output_cap)
-
-
-def check_limits(memory_limit: object, output_cap: object) -> None:
-    """SpecError unless both are positive ints of bytes (``memory_limit`` may be None)."""
-    if memory_limit is not None:
-        check_bytes("memory_limit", memory_limit)
-    check_bytes("output_cap", output_cap)
-
-
-def durable_options(
-    timeout: float | None, memory_limit: int | None, output_cap: int
-) -> dict[str, Any]:
-    """An agent's options as its ledger Call stores them (and its spec hash covers).
-
-    The output cap appears only when it is not the default, so specs written
-    before it existed keep their hash: a resubmit by key finds the same unit.
-    """
-    options: dict[str, Any] = {"timeout": timeout, "memory_limit": memory_limit}
-    if output_cap != DEFAULT_OUTPUT_CAP:
-        options["output_cap"] = output_cap
-    return options
-
-
-def _name_of(fn: Any) -> str:
-    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
-
+from workunits._wire.specs import AgentSpec, Call
+from workunits._wire.zygote_protocol import Limits, SpawnCall
+from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.process_events import TellActor
 
 # -- messages to the supervisor on behalf of the unit process ------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ProgressReport:
-    work_id: str
-    fraction: float | None
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointReport:
-    work_id: str
-    attempt: int
-    state: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SpawnChild:
-    parent: str
-    request: m.Spawn
-
-
-@dataclass(frozen=True, slots=True)
-class ControlChild:
-    parent: str
-    request: m.Control
-
-
-@dataclass(frozen=True, slots=True)
-class SendFromUnit:
-    """The unit tells or asks a teammate by ID; the supervisor routes it."""
-
-    sender: str
-    request: m.Send
-
-
 # -- messages from the supervisor -----------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyToUnit:
-    reply: m.Reply
-
-
-@dataclass(frozen=True, slots=True)
-class ChildEnded:
-    record: WorkRecord
-
-
-@dataclass(frozen=True, slots=True)
-class EventToUnit:
-    """An event from one of the unit's monitors, for its in-process mailbox."""
-
-    event: MonitorEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,33 +86,18 @@ class AgentActor(WorkActor):
     @classmethod
     def to_durable(cls, spec: AgentSpec, timeout: float | None) -> Any:
         """A ledger Call: stored by import reference when the callable has one."""
-        call = getattr(spec, "call", None)  # kinds built on agents may have other specs
-        if not isinstance(call, Call):
-            return (spec, timeout)
-        options = durable_options(timeout, spec.limits.memory, spec.output_cap)
-        return Call(call.fn, call.args, call.kwargs, options)
+        return durable.agent_to_durable(spec, timeout)
 
     @classmethod
     def from_durable(cls, stored: Any) -> tuple[AgentSpec, float | None]:
         if not isinstance(stored, Call):
             return super().from_durable(stored)
-        options = dict(stored.options)
-        fn = stored.fn
-        if isinstance(fn, str):
-            raise SpecError(f"the reference {fn!r} was not resolved")
-        spec = AgentSpec.build(
-            fn,
-            tuple(stored.args),
-            dict(stored.kwargs),
-            memory_limit=options.get("memory_limit"),
-            output_cap=options.get("output_cap", DEFAULT_OUTPUT_CAP),
-        )
-        return spec, options.get("timeout")
+        return durable.agent_from_durable(stored)
 
     @classmethod
     def resumable(cls, stored: Any, spec_format: str) -> bool:
         """An agent stored by import reference can be loaded by a later attempt."""
-        return spec_format == "ref"
+        return durable.agent_resumable(spec_format)
 
     # -- start ------------------------------------------------------------------
 

@@ -26,10 +26,11 @@ import pykka
 from workunits._clock import Clock
 from workunits._record import Outcome
 from workunits._status import Reason, Status
+from workunits._wire.actor_messages import Cancel, Escalate, Kill
 
 if TYPE_CHECKING:
     from workunits._zygote.client import ZygoteClient
-    from workunits.supervisor.reaper import Reaper
+    from workunits._zygote.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +52,6 @@ class UnitBinding:
     report_pid: Callable[[str, int], None]
     report_end: Callable[[str, Outcome], None]
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
-
-
-@dataclass(frozen=True, slots=True)
-class Kill:
-    reason: Reason
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    reason: Reason
-
-
-@dataclass(frozen=True, slots=True)
-class Escalate:
-    pass
 
 
 class WorkActor(pykka.ThreadingActor):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
-from workunits._zygote.protocol import Limits
+from workunits._wire.zygote_protocol import Limits
 from workunits.actors.agent import AgentActor
 
 

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
-
-@dataclass(frozen=True, slots=True)
-class ProcessSpawned:
-    pid: int
-    pidfd: int  # owned by the receiving actor
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessSpawnFailed:
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessExited:
-    exit_code: int | None
-    signal: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessLost:
-    pass
+from workunits._wire.actor_messages import (
+    ProcessExited,
+    ProcessLost,
+    ProcessSpawned,
+    ProcessSpawnFailed,
+)
 
 
 class TellActor:

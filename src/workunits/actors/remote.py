@@ -34,13 +34,13 @@ from workunits._remote.follower import Batch, StreamEnded, StreamFailed
 from workunits._remote.frames import Emitted, Output, RemoteCall, Returned, Started
 from workunits._remote.placement import Placement, RemoteWork
 from workunits._remote.runtime import RayApi, RayRuntime, ray_options
-from workunits._runtime import messages as m
 from workunits._runtime.transcript import TranscriptWriter
 from workunits._status import Reason, Status
-from workunits.actors.agent import CheckpointReport, ProgressReport
+from workunits._wire import frames as m
+from workunits._wire.actor_messages import CheckpointReport, ProgressReport
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import TellActor
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP
 
 log = logging.getLogger(__name__)
 

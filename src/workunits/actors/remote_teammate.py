@@ -25,10 +25,11 @@ from workunits._errors import SpecError
 from workunits._remote.frames import RemoteCall
 from workunits._remote.placement import Placement, RemoteWork
 from workunits._remote.runtime import RayApi, ray_options
-from workunits._runtime import messages as m
+from workunits._wire import frames as m
+from workunits._wire.actor_messages import Answered, DeliverToUnit, StopTeammate
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits.actors.remote import RemoteActor, name_of, pickle_call
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP
-from workunits.actors.teammate import Answered, DeliverToUnit, StopTeammate, TeammateActor
+from workunits.actors.teammate import TeammateActor
 
 
 @dataclass(frozen=True, slots=True)

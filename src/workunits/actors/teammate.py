@@ -10,59 +10,15 @@ waits for an answer, so an ask blocks neither this actor nor the supervisor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workunits._errors import SpecError
-from workunits._runtime import messages as m
-from workunits.actors.agent import AgentActor, AgentSpec
-
-
-@dataclass(frozen=True, slots=True)
-class TeammateSpec(AgentSpec):
-    """An AgentSpec whose call is ``serve(cls, args, kwargs)``."""
-
-    @classmethod
-    def for_class(
-        cls,
-        teammate_cls: type[Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        memory_limit: int | None = None,
-    ) -> TeammateSpec:
-        """Pickle the class and its arguments now (caller's thread): SpecError registers nothing."""
-        from workunits._runtime.teammate import serve  # noqa: PLC0415 - runtime imports actors
-
-        if not isinstance(teammate_cls, type):
-            raise SpecError(f"a teammate is made from a class, got {type(teammate_cls).__name__}")
-        spec = AgentSpec.build(
-            serve, (teammate_cls, tuple(args), dict(kwargs)), {}, memory_limit=memory_limit
-        )
-        return cls(spec.payload, teammate_cls.__qualname__, spec.limits)
-
+from workunits._wire import frames as m
+from workunits._wire.actor_messages import Answered, DeliverToUnit, StopTeammate
+from workunits._wire.specs import TeammateSpec
+from workunits.actors.agent import AgentActor
 
 # -- messages --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DeliverToUnit:
-    """Supervisor -> teammate actor: pass this frame to the process."""
-
-    frame: m.Deliver
-
-
-@dataclass(frozen=True, slots=True)
-class StopTeammate:
-    """Supervisor -> teammate actor: stop after the messages already delivered."""
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """Teammate actor -> supervisor: the process answered an ask."""
-
-    work_id: str
-    answer: m.Answer
 
 
 class TeammateActor(AgentActor):

@@ -22,24 +22,27 @@ from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._errors import SpecError, SupervisorClosed, UnknownWork
 from workunits._ledger import Ledger
+from workunits._mailbox import Mailbox
 from workunits._record import Notification, Outcome, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
-from workunits._zygote.client import ZygoteClient
-from workunits.actors.agent import (
+from workunits._wire.actor_messages import (
+    Cancel,
     CheckpointReport,
     ControlChild,
+    Escalate,
+    Kill,
     ProgressReport,
     SpawnChild,
 )
-from workunits.actors.base import Cancel, Escalate, Kill, UnitBinding, WorkActor
+from workunits._zygote.client import ZygoteClient
+from workunits._zygote.reaper import Reaper
+from workunits.actors.base import UnitBinding, WorkActor
 from workunits.supervisor.asks import PendingAsks
 from workunits.supervisor.children import ChildRequests
 from workunits.supervisor.durable import DurableSupervisor
 from workunits.supervisor.endings import EndReport, TerminalTransition
 from workunits.supervisor.kinds import Kinds
-from workunits.supervisor.mailbox import Mailbox
 from workunits.supervisor.messaging import BetweenUnits, UnitMessaging
-from workunits.supervisor.reaper import Reaper
 from workunits.supervisor.registry import Change, Registry
 from workunits.supervisor.sweep import Deadlines, Due, evictable
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from workunits._errors import UnknownWork, WorkunitsError
 from workunits._record import WorkRecord
-from workunits._runtime import messages as m
 from workunits._status import Reason
-from workunits.actors.agent import ReplyToUnit
+from workunits._wire import frames as m
+from workunits._wire.actor_messages import ReplyToUnit
 
 if TYPE_CHECKING:
     from workunits.supervisor.registry import Registry

@@ -23,16 +23,16 @@ import pykka
 from workunits import _outputfile
 from workunits._record import Notification, Outcome, WorkRecord, replace
 from workunits._status import Reason, is_terminal
-from workunits.actors.agent import ChildEnded
+from workunits._wire.actor_messages import ChildEnded
 from workunits.supervisor.sweep import Due
 
 if TYPE_CHECKING:
     from collections import deque
 
     from workunits._clock import Clock
+    from workunits._mailbox import Mailbox
     from workunits.actors.base import WorkActor
     from workunits.supervisor.kinds import Kinds
-    from workunits.supervisor.mailbox import Mailbox
     from workunits.supervisor.registry import Registry
     from workunits.supervisor.sweep import Deadlines
 

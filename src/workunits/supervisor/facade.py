@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import pykka
 
-from workunits import _cleanup, _ids, _outputfile
+from workunits import _ids, _outputfile
 from workunits._clock import Clock, SystemClock
 from workunits._errors import (
     NotFinished,
@@ -28,25 +28,27 @@ from workunits._errors import (
 from workunits._ledger import Ledger, SupervisorLock
 from workunits._ledger._db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
+from workunits._mailbox import Mailbox
 from workunits._record import WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
 from workunits._status import Reason, Status, is_terminal
+from workunits._wire.results import result_of
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
 from workunits._zygote.client import ZygoteClient
-from workunits.actors.agent import AgentActor, AgentSpec
+from workunits._zygote.reaper import Reaper
+from workunits.actors.agent import AgentActor
 from workunits.actors.base import WorkActor
 from workunits.actors.dream import DreamActor
 from workunits.actors.monitor import MonitorActor
 from workunits.actors.remote import RemoteActor, RemoteSpec
 from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
-from workunits.actors.shell import DEFAULT_OUTPUT_CAP, ShellActor, ShellSpec
+from workunits.actors.shell import ShellActor
 from workunits.actors.workflow import WorkflowActor
+from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.facade_kinds import KindsFacade
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.kinds import Kinds
-from workunits.supervisor.mailbox import Mailbox
-from workunits.supervisor.reaper import Reaper
-from workunits.supervisor.results import result_of
 from workunits.supervisor.ticker import Ticker
 from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters

@@ -27,15 +27,12 @@ import pykka
 from workunits import _ids
 from workunits._errors import AskTimeout, SpecError
 from workunits._remote.runtime import check_available
-from workunits._runtime.messages import encode_message
-from workunits._runtime.ratelimit import DEFAULT_RATE_LIMIT
-from workunits.actors.agent import AgentSpec
-from workunits.actors.monitor import MonitorSpec
+from workunits._wire.frames import encode_message
+from workunits._wire.results import reply_of
+from workunits._wire.specs import DEFAULT_RATE_LIMIT, AgentSpec, MonitorSpec, TeammateSpec
 from workunits.actors.remote_teammate import RemoteTeammateSpec
-from workunits.actors.teammate import TeammateSpec
 from workunits.supervisor.asks import Route
 from workunits.supervisor.handle import WorkHandle
-from workunits.supervisor.results import reply_of
 from workunits.supervisor.teammate import TeammateHandle
 
 if TYPE_CHECKING:

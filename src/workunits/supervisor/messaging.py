@@ -16,17 +16,22 @@ import pykka
 
 from workunits._errors import SpecError, SupervisorClosed, TeammateEnded, WorkunitsError
 from workunits._record import MonitorEvent, WorkRecord
-from workunits._runtime import messages as m
 from workunits._status import Reason, Status, is_terminal
-from workunits.actors.agent import EventToUnit, SendFromUnit
-from workunits.actors.monitor import MonitorEventReport
-from workunits.actors.teammate import Answered, DeliverToUnit, StopTeammate
+from workunits._wire import frames as m
+from workunits._wire.actor_messages import (
+    Answered,
+    DeliverToUnit,
+    EventToUnit,
+    MonitorEventReport,
+    SendFromUnit,
+    StopTeammate,
+)
 from workunits.supervisor.asks import PendingAsks, Route, deliver
 
 if TYPE_CHECKING:
+    from workunits._mailbox import Mailbox
     from workunits.actors.base import WorkActor
     from workunits.supervisor.kinds import Kinds
-    from workunits.supervisor.mailbox import Mailbox
     from workunits.supervisor.registry import Registry
 
 BetweenUnits = SendFromUnit | Answered | MonitorEventReport

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from workunits._record import WorkRecord
-from workunits._runtime.messages import ProxyCall
+from workunits._wire.frames import ProxyCall
 from workunits.supervisor.handle import WorkHandle
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import orjson
 
 from workunits._errors import TeammateError, WorkExpired, WorkFailed, WorkKilled, WorkunitsError
 from workunits._record import WorkRecord
-from workunits._runtime import messages as m
 from workunits._status import Status
+from workunits._wire import frames as m
 
 
 def decode_value(data: bytes, fmt: str) -> Any:

@@ -1,0 +1,130 @@
+"""Messages between a unit's actor and the supervisor actor, and zygote events for an actor.
+
+Plain frozen data, below the actors and the supervisor, so that neither has to
+import the other to speak (no pykka, no sqlite3 here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workunits._record import MonitorEvent, WorkRecord
+from workunits._status import Reason
+from workunits._wire import frames as m
+
+# -- from the supervisor to a unit's actor -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Escalate:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpawned:
+    pid: int
+    pidfd: int  # owned by the receiving actor
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpawnFailed:
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExited:
+    exit_code: int | None
+    signal: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLost:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    work_id: str
+    fraction: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    work_id: str
+    attempt: int
+    state: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnChild:
+    parent: str
+    request: m.Spawn
+
+
+@dataclass(frozen=True, slots=True)
+class ControlChild:
+    parent: str
+    request: m.Control
+
+
+@dataclass(frozen=True, slots=True)
+class SendFromUnit:
+    """The unit tells or asks a teammate by ID; the supervisor routes it."""
+
+    sender: str
+    request: m.Send
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyToUnit:
+    reply: m.Reply
+
+
+@dataclass(frozen=True, slots=True)
+class ChildEnded:
+    record: WorkRecord
+
+
+@dataclass(frozen=True, slots=True)
+class EventToUnit:
+    """An event from one of the unit's monitors, for its in-process mailbox."""
+
+    event: MonitorEvent
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverToUnit:
+    """Supervisor -> teammate actor: pass this frame to the process."""
+
+    frame: m.Deliver
+
+
+@dataclass(frozen=True, slots=True)
+class StopTeammate:
+    """Supervisor -> teammate actor: stop after the messages already delivered."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """Teammate actor -> supervisor: the process answered an ask."""
+
+    work_id: str
+    answer: m.Answer
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorEventReport:
+    """Monitor actor -> supervisor: an event for the monitor's parent."""
+
+    event: MonitorEvent

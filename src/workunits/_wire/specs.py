@@ -1,0 +1,258 @@
+"""Unit specs: what a submit asks for, checked and pickled in the caller's thread.
+
+A spec is plain data that crosses from the facade (or a client, or a unit
+asking for a child) to the kind's actor and, for agent-like kinds, to the unit
+process. This module sits below the ledger, the zygote and the unit runtime, so
+it imports neither pykka nor sqlite3, and names the runtime's bodies (a
+teammate's ``serve``, a monitor's ``watch``) by import reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from workunits._errors import SpecError
+from workunits._wire.zygote_protocol import Limits
+
+# Monitor events per second a monitor may send before it drops the excess.
+DEFAULT_RATE_LIMIT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class BodyRef:
+    """A unit body named by import reference, imported in the unit process when called.
+
+    Specs sit below the unit runtime, so the bodies the runtime provides are
+    pickled as this reference rather than as the function object.
+    """
+
+    module: str
+    qualname: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        target: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            target = getattr(target, part)
+        return target(*args, **kwargs)
+
+
+_TEAMMATE_BODY = BodyRef("workunits._runtime.teammate", "serve")
+_MONITOR_BODY = BodyRef("workunits._runtime.monitor", "watch")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A callable and its arguments, as an agent-like unit's spec.
+
+    ``fn`` may be an import reference (``"module:qualname"``) given as a str by
+    a client that does not import the code; it resolves when the spec loads.
+    ``options`` are the kind's JSON settings (timeout, memory limit...).
+    """
+
+    fn: Callable[..., Any] | str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_OUTPUT_CAP = 5 * 1024**3
+
+
+def check_bytes(name: str, value: object) -> None:
+    """SpecError unless ``value`` is a positive int: a size in bytes (a cap, a limit)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(f"{name} must be a positive int of bytes, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ShellSpec:
+    argv: tuple[str, ...]
+    cwd: str | None = None
+    env: Mapping[str, str] | None = None
+    output_cap: int = DEFAULT_OUTPUT_CAP
+    on_lost: str = "fail"  # or "restart": run again when its supervisor died mid-run
+
+    @classmethod
+    def build(
+        cls,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None,
+        env: Mapping[str, str] | None,
+        output_cap: int,
+        on_lost: str = "fail",
+    ) -> ShellSpec:
+        """Check the caller's arguments; every problem is a SpecError naming the argument."""
+        if isinstance(cmd, str):
+            if not cmd.strip():
+                raise SpecError("cmd is an empty string; give a shell command or an argv list")
+            argv: tuple[str, ...] = ("/bin/sh", "-c", cmd)
+        elif isinstance(cmd, Sequence) and not isinstance(cmd, bytes | bytearray):
+            if not cmd:
+                raise SpecError("cmd is an empty argv list")
+            if not all(isinstance(a, str) for a in cmd):
+                raise SpecError(f"every argv item must be a str, got {list(cmd)!r}")
+            argv = tuple(cmd)
+        else:
+            raise SpecError(f"cmd must be a str or a list of str, got {type(cmd).__name__}")
+        if any("\0" in a for a in argv):
+            raise SpecError("cmd contains a NUL character")
+        if env is not None:
+            if not isinstance(env, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and k and "=" not in k and "\0" not in v
+                for k, v in env.items()
+            ):
+                raise SpecError("env must map non-empty str names (without '=') to str values")
+            env = dict(env)
+        cwd_str = None if cwd is None else os.fspath(cwd)
+        if cwd_str is not None and not os.path.isdir(cwd_str):
+            raise SpecError(f"cwd {cwd_str!r} is not a directory")
+        check_bytes("output_cap", output_cap)
+        if on_lost not in ("fail", "restart"):
+            raise SpecError(f"on_lost must be 'fail' or 'restart', got {on_lost!r}")
+        return cls(argv=argv, cwd=cwd_str, env=env, output_cap=output_cap, on_lost=on_lost)
+
+    def describe(self) -> str:
+        if self.argv[:2] == ("/bin/sh", "-c"):
+            return self.argv[2]
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    payload: bytes  # cloudpickled (fn, args, kwargs)
+    name: str
+    limits: Limits = field(default_factory=Limits)
+    call: Call | None = field(default=None, compare=False, repr=False)  # for the ledger
+    # Transcript bytes before the supervisor kills the unit (reason output-cap). No
+    # RLIMIT_FSIZE here, unlike a shell: it would cap every file the agent writes.
+    output_cap: int = DEFAULT_OUTPUT_CAP
+
+    @classmethod
+    def build(
+        cls,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        memory_limit: int | None = None,
+        idle_priority: bool = False,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> AgentSpec:
+        """Pickle the call now, in the caller's thread: a SpecError here registers nothing."""
+        if not callable(fn):
+            raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
+        check_limits(memory_limit, output_cap)
+        try:
+            payload = bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
+        except Exception as exc:
+            raise SpecError(
+                f"cannot pickle {_name_of(fn)} or its arguments for the unit process: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        limits = Limits(memory=memory_limit, idle_priority=idle_priority)
+        return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)), output_cap)
+
+
+def check_limits(memory_limit: object, output_cap: object) -> None:
+    """SpecError unless both are positive ints of bytes (``memory_limit`` may be None)."""
+    if memory_limit is not None:
+        check_bytes("memory_limit", memory_limit)
+    check_bytes("output_cap", output_cap)
+
+
+def durable_options(
+    timeout: float | None, memory_limit: int | None, output_cap: int
+) -> dict[str, Any]:
+    """An agent's options as its ledger Call stores them (and its spec hash covers).
+
+    The output cap appears only when it is not the default, so specs written
+    before it existed keep their hash: a resubmit by key finds the same unit.
+    """
+    options: dict[str, Any] = {"timeout": timeout, "memory_limit": memory_limit}
+    if output_cap != DEFAULT_OUTPUT_CAP:
+        options["output_cap"] = output_cap
+    return options
+
+
+def _name_of(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
+
+
+@dataclass(frozen=True, slots=True)
+class TeammateSpec(AgentSpec):
+    """An AgentSpec whose call is ``serve(cls, args, kwargs)`` in the unit runtime."""
+
+    @classmethod
+    def for_class(
+        cls,
+        teammate_cls: type[Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        memory_limit: int | None = None,
+    ) -> TeammateSpec:
+        """Pickle the class and its arguments now (caller's thread): SpecError registers nothing."""
+        if not isinstance(teammate_cls, type):
+            raise SpecError(f"a teammate is made from a class, got {type(teammate_cls).__name__}")
+        spec = AgentSpec.build(
+            _TEAMMATE_BODY, (teammate_cls, tuple(args), dict(kwargs)), {}, memory_limit=memory_limit
+        )
+        return cls(spec.payload, teammate_cls.__qualname__, spec.limits)
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorSpec(AgentSpec):
+    """An AgentSpec whose call is the unit runtime's ``watch(source, pattern, flags, rate)``."""
+
+    @classmethod
+    def for_source(
+        cls,
+        source: SourceArg,
+        pattern: str | re.Pattern[str],
+        *,
+        rate_limit: float | None = DEFAULT_RATE_LIMIT,
+    ) -> MonitorSpec:
+        """Check and pickle everything now (caller's thread): a SpecError registers nothing."""
+        if callable(source):
+            src: Any = source
+            what = getattr(source, "__qualname__", None) or repr(source)
+        else:
+            shell = ShellSpec.build(source, cwd=None, env=None, output_cap=DEFAULT_OUTPUT_CAP)
+            src, what = shell.argv, shell.describe()
+        text, flags = _pattern(pattern)
+        if rate_limit is not None and (
+            isinstance(rate_limit, bool)
+            or not isinstance(rate_limit, int | float)
+            or not (rate_limit > 0 and math.isfinite(rate_limit))
+        ):
+            raise SpecError(f"rate_limit must be a positive number of events/s, got {rate_limit!r}")
+        rate = None if rate_limit is None else float(rate_limit)
+        spec = AgentSpec.build(_MONITOR_BODY, (src, text, flags, rate), {})
+        return cls(spec.payload, f"monitor {what} for /{text}/", spec.limits)
+
+
+def _pattern(pattern: str | re.Pattern[str]) -> tuple[str, int]:
+    if isinstance(pattern, re.Pattern):
+        if not isinstance(pattern.pattern, str):
+            raise SpecError("a monitor's pattern matches text: give a str pattern, not bytes")
+        return pattern.pattern, pattern.flags
+    if not isinstance(pattern, str):
+        raise SpecError(f"pattern must be a str regex, got {type(pattern).__name__}")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise SpecError(f"pattern {pattern!r} is not a valid regex: {exc}") from None
+    return pattern, compiled.flags
+
+
+SourceArg = str | Sequence[str] | Callable[[], Iterable[str | bytes]]
