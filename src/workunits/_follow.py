@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
 from workunits import _outputfile
+from workunits._claim import Claim, NoticeSource
 from workunits._errors import ClientClosed
 from workunits._ledger import Ledger, UnitRow
 from workunits._record import Notification
@@ -179,40 +179,48 @@ class OutputStream(Iterator[bytes]):
         self.close()
 
 
-class Notices(Iterator[Notification]):
+class Notices(NoticeSource, Iterator[Notification]):
     """Notices of top-level units (no parent) from the ledger's outbox.
 
-    Each notice is handed to exactly one consumer, once, across every client
-    and process on the state dir: it is taken by marking it delivered, and
-    only the caller whose mark succeeds gets it. Iteration blocks until the
-    next notice and ends when the client closes.
+    Each notice is claimed in the ledger before it is returned, so it goes to
+    one consumer at a time across every client and process on the state dir
+    (see ``workunits._claim`` for take / get / claim). Iteration takes with
+    ``get`` and ends when the client closes.
     """
 
     def __init__(self, ledger: Ledger, *, stop: threading.Event, poll: float) -> None:
         self._ledger = ledger
         self._stop = stop
         self._poll = poll
-        self._seen: deque[Notification] = deque()
+
+    def claim_nowait(self) -> Claim | None:
+        """Claim the next notice if one is waiting, else None."""
+        held = self._ledger.claim_notice(None)
+        if held is None:
+            return None
+        work_id, token = held.notice.id, held.token
+        return Claim(
+            held.notice,
+            ack=lambda: self._ledger.ack_notice(work_id, token),
+            release=lambda: self._ledger.release_notice(work_id, token),
+        )
 
     def get_nowait(self) -> Notification | None:
-        """The next notice if one is waiting, else None."""
-        while True:
-            if not self._seen:
-                self._seen.extend(self._ledger.undelivered(None, limit=64))
-                if not self._seen:
-                    return None
-            notice = self._seen.popleft()
-            if self._ledger.mark_delivered(notice.id, notice.status):
-                return notice
+        """The next notice if one is waiting (claimed and acknowledged), else None."""
+        claim = self.claim_nowait()
+        if claim is None:
+            return None
+        claim.ack()
+        return claim.notice
 
-    def get(self, timeout: float | None = None) -> Notification:
-        """The next notice; TimeoutError after ``timeout`` s, ClientClosed once closed."""
+    def claim(self, timeout: float | None = None) -> Claim:
+        """The next notice, claimed; TimeoutError after ``timeout`` s, ClientClosed once closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._stop, self._poll)
         while True:
-            notice = self.get_nowait()
-            if notice is not None:
-                return notice
+            claim = self.claim_nowait()
+            if claim is not None:
+                return claim
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"no notification within {timeout} s")
             backoff.pause(deadline)

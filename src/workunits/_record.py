@@ -92,6 +92,9 @@ class Notification:
     description: str
     output_tail: bytes
     ended_at: float
+    # True when this notice was handed out before (to a consumer that died or
+    # released it without acknowledging): act on it idempotently.
+    redelivered: bool = False
 
     @classmethod
     def of(cls, record: WorkRecord) -> Notification:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.ledger.support import new_unit, read_line, send, spawn, start
+from tests.ledger.support import ManualClock, new_unit, read_line, send, spawn, start
 from workunits._ledger import Ledger
 from workunits._status import Status, is_terminal
 
@@ -19,13 +21,90 @@ def test_notices_wait_per_parent_until_marked(ledger: Ledger) -> None:
     parent = start(ledger, new_unit(ledger).id)
     child = start(ledger, new_unit(ledger, parent=parent.id).id)
     ledger.write(child.id, attempt=1, status="completed")
-    ledger.write(parent.id, attempt=1, status="failed")
     assert [n.id for n in ledger.undelivered(parent.id)] == [child.id]
-    assert [n.id for n in ledger.undelivered(None)] == [parent.id]
+    assert ledger.undelivered(None) == []
 
     assert ledger.mark_delivered(child.id, Status.COMPLETED)
     assert not ledger.mark_delivered(child.id, Status.COMPLETED)  # the second caller lost
     assert ledger.undelivered(parent.id) == []
+
+
+def test_a_parent_that_ends_acknowledges_its_childrens_notices(ledger: Ledger) -> None:
+    # Nobody can take them once the parent's process is gone: the outbox stays bounded.
+    parent = start(ledger, new_unit(ledger).id)
+    early = start(ledger, new_unit(ledger, parent=parent.id).id)
+    late = start(ledger, new_unit(ledger, parent=parent.id).id)
+    ledger.write(early.id, attempt=1, status="completed")
+    ledger.write(parent.id, attempt=1, status="failed")
+    ledger.write(late.id, attempt=1, status="killed")  # ends after its parent
+    assert ledger.undelivered(parent.id) == []
+    assert [n.id for n in ledger.undelivered(None)] == [parent.id]
+    assert ledger.outbox_size() == 1
+
+
+def test_a_claimed_notice_goes_to_one_consumer_and_an_acknowledged_one_never_returns(
+    ledger: Ledger,
+) -> None:
+    units = [start(ledger, new_unit(ledger).id) for _ in range(2)]
+    for unit in units:
+        ledger.write(unit.id, attempt=1, status="completed")
+    first = ledger.claim_notice(None)
+    second = ledger.claim_notice(None)
+    assert first is not None
+    assert second is not None
+    assert {first.notice.id, second.notice.id} == {u.id for u in units}
+    assert ledger.claim_notice(None) is None  # both are held
+    assert not first.notice.redelivered
+
+    assert ledger.ack_notice(first.notice.id, first.token)
+    assert not ledger.ack_notice(first.notice.id, first.token)  # once
+    assert ledger.release_notice(second.notice.id, second.token)
+    again = ledger.claim_notice(None)
+    assert again is not None
+    assert again.notice.id == second.notice.id
+    assert again.notice.redelivered
+    assert not ledger.ack_notice(second.notice.id, second.token)  # the old claim is gone
+    assert ledger.ack_notice(again.notice.id, again.token)
+    assert ledger.claim_notice(None) is None
+    assert ledger.outbox_size() == 0
+
+
+def test_a_leased_claim_lapses_unless_renewed(ledger: Ledger, clock: ManualClock) -> None:
+    unit = start(ledger, new_unit(ledger).id)
+    ledger.write(unit.id, attempt=1, status="completed")
+    held = ledger.claim_notice(None, owner="lease:http-client-1", lease=10)
+    assert held is not None
+    clock.advance(8)
+    assert ledger.renew_claim(unit.id, held.token, 10)
+    clock.advance(8)
+    assert ledger.claim_notice(None) is None  # renewed: still held
+    clock.advance(3)
+    taken = ledger.claim_notice(None)
+    assert taken is not None
+    assert taken.notice.redelivered
+    assert not ledger.ack_notice(unit.id, held.token)
+
+
+def test_a_claim_whose_process_died_is_released(ledger: Ledger, state_dir: Path) -> None:
+    unit = start(ledger, new_unit(ledger).id)
+    ledger.write(unit.id, attempt=1, status="completed")
+    code = (
+        "import os, sys; from workunits._ledger import Ledger; "
+        "held = Ledger(sys.argv[1]).claim_notice(None); "
+        "print(held.notice.id, flush=True); os._exit(0)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert out.stdout.strip() == unit.id
+    taken = ledger.claim_notice(None)
+    assert taken is not None
+    assert taken.notice.id == unit.id
+    assert taken.notice.redelivered
 
 
 def test_undelivered_notices_survive_a_reopen(ledger: Ledger, state_dir: Path) -> None:

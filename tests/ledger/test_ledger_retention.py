@@ -89,11 +89,30 @@ def test_gc_forgets_long_expired_units_and_old_bookkeeping(
     assert ledger.get_session("s00000001") is None
 
 
-def test_gc_keeps_undelivered_notices(ledger: Ledger, clock: ManualClock) -> None:
+def test_gc_keeps_unacknowledged_notices_of_units_it_keeps(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    kept = _ended(ledger)
+    acked = _ended(ledger)
+    assert ledger.mark_delivered(acked, Status.COMPLETED)
+    assert ledger.gc() == 0  # nothing is due yet
+    assert [n.id for n in ledger.undelivered(None)] == [kept]
+    assert ledger.outbox_size() == 1
+
+
+def test_expiry_and_gc_drop_the_notices_of_units_they_drop(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    # A notice nobody reads (every root unit under `serve`) must not keep the
+    # outbox growing: it goes when its unit expires.
     work_id = _ended(ledger)
-    clock.advance(1000)
-    assert ledger.gc(older_than=0) == 1
-    assert [n.id for n in ledger.undelivered(None)] == [work_id]
+    clock.advance(150)
+    assert ledger.expire() == 1
+    assert ledger.undelivered(None) == []
+    other = _ended(ledger)
+    assert ledger.gc(older_than=0) == 1  # forgets `work_id`; `other` is not due
+    assert ledger.get(work_id) is None
+    assert [n.id for n in ledger.undelivered(None)] == [other]
 
 
 def test_list_refuses_a_status_that_does_not_exist(ledger: Ledger) -> None:

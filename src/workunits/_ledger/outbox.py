@@ -1,25 +1,47 @@
-"""The notification outbox: read undelivered notices, mark them delivered.
+"""The notification outbox: notices are claimed by one consumer, then acknowledged.
 
 Rows are inserted only by :func:`workunits._ledger.writes.apply`, in the
-terminal transition's own transaction. Delivery is at least once: a consumer
-reads :func:`undelivered`, hands each notice on, then marks it. A crash
-between the two re-delivers it after a restart, and ``(id, status)`` -- unique
-in the table -- is the key a consumer deduplicates by. ``mark_delivered``
-returns True only for the call that marked it, so it can also serve as that
-dedup gate.
+terminal transition's own transaction (invariant 11). A consumer, in any
+process, takes a notice in two steps:
+
+1. ``claim``: one conditional update under the write lock marks the oldest
+   unclaimed notice of a parent as the consumer's, so two consumers never
+   both win it. The claim names the consumer's process (``_procid``) and a
+   token of its own, and, for a consumer that is not a local process (the
+   HTTP API's clients), a lease deadline.
+2. ``ack``: marks it acknowledged (``delivered_at``), fully synced; no
+   consumer in any process receives it again. ``release`` hands it back.
+
+A claim whose process has exited, or whose lease has lapsed, is released by
+the next ``claim`` for that parent, and the notice is delivered again with
+``redelivered`` set: at-least-once delivery with a stable ID (the unit's),
+exactly-once for consumers that acknowledge after acting.
 """
 
 from __future__ import annotations
 
-from workunits import _ids
+import dataclasses
+import secrets
+import sqlite3
+from dataclasses import dataclass
+
+from workunits import _ids, _procid
 from workunits._ledger._db import Database
 from workunits._ledger.rows import decode_notification
 from workunits._record import Notification
 from workunits._status import Status
 
 
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A notice this consumer holds: ``token`` acknowledges, releases or renews it."""
+
+    notice: Notification
+    token: str
+
+
 def undelivered(db: Database, parent: str | None, limit: int | None = None) -> list[Notification]:
-    """Notices for ``parent`` (None: the application root) not yet marked, oldest first."""
+    """Notices for ``parent`` (None: the application root) not yet acknowledged, oldest first."""
     if parent is not None:
         _ids.validate(parent)
     with db.read() as conn:
@@ -31,15 +53,126 @@ def undelivered(db: Database, parent: str | None, limit: int | None = None) -> l
     return [decode_notification(row["payload"], row["id"]) for row in rows]
 
 
-def mark_delivered(db: Database, work_id: str, status: Status, now: float) -> bool:
-    """Mark ``(work_id, status)`` delivered; True only for the call that marked it."""
+def claim(
+    db: Database, parent: str | None, owner: str, now: float, lease: float | None
+) -> Claimed | None:
+    """Claim the oldest unclaimed notice of ``parent`` for ``owner``; None if there is none.
+
+    ``lease`` (seconds) bounds the claim for an owner whose process cannot be
+    watched; a local process's claim lasts as long as the process.
+    """
+    if parent is not None:
+        _ids.validate(parent)
+    token = f"{owner}#{secrets.token_hex(8)}"
+    until = None if lease is None else now + lease
+    # NORMAL sync: a claim lost to a power cut only means the notice is
+    # delivered again, which the contract allows.
+    with db.write(durable=False) as conn:
+        _release_dead(conn, parent, now)
+        row = conn.execute(
+            "SELECT seq, id, payload, deliveries FROM notifications "
+            "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL "
+            "ORDER BY seq LIMIT 1",
+            (parent,),
+        ).fetchone()
+        if row is None:
+            return None
+        conn.execute(
+            "UPDATE notifications SET claimed_by = ?, claim_until = ?, "
+            "deliveries = deliveries + 1 WHERE seq = ?",
+            (token, until, row["seq"]),
+        )
+    notice = decode_notification(row["payload"], row["id"])
+    if row["deliveries"] > 0:
+        notice = dataclasses.replace(notice, redelivered=True)
+    return Claimed(notice, token)
+
+
+def _release_dead(conn: sqlite3.Connection, parent: str | None, now: float) -> None:
+    claimed = conn.execute(
+        "SELECT seq, claimed_by, claim_until FROM notifications INDEXED BY notifications_claimed "
+        "WHERE parent IS ? AND claimed_by IS NOT NULL AND delivered_at IS NULL",
+        (parent,),
+    ).fetchall()
+    dead = [
+        (row["seq"],)
+        for row in claimed
+        if (row["claim_until"] is not None and row["claim_until"] <= now)
+        or _procid.is_alive(str(row["claimed_by"]).split("#", 1)[0]) is False
+    ]
+    if dead:
+        conn.executemany(
+            "UPDATE notifications SET claimed_by = NULL, claim_until = NULL WHERE seq = ?", dead
+        )
+
+
+def ack(db: Database, work_id: str, token: str, now: float) -> bool:
+    """Acknowledge the notice claimed with ``token``; False if that claim is no longer held."""
     _ids.validate(work_id)
-    # NORMAL sync is enough: a mark lost to a power cut means one more
-    # delivery, which consumers deduplicate by (id, status).
+    # Fully synced: an acknowledged notice must never be delivered again.
+    with db.write(durable=True) as conn:
+        cursor = conn.execute(
+            "UPDATE notifications SET delivered_at = ?, claim_until = NULL "
+            "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
+            (now, work_id, token),
+        )
+        return cursor.rowcount == 1
+
+
+def release(db: Database, work_id: str, token: str) -> bool:
+    """Hand the claimed notice back for delivery to any consumer; False if not held."""
+    _ids.validate(work_id)
     with db.write(durable=False) as conn:
         cursor = conn.execute(
-            "UPDATE notifications SET delivered_at = ? "
+            "UPDATE notifications SET claimed_by = NULL, claim_until = NULL "
+            "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
+            (work_id, token),
+        )
+        return cursor.rowcount == 1
+
+
+def renew(db: Database, work_id: str, token: str, now: float, lease: float) -> bool:
+    """Extend a leased claim to ``now + lease``; False if it is no longer held."""
+    _ids.validate(work_id)
+    with db.write(durable=False) as conn:
+        cursor = conn.execute(
+            "UPDATE notifications SET claim_until = ? "
+            "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
+            (now + lease, work_id, token),
+        )
+        return cursor.rowcount == 1
+
+
+def mark_delivered(db: Database, work_id: str, status: Status, now: float) -> bool:
+    """Acknowledge ``(work_id, status)`` whoever holds it; True only for the call that did.
+
+    For the supervisor's own consumers (a relayed child notice an agent has
+    taken), which hold no claim in the ledger.
+    """
+    _ids.validate(work_id)
+    with db.write(durable=True) as conn:
+        cursor = conn.execute(
+            "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, claim_until = NULL "
             "WHERE id = ? AND status = ? AND delivered_at IS NULL",
             (now, work_id, Status(status).value),
         )
         return cursor.rowcount == 1
+
+
+def is_acknowledged(db: Database, work_id: str) -> bool:
+    """Whether the unit's notice has been acknowledged (False while none exists)."""
+    _ids.validate(work_id)
+    with db.read() as conn:
+        row = conn.execute(
+            "SELECT 1 FROM notifications WHERE id = ? AND delivered_at IS NOT NULL", (work_id,)
+        ).fetchone()
+    return row is not None
+
+
+def pending_count(db: Database) -> int:
+    """Notices not yet acknowledged, for every parent (the outbox's size that matters)."""
+    with db.read() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM notifications WHERE delivered_at IS NULL"
+        ).fetchone()
+    return int(row[0])

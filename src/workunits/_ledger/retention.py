@@ -9,6 +9,9 @@ afterwards.
 
 from __future__ import annotations
 
+import sqlite3
+
+from workunits._ledger import retains
 from workunits._ledger._db import Database
 from workunits._ledger.rows import IN_TERMINAL, TERMINAL
 
@@ -25,16 +28,22 @@ _HEAVY_BYTES = (
 )
 
 
+# A unit a live lease retains does not expire; `retains.prune` first drops lapsed
+# leases. `retain` is the supervisor's own flag for a unit retained in its memory.
+_UNRETAINED = "retain = 0 AND NOT EXISTS (SELECT 1 FROM retains WHERE retains.unit = units.id)"
+
+
 def expire(db: Database, now: float) -> list[str]:
     """Expire ended, unretained units whose ``expire_at`` has passed; return their IDs."""
     # INDEXED BY: without statistics SQLite would pick the status index and
     # visit every ended unit; units_expire holds only those due.
     where = (
-        f"WHERE expired_at IS NULL AND expire_at <= ? AND retain = 0 AND status IN {IN_TERMINAL}"
+        f"WHERE expired_at IS NULL AND expire_at <= ? AND {_UNRETAINED} AND status IN {IN_TERMINAL}"
     )
     # NORMAL sync: an expiry lost to a power cut is simply done again. The
     # SELECT and the UPDATE see the same rows: the write lock is held for both.
     with db.write(durable=False) as conn:
+        retains.prune(conn, now)
         ids = [
             str(row[0])
             for row in conn.execute(
@@ -46,6 +55,7 @@ def expire(db: Database, now: float) -> list[str]:
             conn.execute(
                 f"UPDATE units INDEXED BY units_expire {_DROP} {where}", (now, now, *TERMINAL)
             )
+            _drop_notices_of_expired(conn)
         return ids
 
 
@@ -57,34 +67,42 @@ def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str]
     result, cause, output tail and checkpoint they dropped.
     """
     where = (
-        f"WHERE expired_at IS NULL AND retain = 0 AND status IN {IN_TERMINAL} "
+        f"WHERE expired_at IS NULL AND {_UNRETAINED} AND status IN {IN_TERMINAL} "
         "AND (ended_at <= ? OR expire_at <= ?)"
     )
     params = (*TERMINAL, cut, now)
     with db.write(durable=False) as conn:
+        retains.prune(conn, now)
         rows = conn.execute(
             f"SELECT id, {_HEAVY_BYTES} FROM units {where}",  # noqa: S608
             params,
         ).fetchall()
         if rows:
             conn.execute(f"UPDATE units {_DROP} {where}", (now, *params))
+            _drop_notices_of_expired(conn)
         return [str(r[0]) for r in rows], sum(int(r[1]) for r in rows)
 
 
 def forget(db: Database, cut: float) -> int:
     """Delete units expired before ``cut``, and bookkeeping that ended before it.
 
-    Undelivered notices stay whatever their age: a parent may still come for
-    them. Returns how many unit rows were deleted.
+    Unacknowledged notices of units that have not expired stay whatever their
+    age: a parent may still come for them. Returns how many unit rows were deleted.
     """
     with db.write(durable=False) as conn:
         deleted = conn.execute(
             "DELETE FROM units WHERE expired_at IS NOT NULL AND expired_at <= ?", (cut,)
         ).rowcount
-        conn.execute(
-            "DELETE FROM notifications WHERE delivered_at IS NOT NULL "
-            "AND id NOT IN (SELECT id FROM units)"
-        )
+        conn.execute("DELETE FROM notifications WHERE delivered_at IS NOT NULL")
+        _drop_notices_of_expired(conn)
         conn.execute("DELETE FROM requests WHERE done_at IS NOT NULL AND done_at <= ?", (cut,))
         conn.execute("DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at <= ?", (cut,))
     return deleted
+
+
+def _drop_notices_of_expired(conn: sqlite3.Connection) -> None:
+    """An expired unit's notice goes with it: nobody can act on a unit the ledger forgot."""
+    conn.execute(
+        "DELETE FROM notifications WHERE id IN "
+        "(SELECT id FROM units WHERE expired_at IS NOT NULL) OR id NOT IN (SELECT id FROM units)"
+    )

@@ -112,7 +112,28 @@ CREATE TABLE sessions (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Notices are claimed, then acknowledged (invariant 11): a claim names its
+# consumer (a process, by `_procid`, plus a token per claim) and, for a remote
+# consumer, a lease; `delivered_at` now means acknowledged. Retains become
+# leases held by a process, so a viewer that dies stops holding its units.
+# The old `retain` flags had no holder to renew them: they are dropped.
+_V2 = """
+ALTER TABLE notifications ADD COLUMN claimed_by TEXT;
+ALTER TABLE notifications ADD COLUMN claim_until REAL;
+ALTER TABLE notifications ADD COLUMN deliveries INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX notifications_claimed ON notifications (parent)
+    WHERE claimed_by IS NOT NULL AND delivered_at IS NULL;
+CREATE TABLE retains (
+    lease_id   TEXT PRIMARY KEY NOT NULL,
+    unit       TEXT NOT NULL,
+    owner      TEXT NOT NULL,                     -- a process, by workunits._procid
+    expires_at REAL NOT NULL
+);
+CREATE INDEX retains_unit ON retains (unit);
+UPDATE units SET retain = 0 WHERE retain != 0;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from workunits import _ids, _outputfile
+from workunits import _ids, _outputfile, _procid
 from workunits import _strictjson as strictjson
 from workunits._clock import Clock, SystemClock
 from workunits._errors import (
@@ -37,6 +37,7 @@ from workunits._errors import (
 from workunits._ledger import (
     outbox,
     requests,
+    retains,
     retention,
     sessions,
     submits,
@@ -457,12 +458,61 @@ class Ledger:
     def undelivered(
         self, parent: str | None, limit: int | None = None
     ) -> builtins.list[Notification]:
-        """Notices for ``parent`` (None: the application root) not yet marked delivered."""
+        """Notices for ``parent`` (None: the application root) not yet acknowledged."""
         return outbox.undelivered(self._db, parent, limit)
 
     def mark_delivered(self, work_id: str, status: Status) -> bool:
-        """Mark one notice delivered; True only for the call that marked it."""
+        """Acknowledge one notice, claimed or not; True only for the call that did."""
         return outbox.mark_delivered(self._db, work_id, status, self._clock.now())
+
+    def claim_notice(
+        self, parent: str | None, *, owner: str | None = None, lease: float | None = None
+    ) -> outbox.Claimed | None:
+        """Claim the oldest unclaimed notice of ``parent`` (see ``outbox``); None if none.
+
+        ``owner`` defaults to this process; a claim with a ``lease`` lapses after
+        it unless renewed, one without lasts as long as the owner's process.
+        """
+        if lease is not None:
+            lease = retains.check_lease(lease)
+        now = self._clock.now()
+        return outbox.claim(self._db, parent, owner or _procid.this_process(), now, lease)
+
+    def ack_notice(self, work_id: str, token: str) -> bool:
+        """Acknowledge a claimed notice; False if the claim was lost (it lapsed or was released)."""
+        return outbox.ack(self._db, work_id, token, self._clock.now())
+
+    def release_notice(self, work_id: str, token: str) -> bool:
+        """Hand a claimed notice back for redelivery; False if the claim was already lost."""
+        return outbox.release(self._db, work_id, token)
+
+    def renew_claim(self, work_id: str, token: str, lease: float) -> bool:
+        return outbox.renew(self._db, work_id, token, self._clock.now(), retains.check_lease(lease))
+
+    def notice_acknowledged(self, work_id: str) -> bool:
+        return outbox.is_acknowledged(self._db, work_id)
+
+    def outbox_size(self) -> int:
+        """Notices not yet acknowledged (what ``make soak`` watches stay flat)."""
+        return outbox.pending_count(self._db)
+
+    # -- retains (leases) ----------------------------------------------------------------
+
+    def retain(self, work_id: str, lease: float, *, owner: str | None = None) -> str:
+        """Retain ``work_id`` for ``lease`` seconds, for this process; the lease's ID."""
+        return retains.add(
+            self._db, work_id, owner or _procid.this_process(), self._clock.now(), lease
+        )
+
+    def renew_retain(self, lease_id: str, lease: float) -> bool:
+        return retains.renew(self._db, lease_id, self._clock.now(), lease)
+
+    def release_retain(self, lease_id: str) -> bool:
+        return retains.release(self._db, lease_id)
+
+    def retained(self, units: Iterable[str] | None = None) -> set[str]:
+        """The units a live lease holds (lapsed ones are dropped first)."""
+        return retains.held(self._db, self._clock.now(), units)
 
     # -- requests from other processes -------------------------------------------------
 

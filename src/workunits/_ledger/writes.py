@@ -157,6 +157,14 @@ def apply(
     if entering_terminal:
         assert p.status is not None
         _insert_notice(conn, p, current["parent"], now)
+        # Its children's notices were for its process, which has ended: nobody
+        # will take them now, so they count as acknowledged (the outbox stays
+        # bounded; their units keep their own rows).
+        conn.execute(
+            "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, claim_until = NULL "
+            "WHERE parent = ? AND delivered_at IS NULL",
+            (now, p.work_id),
+        )
     return Outcome.WRITTEN, row_attempt
 
 
@@ -170,12 +178,26 @@ def _insert_notice(conn: sqlite3.Connection, p: Prepared, parent: object, now: f
             f"{p.work_id}: the notification given is for {notice.id} {notice.status.value}, "
             f"not for this transition"
         )
+    # A notice for a parent that has already ended is born acknowledged (see apply).
+    parent_ended = parent is not None and _has_ended(conn, str(parent))
     # OR IGNORE: one row per (id, status) however often a transition is replayed.
     conn.execute(
-        "INSERT OR IGNORE INTO notifications (id, status, parent, payload, created_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (p.work_id, notice.status.value, parent, encode_notification(notice), now),
+        "INSERT OR IGNORE INTO notifications "
+        "(id, status, parent, payload, created_at, delivered_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            p.work_id,
+            notice.status.value,
+            parent,
+            encode_notification(notice),
+            now,
+            now if parent_ended else None,
+        ),
     )
+
+
+def _has_ended(conn: sqlite3.Connection, work_id: str) -> bool:
+    row = conn.execute("SELECT status FROM units WHERE id = ?", (work_id,)).fetchone()
+    return row is not None and is_terminal(status_of(row["status"], work_id))
 
 
 def status_of(value: object, work_id: str) -> Status:

@@ -1,0 +1,71 @@
+"""Retains as leases: a viewer keeps an ended unit visible while it renews its lease.
+
+A lease names its holder's process (``_procid``). It lapses when its
+deadline passes or, at once, when that process has exited, so a viewer
+killed by SIGKILL or SIGHUP holds nothing. ``held`` is the one reader: it
+drops lapsed leases and says which units are still retained, for eviction
+from memory and for expiry in the ledger.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Iterable
+
+from workunits import _ids, _procid
+from workunits._errors import SpecError
+from workunits._ledger._db import Database
+
+
+def check_lease(lease: object) -> float:
+    """The lease in seconds; SpecError unless it is a positive finite number."""
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease < 1e9:
+        raise SpecError(f"lease must be a positive number of seconds, got {lease!r}")
+    return float(lease)
+
+
+def add(db: Database, unit: str, owner: str, now: float, lease: float) -> str:
+    """Retain ``unit`` for ``owner`` until ``now + lease``; return the lease's ID."""
+    _ids.validate(unit)
+    lease_id = secrets.token_hex(12)
+    with db.write(durable=False) as conn:
+        conn.execute(
+            "INSERT INTO retains (lease_id, unit, owner, expires_at) VALUES (?, ?, ?, ?)",
+            (lease_id, unit, owner, now + check_lease(lease)),
+        )
+    return lease_id
+
+
+def renew(db: Database, lease_id: str, now: float, lease: float) -> bool:
+    """Extend the lease to ``now + lease``; False if it has lapsed or was released."""
+    with db.write(durable=False) as conn:
+        cursor = conn.execute(
+            "UPDATE retains SET expires_at = ? WHERE lease_id = ? AND expires_at > ?",
+            (now + check_lease(lease), lease_id, now),
+        )
+        return cursor.rowcount == 1
+
+
+def release(db: Database, lease_id: str) -> bool:
+    """End the lease now; False if it was already gone."""
+    with db.write(durable=False) as conn:
+        return conn.execute("DELETE FROM retains WHERE lease_id = ?", (lease_id,)).rowcount == 1
+
+
+def held(db: Database, now: float, units: Iterable[str] | None = None) -> set[str]:
+    """The units (of ``units``, or all) a live lease retains; lapsed leases are deleted."""
+    with db.write(durable=False) as conn:
+        prune(conn, now)
+        rows = conn.execute("SELECT DISTINCT unit FROM retains").fetchall()
+    retained = {str(row[0]) for row in rows}
+    return retained if units is None else retained.intersection(units)
+
+
+def prune(conn: sqlite3.Connection, now: float) -> None:
+    """Delete leases past their deadline or held by a process that has exited."""
+    conn.execute("DELETE FROM retains WHERE expires_at <= ?", (now,))
+    owners = [str(row[0]) for row in conn.execute("SELECT DISTINCT owner FROM retains")]
+    dead = [(owner,) for owner in owners if _procid.is_alive(owner) is False]
+    if dead:
+        conn.executemany("DELETE FROM retains WHERE owner = ?", dead)

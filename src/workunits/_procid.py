@@ -1,0 +1,85 @@
+"""Who holds a claim or a lease: a process named so that a reused PID is not mistaken for it.
+
+An owner is ``<host>/<boot id>/<pid>/<start time>``: the start time (in clock
+ticks since boot, from ``/proc/<pid>/stat``) tells a reused PID apart, and the
+boot ID tells this boot from an earlier one. Another process on the same
+machine can then check whether the owner still runs, with no message to it;
+an owner on another host can only be ended by its lease.
+
+Where ``/proc`` is missing (macOS) the start time is 0 and liveness degrades
+to "a process with that PID exists".
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+
+_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+@functools.cache
+def _boot_id() -> str:
+    try:
+        with open(_BOOT_ID_FILE, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return "noboot"
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in ticks since boot; None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _start_time_without_proc(pid)
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[19])  # field 22 of the whole line
+
+
+def _start_time_without_proc(pid: int) -> int | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return 0  # it exists, owned by someone else
+    return 0
+
+
+@functools.cache
+def _this_process(pid: int) -> str:
+    # Cached per PID: a forked child computes its own.
+    return f"{socket.gethostname()}/{_boot_id()}/{pid}/{_start_time(pid) or 0}"
+
+
+def this_process() -> str:
+    """The owner string of the calling process."""
+    return _this_process(os.getpid())
+
+
+def is_alive(owner: str) -> bool | None:
+    """Whether the owning process still runs: True, False, or None when it cannot be told.
+
+    None for an owner that is not a process of this machine (a lease-only
+    consumer, or another host): only its lease can end it. An owner of this
+    host from an earlier boot is dead.
+    """
+    parts = owner.split("/")
+    if len(parts) != 4 or parts[0] != socket.gethostname():
+        return None
+    if parts[1] != _boot_id():
+        return False
+    try:
+        pid, start = int(parts[2]), int(parts[3])
+    except ValueError:
+        return None
+    now_start = _start_time(pid)
+    if now_start is None:
+        return False
+    return start in (0, now_start)  # 0: recorded where start times are unknown
