@@ -13,6 +13,8 @@ import pykka
 import pytest
 
 import workunits as wu
+from tests.foreign_user import nobody as nobody  # a second local user, for state-dir attacks
+from tests.foreign_user import shared_dir as shared_dir
 from workunits import Supervisor
 from workunits.testing import ManualClock, ScriptedDriver
 
