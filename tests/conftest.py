@@ -13,8 +13,7 @@ import pykka
 import pytest
 
 import workunits as wu
-from tests.foreign_user import nobody as nobody  # a second local user, for state-dir attacks
-from tests.foreign_user import shared_dir as shared_dir
+from tests.foreign_user import nobody, shared_dir  # noqa: F401 - fixtures: a second local user
 from workunits import Supervisor
 from workunits.testing import ManualClock, ScriptedDriver
 

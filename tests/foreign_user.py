@@ -88,7 +88,8 @@ def as_user(user: User, fn: Callable[..., Any], *args: Any) -> Any:
     with os.fdopen(read_fd, "rb") as pipe:
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and data, f"the child as {user.name} died"
+    assert os.waitstatus_to_exitcode(status) == 0, f"the child as {user.name} died"
+    assert data, f"the child as {user.name} said nothing"
     ok, value = pickle.loads(data)  # noqa: S301 - our own child's answer
     if not ok:
         raise ChildFailed(value)

@@ -89,20 +89,24 @@ def _walk(value: object, path: str, depth: int, what: str) -> None:
             _walk(item, f"{path}[{index}]", depth + 1, what)
         return
     if type(value) is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                _refuse(
-                    what,
-                    f"{path} key {key!r}",
-                    key,
-                    f"is a key of type {type(key).__name__}; JSON object keys are strings, so it "
-                    f"would come back as {str(key)!r}. Use str keys",
-                )
-            if not _is_text(key):
-                _refuse(what, f"{path} key {key!r}", key, _NOT_TEXT)
-            _walk(item, f"{path}[{key!r}]", depth + 1, what)
+        _walk_dict(value, path, depth, what)
         return
     _refuse(what, path, value, _advice(value))
+
+
+def _walk_dict(value: dict[Any, Any], path: str, depth: int, what: str) -> None:
+    for key, item in value.items():
+        if type(key) is not str:
+            _refuse(
+                what,
+                f"{path} key {key!r}",
+                key,
+                f"is a key of type {type(key).__name__}; JSON object keys are strings, so it "
+                f"would come back as {str(key)!r}. Use str keys",
+            )
+        if not _is_text(key):
+            _refuse(what, f"{path} key {key!r}", key, _NOT_TEXT)
+        _walk(item, f"{path}[{key!r}]", depth + 1, what)
 
 
 _NOT_TEXT = (

@@ -142,7 +142,7 @@ def test_a_result_whose_class_cannot_be_imported_exits_1_naming_it(
 
 
 def _dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
+    proc = subprocess.Popen([sys.executable, "-c", ""])
     proc.wait()
     return proc.pid
 

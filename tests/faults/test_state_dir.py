@@ -18,6 +18,7 @@ import pytest
 
 import workunits as wu
 from tests.foreign_user import User, as_user, give
+from workunits import Status
 
 
 def _mode(path: Path) -> int:
@@ -58,9 +59,7 @@ def test_a_state_dir_symlink_planted_by_another_user_is_refused(
 
 
 @pytest.mark.parametrize("opener", OPENERS)
-def test_a_state_dir_of_another_user_is_refused(
-    nobody: User, tmp_path: Path, opener: str
-) -> None:
+def test_a_state_dir_of_another_user_is_refused(nobody: User, tmp_path: Path, opener: str) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o700)
     give(theirs, nobody)
@@ -104,22 +103,27 @@ def test_an_emptied_ledger_beside_its_key_is_refused_as_damaged(state_dir: Path)
     assert (state_dir / "ledger.db").stat().st_size == 0  # not made into a fresh ledger
 
 
-def _damage(db: Path) -> None:
-    """Overwrite the pages after the header page with garbage; quick_check sees it."""
-    data = bytearray(db.read_bytes())
+def _damage(db: Path, page_no: int) -> None:
+    """Overwrite one page with garbage: quick_check sees it, a start may not read it."""
     page = 4096
-    assert len(data) > 3 * page
-    data[page : len(data)] = b"\xa5" * (len(data) - page)
+    data = bytearray(db.read_bytes())
+    assert len(data) >= (page_no + 1) * page
+    data[page * page_no : page * (page_no + 1)] = b"\xa5" * page
     db.write_bytes(bytes(data))
 
 
-def test_the_supervisor_checks_the_ledger_before_writing_to_it(state_dir: Path) -> None:
+@pytest.mark.parametrize("page_no", [-1, -2])
+def test_the_supervisor_checks_the_ledger_before_writing_to_it(
+    state_dir: Path, page_no: int
+) -> None:
     with wu.connect(state_dir) as client:
         for n in range(60):
             client.shell(["echo", str(n)], description="x" * 200)
+        for unit in client.list():
+            client.ledger.write(unit.id, attempt=1, status=Status.KILLED, ended_at=1.0)
     db = state_dir / "ledger.db"
     assert not db.with_name("ledger.db-wal").exists()  # the last close checkpointed it
-    _damage(db)
+    _damage(db, db.stat().st_size // 4096 + page_no)
     before = hashlib.sha256(db.read_bytes()).hexdigest()
 
     with pytest.raises(wu.LedgerCorrupt, match="is damaged"):

@@ -47,7 +47,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Click 8.2+ raises this for a group called with no arguments: its message is the help.
 _NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
-    getattr(click.exceptions, name) for name in ("NoArgsIsHelpError",) if hasattr(click.exceptions, name)
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
 )
 
 DEFAULT_STATE = ".workunits"
@@ -123,7 +125,7 @@ class Group(click.Group):
     errors (an unknown option, a missing argument) are caught in ``main``.
     """
 
-    def main(  # type: ignore[override]  # same parameters; click's stub declares overloads
+    def main(
         self,
         args: Any = None,
         prog_name: str | None = None,

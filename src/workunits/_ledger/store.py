@@ -355,7 +355,11 @@ class Ledger:
     def _seal_cause(self, w: Write) -> values.Stored | None:
         if isinstance(w.target, WorkRecord) and w.target.cause is not None:
             return values.seal(
-                w.target.cause, "pickle", purpose="cause", work_id=w.target.id, key=self._signing_key
+                w.target.cause,
+                "pickle",
+                purpose="cause",
+                work_id=w.target.id,
+                key=self._signing_key,
             )
         return None
 
