@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from workunits import _ids
-from workunits._ledger import NO_RESULT, Ledger, Request, UnitRow
+from workunits._ledger import NO_RESULT, Ledger, Request, SupervisorLock, UnitRow
 from workunits._record import TAIL_BYTES
 from workunits._status import Reason, Status, is_terminal
 
@@ -31,17 +31,24 @@ class FakeSupervisor:
         self.ledger = Ledger(state_dir, expire_after=expire_after)
         self.state_dir = self.ledger.state_dir
         self.session: str | None = None
+        self._lock = SupervisorLock(self.state_dir)
 
     def close(self) -> None:
         if self.session is not None:
             self.ledger.close_session(self.session)
+        self._lock.release()
         self.ledger.close()
 
     def open_session(self) -> str:
-        """Look like a live supervisor to ``Client.supervisor_running``."""
+        """Look like a live supervisor to ``Client.supervisor_running``: hold its lock."""
+        self._lock.acquire()
         self.session = _ids.mint("s")
         self.ledger.open_session(self.session, os.getpid())
         return self.session
+
+    def die(self) -> None:
+        """What a SIGKILL leaves: the lock is free, the session row still open."""
+        self._lock.release()
 
     def row(self, work_id: str) -> UnitRow:
         return self.ledger.require(work_id)

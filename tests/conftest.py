@@ -13,6 +13,7 @@ import pykka
 import pytest
 
 import workunits as wu
+from tests.foreign_user import nobody, shared_dir  # noqa: F401 - fixtures: a second local user
 from workunits import Supervisor
 from workunits.testing import ManualClock, ScriptedDriver
 

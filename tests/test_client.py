@@ -393,12 +393,14 @@ def test_request_result_is_none_until_a_supervisor_applies_it(client: wu.Client)
         client.cancel(client.shell("true").id, grace=-1)
 
 
-def test_supervisor_running_follows_the_session_heartbeat(
+def test_supervisor_running_follows_the_state_dir_lock(
     client: wu.Client, fake: FakeSupervisor
 ) -> None:
     assert not client.supervisor_running()
     fake.open_session()
     assert client.supervisor_running()
+    fake.die()  # its session row stays open, as after a SIGKILL: the lock is what counts
+    assert not client.supervisor_running()
 
 
 # -- streaming output ------------------------------------------------------------

@@ -24,12 +24,14 @@ from workunits._errors import NoLedger as NoLedger
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import SpecError as SpecError
 from workunits._errors import StaleAttempt as StaleAttempt
+from workunits._errors import StateDirError as StateDirError
 from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import SupervisorClosed as SupervisorClosed
 from workunits._errors import TeammateEnded as TeammateEnded
 from workunits._errors import TeammateError as TeammateError
 from workunits._errors import UnknownKind as UnknownKind
 from workunits._errors import UnknownWork as UnknownWork
+from workunits._errors import UnloadableValue as UnloadableValue
 from workunits._errors import UnstorableValue as UnstorableValue
 from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
 from workunits._errors import WorkExpired as WorkExpired
@@ -91,6 +93,7 @@ __all__ = [
     "Reason",
     "SpecError",
     "StaleAttempt",
+    "StateDirError",
     "Status",
     "Supervisor",
     "SupervisorBusy",
@@ -102,6 +105,7 @@ __all__ = [
     "UnitContext",
     "UnknownKind",
     "UnknownWork",
+    "UnloadableValue",
     "UnstorableValue",
     "ValueVersionMismatch",
     "WorkActor",

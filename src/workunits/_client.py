@@ -28,7 +28,7 @@ from workunits import _ids
 from workunits._clock import Clock, SystemClock
 from workunits._errors import ClientClosed, NotFinished, SpecError
 from workunits._follow import Backoff, Notices, OutputStream
-from workunits._ledger import Call, Ledger, NewUnit, UnitRow
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock
 from workunits._record import WorkRecord
 from workunits._status import Status, is_terminal
 from workunits._wire.durable import (
@@ -52,9 +52,6 @@ DEFAULT_POLL: Final = 0.1
 RESUMABLE_ATTEMPTS: Final = 3
 """``max_attempts`` of a unit that can resume after its supervisor dies, unless given."""
 
-SUPERVISOR_STALE_AFTER: Final = 5.0
-"""A supervisor whose heartbeat is older than this many seconds counts as gone."""
-
 _END_VERBS = frozenset({"cancel", "kill"})
 
 
@@ -68,7 +65,10 @@ def connect(
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
-    nothing is created (what a reader wants when the path may be a typo).
+    nothing is created (what a reader wants when the path may be a typo); a
+    state dir this process may not write in then opens read-only (``readonly``).
+    An unsafe state dir (a symlink, another user's, writable by others) raises
+    StateDirError either way.
     A ledger written by a newer workunits raises LedgerVersionError.
     """
     return Client(state_dir, create=create, poll=poll, clock=clock)
@@ -88,8 +88,7 @@ class Client:
         if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
             raise SpecError(f"poll must be a positive number of seconds, got {poll!r}")
         self._clock = clock or SystemClock()
-        opener = Ledger if create else Ledger.open_existing
-        self._ledger = opener(state_dir, clock=self._clock)
+        self._ledger = Ledger.open(state_dir, create=create, clock=self._clock)
         self.state_dir: Path = self._ledger.state_dir
         self._poll = float(poll)
         self._closed = threading.Event()
@@ -103,6 +102,12 @@ class Client:
         if self._closed.is_set():
             raise ClientClosed("the client is closed")
         return self._ledger
+
+    @property
+    def readonly(self) -> bool:
+        """True in a state dir this process may not write in: reads work, submits and
+        requests raise StateDirError."""
+        return self._ledger.readonly
 
     @property
     def closed(self) -> bool:
@@ -247,9 +252,16 @@ class Client:
             status=status, kind=kind, parent=parent, limit=limit, ended_after=ended_after
         )
 
-    def supervisor_running(self, stale_after: float = SUPERVISOR_STALE_AFTER) -> bool:
-        """True while a supervisor on this state dir has sent a heartbeat recently."""
-        return bool(self.ledger.live_sessions(stale_after))
+    def supervisor_running(self) -> bool:
+        """True while a supervisor holds this state dir (its lock; see ``_ledger.lock``).
+
+        Without one, pending units wait and running ones make no progress: they
+        are resumed or failed ``lost`` when the next supervisor starts. Known at
+        once when a supervisor dies, SIGKILL included.
+        """
+        if self._closed.is_set():
+            raise ClientClosed("the client is closed")
+        return lock.is_held(self.state_dir)
 
     # -- waiting ---------------------------------------------------------------
 

@@ -14,6 +14,7 @@ WorkunitsError
 ├── IdempotencyConflict  the same key was submitted with different arguments
 ├── StaleAttempt         a write from an attempt that is no longer the unit's current one
 ├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
+├── UnloadableValue      a stored result whose class cannot be imported in this process
 ├── SupervisorBusy       another supervisor holds the state dir's lock
 ├── SupervisorClosed     the supervisor was closed, or its actor is gone
 ├── ClientClosed         a ledger client was closed (also ends its waits in other threads)
@@ -24,6 +25,8 @@ WorkunitsError
 │                        rebuilt here; carries its type, message and traceback
 └── LedgerError          the durable ledger cannot do what was asked
     ├── NoLedger            the state dir has no ledger, and the caller asked not to create one
+    ├── StateDirError       the state dir is unsafe (a symlink, not ours, writable by others),
+    │                       not a directory, unreadable, or read-only for a writer
     ├── LedgerVersionError  the ledger file was written by a newer schema
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
     ├── LedgerFull          the state dir's disk is full; nothing was written
@@ -155,12 +158,37 @@ class SupervisorBusy(WorkunitsError):
         self.pid = pid
 
 
+class UnloadableValue(WorkunitsError):
+    """A stored value (a pickled result) names a class or function this process cannot import.
+
+    ``name`` is what could not be loaded (``module.qualname``). The value itself
+    is intact: load it where that code is importable.
+    """
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+    def __reduce__(self) -> tuple[type[UnloadableValue], tuple[str, str]]:
+        return (type(self), (str(self), self.name))
+
+
 class LedgerError(WorkunitsError):
     """The durable ledger cannot do what was asked."""
 
 
 class NoLedger(LedgerError):
     """The state dir holds no ledger, and the caller asked not to create one."""
+
+
+class StateDirError(LedgerError):
+    """The state dir cannot be used: the message names the path and the reason.
+
+    Unsafe ones are refused rather than repaired: a symlink as the final path
+    component, a directory of another user, or one that group or others may
+    write in. Also a file where the directory should be, a directory this user
+    cannot read, and a read-only one given to a writer (a supervisor, a submit).
+    """
 
 
 class LedgerVersionError(LedgerError):

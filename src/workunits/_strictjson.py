@@ -65,7 +65,11 @@ def _walk(value: object, path: str, depth: int, what: str) -> None:
             f"itself); flatten it"
         )
     # Exact types only: a subclass (bool aside) would come back as its base type.
-    if value is None or type(value) is bool or type(value) is str:
+    if value is None or type(value) is bool:
+        return
+    if type(value) is str:
+        if not _is_text(value):
+            _refuse(what, path, value, _NOT_TEXT)
         return
     if type(value) is int:
         if not _INT_MIN <= value <= _INT_MAX:
@@ -85,18 +89,40 @@ def _walk(value: object, path: str, depth: int, what: str) -> None:
             _walk(item, f"{path}[{index}]", depth + 1, what)
         return
     if type(value) is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                _refuse(
-                    what,
-                    f"{path} key {key!r}",
-                    key,
-                    f"is a key of type {type(key).__name__}; JSON object keys are strings, so it "
-                    f"would come back as {str(key)!r}. Use str keys",
-                )
-            _walk(item, f"{path}[{key!r}]", depth + 1, what)
+        _walk_dict(value, path, depth, what)
         return
     _refuse(what, path, value, _advice(value))
+
+
+def _walk_dict(value: dict[Any, Any], path: str, depth: int, what: str) -> None:
+    for key, item in value.items():
+        if type(key) is not str:
+            _refuse(
+                what,
+                f"{path} key {key!r}",
+                key,
+                f"is a key of type {type(key).__name__}; JSON object keys are strings, so it "
+                f"would come back as {str(key)!r}. Use str keys",
+            )
+        if not _is_text(key):
+            _refuse(what, f"{path} key {key!r}", key, _NOT_TEXT)
+        _walk(item, f"{path}[{key!r}]", depth + 1, what)
+
+
+_NOT_TEXT = (
+    "holds bytes that are not UTF-8 (as surrogates, the way os.fsdecode keeps them); "
+    "JSON text cannot hold them. Store the bytes' base64 or a valid str"
+)
+
+
+def _is_text(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _advice(value: object) -> str:

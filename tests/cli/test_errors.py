@@ -37,6 +37,7 @@ def test_the_exit_codes_have_their_documented_values() -> None:
         "RUNNING": 4,
         "UNKNOWN": 5,
         "LEDGER": 6,
+        "BUSY": 7,
         "INTERRUPTED": 130,
     }
 

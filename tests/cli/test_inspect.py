@@ -25,6 +25,7 @@ def _child(client: wu.Client, parent: str, description: str) -> str:
 def test_ls_shows_active_units_and_all_of_them_with_all(
     run: Run, client: wu.Client, fake: FakeSupervisor
 ) -> None:
+    fake.open_session()
     done = client.shell("echo done").id
     busy = client.shell("make", description="compile everything").id
     waiting = client.agent("tests.test_client:add", 1, 2).id
@@ -100,8 +101,8 @@ def test_show_draws_the_tree_of_children(run: Run, client: wu.Client) -> None:
     grandchild = _child(client, child, "link")
     out = run("show", parent).stdout
     assert "children" in out
-    assert f"{child} shell pending  compile" in out
-    assert f"{grandchild} shell pending  link" in out
+    assert f"{child} shell pending (no supervisor)  compile" in out
+    assert f"{grandchild} shell pending (no supervisor)  link" in out
     assert json.loads(run("show", "--json", parent).stdout)["children"] == [child]
 
 

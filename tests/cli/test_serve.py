@@ -88,7 +88,7 @@ def test_serve_stops_cleanly_on_a_stop_signal(
 
 def test_a_second_serve_on_the_same_state_dir_refuses_in_one_line(served: Serve, run: Run) -> None:
     result = run("serve")
-    assert result.exit_code == Exit.FAILED
+    assert result.exit_code == Exit.BUSY
     (line,) = result.stderr.splitlines()
     assert line.startswith("workunits: ")
     assert "supervisor" in line

@@ -21,6 +21,7 @@ EXPECTED = {
     "Request",
     "Session",
     "StaleAttempt",
+    "StateDirError",
     "Stored",
     "SupervisorBusy",
     "SupervisorLock",

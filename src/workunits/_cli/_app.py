@@ -1,10 +1,17 @@
 """The command group, its shared options, exit codes, and how errors become one line.
 
 Every command runs in the main thread of the ``workunits`` process. Errors
-the library raises on purpose (``WorkunitsError``) and operating-system errors
-on the state dir are printed as one line on stderr, ``workunits: <message>``,
-and exit with the code named below -- never a traceback. Ctrl-C exits 130
-after each command's own clean-up (``finally`` blocks) has run.
+the library raises on purpose (``WorkunitsError``), click's own usage errors,
+text that is not UTF-8 where the ledger needs text, and operating-system
+errors on the state dir are printed as one line on stderr,
+``workunits: <message>``, and exit with the code named below -- never a
+traceback. Ctrl-C exits 130 after each command's own clean-up (``finally``
+blocks) has run.
+
+Arguments arrive as Python decoded them: bytes that are not UTF-8 are lone
+surrogates (``os.fsdecode``), which give the same bytes back when passed to the
+OS -- a command's argv, ``--cwd``, ``--env`` keep them. Where the ledger must
+hold text (a key, a description, a kind), they are refused with one line.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from workunits._errors import (
     LedgerError,
     NotFinished,
     SpecError,
+    SupervisorBusy,
     UnknownWork,
     WorkKilled,
     WorkunitsError,
@@ -36,6 +44,13 @@ from workunits._errors import (
 from workunits._status import Status
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Click 8.2+ raises this for a group called with no arguments: its message is the help.
+_NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
 
 DEFAULT_STATE = ".workunits"
 STATE_ENV = "WORKUNITS_STATE"
@@ -50,7 +65,8 @@ class Exit(enum.IntEnum):
     KILLED = 3  # the unit was killed (cancelled, timed out, killed...)
     RUNNING = 4  # the unit was still running when --timeout ran out
     UNKNOWN = 5  # no such unit in this ledger, or it has expired
-    LEDGER = 6  # the state dir has no ledger, or one this workunits cannot use
+    LEDGER = 6  # no usable ledger: none there, unreadable, damaged, or an unsafe state dir
+    BUSY = 7  # serve: another supervisor holds the state dir
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -81,6 +97,8 @@ def finish(code: Exit) -> NoReturn:
 
 
 def _code_of(exc: WorkunitsError) -> Exit:
+    if isinstance(exc, SupervisorBusy):
+        return Exit.BUSY
     if isinstance(exc, UnknownWork):  # WorkExpired too: it is one
         return Exit.UNKNOWN
     if isinstance(exc, InvalidWorkId | SpecError | IdempotencyConflict):
@@ -103,8 +121,34 @@ class Group(click.Group):
     """The ``workunits`` group: every error becomes one line on stderr and an exit code.
 
     Subcommands parse their arguments inside ``invoke``, so errors raised by
-    argument callbacks (a malformed ID) pass through here too.
+    argument callbacks (a malformed ID) pass through here too. Click's own
+    errors (an unknown option, a missing argument) are caught in ``main``.
     """
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # bare `workunits`: the help is what was asked for
+            exc.show()
+            code = exc.exit_code
+        except click.ClickException as exc:
+            message, code = _click_error(exc)
+            _say(message)
+        except click.Abort:  # Ctrl-C or end of input at a prompt
+            _say("interrupted")
+            code = Exit.INTERRUPTED
+        # Without standalone mode, click returns the exit code of click.exceptions.Exit
+        # (--help, --version, finish()), or the command's return value.
+        sys.exit(code if isinstance(code, int) else Exit.OK)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -120,8 +164,23 @@ class Group(click.Group):
             # error. Point stdout at /dev/null so the final flush cannot fail again.
             _quiet_stdout()
             finish(Exit.OK)
+        except UnicodeEncodeError as exc:  # an argument's non-UTF-8 bytes, where text is needed
+            _fail(
+                f"'{printable(str(exc.object))}' holds bytes that are not UTF-8, and text is "
+                f"needed there",
+                Exit.USAGE,
+            )
         except OSError as exc:  # the state dir itself: permissions, a full disk...
             _fail(str(exc), Exit.LEDGER)
+
+
+def _click_error(exc: click.ClickException) -> tuple[str, int]:
+    """Click's error as one line (not its usage block) saying where help is, and its code."""
+    message = exc.format_message().rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(ctx, click.Context):
+        message = f"{message}; see {ctx.command_path} --help"
+    return message, Exit.USAGE if isinstance(exc, click.UsageError) else exc.exit_code
 
 
 def _quiet_stdout() -> None:
@@ -132,8 +191,20 @@ def _quiet_stdout() -> None:
 
 
 def _fail(message: str, code: Exit) -> NoReturn:
-    click.echo(f"workunits: {_one_line(message)}", err=True)
+    _say(message)
     finish(code)
+
+
+def _say(message: str) -> None:
+    click.echo(f"workunits: {printable(_one_line(message))}", err=True)
+
+
+def printable(text: str) -> str:
+    """``text`` with the non-UTF-8 bytes an argument carried shown as ``\\xff`` escapes."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,7 +215,8 @@ def cli() -> None:
     \b
     Exit codes: 0 completed (or done), 1 failed, 2 usage, 3 killed,
     4 still running after --timeout, 5 unknown or expired unit,
-    6 no usable ledger in the state dir, 130 interrupted.
+    6 no usable ledger in the state dir (none, unreadable, damaged or
+    unsafe), 7 another supervisor holds the state dir, 130 interrupted.
     """
 
 
@@ -155,7 +227,9 @@ def state_option(fn: F) -> F:
     return click.option(
         "--state",
         "state_dir",
-        type=click.Path(path_type=Path, file_okay=False),
+        # No checks of click's: the state dir's own (a symlink, a file, not ours,
+        # unreadable) say why in one line, and exit 6.
+        type=click.Path(path_type=Path, readable=False),
         default=DEFAULT_STATE,
         envvar=STATE_ENV,
         show_default=True,

@@ -29,9 +29,25 @@ BAR_WIDTH = 10
 TABLE_BAR_WIDTH = 8
 
 
-def status_text(row: UnitRow) -> Text:
+NO_SUPERVISOR = "(no supervisor)"
+
+
+def status_label(row: UnitRow, supervised: bool = True) -> str:
+    """``running``, or ``running (no supervisor)`` when nobody holds the state dir.
+
+    Without a supervisor a pending unit does not start and a running one makes
+    no progress, whatever its row says: the next supervisor resumes it or fails
+    it ``lost``.
+    """
     shown = row.shown_status
-    return Text(shown, style=STATUS_STYLE.get(shown, ""))
+    if supervised or is_terminal(row.status) or row.expired:
+        return shown
+    return f"{shown} {NO_SUPERVISOR}"
+
+
+def status_text(row: UnitRow, supervised: bool = True) -> Text:
+    shown = row.shown_status
+    return Text(status_label(row, supervised), style=STATUS_STYLE.get(shown, ""))
 
 
 def age(seconds: float) -> str:
@@ -77,23 +93,31 @@ def progress_cell(row: UnitRow, bar_width: int = BAR_WIDTH) -> Text:
     return cell
 
 
-FIXED_COLUMNS = 9 + 8 + 9 + 4 + 5 * 2  # ID, KIND, STATUS, AGE and the gaps between six columns
+STATUS_WIDTH = 9
+FIXED_COLUMNS = 9 + 8 + STATUS_WIDTH + 4 + 5 * 2  # ID, KIND, STATUS, AGE and six columns' gaps
 
 
 def units_table(
-    rows: list[UnitRow], now: float, *, width: int = 80, caption: str | None = None
+    rows: list[UnitRow],
+    now: float,
+    *,
+    width: int = 80,
+    caption: str | None = None,
+    supervised: bool = True,
 ) -> Table:
     """The ``ls``/``watch`` table, exactly ``width`` columns wide at most (80 by default).
 
     Every width is set here rather than measured by rich: a long description
     or progress message would otherwise squeeze the short columns away.
+    ``supervised=False`` marks pending and running units ``(no supervisor)``.
     """
-    room = max(2 * BAR_WIDTH, width - FIXED_COLUMNS)
+    status_width = max([STATUS_WIDTH, *(len(status_label(r, supervised)) for r in rows)])
+    room = max(2 * BAR_WIDTH, width - FIXED_COLUMNS - (status_width - STATUS_WIDTH))
     progress = min(32, max(BAR_WIDTH, room * 11 // 20))  # 22 of 40 in 80 columns
     table = Table(box=None, header_style="bold", caption=caption, pad_edge=False, expand=False)
     table.add_column("ID", no_wrap=True, width=9)
     table.add_column("KIND", no_wrap=True, width=8, overflow="ellipsis")
-    table.add_column("STATUS", no_wrap=True, width=9)
+    table.add_column("STATUS", no_wrap=True, width=status_width)
     table.add_column("AGE", no_wrap=True, justify="right", width=4)
     table.add_column("PROGRESS", no_wrap=True, width=progress, overflow="ellipsis")
     table.add_column("DESCRIPTION", no_wrap=True, width=room - progress, overflow="ellipsis")
@@ -101,7 +125,7 @@ def units_table(
         table.add_row(
             row.id,
             row.kind,
-            status_text(row),
+            status_text(row, supervised),
             age(now - row.created_at),
             progress_cell(row, TABLE_BAR_WIDTH),
             Text(row.description, overflow="ellipsis", no_wrap=True),
@@ -109,8 +133,12 @@ def units_table(
     return table
 
 
-def unit_doc(row: UnitRow) -> dict[str, Any]:
-    """A row as one JSON object: what ``ls --json`` and ``show --json`` print."""
+def unit_doc(row: UnitRow, supervised: bool | None = None) -> dict[str, Any]:
+    """A row as one JSON object: what ``ls --json`` and ``show --json`` print.
+
+    ``supervisor_running`` says whether a supervisor held the state dir when
+    it was read (None where the caller did not look).
+    """
     return {
         "id": row.id,
         "kind": row.kind,
@@ -138,6 +166,7 @@ def unit_doc(row: UnitRow) -> dict[str, Any]:
         "pid": row.pid,
         "expire_at": row.expire_at,
         "expired_at": row.expired_at,
+        "supervisor_running": supervised,
     }
 
 

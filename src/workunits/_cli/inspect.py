@@ -1,7 +1,9 @@
 """``ls`` and ``show``: what the ledger knows, as tables and trees or as JSON lines.
 
-Both run in the main thread, read the ledger only (they never create one)
-and show units whether or not a supervisor runs.
+Both run in the main thread, read the ledger only (they never create one;
+a read-only state dir is read through a read-only connection) and show units
+whether or not a supervisor runs -- saying so when none does: a ``running``
+row then makes no progress until the next supervisor resumes or fails it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from workunits._cli import _render
 from workunits._cli._app import cli, emit_json, id_argument, json_option, opened, state_option
 from workunits._client import Client
 from workunits._ledger import EXPIRED, UnitRow
+from workunits._ledger.lock import pid_alive
 from workunits._record import signal_name
 from workunits._status import Status, is_terminal
 
@@ -49,18 +52,21 @@ def ls(
     """List units: pending and running ones, or every one with --all."""
     with opened(state_dir) as client:
         rows = client.rows(status=status, kind=kind, parent=parent)
+        supervised = client.supervisor_running()
     if status is None and not show_all:
         rows = [r for r in rows if not is_terminal(r.status)]
     if as_json:
         for row in rows:
-            emit_json(_render.unit_doc(row))
+            emit_json(_render.unit_doc(row, supervised))
         return
     console = Console()
     if not rows:
         hint = "" if show_all or status else " (--all shows ended ones)"
         console.print(f"no units{hint}", style="dim")
         return
-    console.print(_render.units_table(rows, time.time(), width=console.width))
+    console.print(
+        _render.units_table(rows, time.time(), width=console.width, supervised=supervised)
+    )
 
 
 @cli.command("show")
@@ -71,14 +77,25 @@ def show(state_dir: Path, as_json: bool, work_id: str) -> None:
     """Everything about one unit: how it ended, progress, checkpoint, attempts, children."""
     with opened(state_dir) as client:
         row = client.row(work_id)
+        supervised = client.supervisor_running()
         if as_json:
-            emit_json(_show_doc(client, row))
+            emit_json(_show_doc(client, row, supervised))
             return
-        Console().print(_details(row, time.time()), _children_tree(client, row))
+        Console().print(
+            _details(row, time.time(), supervised), _children_tree(client, row, supervised)
+        )
 
 
-def _show_doc(client: Client, row: UnitRow) -> dict[str, Any]:
-    doc = _render.unit_doc(row)
+def _pid_gone(row: UnitRow) -> bool | None:
+    """Whether the process on record has exited (None: no live unit, or no pid to look at)."""
+    if row.pid is None or is_terminal(row.status):
+        return None
+    return not pid_alive(row.pid)
+
+
+def _show_doc(client: Client, row: UnitRow, supervised: bool) -> dict[str, Any]:
+    doc = _render.unit_doc(row, supervised)
+    doc["pid_gone"] = _pid_gone(row)
     doc["checkpoint"] = row.last_checkpoint()
     doc["result_format"] = None if row.result is None else row.result.format
     # A JSON result runs nothing to read; a pickle would run the unit's code here.
@@ -98,8 +115,10 @@ def _when(t: float | None, now: float) -> str:
     return f"{stamp} ({rel})"
 
 
-def _details(row: UnitRow, now: float) -> RenderableType:
-    head = Text.assemble((row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row))
+def _details(row: UnitRow, now: float, supervised: bool) -> RenderableType:
+    head = Text.assemble(
+        (row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row, supervised)
+    )
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -121,7 +140,7 @@ def _details(row: UnitRow, now: float) -> RenderableType:
     resumable = "resumable" if row.resumable else "not resumable"
     field("attempts", f"{row.attempt} of {row.max_attempts} ({resumable})")
     field("session", row.session)
-    field("pid", None if row.pid is None else str(row.pid))
+    field("pid", _pid(row))
     if row.progress is not None or row.progress_message:
         field("progress", _render.progress_cell(row))
     field("checkpoint", _checkpoint(row))
@@ -136,6 +155,14 @@ def _details(row: UnitRow, now: float) -> RenderableType:
     if row.error:
         field("error", Text(row.error.rstrip(), style="red"))
     return _render.stack(head, grid)
+
+
+def _pid(row: UnitRow) -> Text | None:
+    if row.pid is None:
+        return None
+    if _pid_gone(row):
+        return Text(f"{row.pid} (gone: no such process)", style="red")
+    return Text(str(row.pid))
 
 
 def _outcome(row: UnitRow) -> Text:
@@ -168,7 +195,7 @@ def _output(row: UnitRow) -> RenderableType | None:
     return _render.stack(Text(f"{size}; the last {len(lines)} line(s):"), body)
 
 
-def _children_tree(client: Client, row: UnitRow) -> RenderableType:
+def _children_tree(client: Client, row: UnitRow, supervised: bool) -> RenderableType:
     children = client.rows(parent=row.id)
     if not children:
         return Text("")
@@ -181,7 +208,7 @@ def _children_tree(client: Client, row: UnitRow) -> RenderableType:
                 " ",
                 kid.kind,
                 " ",
-                _render.status_text(kid),
+                _render.status_text(kid, supervised),
                 "  ",
                 kid.description,
             )

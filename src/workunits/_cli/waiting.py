@@ -28,8 +28,10 @@ from workunits._cli._app import (
     state_option,
     write_bytes,
 )
+from workunits._client import Client
 from workunits._errors import NotFinished, WorkExpired
 from workunits._record import WorkRecord
+from workunits._status import is_terminal
 
 
 def timeout_option(fn: Any) -> Any:
@@ -49,13 +51,20 @@ def wait(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) -> N
     """Wait until a unit ends; exit 0 completed, 1 failed, 3 killed, 4 still running."""
     seconds = None if timeout is None else parse_duration(timeout)
     with opened(state_dir) as client:
+        if seconds is None:
+            _warn_unsupervised(client, work_id)
         try:
             client.wait(work_id, seconds)
-        except NotFinished as exc:
+        except NotFinished:
+            row = client.row(work_id)
+            supervised = client.supervisor_running()
             if as_json:
-                emit_json(_render.unit_doc(client.row(work_id)))
+                emit_json(_render.unit_doc(row, supervised))
                 finish(Exit.RUNNING)
-            raise CliError(str(exc), Exit.RUNNING) from None
+            raise CliError(
+                f"{work_id} is still {_render.status_label(row, supervised)} after {seconds} s",
+                Exit.RUNNING,
+            ) from None
         row = client.row(work_id)
     if row.expired:
         raise WorkExpired(row.to_record())
@@ -81,7 +90,14 @@ def result(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) ->
     """
     seconds = None if timeout is None else parse_duration(timeout)
     with opened(state_dir) as client:
-        value = client.result(work_id, seconds)
+        if seconds is None:
+            _warn_unsupervised(client, work_id)
+        try:
+            value = client.result(work_id, seconds)
+        except NotFinished:
+            row = client.row(work_id)
+            label = _render.status_label(row, client.supervisor_running())
+            raise CliError(f"{work_id} is still {label} after {seconds} s", Exit.RUNNING) from None
     if isinstance(value, WorkRecord):  # a kind without values
         if as_json:
             tail = value.output_tail.decode("utf-8", "replace")
@@ -93,6 +109,20 @@ def result(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) ->
         emit_json({"id": work_id, "result": _jsonable(value)})
     else:
         click.echo(_text(value))
+
+
+def _warn_unsupervised(client: Client, work_id: str) -> None:
+    """One line on stderr when a wait without a timeout can only end once a supervisor starts.
+
+    (With a timeout, the line that reports it says so instead.)
+    """
+    row = client.row(work_id)
+    if not is_terminal(row.status) and not client.supervisor_running():
+        click.echo(
+            f"workunits: {work_id} is {_render.status_label(row, supervised=False)}: nothing "
+            f"will change until a supervisor runs on {client.state_dir} (`workunits serve`)",
+            err=True,
+        )
 
 
 def _jsonable(value: Any) -> Any:

@@ -3,7 +3,8 @@
 Modules, one concept each:
 
 - ``schema``      tables and forward migrations (``PRAGMA user_version``)
-- ``_db``         the connection, the state dir's modes, the transaction discipline
+- ``statedir``    the state dir's checks: refused when unsafe, never repaired
+- ``_db``         the connection, file modes, read-only opening, the transaction discipline
 - ``store``       ``Ledger``: submit, read, fenced writes, checkpoints, attempts, retention
 - ``submits``     the idempotent insert (invariant 12)
 - ``writes``      the one function that changes a unit's status, with fence and outbox
@@ -29,6 +30,7 @@ from workunits._errors import LedgerTampered as LedgerTampered
 from workunits._errors import LedgerVersionError as LedgerVersionError
 from workunits._errors import NoLedger as NoLedger
 from workunits._errors import StaleAttempt as StaleAttempt
+from workunits._errors import StateDirError as StateDirError
 from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import UnstorableValue as UnstorableValue
 from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
@@ -64,6 +66,7 @@ __all__ = [
     "Request",
     "Session",
     "StaleAttempt",
+    "StateDirError",
     "Stored",
     "SupervisorBusy",
     "SupervisorLock",

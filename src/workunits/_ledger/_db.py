@@ -1,7 +1,15 @@
 """One SQLite connection to the ledger file, with the transaction discipline every write follows.
 
-- The state dir is 0700 and the database 0600 *before* SQLite opens it; SQLite
-  gives its ``-wal`` and ``-shm`` files the database file's mode.
+- The state dir was checked (``statedir``) and the database is 0600 *before*
+  SQLite opens it; SQLite gives its ``-wal`` and ``-shm`` files the database
+  file's mode.
+- A read-only connection (a state dir this process may not write in) creates,
+  chmods and migrates nothing; it reads the ledger as it is. SQLite needs the
+  ``-shm`` file to read a WAL database, and cannot create it there: when no
+  ``-wal`` exists either, no writer has the ledger open (a writer keeps it while
+  connected), so the file is opened ``immutable``, read without any lock.
+- ``verify=True`` (a supervisor) runs ``PRAGMA quick_check`` before anything is
+  written: a damaged ledger is refused before a session row lands in it.
 - Autocommit mode (``isolation_level=None``): transactions are explicit. Every
   write opens with ``BEGIN IMMEDIATE``, taking the write lock up front, so a
   transaction that started as a reader never meets ``SQLITE_BUSY`` half-way
@@ -22,10 +30,11 @@ import os
 import sqlite3
 import stat
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError
+from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError, StateDirError
 from workunits._ledger import schema
 
 DB_FILE = "ledger.db"
@@ -39,20 +48,6 @@ def sync_level(mode: str, name: str = "sync") -> str:
     if level is None:
         raise SpecError(f"{name} must be one of {sorted(SYNC_MODES)}, got {mode!r}")
     return level
-
-
-def prepare_state_dir(state_dir: str | os.PathLike[str]) -> Path:
-    """Create the state dir 0700 (or tighten an existing one of ours); return it."""
-    path = Path(state_dir)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if not stat.S_ISDIR(info.st_mode):
-        raise LedgerError(f"state dir {path} is not a directory")
-    if info.st_uid != os.geteuid():
-        raise LedgerError(f"state dir {path} belongs to uid {info.st_uid}, not to this user")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        path.chmod(0o700)  # units' output and the key live here: nobody else may look in
-    return path
 
 
 def create_private_file(path: Path) -> None:
@@ -89,36 +84,79 @@ def create_private_file(path: Path) -> None:
 class Database:
     """The connection and its lock; safe to share between the threads of one process."""
 
-    def __init__(self, state_dir: Path, *, busy_timeout: float, sync: str = "full") -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        busy_timeout: float,
+        sync: str = "full",
+        readonly: bool = False,
+        verify: bool = False,
+    ) -> None:
         self._durable_level = sync_level(sync)
         self.path = state_dir / DB_FILE
+        self.readonly = readonly
         self._busy_timeout = busy_timeout
-        create_private_file(self.path)
-        for suffix in ("-wal", "-shm"):
-            sidecar = self.path.with_name(DB_FILE + suffix)
-            if sidecar.exists():
-                create_private_file(sidecar)
+        if not readonly:
+            create_private_file(self.path)
+            for suffix in ("-wal", "-shm"):
+                sidecar = self.path.with_name(DB_FILE + suffix)
+                if sidecar.exists():
+                    create_private_file(sidecar)
         self._pid = os.getpid()
         # One connection per Ledger; the lock serialises this process's threads on it.
         self._lock = threading.RLock()
         self._sync = ""
-        try:
-            self.conn = sqlite3.connect(
-                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise self._mapped(exc) from exc
-        self.conn.row_factory = sqlite3.Row
+        self.conn = self._connect(immutable=False)
         try:
             with self._lock:
-                self._setup()
+                self._setup(verify)
+        except LedgerError:
+            self.conn.close()
+            if not (readonly and self._may_be_immutable()):
+                raise
+            self.conn = self._connect(immutable=True)
+            try:
+                with self._lock:
+                    self._setup(verify)
+            except BaseException:
+                self.conn.close()
+                raise
         except BaseException:
             self.conn.close()
             raise
 
-    def _setup(self) -> None:
+    def _connect(self, *, immutable: bool) -> sqlite3.Connection:
+        target: str | Path = self.path
+        if self.readonly:
+            flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+            target = f"file:{urllib.parse.quote(str(self.path))}?{flags}"
+        try:
+            conn = sqlite3.connect(
+                target,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=self.readonly,
+            )
+        except sqlite3.Error as exc:
+            raise self._mapped(exc) from exc
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def _may_be_immutable(self) -> bool:
+        # A writer keeps the -wal file while it is connected; without one, the
+        # database file alone is the whole ledger and nobody is changing it.
+        return not self.path.with_name(DB_FILE + "-wal").exists()
+
+    def _setup(self, verify: bool) -> None:
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            if verify:
+                self._quick_check()
+            if self.readonly:
+                schema.check_readable(self.conn, str(self.path))
+                return
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise LedgerError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
@@ -126,6 +164,14 @@ class Database:
             schema.migrate(self.conn, str(self.path))
         except sqlite3.Error as exc:
             raise self._mapped(exc) from exc
+
+    def _quick_check(self) -> None:
+        found = [str(row[0]) for row in self.conn.execute("PRAGMA quick_check(5)").fetchall()]
+        if found != ["ok"]:
+            raise LedgerCorrupt(
+                f"{self.path} is damaged ({'; '.join(found)}); nothing was written to it. "
+                f"Restore it from a backup, or move the state dir aside to start afresh"
+            )
 
     def close(self) -> None:
         with self._lock:
@@ -140,6 +186,11 @@ class Database:
         """
         with self._lock:
             self._check_process()
+            if self.readonly:
+                raise StateDirError(
+                    f"the state dir {self.path.parent} is read-only here, so this ledger was "
+                    f"opened for reading; nothing was written"
+                )
             conn = self.conn
             try:
                 self._set_sync(self._durable_level if durable else "NORMAL")

@@ -10,7 +10,11 @@ children that exec; for children that only fork (a zygote, a unit running
 Python) an at-fork hook closes the descriptor in the child, so a unit
 outliving a SIGKILLed supervisor never keeps the next one out. (Between the
 fork and that hook the child briefly holds a copy: a supervisor started in
-that instant gets the lock if it acquires with a timeout of a second or so.)
+that instant still gets it: see ``_STRAY_HOLDER_GRACE``.)
+
+``is_held`` tells a reader whether a supervisor runs on a state dir: it tries
+a shared lock for an instant, on a descriptor opened read-only, so it works
+in a read-only state dir and creates nothing.
 """
 
 from __future__ import annotations
@@ -21,12 +25,18 @@ import fcntl
 import os
 import time
 import weakref
+from pathlib import Path
 
 from workunits._errors import SupervisorBusy
-from workunits._ledger._db import create_private_file, prepare_state_dir
+from workunits._ledger import statedir
+from workunits._ledger._db import create_private_file
 
 LOCK_FILE = "supervisor.lock"
 _PID_WIDTH = 20  # the pid is written padded, in one pwrite, so a reader never sees half
+# How long acquire() keeps trying, past its own timeout, while the lock's holder
+# is no supervisor: the pid on record is blank or dead, so what holds it is a
+# reader's ``is_held`` (an instant) or a child between fork and its at-fork hook.
+_STRAY_HOLDER_GRACE = 1.0
 
 _held: weakref.WeakSet[SupervisorLock] = weakref.WeakSet()
 
@@ -35,7 +45,7 @@ class SupervisorLock:
     """The state dir's supervisor lock. Used by one thread; not reentrant."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.path = prepare_state_dir(state_dir) / LOCK_FILE
+        self.path = statedir.prepare(state_dir) / LOCK_FILE
         self._fd: int | None = None
 
     @property
@@ -64,8 +74,11 @@ class SupervisorLock:
     def _wait(self, fd: int, timeout: float | None, poll_interval: float) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not _try_lock(fd):
-            if deadline is not None and time.monotonic() >= deadline:
-                raise self._busy(fd, timeout)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                stray = not _holder_alive(fd) and now < deadline + _STRAY_HOLDER_GRACE
+                if not stray:
+                    raise self._busy(fd, timeout)
             # flock has no timeout of its own; a short poll keeps the wait bounded
             # and the thread interruptible.
             time.sleep(poll_interval)
@@ -106,6 +119,42 @@ class SupervisorLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+def is_held(state_dir: str | os.PathLike[str]) -> bool:
+    """True while a supervisor holds the lock of ``state_dir``; changes and creates nothing.
+
+    Any thread. The shared lock it tries is held only between two system calls.
+    """
+    try:
+        fd = os.open(Path(state_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # no supervisor ever ran here
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)  # drops the shared lock, if it was taken
+    return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may be another one, if the pid was reused)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, and belongs to someone else
+    return True
+
+
+def _holder_alive(fd: int) -> bool:
+    pid = _holder(fd)
+    return pid is not None and pid_alive(pid)
 
 
 def _try_lock(fd: int) -> bool:

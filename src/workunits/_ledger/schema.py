@@ -181,6 +181,19 @@ def migrate(conn: sqlite3.Connection, where: str, migrations: Sequence[str] = MI
             raise
 
 
+def check_readable(conn: sqlite3.Connection, where: str) -> None:
+    """For a read-only connection: the ledger is ours and at this schema (nothing is migrated)."""
+    target = len(MIGRATIONS)
+    found = user_version(conn)
+    _check_version(found, target, where)
+    if found < target:
+        raise LedgerVersionError(
+            f"the ledger {where} has schema version {found} and needs migrating to {target}, "
+            f"which a read-only opener cannot do; open it once where it is writable"
+        )
+    _check_ours(conn, where)
+
+
 def _check_version(found: int, target: int, where: str) -> None:
     if found > target:
         raise LedgerVersionError(

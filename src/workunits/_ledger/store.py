@@ -28,6 +28,8 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import (
     IdempotencyConflict,
     InvalidTransition,
+    LedgerCorrupt,
+    LedgerError,
     NoLedger,
     SpecError,
     StaleAttempt,
@@ -40,11 +42,12 @@ from workunits._ledger import (
     retains,
     retention,
     sessions,
+    statedir,
     submits,
     values,
     writes,
 )
-from workunits._ledger._db import DB_FILE, Database, prepare_state_dir
+from workunits._ledger._db import DB_FILE, Database
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
@@ -69,14 +72,28 @@ class Ledger:
         expire_after: float = DEFAULT_EXPIRE_AFTER,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         sync: str = "full",
+        verify: bool = False,
+        _readonly: bool = False,
     ) -> None:
-        """``sync="normal"`` trades power-cut durability for latency (see ``_db``)."""
-        self.state_dir = prepare_state_dir(state_dir)
+        """``sync="normal"`` trades power-cut durability for latency (see ``_db``).
+
+        ``verify=True`` checks the whole file (``PRAGMA quick_check``) before
+        anything is written: LedgerCorrupt for a damaged one. A supervisor does.
+        """
+        # open_existing has checked a read-only state dir already; a writer checks here.
+        self.state_dir = Path(state_dir) if _readonly else statedir.prepare(state_dir)
         self._clock = clock or SystemClock()
         self._expire_after = expire_after
-        self._db = Database(self.state_dir, busy_timeout=busy_timeout, sync=sync)
+        _refuse_an_emptied_ledger(self.state_dir)
+        self._db = Database(
+            self.state_dir, busy_timeout=busy_timeout, sync=sync, readonly=_readonly, verify=verify
+        )
         try:
-            self._key = values.load_or_create_key(self.state_dir)
+            self._key: bytes | None = (
+                values.load_key(self.state_dir)
+                if _readonly
+                else values.load_or_create_key(self.state_dir)
+            )
         except BaseException:
             self._db.close()
             raise
@@ -92,15 +109,52 @@ class Ledger:
         """Open the ledger of ``state_dir``; NoLedger when there is none (nothing is created).
 
         For readers such as the CLI's ``ls``: looking must not leave an empty
-        ledger (or state dir) behind in a directory given by mistake.
+        ledger (or state dir) behind in a directory given by mistake. In a state
+        dir this process may not write in, the ledger opens read-only (``readonly``):
+        reads work, and every write raises StateDirError.
         """
-        path = Path(state_dir) / DB_FILE
+        checked, writable = statedir.open_for_reading(state_dir)
+        path = checked / DB_FILE
         if not path.is_file():
             raise NoLedger(
-                f"{Path(state_dir)} holds no workunits ledger (no {DB_FILE}); check the state "
-                f"dir, or start one with `workunits serve --state {state_dir}`"
+                f"{checked} holds no workunits ledger (no {DB_FILE}); check the state "
+                f"dir, or start one with `workunits serve --state {checked}`"
             )
+        return cls(checked, clock=clock, busy_timeout=busy_timeout, _readonly=not writable)
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: str | os.PathLike[str],
+        *,
+        create: bool,
+        clock: Clock | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> Ledger:
+        """``open_existing``, or with ``create`` a new ledger where there is none.
+
+        What a client opens: read-only when the state dir is read-only here.
+        """
+        try:
+            return cls.open_existing(state_dir, clock=clock, busy_timeout=busy_timeout)
+        except NoLedger:
+            if not create:
+                raise
         return cls(state_dir, clock=clock, busy_timeout=busy_timeout)
+
+    @property
+    def _signing_key(self) -> bytes:
+        if self._key is None:  # only a read-only ledger, before any writer made its key
+            raise LedgerError(
+                f"{self.state_dir} has no {values.KEY_FILE} yet, so no signed value in its "
+                f"ledger can be verified here"
+            )
+        return self._key
+
+    @property
+    def readonly(self) -> bool:
+        """True when the state dir is read-only here: reads work, writes raise StateDirError."""
+        return self._db.readonly
 
     @property
     def path(self) -> Path:
@@ -157,6 +211,14 @@ class Ledger:
             _ids.validate(new.parent)
         if new.session is not None:
             sessions.validate(new.session)
+        for name in ("kind", "description", "key", "output_path"):
+            text = getattr(new, name)
+            if isinstance(text, str) and not _is_utf8(text):
+                shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                raise SpecError(
+                    f"the {name} '{shown}' holds bytes that are not UTF-8; the ledger keeps it "
+                    f"as text, so give it as text"
+                )
         return values.spec_hash(new.kind, new.spec)
 
     def get(self, work_id: str) -> UnitRow | None:
@@ -216,18 +278,18 @@ class Ledger:
         row = self.require(work_id)
         if row.spec is None:
             raise UnknownWork(f"{work_id} has expired; its spec is no longer kept")
-        return values.decode_spec(row.spec, work_id=work_id, key=self._key)
+        return values.decode_spec(row.spec, work_id=work_id, key=self._signing_key)
 
     def load_result(self, work_id: str) -> Any:
         """The stored result (None when there is none); a pickle is verified first."""
         row = self.require(work_id)
         if row.result is None:
             return None
-        return values.decode_result(row.result, work_id=work_id, key=self._key)
+        return values.decode_result(row.result, work_id=work_id, key=self._signing_key)
 
     def encode_spec(self, spec: object, work_id: str) -> values.Stored:
         """``spec`` signed with this state dir's key, for a :class:`NewUnit`."""
-        return values.encode_spec(spec, work_id=work_id, key=self._key)
+        return values.encode_spec(spec, work_id=work_id, key=self._signing_key)
 
     # -- fenced writes -------------------------------------------------------------
 
@@ -280,21 +342,25 @@ class Ledger:
         work_id = _id_of(w.target)
         if w.result is not NO_RESULT:
             return values.encode_result(
-                w.result, work_id=work_id, key=self._key, json_only=w.json_result
+                w.result, work_id=work_id, key=self._signing_key, json_only=w.json_result
             )
         if isinstance(w.target, WorkRecord) and w.target.result is not None:
             fmt = w.target.result_format
             if fmt is None:
                 raise SpecError(f"{work_id}: the record has a result but no result_format")
             return values.seal(
-                w.target.result, fmt, purpose="result", work_id=work_id, key=self._key
+                w.target.result, fmt, purpose="result", work_id=work_id, key=self._signing_key
             )
         return None
 
     def _seal_cause(self, w: Write) -> values.Stored | None:
         if isinstance(w.target, WorkRecord) and w.target.cause is not None:
             return values.seal(
-                w.target.cause, "pickle", purpose="cause", work_id=w.target.id, key=self._key
+                w.target.cause,
+                "pickle",
+                purpose="cause",
+                work_id=w.target.id,
+                key=self._signing_key,
             )
         return None
 
@@ -306,7 +372,7 @@ class Ledger:
         """
         for purpose, stored in (("result", row.result), ("cause", row.cause)):
             if stored is not None:
-                values.verify(stored, purpose=purpose, work_id=row.id, key=self._key)
+                values.verify(stored, purpose=purpose, work_id=row.id, key=self._signing_key)
         return row
 
     def write_progress_batch(self, items: Iterable[tuple[str, int, float, str | None]]) -> int:
@@ -555,6 +621,36 @@ class Ledger:
             self._db, current_session, self._clock.now(), stale_after
         )
         return [self._checked(row) for row in found]
+
+
+def _refuse_an_emptied_ledger(state_dir: Path) -> None:
+    """LedgerCorrupt for an empty ledger file beside the key a ledger made.
+
+    An empty file is what a fresh ledger starts as, but the key is written
+    only after the ledger is set up: with a key beside it, the file was a
+    ledger once and has lost its contents. Taking it for a fresh ledger would
+    forget every unit while their transcripts and key stay behind.
+    """
+    path = state_dir / DB_FILE
+    try:
+        emptied = path.lstat().st_size == 0 and (state_dir / values.KEY_FILE).exists()
+    except FileNotFoundError:
+        return
+    if emptied:
+        raise LedgerCorrupt(
+            f"{path} is empty, but the key beside it says a ledger lived here: the ledger "
+            f"was truncated or damaged. Restore it from a backup, or move the state dir "
+            f"aside to start afresh"
+        )
+
+
+def _is_utf8(text: str) -> bool:
+    # A str holds non-UTF-8 bytes as lone surrogates (os.fsdecode, sys.argv).
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _id_of(target: WorkRecord | str) -> str:

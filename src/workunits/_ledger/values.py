@@ -27,7 +27,9 @@ import hashlib
 import hmac
 import importlib
 import importlib.metadata
+import io
 import os
+import pickle
 import re
 import secrets
 import stat
@@ -45,6 +47,7 @@ from workunits._errors import (
     LedgerFull,
     LedgerTampered,
     SpecError,
+    UnloadableValue,
     ValueVersionMismatch,
 )
 from workunits._wire.specs import Call
@@ -105,6 +108,14 @@ def load_or_create_key(state_dir: Path) -> bytes:
             ) from exc
         raise
     return _read_key(path)
+
+
+def load_key(state_dir: Path) -> bytes | None:
+    """``<state_dir>/secret.key`` when it exists (None otherwise); never creates it."""
+    try:
+        return _read_key(state_dir / KEY_FILE)
+    except FileNotFoundError:
+        return None
 
 
 def _publish_key(tmp: Path, path: Path) -> None:
@@ -346,4 +357,32 @@ def _unpickle(stored: Stored, work_id: str, what: str) -> Any:
             f"Run it with those versions, or resubmit it with an importable function "
             f"('module:qualname') so that it is stored as a reference"
         )
-    return cloudpickle.loads(stored.data)  # HMAC-verified bytes
+    try:
+        return _NamingUnpickler(io.BytesIO(stored.data)).load()  # HMAC-verified bytes
+    except _Unimportable as missing:
+        raise UnloadableValue(
+            f"unit {work_id}: its {what} needs {missing.name}, which cannot be imported in "
+            f"this process ({missing.cause}); load it where that code is importable",
+            missing.name,
+        ) from None
+
+
+class _Unimportable(Exception):
+    def __init__(self, name: str, cause: Exception) -> None:
+        super().__init__(name)
+        self.name = name
+        self.cause = cause
+
+
+class _NamingUnpickler(pickle.Unpickler):
+    """``pickle.loads`` (what ``cloudpickle.loads`` is) that says which class is missing.
+
+    A value whose class cannot be imported here would otherwise surface as a
+    bare ModuleNotFoundError or AttributeError from deep inside pickle.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError) as exc:
+            raise _Unimportable(f"{module}.{name}", exc) from exc

@@ -122,9 +122,11 @@ class ShellSpec:
         return cls(argv=argv, cwd=cwd_str, env=env, output_cap=output_cap, on_lost=on_lost)
 
     def describe(self) -> str:
-        if self.argv[:2] == ("/bin/sh", "-c"):
-            return self.argv[2]
-        return shlex.join(self.argv)
+        """The command as text; bytes that are not UTF-8 are shown as ``\\xff`` escapes."""
+        text = self.argv[2] if self.argv[:2] == ("/bin/sh", "-c") else shlex.join(self.argv)
+        # The argv keeps such bytes as they were given (surrogates, as os.fsdecode
+        # makes them); a description is text, stored and shown as such.
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 @dataclass(frozen=True, slots=True)

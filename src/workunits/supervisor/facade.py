@@ -25,7 +25,7 @@ from workunits._errors import (
     SupervisorClosed,
     UnknownWork,
 )
-from workunits._ledger import Ledger, SupervisorLock
+from workunits._ledger import Ledger, SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
@@ -161,7 +161,7 @@ class Supervisor(KindsFacade):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
-        self.state_dir = _outputfile.private_dir(Path(state_dir))
+        self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
         self._lock = SupervisorLock(self.state_dir)
         self._lock.acquire(timeout=lock_timeout)
         try:
@@ -220,8 +220,13 @@ class Supervisor(KindsFacade):
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
         kinds.add("w", WorkflowActor, builtin=True)
+        # verify: a damaged ledger is refused before the session row is written into it.
         self._ledger = Ledger(
-            self.state_dir, clock=self._clock, expire_after=expire_after, sync=ledger_sync
+            self.state_dir,
+            clock=self._clock,
+            expire_after=expire_after,
+            sync=ledger_sync,
+            verify=True,
         )
         self.session = _ids.mint("s")
         self._reaper = Reaper()
