@@ -15,6 +15,7 @@ so each fully synced commit makes every earlier one durable too.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -373,7 +374,18 @@ class Ledger:
         for purpose, stored in (("result", row.result), ("cause", row.cause)):
             if stored is not None:
                 values.verify(stored, purpose=purpose, work_id=row.id, key=self._signing_key)
+        # The output file's path follows from this state dir and the (validated)
+        # ID, never from the row: a state dir moved or restored from a backup
+        # keeps working, and a row cannot point a reader at another file.
+        if row.output_path is not None:
+            own = self.output_path_of(row.id)
+            if row.output_path != own:
+                row = dataclasses.replace(row, output_path=own)
         return row
+
+    def output_path_of(self, work_id: str) -> str:
+        """Where the unit's output file lives in this state dir."""
+        return str(self.state_dir / "output" / f"{_ids.validate(work_id)}.out")
 
     def write_progress_batch(self, items: Iterable[tuple[str, int, float, str | None]]) -> int:
         """Store ``(id, attempt, fraction, message)`` items in one NORMAL transaction.
