@@ -6,8 +6,9 @@ Keeps ``--inflight`` units going at once: ``true`` shells, short ``sleep``
 shells, ``operator:add`` agents, shells that write 1 MiB, and a cancel of
 every tenth sleep. Every ``--every`` seconds it prints a row: units ended so
 far, units/s over the interval, the supervisor's RSS and open descriptors,
-and units resident in memory. At the end it checks that nothing was lost:
-every unit submitted reached a terminal status, and none is still running.
+units resident in memory, and the outbox's rows (all, and unacknowledged).
+At the end it checks that nothing was lost: every unit submitted reached a
+terminal status, and none is still running.
 It takes the notices as they come, as a parent would.
 Not part of CI (``make soak``).
 """
@@ -53,7 +54,7 @@ def submit(sup: wu.Supervisor, rng: random.Random) -> tuple[str, bool]:
     return sup.shell(["head", "-c", "1M", "/dev/zero"]).id, False
 
 
-ROW = "| {:5.0f} | {:5d} | {:7.1f} | {:9.1f} | {:3d} | {:8d} |"
+ROW = "| {:5.0f} | {:5d} | {:7.1f} | {:9.1f} | {:3d} | {:8d} | {:6d} | {:7d} |"
 
 
 def soak(sup: wu.Supervisor, seconds: float, every: float, inflight_max: int) -> int:
@@ -65,9 +66,11 @@ def soak(sup: wu.Supervisor, seconds: float, every: float, inflight_max: int) ->
     inflight: deque[str] = deque()
     ended = last_ended = 0
     start = last = time.monotonic()
-    print("| t (s) | ended | units/s | RSS (MiB) | fds | resident |")
-    print("|------:|------:|--------:|----------:|----:|---------:|")
-    print(ROW.format(0, 0, 0.0, rss_mib(), fds(), 0), flush=True)
+    # The outbox read through a client of its own, as another process would.
+    ledger = wu.connect(sup.state_dir).ledger
+    print("| t (s) | ended | units/s | RSS (MiB) | fds | resident | outbox | unacked |")
+    print("|------:|------:|--------:|----------:|----:|---------:|-------:|--------:|")
+    print(ROW.format(0, 0, 0.0, rss_mib(), fds(), 0, 0, 0), flush=True)
     mailbox = sup.notifications()
     noticed = 0
     while time.monotonic() - start < seconds:
@@ -91,7 +94,11 @@ def soak(sup: wu.Supervisor, seconds: float, every: float, inflight_max: int) ->
         if now - last >= every:
             rate = (ended - last_ended) / (now - last)
             resident = len(sup.resident_ids())
-            print(ROW.format(now - start, ended, rate, rss_mib(), fds(), resident), flush=True)
+            outbox = (ledger.outbox_rows(), ledger.outbox_size())
+            print(
+                ROW.format(now - start, ended, rate, rss_mib(), fds(), resident, *outbox),
+                flush=True,
+            )
             last, last_ended = now, ended
     for work_id in inflight:
         sup.wait(work_id, timeout=60)
@@ -105,7 +112,8 @@ def soak(sup: wu.Supervisor, seconds: float, every: float, inflight_max: int) ->
     print(
         f"\n{submitted} units in {total:.0f} s ({ended / total:.1f}/s); "
         f"not terminal: {len(lost)}; notices: {noticed}; "
-        f"RSS {rss_mib():.1f} MiB, {fds()} fds"
+        f"RSS {rss_mib():.1f} MiB, {fds()} fds; "
+        f"outbox rows {ledger.outbox_rows()} ({ledger.outbox_size()} unacknowledged)"
     )
     whole = not lost and ended == noticed == submitted
     return 0 if whole else 1

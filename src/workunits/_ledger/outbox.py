@@ -169,10 +169,23 @@ def is_acknowledged(db: Database, work_id: str) -> bool:
     return row is not None
 
 
-def pending_count(db: Database) -> int:
-    """Notices not yet acknowledged, for every parent (the outbox's size that matters)."""
+def counts(db: Database) -> tuple[int, int]:
+    """Rows in the outbox, and how many of them are not yet acknowledged."""
     with db.read() as conn:
         row = conn.execute(
-            "SELECT count(*) FROM notifications WHERE delivered_at IS NULL"
+            "SELECT count(*), count(*) FILTER (WHERE delivered_at IS NULL) FROM notifications"
         ).fetchone()
-    return int(row[0])
+    return int(row[0]), int(row[1])
+
+
+def drop_acknowledged(db: Database, before: float) -> int:
+    """Delete notices acknowledged before ``before``; how many went.
+
+    Safe: a terminal write is never applied twice (a replay finds the unit
+    terminal and is ignored), so a deleted notice cannot be written again.
+    """
+    with db.write(durable=False) as conn:
+        return conn.execute(
+            "DELETE FROM notifications WHERE delivered_at IS NOT NULL AND delivered_at < ?",
+            (before,),
+        ).rowcount

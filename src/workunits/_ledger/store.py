@@ -571,8 +571,16 @@ class Ledger:
         return outbox.is_acknowledged(self._db, work_id)
 
     def outbox_size(self) -> int:
-        """Notices not yet acknowledged (what ``make soak`` watches stay flat)."""
-        return outbox.pending_count(self._db)
+        """Notices not yet acknowledged."""
+        return outbox.counts(self._db)[1]
+
+    def outbox_rows(self) -> int:
+        """Rows in the outbox, acknowledged or not (what ``make soak`` checks stays flat)."""
+        return outbox.counts(self._db)[0]
+
+    def drop_acknowledged(self, older_than: float) -> int:
+        """Delete notices acknowledged more than ``older_than`` seconds ago."""
+        return outbox.drop_acknowledged(self._db, self._clock.now() - older_than)
 
     # -- retains (leases) ----------------------------------------------------------------
 
