@@ -5,6 +5,8 @@ A record leaves memory only when terminal, notified, past its grace and unretain
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import GRACE
@@ -181,3 +183,20 @@ def test_a_retain_request_for_an_evicted_unit_holds_its_ledger_row(
         assert seq is not None
         msup.tick()
         assert client.request_result(seq) == {"changed": False, "status": "completed"}
+
+
+def test_the_default_eviction_grace_is_thirty_seconds(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with Supervisor(
+        tmp_path / "state", clock=clock, tick_interval=None, install_signal_handlers=False
+    ) as sup:
+        drive = ScriptedDriver(sup)
+        unit = drive.start()
+        drive.exit(unit.id, 0)
+        sup.notifications().get(timeout=5)  # the parent took its notice
+        clock.advance(30.0 - 0.001)
+        assert sup.tick() == 0
+        assert unit.id in sup.resident_ids()
+        clock.advance(0.001)
+        assert sup.tick() == 1
+        assert unit.id not in sup.resident_ids()

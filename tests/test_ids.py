@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -182,3 +183,12 @@ def test_a_well_formed_id_nobody_registered_is_unknown_work(
     with pytest.raises(UnknownWork):
         CALLS[call](shared_sup, mint("b"))
     assert shared_sup.list() == []
+
+
+def test_ids_come_from_a_csprng_not_the_seedable_global_random() -> None:
+    # An ID must not be guessable: reseeding Python's `random` must not repeat one.
+    random.seed(1234)
+    first = [mint("a") for _ in range(4)]
+    random.seed(1234)
+    second = [mint("a") for _ in range(4)]
+    assert first != second

@@ -1,0 +1,74 @@
+"""Queued units (``concurrency=``): kill and cancel before start, and deploys that hand work on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import upgrade_jobs
+from tests.helpers import eventually
+from workunits import Reason, Status, Supervisor, connect
+
+
+@pytest.mark.parametrize("end", ["kill", "cancel"])
+def test_ending_a_queued_unit_kills_it_without_running_it(tmp_path: Path, end: str) -> None:
+    marker = tmp_path / "ran"
+    with Supervisor(
+        tmp_path / "state", concurrency={"shell": 1}, install_signal_handlers=False
+    ) as sup:
+        blocker = sup.shell(["sleep", "60"])
+        queued = sup.shell(["touch", str(marker)])
+        assert sup.get(queued.id).status is Status.PENDING  # the one slot is taken
+        assert getattr(sup, end)(queued.id) is True
+        record = sup.wait(queued.id, timeout=10)
+        assert record.status is Status.KILLED
+        assert record.started_at is None
+        assert getattr(sup, end)(queued.id) is False  # ended: a no-op
+        assert sup.kill(blocker.id) is True
+        sup.wait(blocker.id, timeout=10)
+        # The slot is free now; the killed unit must still never start.
+        follower = sup.shell(["true"])
+        assert sup.wait(follower.id, timeout=10).status is Status.COMPLETED
+    assert not marker.exists()
+
+
+def test_queued_units_start_in_order_as_slots_free(tmp_path: Path) -> None:
+    with Supervisor(
+        tmp_path / "state", concurrency={"shell": 1}, install_signal_handlers=False
+    ) as sup:
+        units = [sup.shell(f"echo {i}") for i in range(4)]
+        records = [sup.wait(u.id, timeout=20) for u in units]
+    assert [r.status for r in records] == [Status.COMPLETED] * 4
+    starts = [r.started_at for r in records]
+    ends = [r.ended_at for r in records]
+    assert all(s is not None for s in starts)
+    for prev_end, next_start in zip(ends, starts[1:], strict=False):
+        assert prev_end is not None
+        assert next_start is not None
+        assert next_start >= prev_end  # one slot: never two at once
+
+
+@pytest.mark.timeout(120)
+def test_a_deploy_hands_resumable_and_queued_units_to_the_next_supervisor(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    first = Supervisor(state, concurrency={"agent": 1}, install_signal_handlers=False)
+    try:
+        resumable = first.agent(upgrade_jobs.survive, 5)
+        queued = first.agent(upgrade_jobs.done, 4)
+        with connect(state) as client:
+            eventually(lambda: client.row(resumable.id).checkpoint is not None, what="a checkpoint")
+        assert first.get(queued.id).status is Status.PENDING
+    finally:
+        first.close(deploy=True)
+    with connect(state) as client:
+        assert client.get(resumable.id).status is Status.RUNNING  # handed on, not ended
+        assert client.get(queued.id).status is Status.PENDING
+    with Supervisor(state, install_signal_handlers=False) as second:
+        record = second.wait(resumable.id, timeout=60)
+        assert (record.status, record.attempt) == (Status.COMPLETED, 2)
+        assert second.result(resumable.id) == {"attempt": 2, "checkpoint": {"value": 5}}
+        assert second.result(queued.id) == 8
+    assert record.reason is not Reason.LOST
