@@ -42,12 +42,11 @@ class Gate:
 
     def zygote_pid(self) -> int:
         """Wait until the zygote is inside its slow import; its pid."""
-        return int(
-            eventually(
-                lambda: self.importing.exists() and self.importing.read_text(),
-                what="the zygote to reach its preload",
-            )
-        )
+
+        def pid_written() -> str | None:
+            return self.importing.read_text() if self.importing.exists() else None
+
+        return int(eventually(pid_written, what="the zygote to reach its preload"))
 
     def release(self) -> None:
         # Opening for writing wakes the reader; closing gives it end of file.

@@ -25,6 +25,7 @@ from workunits import _strictjson as strictjson
 from workunits._errors import (
     AskTimeout,
     Cancelled,
+    NoCurrentUnit,
     NotFinished,
     SpecError,
     SupervisorClosed,
@@ -49,9 +50,9 @@ _current: UnitContext | None = None
 
 
 def current() -> UnitContext:
-    """The context of the unit this code runs in; RuntimeError outside a unit."""
+    """The context of the unit this code runs in; NoCurrentUnit (a RuntimeError) outside one."""
     if _current is None:
-        raise RuntimeError("wu.current() is only available inside a work unit's process")
+        raise NoCurrentUnit("wu.current() is only available inside a work unit's process")
     return _current
 
 
