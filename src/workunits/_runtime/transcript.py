@@ -23,6 +23,8 @@ class TranscriptWriter:
     def __init__(self, fd: int, first_seq: int = 1) -> None:
         self._fd = fd
         self._seq = first_seq
+        # Guards _seq and the order of lines in the file: held for one append (a
+        # single write(2) to a local file, O_APPEND), never across a wait.
         self._lock = threading.Lock()
 
     def write(self, type_: str, **fields: Any) -> None:

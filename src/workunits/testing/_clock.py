@@ -21,6 +21,7 @@ class ManualClock:
     """
 
     def __init__(self, start: float = 1_000_000.0) -> None:
+        # Guards _now; held for O(1) work (a read, a compare, an add).
         self._lock = threading.Lock()
         self._now = _finite("start", start)
 

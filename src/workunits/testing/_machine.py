@@ -55,6 +55,7 @@ class ChangeLog:
     """
 
     def __init__(self) -> None:
+        # Guards _events; held for one append or one slice (O(1) work).
         self._lock = threading.Lock()
         self._events: list[tuple[WorkRecord | None, WorkRecord]] = []
 
