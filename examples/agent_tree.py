@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 
 import orjson
 
 import workunits as wu
-from workunits._runtime.transcript import LineSplitter, render_event
 
 
 def research(topic: str) -> dict[str, object]:
@@ -68,15 +68,38 @@ def coordinator(topic: str) -> dict[str, object]:
     return summary
 
 
+def lines_of(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Whole lines from a stream of chunks (a chunk may end mid-line)."""
+    rest = b""
+    for chunk in chunks:
+        *whole, rest = (rest + chunk).split(b"\n")
+        yield from whole
+    if rest:
+        yield rest
+
+
+def render(line: bytes) -> str:
+    """One transcript event (a JSON line) as a person reads it: output as is, the rest tagged."""
+    event = orjson.loads(line)
+    kind = event.get("type")
+    if kind in ("stdout", "stderr"):
+        text = str(event.get("data")).rstrip("\n")
+        return text if kind == "stdout" else f"[stderr] {text}"
+    if kind == "progress":
+        return f"[progress] {event.get('message', '')}"
+    if kind == "error":
+        return f"[error] {event.get('error_type')}: {event.get('message')}"
+    shown = {k: v for k, v in event.items() if k not in ("type", "seq", "ts")}
+    return f"[{kind}] {orjson.dumps(shown).decode()[:200]}"
+
+
 def main(state_dir: str) -> int:
     with wu.Supervisor(state_dir) as sup:
         root = sup.agent(coordinator, "actor supervision", description="coordinator")
         print(f"started {root.id}; its transcript, live:")
-        lines = LineSplitter()
-        for chunk in sup.stream(root.id):
-            for line in lines.feed(chunk):
-                for text in render_event(orjson.loads(line)).splitlines():
-                    print(f"  | {text}")
+        for line in lines_of(sup.stream(root.id)):
+            for text in render(line).splitlines():
+                print(f"  | {text}")
         record = sup.wait(root.id, timeout=60)
         print(f"\n{root.id} ended {record.status.value}; result:")
         for key, value in sup.result(root.id).items():
@@ -88,7 +111,7 @@ def main(state_dir: str) -> int:
             print(f"--- {child.id} {child.description}")
             tail = child.output_tail.strip().splitlines()[-3:]
             for line in tail:
-                text = render_event(orjson.loads(line)) if child.kind == "agent" else line.decode()
+                text = render(line) if child.kind == "agent" else line.decode()
                 print(f"  | {text}")
         notice = next_notice(sup.notifications())
         print(f"\napplication notice: {notice.id} {notice.status.value}")

@@ -493,7 +493,7 @@ def test_each_root_notice_goes_to_one_consumer_once(
         assert sorted(n.id for n in got) == sorted(h.id for h in handles)
         assert all(n.status is Status.COMPLETED for n in got)
         assert mine.get_nowait() is None
-        with pytest.raises(TimeoutError):
+        with pytest.raises(wu.NoNotification, match="no notification within"):
             theirs.get(timeout=0.02)
 
 

@@ -134,6 +134,20 @@ def test_a_source_that_raises_fails_the_monitor(sup: wu.Supervisor) -> None:
     assert "OSError: log rotated away" in record.error
 
 
+def test_a_source_that_yields_neither_str_nor_bytes_fails_with_wrong_type(
+    sup: wu.Supervisor,
+) -> None:
+    def source() -> Iterator[object]:
+        yield 42
+
+    m = sup.monitor(source, ".")  # type: ignore[arg-type]
+    with pytest.raises(wu.WorkFailed) as failed:
+        m.result(timeout=10)
+    assert isinstance(failed.value.__cause__, wu.WrongType)
+    assert isinstance(failed.value.__cause__, TypeError)
+    assert "a monitor's source yields str or bytes, got int" in str(failed.value)
+
+
 def test_a_command_that_cannot_start_fails_the_monitor(sup: wu.Supervisor) -> None:
     record = sup.monitor(["/no/such/program"], ".").wait(timeout=10)
     assert record.status == wu.Status.FAILED

@@ -23,6 +23,7 @@ WORKUNITS = {
     "ClientClosed",
     "ClientHandle",
     "IdempotencyConflict",
+    "InvalidArgument",
     "InvalidTransition",
     "InvalidWorkId",
     "KindTaken",
@@ -35,7 +36,10 @@ WORKUNITS = {
     "MailboxClosed",
     "MailboxItem",
     "MonitorEvent",
+    "NoCurrentUnit",
     "NoLedger",
+    "NoNotification",
+    "NoSuchMethod",
     "NotFinished",
     "Notification",
     "Outcome",
@@ -64,6 +68,7 @@ WORKUNITS = {
     "WorkKilled",
     "WorkRecord",
     "WorkunitsError",
+    "WrongType",
     "connect",
     "current",
     "is_terminal",
@@ -122,9 +127,10 @@ def test_errors_share_one_root() -> None:
     for name in WORKUNITS:
         value = getattr(workunits, name)
         if isinstance(value, type) and issubclass(value, BaseException):
-            if name in {"Cancelled", "MailboxClosed"}:
+            if name == "Cancelled":
                 continue
             assert issubclass(value, workunits.WorkunitsError), name
+    assert issubclass(workunits.testing.NotRunning, workunits.WorkunitsError)
     assert not issubclass(workunits.Cancelled, Exception)
 
 

@@ -167,7 +167,7 @@ def test_a_class_without_on_receive_answers_proxies_and_refuses_messages(
 ) -> None:
     t = sup.teammate(Plain)
     assert t.proxy().hello("you").result(timeout=10) == "hello you"
-    with pytest.raises(TypeError, match="no on_receive"):
+    with pytest.raises(wu.WrongType, match="no on_receive"):  # also a TypeError
         t.ask("hi", timeout=10)
 
 

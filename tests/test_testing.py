@@ -11,11 +11,13 @@ import pytest
 
 from tests.helpers import WAIT
 from workunits import (
+    InvalidArgument,
     Reason,
     SpecError,
     Status,
     Supervisor,
     UnknownWork,
+    WrongType,
 )
 from workunits._ids import mint
 from workunits.testing import ManualClock, NotRunning, ScriptedDriver, ScriptSpec
@@ -47,7 +49,7 @@ def test_manual_clock_stands_still_until_moved() -> None:
 )
 def test_manual_clock_never_goes_backwards_or_to_nonsense(move: object) -> None:
     clock = ManualClock(100.0)
-    with pytest.raises(ValueError, match=r"backwards|finite"):
+    with pytest.raises(InvalidArgument, match=r"backwards|finite"):  # also a ValueError
         move(clock)  # type: ignore[operator]
     assert clock.now() == 100.0
 
@@ -134,13 +136,13 @@ def test_commands_to_an_unknown_unit_raise_unknown_work(drive: ScriptedDriver) -
 @pytest.mark.parametrize("data", ["text", 3, None])
 def test_write_takes_only_bytes(drive: ScriptedDriver, data: object) -> None:
     unit = drive.start()
-    with pytest.raises(TypeError):
+    with pytest.raises(WrongType, match="data must be bytes"):  # also a TypeError
         drive.write(unit.id, data)  # type: ignore[arg-type]
 
 
 def test_exit_takes_only_an_int_code(drive: ScriptedDriver) -> None:
     unit = drive.start()
-    with pytest.raises(TypeError):
+    with pytest.raises(WrongType, match="code must be an int"):
         drive.exit(unit.id, True)
     assert drive.signals(unit.id) == ()
 

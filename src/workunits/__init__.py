@@ -12,6 +12,7 @@ from workunits._errors import AskTimeout as AskTimeout
 from workunits._errors import Cancelled as Cancelled
 from workunits._errors import ClientClosed as ClientClosed
 from workunits._errors import IdempotencyConflict as IdempotencyConflict
+from workunits._errors import InvalidArgument as InvalidArgument
 from workunits._errors import InvalidTransition as InvalidTransition
 from workunits._errors import InvalidWorkId as InvalidWorkId
 from workunits._errors import KindTaken as KindTaken
@@ -20,7 +21,11 @@ from workunits._errors import LedgerError as LedgerError
 from workunits._errors import LedgerFull as LedgerFull
 from workunits._errors import LedgerTampered as LedgerTampered
 from workunits._errors import LedgerVersionError as LedgerVersionError
+from workunits._errors import MailboxClosed as MailboxClosed
+from workunits._errors import NoCurrentUnit as NoCurrentUnit
 from workunits._errors import NoLedger as NoLedger
+from workunits._errors import NoNotification as NoNotification
+from workunits._errors import NoSuchMethod as NoSuchMethod
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import SpecError as SpecError
 from workunits._errors import StaleAttempt as StaleAttempt
@@ -38,6 +43,7 @@ from workunits._errors import WorkExpired as WorkExpired
 from workunits._errors import WorkFailed as WorkFailed
 from workunits._errors import WorkKilled as WorkKilled
 from workunits._errors import WorkunitsError as WorkunitsError
+from workunits._errors import WrongType as WrongType
 from workunits._ids import is_valid as is_valid_id
 from workunits._ids import mint as mint_id
 from workunits._record import MailboxItem as MailboxItem
@@ -58,7 +64,6 @@ if TYPE_CHECKING:
     from workunits._client import ClientHandle as ClientHandle
     from workunits._client import connect as connect
     from workunits._mailbox import Mailbox as Mailbox
-    from workunits._mailbox import MailboxClosed as MailboxClosed
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
@@ -74,6 +79,7 @@ __all__ = [
     "ClientClosed",
     "ClientHandle",
     "IdempotencyConflict",
+    "InvalidArgument",
     "InvalidTransition",
     "InvalidWorkId",
     "KindTaken",
@@ -86,7 +92,10 @@ __all__ = [
     "MailboxClosed",
     "MailboxItem",
     "MonitorEvent",
+    "NoCurrentUnit",
     "NoLedger",
+    "NoNotification",
+    "NoSuchMethod",
     "NotFinished",
     "Notification",
     "Outcome",
@@ -115,6 +124,7 @@ __all__ = [
     "WorkKilled",
     "WorkRecord",
     "WorkunitsError",
+    "WrongType",
     "connect",
     "current",
     "is_terminal",
@@ -134,7 +144,6 @@ __getattr__, __dir__ = _lazy.exports(
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._mailbox",
-        "MailboxClosed": "workunits._mailbox",
         "TeammateHandle": "workunits.supervisor.teammate",
         "TeammateProxy": "workunits.supervisor.teammate",
     },

@@ -2,11 +2,16 @@
 
 WorkunitsError
 ├── InvalidWorkId        malformed ID (also a ValueError)
-├── UnknownKind          well-formed ID or kind letter nobody registered
-├── KindTaken            register_kind() with a letter already in use or reserved
+├── UnknownKind          well-formed ID or kind letter nobody registered (also a LookupError)
+├── KindTaken            register_kind() with a letter in use or reserved (also a ValueError)
 ├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
 │   └── WorkExpired      the ledger knows the unit, but its retention ran out: no result
-├── SpecError            arguments a submit cannot accept (also a ValueError)
+├── InvalidArgument      a call was given a value it cannot take (also a ValueError)
+│   └── SpecError        arguments a submit cannot accept
+├── WrongType            a value of a type the call cannot take, from the caller or from
+│                        a callable it handed over (also a TypeError)
+├── NoSuchMethod         a teammate proxy called a private name (also an AttributeError)
+├── NoCurrentUnit        wu.current() outside a unit's process (also a RuntimeError)
 ├── InvalidTransition    a status change the lifecycle table forbids (a bug, not a race)
 ├── NotFinished          wait/result timed out while the unit still runs (also a TimeoutError)
 ├── WorkFailed           the unit ended ``failed``; carries the record and its cause
@@ -18,11 +23,15 @@ WorkunitsError
 ├── SupervisorBusy       another supervisor holds the state dir's lock
 ├── SupervisorClosed     the supervisor was closed, or its actor is gone
 ├── ClientClosed         a ledger client was closed (also ends its waits in other threads)
+├── MailboxClosed        the mailbox's supervisor (or unit) is gone and no notice is left
+├── NoNotification       no notice arrived within the timeout (also a TimeoutError)
 ├── TeammateEnded        a tell/ask to a teammate that has ended or is ending, or an ask
 │                        whose teammate ended before it answered
 ├── AskTimeout           no answer to an ask within its timeout (also a TimeoutError)
 ├── TeammateError        a teammate's handler raised an exception that cannot be
 │                        rebuilt here; carries its type, message and traceback
+├── NotRunning           (workunits.testing) a scripted unit that has ended takes no
+│                        more commands
 └── LedgerError          the durable ledger cannot do what was asked
     ├── NoLedger            the state dir has no ledger, and the caller asked not to create one
     ├── StateDirError       the state dir is unsafe (a symlink, not ours, writable by others),
@@ -86,8 +95,29 @@ class WorkExpired(UnknownWork):
         self.record = record
 
 
-class SpecError(WorkunitsError, ValueError):
+class InvalidArgument(WorkunitsError, ValueError):
+    """A call was given a value it cannot take; the message says which and why."""
+
+
+class SpecError(InvalidArgument):
     """The arguments of a submit cannot make a unit; nothing was registered."""
+
+
+class WrongType(WorkunitsError, TypeError):
+    """A value of a type the call cannot take.
+
+    From the caller (``data`` that is not bytes) or from a callable it handed
+    over (a monitor's source that yields neither str nor bytes, a teammate class
+    with no ``on_receive`` sent a plain message).
+    """
+
+
+class NoSuchMethod(WorkunitsError, AttributeError):
+    """A teammate proxy named a private (underscored) method; only public ones are called."""
+
+
+class NoCurrentUnit(WorkunitsError, RuntimeError):
+    """``wu.current()`` was called outside a work unit's process."""
 
 
 class InvalidTransition(WorkunitsError):
@@ -100,6 +130,17 @@ class SupervisorClosed(WorkunitsError):
 
 class ClientClosed(WorkunitsError):
     """The ledger client (``wu.connect``) is closed; a wait in progress ends with this."""
+
+
+class MailboxClosed(WorkunitsError):
+    """The mailbox is empty and will stay so: its supervisor (or its unit) is gone.
+
+    Iterating a mailbox ends quietly at this point; ``get`` raises it.
+    """
+
+
+class NoNotification(WorkunitsError, TimeoutError):
+    """No notice arrived within the timeout of a mailbox's ``get``."""
 
 
 class NotFinished(WorkunitsError, TimeoutError):
@@ -232,6 +273,10 @@ class TeammateEnded(WorkunitsError):
 
 class AskTimeout(WorkunitsError, TimeoutError):
     """An ask got no answer within its timeout (the teammate may still answer; it is dropped)."""
+
+
+class NotRunning(WorkunitsError):
+    """A scripted unit (``workunits.testing``) has ended or is ending: no more commands."""
 
 
 class TeammateError(WorkunitsError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workunits import _outputfile
 from workunits._claim import Claim, NoticeSource
-from workunits._errors import ClientClosed
+from workunits._errors import ClientClosed, NoNotification
 from workunits._ledger import Ledger, UnitRow
 from workunits._record import Notification
 from workunits._status import is_terminal
@@ -214,7 +214,8 @@ class Notices(NoticeSource, Iterator[Notification]):
         return claim.notice
 
     def claim(self, timeout: float | None = None) -> Claim:
-        """The next notice, claimed; TimeoutError after ``timeout`` s, ClientClosed once closed."""
+        """The next notice, claimed; NoNotification (a TimeoutError) after ``timeout`` s,
+        ClientClosed once closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._stop, self._poll)
         while True:
@@ -222,7 +223,7 @@ class Notices(NoticeSource, Iterator[Notification]):
             if claim is not None:
                 return claim
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no notification within {timeout} s")
+                raise NoNotification(f"no notification within {timeout} s")
             backoff.pause(deadline)
 
     def __next__(self) -> Notification:

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
+from workunits._errors import MailboxClosed, NoNotification
 from workunits._record import MailboxItem
 
 if TYPE_CHECKING:
@@ -24,9 +25,8 @@ if TYPE_CHECKING:
     # hold mailboxes for their children) are forked without it (see _lazy).
     import asyncio
 
-
-class MailboxClosed(Exception):
-    pass
+# MailboxClosed lives with the other errors; supervisor/__init__ still imports it from here.
+__all__ = ["Mailbox", "MailboxClosed"]
 
 
 class Mailbox:
@@ -37,6 +37,9 @@ class Mailbox:
         (the root mailbox uses it to mark the notice delivered in the ledger)."""
         self.owner = owner
         self._on_take = on_take
+        # Guards _items, _closed and _async_waiters; held for O(1) work (a deque
+        # operation, a notify, a threadsafe wake-up per async waiter), never across
+        # on_take, which may write the ledger.
         self._cond = threading.Condition()
         self._items: deque[MailboxItem] = deque()
         self._closed = False
@@ -65,7 +68,7 @@ class Mailbox:
             loop.call_soon_threadsafe(_resolve, fut)
 
     def get(self, timeout: float | None = None) -> MailboxItem:
-        """Take the next notice; raise TimeoutError after ``timeout`` seconds.
+        """Take the next notice; raise NoNotification (a TimeoutError) after ``timeout`` s.
 
         Once the supervisor is closed and the queue is empty, raises MailboxClosed.
         """
@@ -76,7 +79,7 @@ class Mailbox:
                     raise MailboxClosed("the supervisor is closed and the mailbox is empty")
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"no notification within {timeout} s")
+                    raise NoNotification(f"no notification within {timeout} s")
                 self._cond.wait(remaining)
             item = self._items.popleft()
         return self._taken(item)
@@ -103,19 +106,30 @@ class Mailbox:
         """Like ``get`` without blocking the event loop."""
         import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
 
-        async with asyncio.timeout(timeout):
-            while True:
-                loop = asyncio.get_running_loop()
-                fut: asyncio.Future[None] = loop.create_future()
-                with self._cond:
-                    item = self._items.popleft() if self._items else None
-                    if item is None and self._closed:
-                        raise MailboxClosed("the supervisor is closed and the mailbox is empty")
-                    if item is None:
-                        self._async_waiters.append((loop, fut))
-                if item is not None:
-                    return self._taken(item)
-                await fut
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await self._next_async()
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # not our timeout: from the on_take callback
+            raise NoNotification(f"no notification within {timeout} s") from None
+
+    async def _next_async(self) -> MailboxItem:
+        import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+        while True:
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            with self._cond:
+                item = self._items.popleft() if self._items else None
+                if item is None and self._closed:
+                    raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+                if item is None:
+                    self._async_waiters.append((loop, fut))
+            if item is not None:
+                return self._taken(item)
+            await fut
 
     def __aiter__(self) -> AsyncIterator[MailboxItem]:
         return self._aiter()

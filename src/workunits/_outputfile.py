@@ -54,9 +54,7 @@ def create(path: str, *, append: bool = False) -> int:
         ) from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise OutputFileError(
-                errno.ELOOP, f"refusing to write output through a symlink at {path}"
-            ) from exc
+            raise _symlink_refused(path) from exc
         raise
 
 
@@ -66,10 +64,13 @@ def reopen_for_append(path: str) -> int:
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise OutputFileError(
-                errno.ELOOP, f"refusing to write output through a symlink at {path}"
-            ) from exc
+            raise _symlink_refused(path) from exc
         raise
+
+
+def _symlink_refused(path: str) -> OutputFileError:
+    """The refusal for an O_NOFOLLOW open that met a symlink (ELOOP) at ``path``."""
+    return OutputFileError(errno.ELOOP, f"refusing to write output through a symlink at {path}")
 
 
 def link(target: str, path: str) -> None:

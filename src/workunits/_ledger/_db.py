@@ -105,6 +105,9 @@ class Database:
                     create_private_file(sidecar)
         self._pid = os.getpid()
         # One connection per Ledger; the lock serialises this process's threads on it.
+        # Unlike the others it is held across I/O (a transaction, its fsync, a busy
+        # wait): it guards the connection itself. Nothing that must stay responsive
+        # (the Reaper, a unit's channel) ever takes it.
         self._lock = threading.RLock()
         self._sync = ""
         self.conn = self._connect(immutable=False)

@@ -57,6 +57,9 @@ class RemoteContext(UnitContext):
         self._board = board
         self._board_key = board_key
         self._cancel = threading.Event()
+        # Guards _board, _board_watch and _board_next: one poll of the cancel board at
+        # a time. Held for a non-blocking check (ray.wait with timeout 0, a get of a
+        # ready result) and the submit of the next wait, never for a blocking call.
         self._board_lock = threading.Lock()
         self._board_watch: Any = None  # the pending long-poll's ObjectRef
         self._board_next = 0.0

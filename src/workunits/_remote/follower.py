@@ -48,6 +48,7 @@ class Followers:
     """A pool of follower threads; ``follow`` is called from unit actor threads."""
 
     def __init__(self) -> None:
+        # Guards _idle and _closed; held for O(1) work (a list pop or append).
         self._lock = threading.Lock()
         # Each idle thread's own inbox; None in it tells the thread to end.
         self._idle: list[queue.SimpleQueue[_Job | None]] = []

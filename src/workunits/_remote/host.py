@@ -57,6 +57,8 @@ class TeammateHost:
         )
         # Messages, then None once stopping: the handler thread ends at the None.
         self._inbox: queue.SimpleQueue[m.Deliver | None] = queue.SimpleQueue()
+        # Guards _accepting, so nothing lands in the inbox after the None that ends
+        # the handler; held for O(1) work (a flag and a SimpleQueue put).
         self._lock = threading.Lock()
         self._accepting = True  # Invariant: False exactly when a None is in the inbox.
 

@@ -40,6 +40,8 @@ class Outbox:
         self._first_linger = first_linger
         self._linger = linger
         self._max_pending = max_pending_output
+        # Guards _frames, _pending_output and _closed; held for O(1) work (append,
+        # swap, count); waits on it release it, and frames are sent outside it.
         self._cond = threading.Condition()
         self._frames: list[Any] = []
         self._pending_output = 0

@@ -123,6 +123,8 @@ class RayRuntime:
         self._address = address
         self._temp_dir = temp_dir
         self._init_options = dict(init_options or {})
+        # Guards _api, _waiting and _thread; held for O(1) work. Connecting to Ray
+        # (seconds) runs in the workunits-ray thread, outside it.
         self._lock = threading.Lock()
         self._api: RayApi | None = None
         self._waiting: list[ReadyCallback] = []

@@ -25,6 +25,7 @@ from workunits import _strictjson as strictjson
 from workunits._errors import (
     AskTimeout,
     Cancelled,
+    NoCurrentUnit,
     NotFinished,
     SpecError,
     SupervisorClosed,
@@ -49,9 +50,9 @@ _current: UnitContext | None = None
 
 
 def current() -> UnitContext:
-    """The context of the unit this code runs in; RuntimeError outside a unit."""
+    """The context of the unit this code runs in; NoCurrentUnit (a RuntimeError) outside one."""
     if _current is None:
-        raise RuntimeError("wu.current() is only available inside a work unit's process")
+        raise NoCurrentUnit("wu.current() is only available inside a work unit's process")
     return _current
 
 
@@ -121,9 +122,14 @@ class UnitContext:
         self._steps = Steps(last_checkpoint) if kind == "workflow" else None
         self.last_checkpoint = last_checkpoint if self._steps is None else self._steps.state
         self._channel = channel
+        # Serialises frames on the channel so two threads' frames never interleave.
+        # Held across one send (which blocks only while the supervisor is slow to
+        # read), never together with _cond, and never across a wait for a reply.
         self._send_lock = threading.Lock()
         self._transcript = transcript
         self._cancel = threading.Event()
+        # Guards the replies, children's ends and events the reader thread files;
+        # held for O(1) work (a dict or deque operation, a notify), never across I/O.
         self._cond = threading.Condition()
         self._reqs = itertools.count(1)
         self._replies: dict[int, m.Reply] = {}
@@ -137,6 +143,8 @@ class UnitContext:
         # can arrive, and progress()/checkpoint()/cancelled poll for it. A thread
         # costs a freshly forked process more than the rest of its start-up.
         self._reader: threading.Thread | None = None
+        # Guards _reader and the channel's reads before it exists: held to start the
+        # thread once, or for one non-blocking (MSG_DONTWAIT) poll of the channel.
         self._reader_lock = threading.Lock()
         self._frames = _framing.FrameReader()
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from workunits._errors import Cancelled
+from workunits._errors import Cancelled, WrongType
 from workunits._runtime.context import UnitContext, current
 from workunits._runtime.ratelimit import TokenBucket
 from workunits._wire import frames as m
@@ -96,7 +96,7 @@ def _read(
 
 def _checked(item: object) -> str | bytes:
     if not isinstance(item, str | bytes):
-        raise TypeError(f"a monitor's source yields str or bytes, got {type(item).__name__}")
+        raise WrongType(f"a monitor's source yields str or bytes, got {type(item).__name__}")
     return item
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 
 from workunits import _strictjson as strictjson
-from workunits._errors import Cancelled
+from workunits._errors import Cancelled, NoSuchMethod, WrongType
 from workunits._runtime.context import UnitContext, current, pickle_error
 from workunits._wire import frames as m
 
@@ -63,11 +63,11 @@ def _handle(ctx: UnitContext, instance: Any, frame: m.Deliver) -> None:
 def _dispatch(instance: Any, message: Any) -> Any:
     if isinstance(message, m.ProxyCall):
         if message.name.startswith("_"):
-            raise AttributeError(f"{message.name!r} is private; a proxy calls public methods only")
+            raise NoSuchMethod(f"{message.name!r} is private; a proxy calls public methods only")
         return getattr(instance, message.name)(*message.args, **message.kwargs)
     on_receive = getattr(instance, "on_receive", None)
     if on_receive is None:
-        raise TypeError(
+        raise WrongType(
             f"{type(instance).__qualname__} has no on_receive(message) for a "
             f"{type(message).__qualname__} message"
         )

@@ -23,6 +23,8 @@ class TranscriptWriter:
     def __init__(self, fd: int, first_seq: int = 1) -> None:
         self._fd = fd
         self._seq = first_seq
+        # Guards _seq and the order of lines in the file: held for one append (a
+        # single write(2) to a local file, O_APPEND), never across a wait.
         self._lock = threading.Lock()
 
     def write(self, type_: str, **fields: Any) -> None:
@@ -88,15 +90,3 @@ def render_event(event: dict[str, Any]) -> str:
         why = event.get("reason") or event.get("exit_code")
         return f"[end] {event.get('status')} ({why})"
     return f"[{kind}] {orjson.dumps(event).decode()[:200]}"
-
-
-class LineSplitter:
-    """Feeds bytes, returns complete lines (a stream chunk may end mid-line)."""
-
-    def __init__(self) -> None:
-        self._rest = b""
-
-    def feed(self, data: bytes) -> list[bytes]:
-        lines = (self._rest + data).split(b"\n")
-        self._rest = lines.pop()
-        return lines

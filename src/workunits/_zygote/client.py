@@ -1,9 +1,11 @@
 """The supervisor's side of the zygote: start it, send spawn and signal requests, route exits.
 
-Requests come from WorkActor threads (under a lock); replies and exits arrive
-on the Reaper thread and are routed to each unit's ``UnitEvents``. If the
-zygote dies, every unit it forked is reported ``lost`` (its processes die with
-it through their parent-death signal) and the next spawn starts a new zygote.
+Requests come from WorkActor threads; replies and exits arrive on the Reaper
+thread and are routed to each unit's ``UnitEvents``. If the zygote dies, every
+unit it forked is reported ``lost`` (its processes die with it through their
+parent-death signal) and the next spawn starts a new zygote. A zygote starts
+outside the lock the Reaper needs: a slow start delays only the spawns that
+wait for it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 from workunits import _framing
@@ -62,19 +65,32 @@ class _Zygote:
         self.alive = True
 
 
+class _Start:
+    """One zygote start in progress: the process (once Popen returned) and its outcome."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.done: Future[_Zygote] = Future()
+
+
 class ZygoteClient:
     def __init__(self, reaper: Reaper, preload: Sequence[str] = (), start_timeout: float = 30.0):
         self._reaper = reaper
         self._preload = tuple(preload)
         self._start_timeout = start_timeout
-        # Two locks, so the Reaper (which takes only ``_lock``) can always drain the
-        # zygote's replies: a sender blocked on a full socket holds only
-        # ``_send_lock``, while the zygote waits for its own replies to be read.
+        # Guards _current, _all, _starting, _closed and every zygote's ``units`` and
+        # ``alive``. Held for O(1) work only: never across a process start, the
+        # handshake or a send, since the Reaper takes it for every event it routes.
         self._lock = threading.Lock()
+        # Serialises sends on the control sockets, so frames never interleave. Held
+        # across a (possibly blocking) send but never with ``_lock``: a sender blocked
+        # on a full socket must leave the Reaper free to drain the zygote's replies.
         self._send_lock = threading.Lock()
         self._current: _Zygote | None = None
+        self._starting: _Start | None = None  # published under _lock; run outside it
         self._all: list[_Zygote] = []
         self._closed = False
+        self._warmer: threading.Thread | None = None  # start_quietly's; joined by close()
 
     @property
     def pid(self) -> int | None:
@@ -82,21 +98,57 @@ class ZygoteClient:
         return None if current is None else current.proc.pid
 
     def start(self) -> None:
-        """Start the zygote now rather than at the first spawn."""
-        with self._lock:
-            self._ensure()
+        """Start the zygote now rather than at the first spawn; blocks until it is ready."""
+        self._ensure()
 
     def start_quietly(self) -> None:
-        """``start``, leaving any failure to be reported by the first spawn."""
+        """Begin starting the zygote in the background; return at once.
+
+        A failure is left to be reported by the first spawn. The thread is a
+        daemon and ``close`` joins it.
+        """
+        with self._lock:
+            if self._closed or self._warmer is not None:
+                return
+            self._warmer = threading.Thread(
+                target=self._start_ignoring_errors, name="workunits-zygote-start", daemon=True
+            )
+            self._warmer.start()
+
+    def _start_ignoring_errors(self) -> None:
         with contextlib.suppress(ZygoteUnavailable, OSError):
-            self.start()
+            self._ensure()
 
     def _ensure(self) -> _Zygote:
-        """Called with the lock held."""
-        if self._closed:
-            raise ZygoteUnavailable("the supervisor is closed")
-        if self._current is not None:
-            return self._current
+        """The current zygote, started if need be. Called without the lock.
+
+        The first caller to find none publishes a ``_Start`` under the lock and
+        starts the process outside it; later callers wait for that start's
+        outcome, also outside the lock.
+        """
+        with self._lock:
+            if self._closed:
+                raise ZygoteUnavailable("the supervisor is closed")
+            if self._current is not None:
+                return self._current
+            start = self._starting
+            ours = start is None
+            if start is None:
+                start = self._starting = _Start()
+        if not ours:
+            return start.done.result()
+        try:
+            zygote = self._start(start)
+        except BaseException as exc:
+            with self._lock:
+                self._starting = None
+            start.done.set_exception(exc)
+            raise
+        start.done.set_result(zygote)
+        return zygote
+
+    def _start(self, start: _Start) -> _Zygote:
+        """Start a zygote and wait for its handshake (in the caller's thread, no lock held)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen(
@@ -106,49 +158,82 @@ class ZygoteClient:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to handle
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
-        ours.settimeout(self._start_timeout)
-        reader = _framing.FrameReader()
+        with self._lock:
+            start.proc = proc  # close() kills it now rather than wait for the handshake
+            closed = self._closed
         frames: list[Any] = []
-        try:
-            while not frames:
-                frames = _framing.recv_blocking(ours, reader)
-        except (OSError, EOFError) as exc:
-            frames = [exc]
+        if closed:
+            frames = [ZygoteUnavailable("the supervisor is closed")]
+        else:
+            ours.settimeout(self._start_timeout)
+            reader = _framing.FrameReader()
+            try:
+                while not frames:
+                    frames = _framing.recv_blocking(ours, reader)
+            except (OSError, EOFError) as exc:
+                frames = [exc]
         if not isinstance(frames[0], Ready):
-            ours.close()
-            proc.kill()
-            proc.wait()
+            _abandon(ours, proc)
+            with self._lock:
+                closed = self._closed
+            if closed:
+                raise ZygoteUnavailable("the supervisor is closed")
             raise ZygoteUnavailable(f"the zygote did not start: {frames[0]!r}")
         ours.settimeout(None)
         zygote = _Zygote(ours, proc)
-        self._current = zygote
-        self._all.append(zygote)
-        self._reaper.watch_stream(
-            ours,
-            lambda data, fds: self._on_data(zygote, data, fds),
-            lambda: self._on_close(zygote),
-        )
+        try:
+            self._reaper.watch_stream(
+                ours,
+                lambda data, fds: self._on_data(zygote, data, fds),
+                lambda: self._on_close(zygote),
+            )
+        except BaseException:
+            _abandon(ours, proc)
+            raise
+        with self._lock:
+            self._starting = None
+            closed = self._closed
+            if not closed:
+                self._current = zygote
+                self._all.append(zygote)
+        if closed:
+            # close() ran during the start and did not see this zygote: end it here.
+            _abandon(ours, proc)
+            raise ZygoteUnavailable("the supervisor is closed")
         return zygote
 
-    def _send(self, unit_id: str, events: UnitEvents, message: Any, fds: list[int]) -> None:
-        with self._send_lock:
-            for attempt in (1, 2):
-                with self._lock:
-                    zygote = self._ensure()
+    def _register(self, unit_id: str, events: UnitEvents) -> _Zygote:
+        """Enter the unit into the current zygote's table, starting a zygote if need be."""
+        for _ in range(3):
+            zygote = self._ensure()
+            with self._lock:
+                # A zygote that died since _ensure returned it has reported its units
+                # lost already; one registered now would never hear of its end.
+                if zygote.alive:
                     zygote.units[unit_id] = events
-                try:
+                    return zygote
+        raise ZygoteUnavailable("the zygote keeps dying as it starts")
+
+    def _send(self, unit_id: str, events: UnitEvents, message: Any, fds: list[int]) -> None:
+        for attempt in (1, 2):
+            zygote = self._register(unit_id, events)
+            try:
+                with self._send_lock:
                     _framing.send(zygote.sock, message, fds)
-                except OSError:
-                    # The zygote died under us; its EOF reports its other units lost.
-                    with self._lock:
-                        zygote.units.pop(unit_id, None)
-                        self._retire(zygote)
-                    if attempt == 2:
-                        raise
-                else:
-                    return
+            except OSError:
+                # The zygote died under us; its EOF reports its other units lost.
+                with self._lock:
+                    zygote.units.pop(unit_id, None)
+                    self._retire(zygote)
+                if attempt == 2:
+                    raise
+            else:
+                return
 
     def spawn_exec(self, message: SpawnExec, output_fd: int, events: UnitEvents) -> None:
         self._send(message.unit_id, events, message, [output_fd])
@@ -233,11 +318,21 @@ class ZygoteClient:
             events.lost()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Close the control sockets: each zygote kills what is left and exits."""
+        """Close the control sockets: each zygote kills what is left and exits.
+
+        A start in progress is cut short (its process killed), and the
+        background starter of ``start_quietly`` is joined.
+        """
         with self._lock:
             self._closed = True
             self._current = None
             zygotes, self._all = self._all, []
+            start, warmer = self._starting, self._warmer
+        if start is not None and start.proc is not None:
+            with contextlib.suppress(OSError):
+                start.proc.kill()
+        if warmer is not None:
+            warmer.join(timeout)
         for zygote in zygotes:
             # shutdown, not just close: the Reaper holds a duplicate of the socket.
             with contextlib.suppress(OSError):
@@ -250,6 +345,13 @@ class ZygoteClient:
                 log.warning("zygote %d did not exit; killing it", zygote.proc.pid)
                 zygote.proc.kill()
                 zygote.proc.wait()
+
+
+def _abandon(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
+    """End a zygote that never became current: nobody else knows of it."""
+    sock.close()
+    proc.kill()
+    proc.wait()
 
 
 def _environment_for_units() -> dict[str, str]:

@@ -37,6 +37,9 @@ class Reaper:
         self._epoll = select.epoll()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._epoll.register(self._wake_r, select.EPOLLIN)
+        # Guards _streams, _writable, _to_close, _closing and the epoll's registrations.
+        # Held for O(1) work only (a dict entry, an epoll_ctl, a non-blocking write to
+        # the wake-up pipe); callbacks are always called outside it.
         self._lock = threading.Lock()
         # Invariant: an fd is in _streams iff it is registered with the epoll.
         self._streams: dict[int, _Stream] = {}
@@ -87,7 +90,13 @@ class Reaper:
             if self._closing:
                 return
             self._to_close.append(fd)
-            os.write(self._wake_w, b"c")
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the Reaper thread (lock held; never blocks)."""
+        # A full pipe already holds a wake-up the thread has yet to read.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"w")
 
     def _check_open(self) -> None:
         if self._closing:
@@ -158,7 +167,7 @@ class Reaper:
             if self._closing:
                 return
             self._closing = True
-            os.write(self._wake_w, b"x")
+            self._wake()
         self._thread.join(timeout=5)
         for stream in self._streams.values():
             stream.sock.close()

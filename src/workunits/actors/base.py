@@ -131,7 +131,7 @@ class WorkActor(pykka.ThreadingActor):
         try:
             self.launch()
         except Exception as exc:  # noqa: BLE001 - any launch error fails the unit, with its cause
-            self.finish(Outcome(Status.FAILED, error=_describe_launch_error(exc)))
+            self.finish(Outcome(Status.FAILED, error=_describe_error("could not start", exc)))
 
     def on_receive(self, message: Any) -> Any:
         """Control messages from the supervisor; subclasses handle their own first."""
@@ -264,10 +264,6 @@ def _pid_of(pidfd: int) -> int | None:
 
 
 def _describe_error(head: str, exc: BaseException) -> str:
+    """``head: Type: message``, then the traceback: a failed unit's error text."""
     head = f"{head}: {type(exc).__name__}: {exc}"
-    return head + "\n" + "".join(traceback.format_exception(exc)).rstrip()
-
-
-def _describe_launch_error(exc: BaseException) -> str:
-    head = f"could not start: {type(exc).__name__}: {exc}"
     return head + "\n" + "".join(traceback.format_exception(exc)).rstrip()

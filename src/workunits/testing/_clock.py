@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import threading
 
+from workunits._errors import InvalidArgument
+
 
 class ManualClock:
     """A ``Clock`` (``now() -> float``) that stands still until ``advance`` or ``set``.
@@ -19,6 +21,7 @@ class ManualClock:
     """
 
     def __init__(self, start: float = 1_000_000.0) -> None:
+        # Guards _now; held for O(1) work (a read, a compare, an add).
         self._lock = threading.Lock()
         self._now = _finite("start", start)
 
@@ -34,7 +37,7 @@ class ManualClock:
         """Move time forward by ``seconds`` (>= 0) and return the new time (any thread)."""
         seconds = _finite("seconds", seconds)
         if seconds < 0:
-            raise ValueError(f"a ManualClock never goes backwards; got advance({seconds!r})")
+            raise InvalidArgument(f"a ManualClock never goes backwards; got advance({seconds!r})")
         with self._lock:
             self._now += seconds
             return self._now
@@ -44,12 +47,14 @@ class ManualClock:
         t = _finite("t", t)
         with self._lock:
             if t < self._now:
-                raise ValueError(f"a ManualClock never goes backwards: now {self._now}, set({t})")
+                raise InvalidArgument(
+                    f"a ManualClock never goes backwards: now {self._now}, set({t})"
+                )
             self._now = t
             return t
 
 
 def _finite(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+        raise InvalidArgument(f"{name} must be a finite number of seconds, got {value!r}")
     return float(value)

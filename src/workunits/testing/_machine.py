@@ -37,14 +37,14 @@ from typing import ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from workunits._errors import UnknownWork
+from workunits._errors import NotRunning, UnknownWork
 from workunits._record import TAIL_BYTES, Notification, WorkRecord
 from workunits._status import Reason, Status, allowed, is_terminal
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.sweep import evictable
 from workunits.testing._clock import ManualClock
-from workunits.testing._scripted import NotRunning, ScriptedDriver, ScriptSpec
+from workunits.testing._scripted import ScriptedDriver, ScriptSpec
 
 
 class ChangeLog:
@@ -55,6 +55,7 @@ class ChangeLog:
     """
 
     def __init__(self) -> None:
+        # Guards _events; held for one append or one slice (O(1) work).
         self._lock = threading.Lock()
         self._events: list[tuple[WorkRecord | None, WorkRecord]] = []
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import pykka
 
 from workunits import _outputfile
-from workunits._errors import SpecError, UnknownWork
+from workunits._errors import NotRunning, SpecError, UnknownWork, WrongType
 from workunits._record import Outcome, WorkRecord
 from workunits._status import Status
 from workunits.actors.base import UnitBinding, WorkActor
@@ -31,10 +31,6 @@ from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 
 DEFAULT_LETTER = "x"
-
-
-class NotRunning(Exception):
-    """The scripted unit has ended (or is ending); it takes no more commands."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,13 +211,13 @@ class ScriptedDriver:
     def write(self, unit: WorkHandle | str, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` to the unit's output; returns its length once it is on disk."""
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"data must be bytes, got {type(data).__name__}")
+            raise WrongType(f"data must be bytes, got {type(data).__name__}")
         return int(self._ask(unit, Write(bytes(data))))
 
     def exit(self, unit: WorkHandle | str, code: int = 0) -> WorkRecord:
         """End the unit with an exit code; returns its terminal record."""
         if isinstance(code, bool) or not isinstance(code, int):
-            raise TypeError(f"code must be an int, got {type(code).__name__}")
+            raise WrongType(f"code must be an int, got {type(code).__name__}")
         self._ask(unit, Exit(code))
         return self.sup.wait(str(unit), self.timeout)
 
