@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workunits import _outputfile
 from workunits._claim import Claim, NoticeSource
-from workunits._errors import ClientClosed, NoNotification
+from workunits._errors import ClientClosed, LedgerError, NoNotification
 from workunits._ledger import Ledger, UnitRow
 from workunits._record import Notification
 from workunits._status import is_terminal
@@ -194,8 +194,17 @@ class Notices(NoticeSource, Iterator[Notification]):
         self._poll = poll
 
     def claim_nowait(self) -> Claim | None:
-        """Claim the next notice if one is waiting, else None."""
-        held = self._ledger.claim_notice(None)
+        """Claim the next notice if one is waiting, else None; ClientClosed once closed."""
+        if self._stop.is_set():
+            raise ClientClosed("the client is closed")
+        try:
+            held = self._ledger.claim_notice(None)
+        except LedgerError:
+            # close() from another thread closes the ledger under us: that is
+            # the client closing, not a broken ledger.
+            if self._stop.is_set():
+                raise ClientClosed("the client is closed") from None
+            raise
         if held is None:
             return None
         work_id, token = held.notice.id, held.token
