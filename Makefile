@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest static check bench bench-quick bench-run bench-remote soak clean
+.PHONY: demo test lint pytest static check docs docs-build dist-check dist-run test-pythons \
+	bench bench-quick bench-run bench-remote soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +38,29 @@ static: $(STAMP)
 
 check: lint test
 
+# The site under site/, from docs/ and the docstrings; strict: any warning fails it.
+docs:
+	@$(MAKE) --no-print-directory docs-build EXTRAS=docs
+
+docs-build: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --clean
+
+# The release artefacts: wheel and sdist built and checked by twine, then installed
+# into a fresh venv where `workunits --help` and the README's first example must work.
+dist-check:
+	@$(MAKE) --no-print-directory dist-run EXTRAS=dev
+
+dist-run: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	.ci/check-dist dist
+
+# The core tests on every CPython >= 3.11 on this machine (PATH and pyenv), each in
+# a venv of its own (.venv-pythons/X.Y).
+test-pythons:
+	.ci/test-pythons
+
 # The benches run their peers too: pebble, matplotlib and DBOS ([bench]), Ray ([ray]).
 bench:
 	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench
@@ -56,4 +80,4 @@ bench-remote: $(STAMP)
 	$(PY) bench/remote_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-pythons .pytest_cache .mypy_cache .ruff_cache site dist
