@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent
 SHELL_TIMEOUT = 60.0
 
 # Kill the block's background jobs when it ends (a served state dir, a tail -f).
-_PROLOGUE = 'trap \'jobs -p | xargs -r kill 2>/dev/null; wait\' EXIT\n'
+_PROLOGUE = "trap 'jobs -p | xargs -r kill 2>/dev/null; wait' EXIT\n"
 
 
 def _run_shell(example: Example) -> None:
@@ -38,7 +38,7 @@ def _run_shell(example: Example) -> None:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("WORKUNITS_STATE", None)
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", _PROLOGUE + example.parsed],
+        [shutil.which("bash") or "/bin/bash", "-euo", "pipefail", "-c", _PROLOGUE + example.parsed],
         cwd=example.namespace["__docdir__"],
         env=env,
         capture_output=True,

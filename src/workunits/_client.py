@@ -111,6 +111,7 @@ class Client:
 
     @property
     def closed(self) -> bool:
+        """True once ``close()`` was called."""
         return self._closed.is_set()
 
     # -- submitting ------------------------------------------------------------
@@ -409,24 +410,31 @@ class ClientHandle:
         return self.id
 
     def get(self) -> WorkRecord:
+        """The unit's record from the ledger (``Client.get``)."""
         return self.client.get(self.id)
 
     def row(self) -> UnitRow:
+        """The unit's full ledger row (``Client.row``)."""
         return self.client.row(self.id)
 
     def wait(self, timeout: float | None = None) -> WorkRecord:
+        """Block until the unit is terminal (``Client.wait``)."""
         return self.client.wait(self.id, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
+        """The unit's result, or its failure raised (``Client.result``)."""
         return self.client.result(self.id, timeout)
 
     def cancel(self, grace: float = 5.0) -> bool:
+        """Request a cancel, SIGKILL after ``grace`` (``Client.cancel``)."""
         return self.client.cancel(self.id, grace)
 
     def kill(self) -> bool:
+        """Request a kill (``Client.kill``)."""
         return self.client.kill(self.id)
 
     def stream(self) -> OutputStream:
+        """The unit's output as it is written (``Client.stream``)."""
         return self.client.stream(self.id)
 
 

@@ -98,6 +98,7 @@ class Notification:
 
     @classmethod
     def of(cls, record: WorkRecord) -> Notification:
+        """The notice of a record at its terminal write."""
         assert record.ended_at is not None, "notifications are only made at the terminal write"
         return cls(
             id=record.id,

@@ -13,6 +13,8 @@ import enum
 
 
 class Status(enum.StrEnum):
+    """A unit's status: ``pending -> running -> completed | failed | killed``, forward only."""
+
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"

@@ -61,7 +61,7 @@ def submit(
     """Submit a unit and print its ID.
 
     \b
-    workunits submit [--key K] [-d TEXT] -- make test      (argv, no shell)
+    workunits submit --key nightly -d tests -- make test   (argv, no shell)
     workunits submit -- 'make test | tee log'              (one word: /bin/sh -c)
     workunits submit --agent pkg.mod:fn --args '[1, 2]' --kwargs '{"n": 3}'
     """

@@ -72,15 +72,19 @@ class ChildHandle:
         return self.id
 
     def wait(self, timeout: float | None = None) -> WorkRecord:
+        """Block until the child is terminal (``UnitContext.wait``)."""
         return self.ctx.wait(self, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
+        """The child's result, or its failure raised (``UnitContext.result``)."""
         return self.ctx.result(self, timeout)
 
     def kill(self) -> bool:
+        """SIGKILL the child now (``UnitContext.kill``)."""
         return self.ctx.kill(self)
 
     def cancel(self, grace: float = 5.0) -> bool:
+        """Ask the child to stop, SIGKILL after ``grace`` (``UnitContext.cancel``)."""
         return self.ctx.cancel(self, grace)
 
 
@@ -105,6 +109,11 @@ class ChildTeammate(ChildHandle):
 
 
 class UnitContext:
+    """A unit's view of itself, from ``wu.current()`` in its own process.
+
+    Progress, checkpoints, events, cancellation, and the child units it starts.
+    """
+
     def __init__(
         self,
         *,
@@ -151,6 +160,7 @@ class UnitContext:
     # -- the channel ------------------------------------------------------------
 
     def send(self, message: Any) -> None:
+        """Send one raw message to this unit's actor (internal channel; prefer the methods)."""
         with self._send_lock:
             _framing.send(self._channel, message)
 
@@ -410,13 +420,16 @@ class UnitContext:
         return result_of(self.wait(child, timeout))
 
     def get(self, work_id: ChildHandle | str) -> WorkRecord:
+        """The current record of one of this unit's descendants."""
         record: WorkRecord = self._request(lambda req: m.Control(req, "get", str(work_id)))
         return record
 
     def kill(self, child: ChildHandle | str) -> bool:
+        """SIGKILL a descendant now; False if it was not running."""
         return bool(self._request(lambda req: m.Control(req, "kill", str(child))))
 
     def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
+        """Ask a descendant to stop, SIGKILL after ``grace``; False if it was not running."""
         return bool(self._request(lambda req: m.Control(req, "cancel", str(child), grace)))
 
     def stop(self, teammate: ChildHandle | str) -> bool:

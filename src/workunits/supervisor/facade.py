@@ -408,6 +408,7 @@ class Supervisor(KindsFacade):
     # -- reading ---------------------------------------------------------------
 
     def get(self, work_id: str) -> WorkRecord:
+        """The unit's current record: from memory, or from the ledger once evicted."""
         return cast(WorkRecord, self._call("get", work_id))
 
     def list(
@@ -416,6 +417,7 @@ class Supervisor(KindsFacade):
         kind: str | None = None,
         parent: str | None = None,
     ) -> list[WorkRecord]:
+        """The records in memory and in the ledger, filtered by status, kind or parent."""
         if status is not None:
             try:
                 status = Status(status)
@@ -472,6 +474,7 @@ class Supervisor(KindsFacade):
         return cast(WorkRecord, self._call("retain", work_id))
 
     def release(self, work_id: str) -> WorkRecord:
+        """Undo one ``retain``; the eviction grace starts again from now."""
         return cast(WorkRecord, self._call("release", work_id))
 
     def notifications(self) -> Mailbox:
@@ -515,6 +518,7 @@ class Supervisor(KindsFacade):
             self._waiters.discard(work_id, waiter)
 
     async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
+        """Like ``result`` without blocking the event loop."""
         return result_of(await self.wait_async(work_id, timeout))
 
     # -- ending work -----------------------------------------------------------

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 
 class WorkHandle:
+    """A submitted unit: its ``id`` and the supervisor calls that take it."""
+
     __slots__ = ("id", "supervisor")
 
     def __init__(self, supervisor: Supervisor, work_id: str) -> None:
@@ -25,25 +27,33 @@ class WorkHandle:
         return self.id
 
     def get(self) -> WorkRecord:
+        """The unit's current record (``Supervisor.get``)."""
         return self.supervisor.get(self.id)
 
     def wait(self, timeout: float | None = None) -> WorkRecord:
+        """Block until the unit is terminal (``Supervisor.wait``)."""
         return self.supervisor.wait(self.id, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
+        """The unit's result, or its failure raised (``Supervisor.result``)."""
         return self.supervisor.result(self.id, timeout)
 
     def kill(self) -> bool:
+        """SIGKILL the unit now (``Supervisor.kill``)."""
         return self.supervisor.kill(self.id)
 
     def cancel(self, grace: float = 5.0) -> bool:
+        """Ask the unit to stop, SIGKILL after ``grace`` (``Supervisor.cancel``)."""
         return self.supervisor.cancel(self.id, grace)
 
     def read_output(self, max_bytes: int | None = None) -> bytes:
+        """The output written since the last read (``Supervisor.read_output``)."""
         return self.supervisor.read_output(self.id, max_bytes)
 
     def stream(self) -> Iterator[bytes]:
+        """Every byte of output once, until the unit ends (``Supervisor.stream``)."""
         return self.supervisor.stream(self.id)
 
     async def wait_async(self, timeout: float | None = None) -> WorkRecord:
+        """Like ``wait`` without blocking the event loop."""
         return await self.supervisor.wait_async(self.id, timeout)
