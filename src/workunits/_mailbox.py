@@ -30,6 +30,7 @@ __all__ = ["Mailbox", "MailboxClosed"]
 
 
 class Mailbox:
+    """A parent's notices and monitor events, in order; thread-safe, iterable, async-iterable."""
     def __init__(
         self, owner: str | None, on_take: Callable[[MailboxItem], None] | None = None
     ) -> None:
@@ -57,6 +58,7 @@ class Mailbox:
             self._wake_async()
 
     def close(self) -> None:
+        """Wake every waiting consumer with MailboxClosed; the supervisor closes it."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -90,6 +92,7 @@ class Mailbox:
         return item
 
     def get_nowait(self) -> MailboxItem | None:
+        """The next item if one is waiting, else None."""
         with self._cond:
             item = self._items.popleft() if self._items else None
         return None if item is None else self._taken(item)

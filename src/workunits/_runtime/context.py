@@ -97,9 +97,11 @@ class ChildTeammate(ChildHandle):
         return f"<ChildTeammate {self.id}>"
 
     def tell(self, message: Any) -> None:
+        """Send ``message`` to the teammate without waiting (``UnitContext.tell``)."""
         self.ctx.tell(self, message)
 
     def ask(self, message: Any, timeout: float | None = None) -> Any:
+        """Send ``message`` and wait for the answer (``UnitContext.ask``)."""
         return self.ctx.ask(self, message, timeout)
 
     def stop(self, timeout: float | None = None) -> WorkRecord:
