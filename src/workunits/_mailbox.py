@@ -31,6 +31,7 @@ __all__ = ["Mailbox", "MailboxClosed"]
 
 class Mailbox:
     """A parent's notices and monitor events, in order; thread-safe, iterable, async-iterable."""
+
     def __init__(
         self, owner: str | None, on_take: Callable[[MailboxItem], None] | None = None
     ) -> None:

@@ -64,6 +64,7 @@ class _ChannelClosed:
 
 class AgentActor(WorkActor):
     """The agent kind (``a``): a callable in a process forked by the zygote, with its channel."""
+
     kind: ClassVar[str] = "agent"
     relays_notifications: ClassVar[bool] = True
 

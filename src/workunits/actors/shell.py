@@ -30,6 +30,7 @@ from workunits.actors.process_events import TellActor
 
 class ShellActor(WorkActor):
     """The shell kind (``b``): a command run by the zygote, its output straight into the file."""
+
     kind: ClassVar[str] = "shell"
 
     def __init__(self, unit: UnitBinding) -> None:
