@@ -54,7 +54,10 @@ class Zygote:
     def __init__(self, control: socket.socket) -> None:
         self.control = control
         self.reader = _framing.FrameReader()
-        self.fds: list[int] = []  # descriptors received, consumed by frames in order
+        # Descriptors received, one group per spawn request, in order. The kernel
+        # attaches one request's descriptors to at most one read; a group it had to
+        # drop (MSG_CTRUNC: this process is out of descriptors) is None.
+        self.fd_groups: list[list[int] | None] = []
         # Invariant: every pid here is a forked, unreaped unit leader.
         self.units: dict[int, str] = {}
         self.by_unit: dict[str, int] = {}
@@ -98,24 +101,32 @@ class Zygote:
 
     def read_control(self) -> bool:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.control, 1 << 16, 64)
+            data, fds, flags, _addr = socket.recv_fds(self.control, 1 << 16, 64)
         except ConnectionResetError:
             return False
         if not data:
             return False
         for fd in fds:  # a received descriptor must not leak into every later command
             os.set_inheritable(fd, False)
-        self.fds.extend(fds)
+        if flags & socket.MSG_CTRUNC:
+            for fd in fds:
+                os.close(fd)
+            self.fd_groups.append(None)
+        elif fds:
+            self.fd_groups.append(fds)
         for message in self.reader.feed(data):
             self.handle(message)
         return True
 
     def handle(self, message: Any) -> None:
-        if isinstance(message, SpawnExec):
-            self.spawn_exec(message, self.fds.pop(0))
-        elif isinstance(message, SpawnCall):
-            transcript, channel = self.fds.pop(0), self.fds.pop(0)
-            self.spawn_call(message, transcript, channel)
+        if isinstance(message, SpawnExec | SpawnCall):
+            fds = self._fds_for(message)
+            if fds is None:
+                return
+            if isinstance(message, SpawnExec):
+                self.spawn_exec(message, fds[0])
+            else:
+                self.spawn_call(message, fds[0], fds[1])
         elif isinstance(message, Signal):
             pid = self.by_unit.get(message.unit_id)
             if pid is not None:  # unreaped leader: its pid and group id are still ours
@@ -123,6 +134,26 @@ class Zygote:
                     os.killpg(pid, message.signum)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, message.signum)
+
+    def _fds_for(self, message: SpawnExec | SpawnCall) -> list[int] | None:
+        """The descriptors sent with ``message``; None (the unit refused) when they were lost."""
+        wanted = 1 if isinstance(message, SpawnExec) else 2
+        group = self.fd_groups.pop(0) if self.fd_groups else None
+        if group is not None and len(group) == wanted:
+            return group
+        for fd in group or ():
+            os.close(fd)
+        self.refuse(
+            message.unit_id,
+            "could not start: the zygote is out of file descriptors (EMFILE: "
+            "RLIMIT_NOFILE); the unit's descriptors were dropped in transit",
+        )
+        return None
+
+    def refuse(self, unit_id: str, error: str) -> None:
+        """Fail one unit that could not start; the zygote and every other unit carry on."""
+        with contextlib.suppress(OSError):
+            _framing.send(self.control, SpawnFailed(unit_id, error))
 
     def spawn_exec(self, msg: SpawnExec, output_fd: int) -> None:
         """posix_spawn (vfork-like: no copy of this process) in a new session.
@@ -136,7 +167,7 @@ class Zygote:
             path = _resolve(msg)
             pid = self._posix_spawn(msg, path, output_fd)
         except OSError as exc:
-            _framing.send(self.control, SpawnFailed(msg.unit_id, _exec_error(msg, exc)))
+            self.refuse(msg.unit_id, _exec_error(msg, exc))
             return
         finally:
             os.close(output_fd)
@@ -172,7 +203,13 @@ class Zygote:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
     def spawn_call(self, msg: SpawnCall, transcript_fd: int, channel_fd: int) -> None:
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # EAGAIN (RLIMIT_NPROC, pids.max), ENOMEM: this unit only
+            os.close(transcript_fd)
+            os.close(channel_fd)
+            self.refuse(msg.unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
+            return
         if pid == 0:  # pragma: no cover - runs in the unit process
             code = EXIT_RUNTIME_BROKEN
             try:
@@ -189,10 +226,16 @@ class Zygote:
         self.adopt(pid, msg.unit_id)
 
     def adopt(self, pid: int, unit_id: str) -> None:
+        # The child is unreaped, so the pid is still its: the pidfd cannot name a stranger.
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:  # EMFILE: without a pidfd the supervisor cannot hold the unit
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # its own new group; reaped as a stranger
+            self.refuse(unit_id, f"could not start: no pidfd: {describe_start_error(exc)}")
+            return
         self.units[pid] = unit_id
         self.by_unit[unit_id] = pid
-        # The child is unreaped, so the pid is still its: the pidfd cannot name a stranger.
-        pidfd = os.pidfd_open(pid)
         try:
             _framing.send(self.control, Spawned(unit_id, pid), [pidfd])
         finally:
@@ -285,6 +328,23 @@ def _resolve(msg: SpawnExec) -> str:
     return found
 
 
+_START_ERROR_HINTS = {
+    errno.EAGAIN: "too many processes (RLIMIT_NPROC or the cgroup's pids.max)",
+    errno.ENOMEM: "out of memory",
+    errno.EMFILE: "out of file descriptors (RLIMIT_NOFILE)",
+    errno.ENFILE: "the system is out of file descriptors",
+}
+
+
+def describe_start_error(exc: OSError) -> str:
+    """``EAGAIN (Resource temporarily unavailable): too many processes (...)``."""
+    code = exc.errno or 0
+    name = errno.errorcode.get(code, str(code))
+    text = f"{name} ({exc.strerror or exc})"
+    hint = _START_ERROR_HINTS.get(code)
+    return f"{text}: {hint}" if hint else text
+
+
 def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
     what = msg.argv[0]
     if isinstance(exc, FileNotFoundError | NotADirectoryError) and exc.filename == msg.cwd:
@@ -294,7 +354,7 @@ def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
     if isinstance(exc, PermissionError):
         return f"could not start: permission denied: {what!r}"
     if isinstance(exc, OSError):
-        return f"could not start {what!r}: {exc.strerror or exc}"
+        return f"could not start {what!r}: {describe_start_error(exc)}"
     return f"could not start {what!r}: {type(exc).__name__}: {exc}"
 
 
@@ -305,8 +365,10 @@ def main(argv: list[str]) -> None:
     control = socket.socket(fileno=control_fd)
     os.set_inheritable(control_fd, False)
     zygote = Zygote(control)
-    zygote.serve()
-    zygote.shutdown()
+    try:
+        zygote.serve()
+    finally:  # whatever broke the loop, no unit outlives the zygote
+        zygote.shutdown()
 
 
 if __name__ == "__main__":  # pragma: no cover
