@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import pytest
 
+import workunits as wu
+
+from ..conftest import eventually
 from . import unprivileged
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,3 +122,42 @@ def test_a_fork_that_fails_fails_its_unit_only(host: Host) -> None:
     report = host.read()
     assert report["released"] == [["completed", None]] * 3
     assert report["after"] == 42
+
+
+def gated(gate: str) -> str:
+    pause = threading.Event()
+    while not os.path.exists(gate):
+        pause.wait(0.02)
+    return "released"
+
+
+def answer() -> int:
+    return 42
+
+
+@pytest.mark.timeout(60)
+def test_a_zygote_out_of_descriptors_fails_new_units_only(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        running = sup.agent(gated, str(gate))
+        eventually(lambda: sup.get(running.id).pid is not None, what="the first agent to start")
+        zygote = sup._zygote.pid
+        assert zygote is not None
+        soft, hard = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
+        # Every descriptor number below the limit is taken: the next one it needs fails.
+        taken = {int(fd) for fd in os.listdir(f"/proc/{zygote}/fd")}
+        lowest_free = min(set(range(len(taken) + 1)) - taken)
+        resource.prlimit(zygote, resource.RLIMIT_NOFILE, (lowest_free, hard))
+        try:
+            starved = [sup.agent(answer), sup.shell(["true"])]
+            for unit in starved:
+                record = sup.wait(unit.id, timeout=30)
+                assert record.status is wu.Status.FAILED
+                assert "EMFILE" in (record.error or ""), record.error
+            assert sup.get(running.id).status is wu.Status.RUNNING
+        finally:
+            resource.prlimit(zygote, resource.RLIMIT_NOFILE, (soft, hard))
+        gate.touch()
+        assert sup.result(running.id, timeout=30) == "released"
+        assert sup.result(sup.agent(answer).id, timeout=30) == 42
+        assert sup._zygote.pid == zygote
