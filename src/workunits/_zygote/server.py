@@ -213,7 +213,8 @@ class Zygote:
         try:
             yield
         finally:
-            self.cgroups.leave()
+            if os.getpid() == self.pid:  # a forked child leaves this block too: it stays
+                self.cgroups.leave()
 
     def _spawn_kept(self, msg: SpawnExec, path: str, output_fd: int) -> tuple[int, int]:
         """Subreaper mode: fork a keeper that spawns the command; its pid leads the unit.
