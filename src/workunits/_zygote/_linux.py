@@ -8,6 +8,7 @@ import ctypes.util
 import os
 import signal
 import sys
+from collections.abc import Collection
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -63,7 +64,7 @@ def children(of: int) -> list[int]:
     return pids
 
 
-def kill_tree_round(of: int, spare: frozenset[int] | set[int] = frozenset()) -> int:
+def kill_tree_round(of: int, spare: Collection[int] = ()) -> int:
     """SIGKILL every child of ``of`` but ``spare``, with its group; how many were hit.
 
     A subreaper calls this until it returns 0, reaping in between: a child's own
