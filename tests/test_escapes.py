@@ -37,6 +37,8 @@ SHELL_ESCAPES = {
 }
 AGENT_ESCAPES = ("setsid", "new-group", "double-fork")
 HOW_IT_ENDS = ("by-itself", "kill", "cancel", "timeout")
+# Long enough for a loaded machine to start the unit and its escapee before it fires.
+TIMEOUT = 3.0
 
 
 def alive(pid: int) -> bool:
@@ -125,7 +127,7 @@ def test_a_shell_units_escaped_descendants_end_with_it(
     release = tmp_path / "release"
     escaping = SHELL_ESCAPES[escape].format(pids=pids_file)
     hold = f"while [ ! -e {release} ]; do sleep 0.01; done"
-    timeout = 1.0 if how == "timeout" else None
+    timeout = TIMEOUT if how == "timeout" else None
     unit = esup.shell(f"{escaping}; {hold}", timeout=timeout)
     pids = escaped_pids(pids_file)
     record = end(esup, unit, how, release)
@@ -141,7 +143,7 @@ def test_an_agents_escaped_descendants_end_with_it(
 ) -> None:
     pids_file = tmp_path / "pids"
     release = tmp_path / "release"
-    timeout = 1.0 if how == "timeout" else None
+    timeout = TIMEOUT if how == "timeout" else None
     unit = esup.agent(escape_from_agent, escape, str(pids_file), str(release), timeout=timeout)
     pids = escaped_pids(pids_file)
     record = end(esup, unit, how, release)
