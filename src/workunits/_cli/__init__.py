@@ -1,4 +1,5 @@
-"""The ``workunits`` command: serve, submit, ls, show, tail, wait, result, cancel, kill, watch, gc.
+"""The ``workunits`` command: serve, submit, ls, show, tail, wait, result, cancel, kill, watch,
+gc, doctor.
 
 One module per group of commands, each registering on the group in ``_app``:
 
@@ -11,6 +12,7 @@ One module per group of commands, each registering on the group in ``_app``:
 - ``waiting``  wait, result
 - ``control``  cancel, kill, gc
 - ``watch``    the live table
+- ``doctor``   what the machine offers (containment, pidfd, subreaper, fsync)
 
 Every command but ``serve`` is a ledger client (``wu.connect``): it reads the
 state dir's ledger and writes only submits and requests, so it works from any
@@ -19,12 +21,12 @@ shell whether or not a supervisor runs.
 
 from __future__ import annotations
 
-from workunits._cli import control, inspect, serve, submit, tail, waiting, watch
+from workunits._cli import control, doctor, inspect, serve, submit, tail, waiting, watch
 from workunits._cli._app import Exit, cli
 
 __all__ = ["Exit", "cli", "main"]
 
-_COMMANDS = (control, inspect, serve, submit, tail, waiting, watch)  # imported to register
+_COMMANDS = (control, doctor, inspect, serve, submit, tail, waiting, watch)  # imported to register
 
 
 def main() -> None:

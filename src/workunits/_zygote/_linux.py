@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
+import signal
 import sys
+from collections.abc import Collection
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -40,6 +43,44 @@ def set_idle_priority() -> None:
         else:
             return
     os.nice(19 - os.nice(0))
+
+
+def children(of: int) -> list[int]:
+    """Processes whose parent is ``of``: the kernel's list, else a scan of /proc.
+
+    The list (``/proc/PID/task/TID/children``) is cheap; it needs
+    CONFIG_PROC_CHILDREN, and is per thread, so every thread's list is read.
+    """
+    pids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{of}/task")
+        for tid in tasks:
+            with open(f"/proc/{of}/task/{tid}/children", "rb") as f:
+                pids.extend(int(p) for p in f.read().split())
+    except FileNotFoundError:
+        return child_pids(of) if os.path.exists(f"/proc/{of}") else []
+    except OSError:
+        return child_pids(of)
+    return pids
+
+
+def kill_tree_round(of: int, spare: Collection[int] = ()) -> int:
+    """SIGKILL every child of ``of`` but ``spare``, with its group; how many were hit.
+
+    A subreaper calls this until it returns 0, reaping in between: a child's own
+    orphans come back to the subreaper when it dies, and are hit next round.
+    """
+    hit = 0
+    for pid in children(of):
+        if pid in spare:
+            continue
+        hit += 1
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            # Its group holds only processes of the same session: descendants of ours.
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return hit
 
 
 def child_pids(of: int) -> list[int]:

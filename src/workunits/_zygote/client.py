@@ -55,9 +55,10 @@ class UnitEvents(Protocol):
 class _Zygote:
     """One zygote process and the units it forked."""
 
-    def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, sock: socket.socket, proc: subprocess.Popen[bytes], pid: int) -> None:
         self.sock = sock
-        self.proc = proc
+        self.proc = proc  # the zygote's guard, which forked the zygote (see _zygote.guard)
+        self.pid = pid
         self.reader = _framing.FrameReader()
         self.fds: list[int] = []  # pidfds received, taken by Spawned frames in order
         # Invariant: a unit is here from its spawn request until its exit (or loss) is routed.
@@ -95,7 +96,7 @@ class ZygoteClient:
     @property
     def pid(self) -> int | None:
         current = self._current
-        return None if current is None else current.proc.pid
+        return None if current is None else current.pid
 
     def start(self) -> None:
         """Start the zygote now rather than at the first spawn; blocks until it is ready."""
@@ -185,7 +186,7 @@ class ZygoteClient:
                 raise ZygoteUnavailable("the supervisor is closed")
             raise ZygoteUnavailable(f"the zygote did not start: {frames[0]!r}")
         ours.settimeout(None)
-        zygote = _Zygote(ours, proc)
+        zygote = _Zygote(ours, proc, frames[0].pid)
         try:
             self._reaper.watch_stream(
                 ours,

@@ -6,9 +6,12 @@ request, so a fork costs ~1 ms. Each unit process gets its own session and
 process group, SIGKILL as its parent-death signal, default signal handlers and
 its resource limits.
 
-When the control socket closes — the supervisor exited or was SIGKILLed — the
-zygote kills every unit's process group and every orphaned descendant (it is a
-child subreaper, so they come back to it), then exits.
+A unit's end takes every process it started, however it escaped its group:
+with a cgroup per unit (``cgroup.kill``) where we may, else through the chain
+of subreapers (see ``containment``). When the control socket closes — the
+supervisor exited or was SIGKILLed — the zygote kills every unit and every
+orphaned descendant (it is a child subreaper, so they come back to it), then
+exits. Its guard (``guard``) does the same if the zygote itself is killed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from workunits import _framing
@@ -36,7 +41,8 @@ from workunits._wire.zygote_protocol import (
     SpawnExec,
     SpawnFailed,
 )
-from workunits._zygote import _linux
+from workunits._zygote import _linux, guard, keeper
+from workunits._zygote.containment import Cgroups
 
 EXIT_RUNTIME_BROKEN = 70
 _RESET_SIGNALS = (
@@ -50,14 +56,30 @@ _RESET_SIGNALS = (
 )
 
 
+@dataclass(slots=True)
+class Slot:
+    """One unit the zygote forked: its leader (unreaped) and its cgroup, if any."""
+
+    unit_id: str
+    pid: int
+    cgroup: str | None
+
+
 class Zygote:
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, cgroups: Cgroups | None = None) -> None:
         self.control = control
+        # None: subreaper mode. Unit processes are subreapers, so any other child
+        # of ours is an orphan of a unit that has ended, and is killed.
+        self.cgroups = cgroups
+        self.dying: list[str] = []  # killed unit cgroups waiting to be removed
         self.reader = _framing.FrameReader()
-        self.fds: list[int] = []  # descriptors received, consumed by frames in order
+        # Descriptors received, one group per spawn request, in order. The kernel
+        # attaches one request's descriptors to at most one read; a group it had to
+        # drop (MSG_CTRUNC: this process is out of descriptors) is None.
+        self.fd_groups: list[list[int] | None] = []
         # Invariant: every pid here is a forked, unreaped unit leader.
-        self.units: dict[int, str] = {}
-        self.by_unit: dict[str, int] = {}
+        self.units: dict[int, Slot] = {}
+        self.by_unit: dict[str, Slot] = {}
         self.parent = os.getppid()
         self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -80,13 +102,16 @@ class Zygote:
         selector.register(self.control, selectors.EVENT_READ, "control")
         selector.register(self.wake_r, selectors.EVENT_READ, "signal")
         while True:
-            for key, _ in selector.select():
+            # Killed cgroups are removed once their processes are gone; not ours to wait on.
+            for key, _ in selector.select(0.01 if self.dying else None):
                 if key.data == "signal":
                     with contextlib.suppress(BlockingIOError):
                         os.read(self.wake_r, 512)
                     self.reap()
                 elif not self.read_control():
                     return self.shutdown()
+            if self.dying:
+                self.dying = [path for path in self.dying if not Cgroups.remove(path)]
 
     def _on_parent_death_signal(self, signum: int, frame: Any) -> None:
         # PR_SET_PDEATHSIG fires when the forking *thread* exits; only a dead
@@ -98,31 +123,61 @@ class Zygote:
 
     def read_control(self) -> bool:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.control, 1 << 16, 64)
+            data, fds, flags, _addr = socket.recv_fds(self.control, 1 << 16, 64)
         except ConnectionResetError:
             return False
         if not data:
             return False
         for fd in fds:  # a received descriptor must not leak into every later command
             os.set_inheritable(fd, False)
-        self.fds.extend(fds)
+        if flags & socket.MSG_CTRUNC:
+            for fd in fds:
+                os.close(fd)
+            self.fd_groups.append(None)
+        elif fds:
+            self.fd_groups.append(fds)
         for message in self.reader.feed(data):
             self.handle(message)
         return True
 
     def handle(self, message: Any) -> None:
-        if isinstance(message, SpawnExec):
-            self.spawn_exec(message, self.fds.pop(0))
-        elif isinstance(message, SpawnCall):
-            transcript, channel = self.fds.pop(0), self.fds.pop(0)
-            self.spawn_call(message, transcript, channel)
+        if isinstance(message, SpawnExec | SpawnCall):
+            fds = self._fds_for(message)
+            if fds is None:
+                return
+            if isinstance(message, SpawnExec):
+                self.spawn_exec(message, fds[0])
+            else:
+                self.spawn_call(message, fds[0], fds[1])
         elif isinstance(message, Signal):
-            pid = self.by_unit.get(message.unit_id)
-            if pid is not None:  # unreaped leader: its pid and group id are still ours
+            slot = self.by_unit.get(message.unit_id)
+            if slot is not None:  # unreaped leader: its pid and group id are still ours
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, message.signum)
+                    os.killpg(slot.pid, message.signum)
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, message.signum)
+                    os.kill(slot.pid, message.signum)
+                if message.signum == signal.SIGKILL and slot.cgroup is not None:
+                    Cgroups.kill(slot.cgroup)  # a kill takes the escaped ones too, now
+
+    def _fds_for(self, message: SpawnExec | SpawnCall) -> list[int] | None:
+        """The descriptors sent with ``message``; None (the unit refused) when they were lost."""
+        wanted = 1 if isinstance(message, SpawnExec) else 2
+        group = self.fd_groups.pop(0) if self.fd_groups else None
+        if group is not None and len(group) == wanted:
+            return group
+        for fd in group or ():
+            os.close(fd)
+        self.refuse(
+            message.unit_id,
+            "could not start: the zygote is out of file descriptors (EMFILE: "
+            "RLIMIT_NOFILE); the unit's descriptors were dropped in transit",
+        )
+        return None
+
+    def refuse(self, unit_id: str, error: str) -> None:
+        """Fail one unit that could not start; the zygote and every other unit carry on."""
+        with contextlib.suppress(OSError):
+            _framing.send(self.control, SpawnFailed(unit_id, error))
 
     def spawn_exec(self, msg: SpawnExec, output_fd: int) -> None:
         """posix_spawn (vfork-like: no copy of this process) in a new session.
@@ -132,15 +187,69 @@ class Zygote:
         parent-death signal this way; if the zygote itself is SIGKILLed, the
         supervisor kills the command through the pidfd it was given.
         """
+        cgroup = None
         try:
             path = _resolve(msg)
-            pid = self._posix_spawn(msg, path, output_fd)
+            if self.cgroups is None:
+                pid, shown = self._spawn_kept(msg, path, output_fd)
+            else:
+                cgroup = self.cgroups.unit_dir(msg.unit_id)
+                with self._inside(cgroup):
+                    pid = shown = self._posix_spawn(msg, path, output_fd)
         except OSError as exc:
-            _framing.send(self.control, SpawnFailed(msg.unit_id, _exec_error(msg, exc)))
+            self.refuse(msg.unit_id, _exec_error(msg, exc))
+            if cgroup is not None:
+                Cgroups.remove(cgroup)
             return
         finally:
             os.close(output_fd)
-        self.adopt(pid, msg.unit_id)
+        self.adopt(pid, msg.unit_id, cgroup, shown)
+
+    @contextlib.contextmanager
+    def _inside(self, cgroup: str) -> Iterator[None]:
+        """Run the block (a fork or spawn) in ``cgroup``: the child starts there."""
+        assert self.cgroups is not None
+        self.cgroups.enter(cgroup)
+        try:
+            yield
+        finally:
+            if os.getpid() == self.pid:  # a forked child leaves this block too: it stays
+                self.cgroups.leave()
+
+    def _spawn_kept(self, msg: SpawnExec, path: str, output_fd: int) -> tuple[int, int]:
+        """Subreaper mode: fork a keeper that spawns the command; its pid leads the unit.
+
+        Waits for the keeper's word (its end of a pipe closing, or an error text),
+        so a command that cannot start fails its unit with the cause, as without
+        a keeper.
+        """
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(report_r)
+            os.close(report_w)
+            raise
+        if pid == 0:  # pragma: no cover - runs in the keeper
+            try:
+                os.close(report_r)
+                self.become_unit(Limits(), subreaper=False)
+                keeper.run(msg, path, output_fd, report_w)
+            finally:
+                os._exit(EXIT_RUNTIME_BROKEN)
+        os.close(report_w)
+        try:
+            error = _read_all(report_r)  # "+PID", or "-ERRNO\0FILENAME"
+        finally:
+            os.close(report_r)
+        if error.startswith("+"):
+            return pid, int(error[1:])
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        code, _, filename = error[1:].partition("\0")
+        if not code.isdigit():
+            raise OSError(errno.ECHILD, "the keeper process died before spawning")
+        raise OSError(int(code), os.strerror(int(code)), filename or None)
 
     def _posix_spawn(self, msg: SpawnExec, path: str, output_fd: int) -> int:
         cap = msg.limits.output_cap
@@ -172,11 +281,25 @@ class Zygote:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
     def spawn_call(self, msg: SpawnCall, transcript_fd: int, channel_fd: int) -> None:
-        pid = os.fork()
+        cgroup = None
+        try:
+            if self.cgroups is None:
+                pid = os.fork()
+            else:
+                cgroup = self.cgroups.unit_dir(msg.unit_id)
+                with self._inside(cgroup):
+                    pid = os.fork()
+        except OSError as exc:  # EAGAIN (RLIMIT_NPROC, pids.max), ENOMEM: this unit only
+            os.close(transcript_fd)
+            os.close(channel_fd)
+            if cgroup is not None:
+                Cgroups.remove(cgroup)
+            self.refuse(msg.unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
+            return
         if pid == 0:  # pragma: no cover - runs in the unit process
             code = EXIT_RUNTIME_BROKEN
             try:
-                self.become_unit(msg.limits)
+                self.become_unit(msg.limits, subreaper=self.cgroups is None)
                 from workunits._runtime.child import run_unit  # noqa: PLC0415 - preloaded
 
                 code = run_unit(msg, transcript_fd, channel_fd)
@@ -186,22 +309,41 @@ class Zygote:
                 os._exit(code)
         os.close(transcript_fd)
         os.close(channel_fd)
-        self.adopt(pid, msg.unit_id)
+        self.adopt(pid, msg.unit_id, cgroup)
 
-    def adopt(self, pid: int, unit_id: str) -> None:
-        self.units[pid] = unit_id
-        self.by_unit[unit_id] = pid
+    def adopt(self, pid: int, unit_id: str, cgroup: str | None, shown: int | None = None) -> None:
+        """Hold the unit's leader ``pid``; the supervisor gets its pidfd and ``shown``.
+
+        ``shown`` is the pid its record shows: the command's, under a keeper.
+        """
         # The child is unreaped, so the pid is still its: the pidfd cannot name a stranger.
-        pidfd = os.pidfd_open(pid)
         try:
-            _framing.send(self.control, Spawned(unit_id, pid), [pidfd])
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:  # EMFILE: without a pidfd the supervisor cannot hold the unit
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # its own new group; reaped as a stranger
+            if cgroup is not None:
+                Cgroups.kill(cgroup)
+                self.dying.append(cgroup)
+            self.refuse(unit_id, f"could not start: no pidfd: {describe_start_error(exc)}")
+            return
+        slot = Slot(unit_id, pid, cgroup)
+        self.units[pid] = slot
+        self.by_unit[unit_id] = slot
+        try:
+            _framing.send(self.control, Spawned(unit_id, shown or pid), [pidfd])
         finally:
             os.close(pidfd)
 
-    def become_unit(self, limits: Limits) -> None:
-        """In the forked child: own session, parent-death signal, clean signals, limits."""
+    def become_unit(self, limits: Limits, *, subreaper: bool) -> None:
+        """In the forked child: own session, parent-death signal, clean signals, limits.
+
+        A subreaper unit process keeps its orphans while it lives (subreaper mode).
+        """
         os.setsid()
         _linux.set_parent_death_signal(signal.SIGKILL)
+        if subreaper:
+            _linux.set_child_subreaper()
         if os.getppid() != self.pid:
             os._exit(EXIT_RUNTIME_BROKEN)  # the zygote died between fork and prctl
         signal.set_wakeup_fd(-1)
@@ -229,17 +371,19 @@ class Zygote:
             if info is None:
                 return
             pid = info.si_pid
-            unit_id = self.units.pop(pid, None)
-            if unit_id is not None:
-                # Stragglers in the group die with the leader; its zombie pins the group id.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+            slot = self.units.pop(pid, None)
+            if slot is not None:
+                self.end(slot)
             try:
                 _, status = os.waitpid(pid, 0)
             except ChildProcessError:
                 continue
-            if unit_id is None:
+            if self.cgroups is None:
+                # Orphans of ended units (and their orphans, round by round) came back to us.
+                _linux.kill_tree_round(self.pid, spare=self.units.keys())
+            if slot is None:
                 continue
+            unit_id = slot.unit_id
             self.by_unit.pop(unit_id, None)
             if os.WIFSIGNALED(status):
                 exit_code, signum = None, os.WTERMSIG(status)
@@ -248,11 +392,23 @@ class Zygote:
             with contextlib.suppress(OSError):
                 _framing.send(self.control, Exited(unit_id, pid, exit_code, signum))
 
+    def end(self, slot: Slot) -> None:
+        """The unit's leader has exited (unreaped): kill everything the unit started."""
+        # Stragglers in the group die with the leader; its zombie pins the group id.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(slot.pid, signal.SIGKILL)
+        if slot.cgroup is not None:
+            Cgroups.kill(slot.cgroup)
+            if not Cgroups.remove(slot.cgroup):
+                self.dying.append(slot.cgroup)
+
     def shutdown(self) -> None:
-        """Kill every unit group and every orphaned descendant, then exit."""
+        """Kill every unit, its cgroup and every orphaned descendant, then exit."""
         for pid in list(self.units):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        if self.cgroups is not None:
+            Cgroups.kill(self.cgroups.root)
         deadline = time.monotonic() + 5.0
         me = os.getpid()
         while time.monotonic() < deadline:
@@ -270,6 +426,13 @@ class Zygote:
         os._exit(0)
 
 
+def _read_all(fd: int) -> str:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
 def _resolve(msg: SpawnExec) -> str:
     """Find the program as execvpe would, with the unit's PATH, relative to its cwd."""
     program = msg.argv[0]
@@ -285,6 +448,23 @@ def _resolve(msg: SpawnExec) -> str:
     return found
 
 
+_START_ERROR_HINTS = {
+    errno.EAGAIN: "too many processes (RLIMIT_NPROC or the cgroup's pids.max)",
+    errno.ENOMEM: "out of memory",
+    errno.EMFILE: "out of file descriptors (RLIMIT_NOFILE)",
+    errno.ENFILE: "the system is out of file descriptors",
+}
+
+
+def describe_start_error(exc: OSError) -> str:
+    """``EAGAIN (Resource temporarily unavailable): too many processes (...)``."""
+    code = exc.errno or 0
+    name = errno.errorcode.get(code, str(code))
+    text = f"{name} ({exc.strerror or exc})"
+    hint = _START_ERROR_HINTS.get(code)
+    return f"{text}: {hint}" if hint else text
+
+
 def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
     what = msg.argv[0]
     if isinstance(exc, FileNotFoundError | NotADirectoryError) and exc.filename == msg.cwd:
@@ -294,19 +474,28 @@ def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
     if isinstance(exc, PermissionError):
         return f"could not start: permission denied: {what!r}"
     if isinstance(exc, OSError):
-        return f"could not start {what!r}: {exc.strerror or exc}"
+        return f"could not start {what!r}: {describe_start_error(exc)}"
     return f"could not start {what!r}: {type(exc).__name__}: {exc}"
 
 
 def main(argv: list[str]) -> None:
     control_fd = int(argv[1])
+    os.set_inheritable(control_fd, False)
+    # This process stays as the zygote's guard; the child is the zygote.
+    _linux.set_child_subreaper()
+    cgroups = Cgroups.create(f"workunits-{os.getpid()}")
+    zygote_pid = os.fork()
+    if zygote_pid != 0:
+        os.close(control_fd)
+        guard.run(zygote_pid, cgroups)
     for module in argv[2:]:
         __import__(module)
     control = socket.socket(fileno=control_fd)
-    os.set_inheritable(control_fd, False)
-    zygote = Zygote(control)
-    zygote.serve()
-    zygote.shutdown()
+    zygote = Zygote(control, cgroups)
+    try:
+        zygote.serve()
+    finally:  # whatever broke the loop, no unit outlives the zygote
+        zygote.shutdown()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,113 @@
+"""``workunits doctor``: what this machine gives the runtime, and what it cannot.
+
+Each check prints one line: its name, ``ok`` or ``degraded`` or ``missing``,
+and what was found. Exit 0 unless a check the runtime cannot work without
+(pidfd) is missing. It reads; it starts no supervisor and writes only a
+scratch cgroup and a scratch file, both removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from workunits._cli._app import Exit, cli, emit_json, finish, json_option, state_option
+from workunits._zygote import _linux, containment
+
+WEAKER = (
+    "the subreaper chain cannot catch work handed to another daemon (systemd-run, at, "
+    "ssh to this host), kills a fast fork loop only round by round, and leaves "
+    "adopted orphans as zombies of an agent until it ends"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    state: str  # ok, degraded, missing
+    detail: str
+
+
+def _containment() -> Check:
+    found = containment.probe()
+    if found.own is not None:
+        return Check("containment", "ok", f"cgroup: {found.reason} (cgroup.kill)")
+    return Check("containment", "degraded", f"subreaper: {found.reason}; {WEAKER}")
+
+
+def _pidfd() -> Check:
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError) as exc:
+        return Check("pidfd", "missing", f"pidfd_open failed: {exc}; Linux 5.3 or later needed")
+    os.close(fd)
+    return Check("pidfd", "ok", "pidfd_open works: signals never hit a reused pid")
+
+
+def _subreaper() -> Check:
+    if _linux.set_child_subreaper():  # harmless here: this process ends with the command
+        return Check("subreaper", "ok", "PR_SET_CHILD_SUBREAPER works")
+    return Check("subreaper", "missing", "PR_SET_CHILD_SUBREAPER failed: orphans go to init")
+
+
+def _filesystem(state_dir: Path) -> Check:
+    where = state_dir if state_dir.exists() else state_dir.parent
+    fstype, mount = _fs_of(where.resolve())
+    state = "degraded" if fstype in {"nfs", "nfs4", "cifs", "smb3", "fuse.sshfs"} else "ok"
+    note = "; SQLite WAL needs a local filesystem" if state == "degraded" else ""
+    return Check("filesystem", state, f"{where} is on {fstype} (mounted at {mount}){note}")
+
+
+def _fs_of(path: Path) -> tuple[str, str]:
+    best = ("unknown", "/")
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            before, _, after = line.partition(" - ")
+            mount = before.split()[4]
+            inside = str(path) == mount or str(path).startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) >= len(best[1]):
+                best = (after.split()[0], mount)
+    return best
+
+
+def _fsync(state_dir: Path) -> Check:
+    where = state_dir if state_dir.exists() else state_dir.parent
+    try:
+        fd, name = tempfile.mkstemp(prefix=".doctor-", dir=where)
+    except OSError as exc:
+        return Check("fsync", "missing", f"cannot write in {where}: {exc.strerror}")
+    try:
+        times = []
+        for _ in range(5):
+            os.write(fd, b"x" * 4096)
+            start = time.perf_counter()
+            os.fsync(fd)
+            times.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    median = sorted(times)[2] * 1000
+    state = "ok" if median < 20 else "degraded"
+    return Check("fsync", state, f"median {median:.2f} ms per fsync in {where} (synced writes)")
+
+
+@cli.command("doctor")
+@state_option
+@json_option
+def doctor(state_dir: Path, as_json: bool) -> None:
+    """Check what this machine offers: containment, pidfd, subreaper, filesystem, fsync."""
+    checks = [_containment(), _pidfd(), _subreaper(), _filesystem(state_dir), _fsync(state_dir)]
+    for check in checks:
+        if as_json:
+            emit_json({"check": check.name, "state": check.state, "detail": check.detail})
+        else:
+            click.echo(f"{check.name:<12} {check.state:<9} {check.detail}")
+    finish(
+        Exit.FAILED if any(c.state == "missing" and c.name == "pidfd" for c in checks) else Exit.OK
+    )

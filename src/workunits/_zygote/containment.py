@@ -1,0 +1,193 @@
+"""How a unit's end takes every process it started, however they escaped.
+
+A unit's descendants may leave its process group (``setsid``, ``setpgid``, a
+double fork), so killing the group is not enough. Two mechanisms, picked once
+per zygote at start:
+
+``cgroup``
+    A cgroup v2 directory per unit, under one directory per zygote, below the
+    cgroup this process already runs in. Each unit process is forked (or
+    spawned) inside its cgroup; at the unit's end one write to ``cgroup.kill``
+    kills every process in it at once, however it escaped, forks racing the
+    kill included. Needs a cgroup v2 hierarchy, ``cgroup.kill`` (Linux 5.14)
+    and the right to create a cgroup under our own and move processes into it
+    (root, or a delegated subtree such as a systemd user service).
+
+``subreaper``
+    Every unit process is a child subreaper (``PR_SET_CHILD_SUBREAPER``):
+    agents themselves, and for a shell a small keeper process of ours that
+    spawns the command (the command is not ours to change). An orphan comes
+    back to the closest living subreaper, so while a unit lives its orphans
+    stay under it; once it is gone they come back to the zygote, which kills
+    every child that is not a live unit. Misses what leaves the process tree
+    altogether (work handed to another daemon: ``systemd-run``, ``at``, ``ssh``),
+    and kills by rounds (a child, then its orphans), so a process that forks
+    faster than the rounds may take several.
+
+Either way a guard process above the zygote catches what a SIGKILLed zygote
+leaves (see ``guard``). ``WORKUNITS_CONTAINMENT=subreaper`` forces the weaker
+mechanism (tests; machines where cgroups misbehave); the default, ``auto``,
+uses cgroups when this process may.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from dataclasses import dataclass
+
+ENV = "WORKUNITS_CONTAINMENT"
+AUTO = "auto"
+SUBREAPER = "subreaper"
+CHOICES = (AUTO, SUBREAPER)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What ``probe`` found: the cgroup v2 directory we may use, or why not."""
+
+    own: str | None  # this process's cgroup directory, when there is a v2 hierarchy
+    reason: str  # why cgroups are (not) used, for ``workunits doctor``
+
+
+def wanted() -> str:
+    """The mechanism asked for in the environment (``auto`` when unset or unknown)."""
+    value = os.environ.get(ENV, AUTO).strip().lower()
+    return value if value in CHOICES else AUTO
+
+
+def own_cgroup() -> str | None:
+    """This process's cgroup v2 directory (mount point + path), or None without v2."""
+    mount = _cgroup2_mount()
+    if mount is None:
+        return None
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    path = line[3:].strip()
+                    return os.path.join(mount, path.lstrip("/")).rstrip("/") or mount
+    except OSError:
+        return None
+    return None
+
+
+def _cgroup2_mount() -> str | None:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                before, _, after = line.partition(" - ")
+                if after.split(" ", 1)[0] == "cgroup2":
+                    return before.split()[4]
+    except OSError:
+        return None
+    return None
+
+
+class Cgroups:
+    """The zygote's cgroup directory and one child directory per unit.
+
+    Used by the zygote (single-threaded) and, after the zygote is gone, by its
+    guard. The zygote moves itself into a unit's cgroup just for the fork or
+    spawn, so the child starts inside it (no window in which it could fork
+    outside), then moves back through a descriptor held open for that.
+    """
+
+    def __init__(self, own: str, root: str) -> None:
+        self.own = own
+        self.root = root  # holds no process itself, only the units' directories
+        self._home = os.open(os.path.join(own, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+
+    @classmethod
+    def create(cls, name: str) -> Cgroups | None:
+        """Make ``name`` under our own cgroup and check that we may use it; None if not."""
+        found = probe(name)
+        return None if found.own is None else cls(found.own, os.path.join(found.own, name))
+
+    def unit_dir(self, unit_id: str) -> str:
+        path = os.path.join(self.root, unit_id)
+        with contextlib.suppress(FileExistsError):  # a resumed attempt of a unit
+            os.mkdir(path)
+        return path
+
+    def enter(self, path: str) -> None:
+        fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def leave(self) -> None:
+        """Back to our own cgroup: must not fail, so its descriptor is already open."""
+        os.write(self._home, b"0")
+
+    @staticmethod
+    def kill(path: str) -> None:
+        """SIGKILL every process in ``path`` and below, at once (a no-op once it is gone)."""
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fd = os.open(os.path.join(path, "cgroup.kill"), os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"1")
+            finally:
+                os.close(fd)
+
+    @staticmethod
+    def remove(path: str) -> bool:
+        """Remove an emptied unit directory; False while processes are still dying in it."""
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                return False
+            raise
+        return True
+
+    def remove_all(self) -> bool:
+        """Kill and remove every unit directory and the root; False if some remain."""
+        self.kill(self.root)
+        done = True
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root):
+                if entry.is_dir(follow_symlinks=False):
+                    done = self.remove(entry.path) and done
+        return done and self.remove(self.root)
+
+
+def probe(name: str | None = None) -> Probe:
+    """May this process use a cgroup per unit? Makes the directory ``name`` when it may.
+
+    With ``name`` None (``workunits doctor``) it makes and removes a scratch one.
+    """
+    if wanted() == SUBREAPER:
+        return Probe(None, f"switched off ({ENV}=subreaper)")
+    own = own_cgroup()
+    if own is None:
+        return Probe(None, "no cgroup v2 hierarchy is mounted")
+    scratch = name is None
+    path = os.path.join(own, name or f"workunits-probe-{os.getpid()}")
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return Probe(None, f"cannot create a cgroup under {own}: {exc.strerror}")
+    reason = _unusable(own, path)
+    if scratch or reason is not None:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    if reason is not None:
+        return Probe(None, reason)
+    return Probe(own, f"a cgroup per unit under {own}")
+
+
+def _unusable(own: str, path: str) -> str | None:
+    """Why the fresh cgroup ``path`` under ``own`` cannot hold units; None if it can."""
+    if not os.path.exists(os.path.join(path, "cgroup.kill")):
+        return "this kernel has no cgroup.kill (Linux 5.14 or later has)"
+    for procs in (os.path.join(path, "cgroup.procs"), os.path.join(own, "cgroup.procs")):
+        if not os.access(procs, os.W_OK):
+            return f"cannot move processes between cgroups under {own}"
+    return None

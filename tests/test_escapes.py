@@ -1,0 +1,177 @@
+"""A unit's end takes every process it started, however it escaped (invariant 9).
+
+Each unit starts descendants that leave its process group — a new session, a
+new group, a double fork — and writes their pids to a file. After the unit
+ends (by itself, by kill, by cancel, by timeout) none of them is left in /proc,
+while the supervisor still runs. Both mechanisms run: a cgroup per unit (when
+this process may create one) and the subreaper chain
+(``WORKUNITS_CONTAINMENT=subreaper``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import workunits as wu
+from workunits._zygote import containment
+
+from .conftest import eventually
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+# Each shell pattern starts `sleep 700` outside the unit's group and records its pid.
+# (sh has no way to make a new group alone; agents test that escape.)
+SHELL_ESCAPES = {
+    "setsid": "( setsid sh -c 'echo $$ >> {pids}; exec sleep 700' & )",
+    "double-fork": "( ( setsid sh -c 'echo $$ >> {pids}; exec sleep 700' & ) & )",
+}
+AGENT_ESCAPES = ("setsid", "new-group", "double-fork")
+HOW_IT_ENDS = ("by-itself", "kill", "cancel", "timeout")
+# Long enough for a loaded machine to start the unit and its escapee before it fires.
+TIMEOUT = 3.0
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != b"Z"
+
+
+def escape_from_agent(how: str, pids: str, release: str) -> str:
+    """Start one `sleep 700` outside this process's group, the way ``how`` says."""
+    sleep = ["/bin/sh", "-c", f"echo $$ >> {pids}; exec sleep 700"]
+    if how == "setsid":
+        subprocess.Popen(sleep, start_new_session=True)
+    elif how == "new-group":
+        subprocess.Popen(sleep, process_group=0)
+    else:  # double fork: the middle process exits, the grandchild is orphaned at once
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sleep[0], sleep)  # noqa: S606 - a fixed argv, no shell wanted
+            os._exit(0)
+        os.waitpid(pid, 0)
+    pause = threading.Event()
+    while not os.path.exists(release):
+        pause.wait(0.01)
+    return "done"
+
+
+@pytest.fixture(params=["cgroup", "subreaper"])
+def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "cgroup":
+        found = containment.probe()
+        if found.own is None:
+            pytest.skip(f"no cgroup per unit here: {found.reason}")
+        monkeypatch.delenv(containment.ENV, raising=False)
+    else:
+        monkeypatch.setenv(containment.ENV, "subreaper")
+    return str(request.param)
+
+
+@pytest.fixture
+def esup(tmp_path: Path, mechanism: str) -> Iterator[wu.Supervisor]:
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        yield sup
+
+
+def escaped_pids(path: Path, count: int = 1) -> list[int]:
+    def read() -> list[int] | None:
+        if not path.exists():
+            return None
+        pids = [int(line) for line in path.read_text().split()]
+        return pids if len(pids) >= count and all(alive(p) for p in pids) else None
+
+    return eventually(read, timeout=20, what="the escaped process to start")
+
+
+def end(sup: wu.Supervisor, unit: wu.WorkHandle, how: str, release: Path) -> wu.WorkRecord:
+    if how == "by-itself":
+        release.touch()
+    elif how == "kill":
+        sup.kill(unit.id)
+    elif how == "cancel":
+        sup.cancel(unit.id, grace=0.2)
+    return sup.wait(unit.id, timeout=30)
+
+
+def assert_gone(pids: list[int]) -> float:
+    """Wait for every pid to leave /proc; the seconds it took."""
+    start = time.monotonic()
+    for pid in pids:
+        eventually(lambda p=pid: not alive(p), timeout=10, what=f"escaped pid {pid} to die")  # type: ignore[misc]
+    return time.monotonic() - start
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", HOW_IT_ENDS)
+@pytest.mark.parametrize("escape", sorted(SHELL_ESCAPES))
+def test_a_shell_units_escaped_descendants_end_with_it(
+    esup: wu.Supervisor, tmp_path: Path, escape: str, how: str
+) -> None:
+    pids_file = tmp_path / "pids"
+    release = tmp_path / "release"
+    escaping = SHELL_ESCAPES[escape].format(pids=pids_file)
+    hold = f"while [ ! -e {release} ]; do sleep 0.01; done"
+    timeout = TIMEOUT if how == "timeout" else None
+    unit = esup.shell(f"{escaping}; {hold}", timeout=timeout)
+    pids = escaped_pids(pids_file)
+    record = end(esup, unit, how, release)
+    assert record.status is (wu.Status.COMPLETED if how == "by-itself" else wu.Status.KILLED)
+    assert_gone(pids)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", HOW_IT_ENDS)
+@pytest.mark.parametrize("escape", AGENT_ESCAPES)
+def test_an_agents_escaped_descendants_end_with_it(
+    esup: wu.Supervisor, tmp_path: Path, escape: str, how: str
+) -> None:
+    pids_file = tmp_path / "pids"
+    release = tmp_path / "release"
+    timeout = TIMEOUT if how == "timeout" else None
+    unit = esup.agent(escape_from_agent, escape, str(pids_file), str(release), timeout=timeout)
+    pids = escaped_pids(pids_file)
+    record = end(esup, unit, how, release)
+    assert record.status is (wu.Status.COMPLETED if how == "by-itself" else wu.Status.KILLED)
+    assert_gone(pids)
+
+
+@pytest.mark.timeout(60)
+def test_a_sigkilled_zygote_leaves_no_escaped_grandchild(
+    esup: wu.Supervisor, tmp_path: Path
+) -> None:
+    shell_pids, agent_pids = tmp_path / "shell-pids", tmp_path / "agent-pids"
+    never = tmp_path / "never"
+    hold = f"; while [ ! -e {never} ]; do sleep 0.05; done"
+    units = [
+        esup.shell(SHELL_ESCAPES["setsid"].format(pids=shell_pids) + hold),
+        esup.shell(SHELL_ESCAPES["double-fork"].format(pids=shell_pids) + hold),
+        esup.agent(escape_from_agent, "setsid", str(agent_pids), str(never)),
+        esup.agent(escape_from_agent, "double-fork", str(agent_pids), str(never)),
+    ]
+    pids = escaped_pids(shell_pids, 2) + escaped_pids(agent_pids, 2)
+    zygote = esup._zygote.pid
+    assert zygote is not None
+    os.kill(zygote, signal.SIGKILL)
+    for unit in units:
+        record = esup.wait(unit.id, timeout=30)
+        assert record.status is wu.Status.FAILED
+        assert record.reason is wu.Reason.LOST
+    assert_gone(pids)
+    # The supervisor still runs, and starts units again.
+    assert esup.wait(esup.shell("true").id, timeout=30).status is wu.Status.COMPLETED
