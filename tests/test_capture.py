@@ -67,6 +67,12 @@ def descriptors_then_emits(rounds: int) -> list[list[Any]]:
     return produced
 
 
+def last_words() -> None:
+    print("last words before os._exit")
+    print("and on stderr", file=sys.stderr)
+    os._exit(3)
+
+
 def flood(how: str, total: int) -> None:
     """Write ``total`` bytes as fast as ``how`` allows, then return normally."""
     chunk = "x" * (64 * KIB - 1) + "\n"
@@ -173,6 +179,17 @@ def test_output_that_bypasses_sys_stdout_lands_before_a_later_event(
     h = sup.agent(descriptors_then_emits, 40)
     produced = sup.result(h.id, timeout=50)
     assert as_produced(events_of(state_dir, h.id)) == produced
+
+
+@pytest.mark.timeout(60)
+def test_a_line_printed_just_before_a_hard_exit_is_in_the_transcript(
+    sup: wu.Supervisor, state_dir: Path
+) -> None:
+    h = sup.agent(last_words)
+    record = sup.wait(h.id, timeout=50)
+    assert record.exit_code == 3
+    seen = as_produced(events_of(state_dir, h.id))
+    assert seen == [["stdout", "last words before os._exit"], ["stderr", "and on stderr"]]
 
 
 # -- the output cap ------------------------------------------------------------------

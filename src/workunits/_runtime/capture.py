@@ -16,9 +16,13 @@ then ``ctx.emit`` records the echo first. Writes to the two pipes are ordered
 only against everything else, not against each other (nothing tells which of
 two pipes was written first).
 
-Consecutive writes to one stream are batched into one event (up to
-``BATCH_BYTES``) until anything else is written or the pump thread wakes up;
-the pump also reads the pipes. The capture counts the bytes it writes and
+A line after a quiet spell of its stream is written before ``print`` returns
+(a unit that dies at once, by ``os._exit`` or a signal, loses only lines that
+came within ``LINGER_MS`` of an earlier one). Lines that follow each other
+fast are batched into one event (up to ``BATCH_BYTES``) until
+anything else is written or, ``LINGER_MS`` later, the pump thread writes them:
+a unit that prints a lot costs less than it did through a pipe. The pump also
+reads the pipes. The capture counts the bytes it writes and
 writes no line that would take the transcript past its cap: the first such
 line stops it for good, and ``on_cap`` is called once (outside the lock), so
 the unit is killed with reason ``output-cap``. A unit that writes its transcript
@@ -46,7 +50,11 @@ import orjson
 
 BATCH_BYTES = 1 << 16  # one event holds at most this much of one stream's text (and a pipe read)
 STREAMS = ((1, "stdout"), (2, "stderr"))
-LINGER_MS = 5  # how long a batch of sys.stdout/sys.stderr text may wait for more
+# A line flushed this soon after its stream's last batch was written joins a
+# batch that the pump writes after this long; a line after a quiet spell is
+# written at once (before ``print`` returns: it may be the last words of a unit
+# about to crash).
+LINGER_MS = 5
 
 
 class Capture:
@@ -64,6 +72,7 @@ class Capture:
         self._batch_stream = ""
         self._batch: list[str] = []
         self._batch_size = 0
+        self._last_batch = {"stdout": 0.0, "stderr": 0.0}  # when each last had a batch written
         self._pipes: dict[int, _Pipe] = {}
         self._peek = select.poll()  # writers' look at the pipes (a poll object is one thread's)
         self._closing = False
@@ -148,7 +157,11 @@ class Capture:
             wake = not self._batch and self._pump is not None
             self._batch.append(text)
             self._batch_size += len(text)
-            if self._batch_size >= BATCH_BYTES or self._pump is None:
+            if (
+                self._batch_size >= BATCH_BYTES
+                or self._pump is None
+                or time.monotonic() - self._last_batch[name] >= LINGER_MS / 1000
+            ):
                 self._write_batch()
                 wake = False
         if wake:
@@ -174,8 +187,9 @@ class Capture:
         while True:
             ready = {fd for fd, _ in either.poll()}
             if ready == {self._wake_fd} and not self._closing:
-                # Only a batch to write: let it grow for a moment (unless a pipe has
-                # data). A write per line costs the writer more than the pipe did.
+                # Only a batch of a busy stream to write: let it grow for a moment
+                # (unless a pipe has data). A write per line would cost the unit more
+                # than the pipe did.
                 ready = {fd for fd, _ in pipes.poll(LINGER_MS)}
             # Read after the linger, before the batch is written: a wake-up that
             # comes later is for a batch we have not written, so none is lost.
@@ -242,6 +256,7 @@ class Capture:
         text = "".join(self._batch)
         self._batch = []
         self._batch_size = 0
+        self._last_batch[self._batch_stream] = time.monotonic()
         self._write_event(self._batch_stream, {"data": text})
 
     def _write_event(self, type_: str, fields: dict[str, Any]) -> None:
