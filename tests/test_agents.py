@@ -382,8 +382,7 @@ def test_a_character_split_across_writes_reaches_the_transcript_whole(
 
 
 def flood(chunk: int) -> None:
-    # 8 MiB at full speed, far past the test's cap, then wait to be killed: the
-    # disk used stays bounded whenever the supervisor's once-a-second check runs.
+    # 8 MiB at full speed, far past the test's cap, then wait to be killed.
     line = "x" * (chunk - 1) + "\n"
     for _ in range(8 * 1024 * 1024 // chunk):
         sys.stdout.write(line)
@@ -400,8 +399,8 @@ def test_an_agent_past_its_output_cap_is_killed_with_that_reason(
     record = sup.wait(h.id, timeout=20)
     assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.OUTPUT_CAP)
     transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
-    # Checked every second; the unit writes 8 MiB (plus JSON framing) at most.
-    assert cap <= transcript.stat().st_size < cap + 16 * 1024 * 1024
+    # The capture stops at the cap; the actor appends one `end` line.
+    assert transcript.stat().st_size <= cap + 64 * 1024
 
 
 def test_an_agent_output_cap_must_be_a_positive_int(sup: wu.Supervisor) -> None:

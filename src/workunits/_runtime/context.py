@@ -33,8 +33,8 @@ from workunits._errors import (
 )
 from workunits._mailbox import Mailbox
 from workunits._record import MonitorEvent, Notification, WorkRecord
+from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
-from workunits._runtime.transcript import TranscriptWriter
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
 from workunits._wire.specs import (
@@ -124,7 +124,7 @@ class UnitContext:
         attempt: int,
         last_checkpoint: Any,
         channel: socket.socket,
-        transcript: TranscriptWriter,
+        transcript: Capture,
     ) -> None:
         self.id = work_id
         self.kind = kind

@@ -63,13 +63,33 @@ def append_event(path: str, type_: str, **fields: Any) -> None:
         os.close(fd)
 
 
+def cut_to(path: str, cap: int) -> None:
+    """Truncate the transcript at ``path`` to its whole lines within ``cap`` bytes.
+
+    For a unit that wrote past its cap behind the capture's back; a no-op when
+    the transcript is within it. Looks back at most ``TAIL_BYTES`` for a line end.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size <= cap:
+            return
+        start = max(0, cap - TAIL_BYTES)
+        window = os.pread(fd, cap - start, start)
+        os.ftruncate(fd, start + window.rfind(b"\n") + 1)
+    finally:
+        os.close(fd)
+
+
 def render_event(event: dict[str, Any]) -> str:
     """One transcript event as a line a person reads (``tail`` and the demo use it)."""
     kind = event.get("type")
     data = event.get("data")
     if kind in ("stdout", "stderr"):
         text = str(data).rstrip("\n")
-        return text if kind == "stdout" else f"[stderr] {text}"
+        if kind == "stdout":
+            return text
+        # One event may hold several lines: each is marked.
+        return "\n".join(f"[stderr] {line}" for line in text.split("\n"))
     if kind == "progress":
         fraction = event.get("fraction")
         pct = "" if fraction is None else f"{fraction * 100:3.0f}% "

@@ -44,6 +44,13 @@ class Error:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputCapped:
+    """The transcript reached the unit's output cap: the capture stopped writing it."""
+
+    cap: int
+
+
+@dataclass(frozen=True, slots=True)
 class Spawn:
     req: int
     letter: str

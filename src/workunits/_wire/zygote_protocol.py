@@ -37,6 +37,8 @@ class SpawnCall:
     checkpoint: bytes | None = None  # orjson of the last checkpoint, for a resumed attempt
     first_seq: int = 1  # a resumed attempt continues its transcript's sequence
     limits: Limits = field(default_factory=Limits)
+    # Transcript bytes the unit's capture writes at most; it reports OutputCapped there.
+    transcript_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

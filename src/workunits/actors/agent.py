@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from workunits import _framing, _outputfile
 from workunits._errors import SpecError
 from workunits._record import Outcome
-from workunits._runtime.transcript import append_event, last_seq
+from workunits._runtime.transcript import append_event, cut_to, last_seq
 from workunits._status import Reason, Status
 from workunits._wire import durable
 from workunits._wire import frames as m
@@ -143,6 +143,7 @@ class AgentActor(WorkActor):
                 checkpoint=self.unit.checkpoint,
                 first_seq=first_seq,
                 limits=self._limits(),
+                transcript_cap=self.spec.output_cap,
             )
             self.unit.zygote.spawn_call(call, transcript_fd, theirs.fileno(), TellActor(ref))
         finally:
@@ -207,6 +208,10 @@ class AgentActor(WorkActor):
                 unit.tell_supervisor(ControlChild(unit.id, frame))
             case m.Send():
                 unit.tell_supervisor(SendFromUnit(unit.id, frame))
+            case m.OutputCapped():
+                # Seen before the exit is handled (the channel drains first), so a
+                # unit that ends right after its last refused write is still killed.
+                self.kill(Reason.OUTPUT_CAP)
 
     def _send(self, message: Any) -> None:
         """Queue a frame for the process and send what the socket takes now.
@@ -270,6 +275,10 @@ class AgentActor(WorkActor):
             return
         outcome = self._outcome(*self._exit)
         with contextlib.suppress(OSError):
+            if outcome.reason is Reason.OUTPUT_CAP:
+                # The capture stops at the cap; a unit that wrote its transcript
+                # itself is cut back to it here.
+                cut_to(self._transcript_path, self.spec.output_cap)
             append_event(
                 self._transcript_path,
                 "end",

@@ -323,8 +323,8 @@ class Supervisor(KindsFacade):
 
         The call is pickled here, so an unpicklable callable or argument raises
         SpecError before any ID exists. ``result()`` returns what ``fn`` returned.
-        A transcript that grows past ``output_cap`` bytes ends the unit ``killed``
-        (reason ``output-cap``) at the supervisor's next check (every second).
+        The unit's capture writes no more than ``output_cap`` transcript bytes;
+        output past it ends the unit ``killed`` (reason ``output-cap``).
         An agent whose callable is importable (``module:qualname``) is resumable:
         if its supervisor dies, the next one runs it again from its last
         checkpoint, up to ``max_attempts`` (default 3) attempts in all.
