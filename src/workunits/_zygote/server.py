@@ -484,10 +484,17 @@ def main(argv: list[str]) -> None:
     # This process stays as the zygote's guard; the child is the zygote.
     _linux.set_child_subreaper()
     cgroups = Cgroups.create(f"workunits-{os.getpid()}")
+    guard_pid = os.getpid()
     zygote_pid = os.fork()
     if zygote_pid != 0:
         os.close(control_fd)
         guard.run(zygote_pid, cgroups)
+    # Before the preload imports, which may take long (or hang): a guard killed
+    # meanwhile (the supervisor closing during a start) must take us with it.
+    # SIGTERM's default action ends us here; Zygote() installs its handler later.
+    _linux.set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != guard_pid:  # the guard died before the prctl took effect
+        os._exit(1)
     for module in argv[2:]:
         __import__(module)
     control = socket.socket(fileno=control_fd)
