@@ -194,7 +194,9 @@ class Database:
             if self.readonly:
                 return
             try:
-                self.conn.execute("PRAGMA incremental_vacuum").fetchall()
+                # executescript steps the statement to its end; execute() would
+                # step it once, and each step frees a single page.
+                self.conn.executescript("PRAGMA incremental_vacuum;")
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as exc:
                 raise self._mapped(exc) from exc

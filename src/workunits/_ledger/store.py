@@ -205,8 +205,18 @@ class Ledger:
         that applies the submits it received during one tick.
         """
         prepared = [(self._kept(new), self._check_new(new)) for new in batch]
-        with self._db.write(durable=True) as conn:
-            answers = [submits.insert(conn, new, digest) for new, digest in prepared]
+        try:
+            with self._db.write(durable=True) as conn:
+                answers = [submits.insert(conn, new, digest) for new, digest in prepared]
+        except BaseException:
+            self._large.delete(new.spec.file for new, _ in prepared)
+            raise
+        # A key that found its unit (or conflicted) inserted nothing: its file is no one's.
+        self._large.delete(
+            new.spec.file
+            for (new, _), a in zip(prepared, answers, strict=True)
+            if isinstance(a, IdempotencyConflict) or not a[1]
+        )
         return [
             a if isinstance(a, IdempotencyConflict) or a[1] else (self._checked(a[0]), False)
             for a in answers
