@@ -71,7 +71,7 @@ def test_a_large_argument_to_an_agent_that_cannot_resume_is_not_stored(tmp_path:
         assert grown < MIB, f"the ledger grew by {grown} bytes"
         assert value_files(state) == []
     with Ledger(state) as ledger:
-        with pytest.raises(UnknownWork, match="cannot resume.*not kept"):
+        with pytest.raises(UnknownWork, match=r"cannot resume.*not kept"):
             ledger.load_spec(unit.id)
         assert ledger.require(unit.id).spec_hash  # a keyed resubmit still compares
 
@@ -152,7 +152,8 @@ def test_gc_gives_the_ledger_s_space_back_to_the_file_system(tmp_path: Path) -> 
         full = (state / "ledger.db").stat().st_size
         assert full > 10 * MIB
         expired, freed = ledger.expire_ended_before(float("inf"))
-        assert expired == len(units) + 0 and freed >= 12 * 900 * 1024
+        assert expired == len(units)
+        assert freed >= 12 * 900 * 1024
         ledger.gc(older_than=0)
     assert (state / "ledger.db").stat().st_size < MIB
     assert ledger_bytes(state) < 2 * MIB
@@ -168,7 +169,8 @@ def test_a_value_file_named_for_another_unit_is_refused(tmp_path: Path) -> None:
         sup.result(two.id, timeout=60)
     with Ledger(state) as ledger:
         theirs = ledger.get(two.id)
-        assert theirs is not None and theirs.result is not None
+        assert theirs is not None
+        assert theirs.result is not None
         ledger._db.conn.execute(
             "UPDATE units SET result_file = (SELECT result_file FROM units WHERE id = ?) "
             "WHERE id = ?",
