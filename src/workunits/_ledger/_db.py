@@ -201,6 +201,15 @@ class Database:
             except sqlite3.Error as exc:
                 raise self._mapped(exc) from exc
 
+    def backup_to(self, target: sqlite3.Connection) -> None:
+        """Copy the database, as of one transaction, into ``target`` (SQLite's backup API)."""
+        with self._lock:
+            self._check_process()
+            try:
+                self.conn.backup(target)
+            except sqlite3.Error as exc:
+                raise self._mapped(exc) from exc
+
     def _quick_check(self) -> None:
         found = [str(row[0]) for row in self.conn.execute("PRAGMA quick_check(5)").fetchall()]
         if found != ["ok"]:

@@ -38,6 +38,7 @@ from workunits._errors import (
     UnknownWork,
     UnstorableValue,
 )
+from workunits._ledger import backup as backup_mod
 from workunits._ledger import (
     largevalues,
     outbox,
@@ -606,6 +607,10 @@ class Ledger:
         self.sweep_values()
         self._db.give_back_space()
         return forgotten
+
+    def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
+        """Write a consistent copy of this live state dir to ``dest`` (see ``_ledger.backup``)."""
+        return backup_mod.backup(self._db, self.state_dir, Path(dest))
 
     def sweep_values(self) -> int:
         """Delete value store files no row refers to (see ``largevalues``); the bytes freed."""

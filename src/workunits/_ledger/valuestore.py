@@ -132,6 +132,12 @@ class FileValueStore:
                 raise LedgerTampered(f"{path} is not a regular file")
             return f.read()
 
+    def get_raw(self, name: str) -> bytes:
+        """The bytes under ``name``; FileNotFoundError when they are gone (for backups)."""
+        fd = os.open(self.path_of(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
     def delete(self, name: str) -> int:
         path = self.path_of(name)
         try:
