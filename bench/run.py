@@ -33,6 +33,7 @@ from pathlib import Path
 import harness
 import peer_benches
 import procstat
+import value_benches
 from harness import BenchResult, Pair, Series
 
 import workunits as wu
@@ -536,6 +537,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     "idle_1000": bench_idle_1000,
     "output_1gib": bench_output_1gib,
     **peer_benches.BENCHES,
+    **value_benches.BENCHES,
 }
 
 

@@ -161,6 +161,65 @@ class Client:
         stored by reference resumes from its last checkpoint if its supervisor
         dies, up to ``max_attempts`` (default 3) attempts in all.
         """
+        return self._call_unit(
+            "a",
+            "agent",
+            fn,
+            args,
+            kwargs,
+            key=key,
+            description=description,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            memory_limit=memory_limit,
+            output_cap=output_cap,
+        )
+
+    def workflow(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> ClientHandle:
+        """Submit ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
+
+        ``fn`` as for ``agent``: a callable or ``"package.module:function"``.
+        Stored by reference, it resumes after a crash at its first unfinished step.
+        """
+        return self._call_unit(
+            "w",
+            "workflow",
+            fn,
+            args,
+            kwargs,
+            key=key,
+            description=description,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            memory_limit=memory_limit,
+            output_cap=DEFAULT_OUTPUT_CAP,
+        )
+
+    def _call_unit(
+        self,
+        letter: str,
+        kind: str,
+        fn: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        key: str | None,
+        description: str | None,
+        timeout: float | None,
+        max_attempts: int | None,
+        memory_limit: int | None,
+        output_cap: int,
+    ) -> ClientHandle:
         if isinstance(fn, str):
             check_limits(memory_limit, output_cap)
             # The options agent_to_durable would write: a reference and the
@@ -176,7 +235,7 @@ class Client:
             name = spec.name
         if description is not None:
             name = description
-        return self._submit("a", "agent", durable, name, key=key, max_attempts=max_attempts)
+        return self._submit(letter, kind, durable, name, key=key, max_attempts=max_attempts)
 
     def _submit(
         self,

@@ -145,6 +145,9 @@ def _advice(value: object) -> str:
 
 
 def _refuse(what: str, path: str, value: object, advice: str) -> None:
+    # repr() of a whole 64 MiB bytes argument took a second: show a slice of a long one.
+    if isinstance(value, str | bytes | bytearray) and len(value) > 60:
+        value = value[:60]
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."

@@ -11,6 +11,7 @@ One module per group of commands, each registering on the group in ``_app``:
 - ``tail``     output, followed with -f
 - ``waiting``  wait, result
 - ``control``  cancel, kill, gc
+- ``backup``   a consistent copy of a live state dir
 - ``watch``    the live table
 - ``doctor``   what the machine offers (containment, pidfd, subreaper, fsync)
 
@@ -21,12 +22,12 @@ shell whether or not a supervisor runs.
 
 from __future__ import annotations
 
-from workunits._cli import control, doctor, inspect, serve, submit, tail, waiting, watch
+from workunits._cli import backup, control, doctor, inspect, serve, submit, tail, waiting, watch
 from workunits._cli._app import Exit, cli
 
 __all__ = ["Exit", "cli", "main"]
 
-_COMMANDS = (control, doctor, inspect, serve, submit, tail, waiting, watch)  # imported to register
+_COMMANDS = (backup, control, doctor, inspect, serve, submit, tail, waiting, watch)  # registered
 
 
 def main() -> None:

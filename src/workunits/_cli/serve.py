@@ -21,6 +21,7 @@ from types import FrameType
 
 import click
 
+from workunits._cli import user_code
 from workunits._cli._app import cli, state_option
 from workunits._errors import SpecError
 from workunits._ledger._db import SYNC_MODES
@@ -47,7 +48,17 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="normal: no fsync for submits and terminal writes (safe against any process "
     "crash, not a power cut; ~0.5 ms faster per unit here).",
 )
-def serve(state_dir: Path, limits: tuple[str, ...], ledger_sync: str) -> None:
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE first (repeatable): code the units need, and custom kinds "
+    "(a module's WORKUNITS_KINDS = {letter: WorkActor subclass}).",
+)
+def serve(
+    state_dir: Path, limits: tuple[str, ...], ledger_sync: str, imports: tuple[str, ...]
+) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
     SIGTERM is a deploy: resumable units are stopped and left for the next
@@ -56,12 +67,15 @@ def serve(state_dir: Path, limits: tuple[str, ...], ledger_sync: str) -> None:
     end every running unit (reason shutdown).
     """
     concurrency = _limits(limits)
+    kinds = user_code.import_all(imports)
     with _stop_signals() as wait_for_signal:
         supervisor = Supervisor(
             state_dir,
             install_signal_handlers=False,
             concurrency=concurrency,
             ledger_sync=ledger_sync,
+            preload=imports,  # the zygote imports them too: every unit starts with them
+            kinds=kinds,
         )
         deploy = False
         try:

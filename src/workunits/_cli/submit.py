@@ -35,6 +35,12 @@ from workunits._errors import SpecError
     help="If the supervisor dies mid-run: fail the unit, or run it again.",
 )
 @click.option("--agent", "ref", metavar="MODULE:FUNCTION", help="Run a callable, not a command.")
+@click.option(
+    "--workflow",
+    "workflow_ref",
+    metavar="MODULE:FUNCTION",
+    help="Run a callable as a workflow (its ctx.step()s run once, across restarts).",
+)
 @click.option("--args", "args_json", metavar="JSON", help="The callable's arguments (a list).")
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Its keyword arguments (an object).")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts for a resumable agent.")
@@ -51,6 +57,7 @@ def submit(
     env_items: tuple[str, ...],
     on_lost: str,
     ref: str | None,
+    workflow_ref: str | None,
     args_json: str | None,
     kwargs_json: str | None,
     max_attempts: int | None,
@@ -64,18 +71,23 @@ def submit(
     workunits submit --key nightly -d tests -- make test   (argv, no shell)
     workunits submit -- 'make test | tee log'              (one word: /bin/sh -c)
     workunits submit --agent pkg.mod:fn --args '[1, 2]' --kwargs '{"n": 3}'
+    workunits submit --workflow pkg.mod:nightly --key nightly-2024-06-01
     """
     seconds = None if timeout is None else parse_duration(timeout)
+    if ref is not None and workflow_ref is not None:
+        raise SpecError("give --agent or --workflow, not both")
     with opened(state_dir, create=True) as client:
-        if ref is not None:
+        if ref is not None or workflow_ref is not None:
+            option = "--agent" if ref is not None else "--workflow"
             if command or cwd or env_items or on_lost != "fail":
                 raise SpecError(
-                    "--agent runs a callable: it takes no command, --cwd, --env or --on-lost"
+                    f"{option} runs a callable: it takes no command, --cwd, --env or --on-lost"
                 )
             args = _json_arg(args_json, list, "--args", "a JSON list")
             kwargs = _json_arg(kwargs_json, dict, "--kwargs", "a JSON object")
-            handle = client.agent(
-                ref,
+            submit_call = client.agent if ref is not None else client.workflow
+            handle = submit_call(
+                ref or workflow_ref or "",
                 *args,
                 key=key,
                 description=description,
@@ -85,7 +97,7 @@ def submit(
             )
         else:
             if args_json is not None or kwargs_json is not None or max_attempts is not None:
-                raise SpecError("--args, --kwargs and --max-attempts go with --agent")
+                raise SpecError("--args, --kwargs and --max-attempts go with --agent or --workflow")
             if not command:
                 raise SpecError("nothing to run: give a command after --, or --agent MODULE:FN")
             handle = client.shell(

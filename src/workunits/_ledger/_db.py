@@ -160,13 +160,55 @@ class Database:
             if self.readonly:
                 schema.check_readable(self.conn, str(self.path))
                 return
+            schema.start_incremental(self.conn)
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise LedgerError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
             self.conn.execute("PRAGMA foreign_keys = OFF")
-            schema.migrate(self.conn, str(self.path))
+            if schema.migrate(self.conn, str(self.path)) < schema.SCHEMA_VERSION:
+                # A migration's pages need not wait in the WAL for SQLite's
+                # automatic checkpoint (best effort: a reader may hold it).
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._switch_to_incremental_vacuum()
         except sqlite3.Error as exc:
             raise self._mapped(exc) from exc
+
+    def _switch_to_incremental_vacuum(self) -> None:
+        # Briefly, not for the whole busy timeout: when others are in the
+        # ledger the switch waits for a later open, and this one goes on.
+        self.conn.execute("PRAGMA busy_timeout = 200")
+        try:
+            schema.switch_to_incremental_vacuum(self.conn)
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+
+    def give_back_space(self) -> None:
+        """Return the ledger's free pages to the file system and empty the WAL.
+
+        After a gc or an expiry: ``incremental_vacuum`` truncates the free
+        pages off the database, then a TRUNCATE checkpoint resets the WAL those
+        changes went through. Both are best effort (a reader may hold the WAL).
+        """
+        with self._lock:
+            self._check_process()
+            if self.readonly:
+                return
+            try:
+                # executescript steps the statement to its end; execute() would
+                # step it once, and each step frees a single page.
+                self.conn.executescript("PRAGMA incremental_vacuum;")
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as exc:
+                raise self._mapped(exc) from exc
+
+    def backup_to(self, target: sqlite3.Connection) -> None:
+        """Copy the database, as of one transaction, into ``target`` (SQLite's backup API)."""
+        with self._lock:
+            self._check_process()
+            try:
+                self.conn.backup(target)
+            except sqlite3.Error as exc:
+                raise self._mapped(exc) from exc
 
     def _quick_check(self) -> None:
         found = [str(row[0]) for row in self.conn.execute("PRAGMA quick_check(5)").fetchall()]

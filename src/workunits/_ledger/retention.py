@@ -20,8 +20,11 @@ _DROP = (
     "SET expired_at = ?, spec = NULL, spec_mac = NULL, spec_versions = NULL, "
     "result = NULL, result_format = NULL, result_mac = NULL, result_versions = NULL, "
     "cause = NULL, cause_format = NULL, cause_mac = NULL, cause_versions = NULL, "
-    "output_tail = NULL, checkpoint = NULL, progress_message = NULL"
+    "output_tail = NULL, checkpoint = NULL, progress_message = NULL, "
+    "spec_file = NULL, result_file = NULL, checkpoint_file = NULL"
 )
+# The value store files the rows being expired refer to, deleted after the commit.
+_FILES = "spec_file, result_file, checkpoint_file"
 _HEAVY_BYTES = (
     "ifnull(length(spec), 0) + ifnull(length(result), 0) + ifnull(length(cause), 0) "
     "+ ifnull(length(output_tail), 0) + ifnull(length(checkpoint), 0)"
@@ -33,8 +36,11 @@ _HEAVY_BYTES = (
 _UNRETAINED = "retain = 0 AND NOT EXISTS (SELECT 1 FROM retains WHERE retains.unit = units.id)"
 
 
-def expire(db: Database, now: float) -> list[str]:
-    """Expire ended, unretained units whose ``expire_at`` has passed; return their IDs."""
+def expire(db: Database, now: float) -> tuple[list[str], list[str]]:
+    """Expire ended, unretained units whose ``expire_at`` has passed.
+
+    Returns their IDs and the value store files they referred to (to delete).
+    """
     # INDEXED BY: without statistics SQLite would pick the status index and
     # visit every ended unit; units_expire holds only those due.
     where = (
@@ -44,27 +50,25 @@ def expire(db: Database, now: float) -> list[str]:
     # SELECT and the UPDATE see the same rows: the write lock is held for both.
     with db.write(durable=False) as conn:
         retains.prune(conn, now)
-        ids = [
-            str(row[0])
-            for row in conn.execute(
-                f"SELECT id FROM units INDEXED BY units_expire {where}",  # noqa: S608
-                (now, *TERMINAL),
-            )
-        ]
-        if ids:
+        rows = conn.execute(
+            f"SELECT id, {_FILES} FROM units INDEXED BY units_expire {where}",  # noqa: S608
+            (now, *TERMINAL),
+        ).fetchall()
+        if rows:
             conn.execute(
                 f"UPDATE units INDEXED BY units_expire {_DROP} {where}", (now, now, *TERMINAL)
             )
             _drop_notices_of_expired(conn)
-        return ids
+        return [str(r[0]) for r in rows], _files_of(rows)
 
 
-def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str], int]:
+def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str], int, list[str]]:
     """Expire ended, unretained units that are due or ended at or before ``cut``.
 
     For ``gc --older-than``: a person asks for room now, whatever each unit's
     ``expire_at`` says. Returns the units expired and how many bytes of spec,
-    result, cause, output tail and checkpoint they dropped.
+    result, cause, output tail and checkpoint they dropped from the ledger,
+    and the value store files they referred to (to delete).
     """
     where = (
         f"WHERE expired_at IS NULL AND {_UNRETAINED} AND status IN {IN_TERMINAL} "
@@ -74,13 +78,18 @@ def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str]
     with db.write(durable=False) as conn:
         retains.prune(conn, now)
         rows = conn.execute(
-            f"SELECT id, {_HEAVY_BYTES} FROM units {where}",  # noqa: S608
+            f"SELECT id, {_FILES}, {_HEAVY_BYTES} FROM units {where}",  # noqa: S608
             params,
         ).fetchall()
         if rows:
             conn.execute(f"UPDATE units {_DROP} {where}", (now, *params))
             _drop_notices_of_expired(conn)
-        return [str(r[0]) for r in rows], sum(int(r[1]) for r in rows)
+        ids = [str(r[0]) for r in rows]
+        return ids, sum(int(r[4]) for r in rows), _files_of(rows)
+
+
+def _files_of(rows: list[sqlite3.Row]) -> list[str]:
+    return [str(name) for r in rows for name in (r[1], r[2], r[3]) if name is not None]
 
 
 def forget(db: Database, cut: float) -> int:

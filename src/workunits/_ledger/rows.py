@@ -156,6 +156,9 @@ class UnitRow:
     pid: int | None
     expire_at: float | None
     expired_at: float | None
+    # The value store reference of a large checkpoint (``checkpoint`` is then
+    # empty until the Ledger loads it).
+    checkpoint_file: str | None = None
 
     @property
     def expired(self) -> bool:
@@ -286,6 +289,7 @@ class UnitRow:
             pid=c.opt("pid", int),
             expire_at=c.opt("expire_at", float),
             expired_at=c.opt("expired_at", float),
+            checkpoint_file=c.opt("checkpoint_file", str),
         )
 
 
@@ -313,7 +317,9 @@ class _Columns:
         if data is None:
             return None
         fmt = self.req(f"{name}_format", str)
-        return Stored(fmt, data, self.opt(f"{name}_mac", bytes), self.opt(f"{name}_versions", str))
+        mac, versions = self.opt(f"{name}_mac", bytes), self.opt(f"{name}_versions", str)
+        file = self.opt(f"{name}_file", str) if name != "cause" else None  # causes stay inline
+        return Stored(fmt, data, mac, versions, file)
 
     def _convert(self, name: str, value: Any, conv: Callable[[Any], T]) -> T:
         # SQLite's flexible typing lets an outside writer put any type anywhere:

@@ -133,7 +133,18 @@ CREATE INDEX retains_unit ON retains (unit);
 UPDATE units SET retain = 0 WHERE retain != 0;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Values larger than valuestore.LARGE_VALUE live in files beside the ledger;
+# the row names its file (`<id>.<purpose>.<hmac>`) and keeps an empty blob.
+# The switch to incremental vacuum that goes with it (space freed by gc goes
+# back to the file system) needs a VACUUM, which cannot run in a
+# transaction: `switch_to_incremental_vacuum` does it after the migrations.
+_V3 = """
+ALTER TABLE units ADD COLUMN spec_file TEXT;
+ALTER TABLE units ADD COLUMN result_file TEXT;
+ALTER TABLE units ADD COLUMN checkpoint_file TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -179,6 +190,39 @@ def migrate(conn: sqlite3.Connection, where: str, migrations: Sequence[str] = MI
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+
+INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+
+
+def start_incremental(conn: sqlite3.Connection) -> None:
+    """On a file SQLite has not written yet, choose incremental vacuum: no VACUUM needed.
+
+    Must run before anything writes the file (``journal_mode = WAL`` does).
+    """
+    if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
+        conn.execute(f"PRAGMA auto_vacuum = {INCREMENTAL}")
+
+
+def switch_to_incremental_vacuum(conn: sqlite3.Connection) -> bool:
+    """Turn on incremental vacuum in a ledger made without it; True once it is on.
+
+    Runs a VACUUM (a new copy of the database, atomic: a crash leaves the old
+    one) once per ledger: the mode is stored in the file, and later opens find
+    it on and do nothing. VACUUM needs the database to itself for a moment:
+    when another connection is mid-transaction it is busy, and the switch waits
+    for the next open (False). ``conn`` is in autocommit mode.
+    """
+    if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == INCREMENTAL:
+        return True
+    conn.execute(f"PRAGMA auto_vacuum = {INCREMENTAL}")
+    try:
+        conn.execute("VACUUM")
+        # The copy went through the WAL: give that space back too (best effort).
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.OperationalError:
+        return False
+    return int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) == INCREMENTAL
 
 
 def check_readable(conn: sqlite3.Connection, where: str) -> None:

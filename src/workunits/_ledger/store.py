@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,9 @@ from workunits._errors import (
     UnknownWork,
     UnstorableValue,
 )
+from workunits._ledger import backup as backup_mod
 from workunits._ledger import (
+    largevalues,
     outbox,
     requests,
     retains,
@@ -46,6 +49,7 @@ from workunits._ledger import (
     statedir,
     submits,
     values,
+    valuestore,
     writes,
 )
 from workunits._ledger._db import DB_FILE, Database
@@ -74,6 +78,7 @@ class Ledger:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         sync: str = "full",
         verify: bool = False,
+        large_value: int = valuestore.LARGE_VALUE,
         _readonly: bool = False,
     ) -> None:
         """``sync="normal"`` trades power-cut durability for latency (see ``_db``).
@@ -98,6 +103,9 @@ class Ledger:
         except BaseException:
             self._db.close()
             raise
+        self._large = largevalues.LargeValues(
+            valuestore.FileValueStore(self.state_dir), self._key, large_value
+        )
 
     @classmethod
     def open_existing(
@@ -197,13 +205,37 @@ class Ledger:
         it would raise; a conflict does not stop the others. For a supervisor
         that applies the submits it received during one tick.
         """
-        prepared = [(new, self._check_new(new)) for new in batch]
-        with self._db.write(durable=True) as conn:
-            answers = [submits.insert(conn, new, digest) for new, digest in prepared]
+        prepared = [(self._kept(new), self._check_new(new)) for new in batch]
+        try:
+            with self._db.write(durable=True) as conn:
+                answers = [submits.insert(conn, new, digest) for new, digest in prepared]
+        except BaseException:
+            self._large.delete(new.spec.file for new, _ in prepared)
+            raise
+        # A key that found its unit (or conflicted) inserted nothing: its file is no one's.
+        self._large.delete(
+            new.spec.file
+            for (new, _), a in zip(prepared, answers, strict=True)
+            if isinstance(a, IdempotencyConflict) or not a[1]
+        )
         return [
             a if isinstance(a, IdempotencyConflict) or a[1] else (self._checked(a[0]), False)
             for a in answers
         ]
+
+    def _kept(self, new: NewUnit) -> NewUnit:
+        """``new`` as the row keeps it: a large spec by reference, an unresumable one not at all.
+
+        A unit its supervisor starts at once and that cannot resume never needs
+        its spec again (a lost attempt fails ``lost``), so its arguments are not
+        written anywhere: an empty spec blob is stored as NULL. Its spec hash
+        (from the whole spec) still answers an idempotent resubmit.
+        """
+        if new.started_at is not None and not new.resumable:
+            spec = dataclasses.replace(new.spec, data=b"", mac=None, versions=None, file=None)
+        else:
+            spec = self._large.offload(new.spec, purpose="spec", work_id=new.id, durable=True)
+        return new if spec is new.spec else dataclasses.replace(new, spec=spec)
 
     @staticmethod
     def _check_new(new: NewUnit) -> str:
@@ -278,8 +310,14 @@ class Ledger:
         """The unit's spec, verified (LedgerTampered) before anything in it is loaded."""
         row = self.require(work_id)
         if row.spec is None:
+            if not row.expired:
+                raise UnknownWork(
+                    f"{work_id} cannot resume, and started when it was submitted: its spec "
+                    f"was not kept"
+                )
             raise UnknownWork(f"{work_id} has expired; its spec is no longer kept")
-        return values.decode_spec(row.spec, work_id=work_id, key=self._signing_key)
+        stored = self._large.load(row.spec, purpose="spec", work_id=work_id)
+        return values.decode_spec(stored, work_id=work_id, key=self._signing_key)
 
     def load_result(self, work_id: str) -> Any:
         """The stored result (None when there is none); a pickle is verified first."""
@@ -327,7 +365,7 @@ class Ledger:
         return [outcome for outcome, _ in self._apply(builtins.list(batch))]
 
     def _apply(self, batch: builtins.list[Write]) -> builtins.list[tuple[Outcome, int]]:
-        prepared = [writes.prepare(w, self._encode_result(w), self._seal_cause(w)) for w in batch]
+        prepared = [writes.prepare(w, self._offload_result(w), self._seal_cause(w)) for w in batch]
         durable = any(
             "result" in p.columns or (p.status is not None and is_terminal(p.status))
             for p in prepared
@@ -337,6 +375,12 @@ class Ledger:
             return [
                 writes.apply(conn, p, now=now, expire_after=self._expire_after) for p in prepared
             ]
+
+    def _offload_result(self, w: Write) -> values.Stored | None:
+        stored = self._encode_result(w)
+        if stored is None:
+            return None
+        return self._large.offload(stored, purpose="result", work_id=_id_of(w.target), durable=True)
 
     def _encode_result(self, w: Write) -> values.Stored | None:
         """The result to store: a value given to write(), or the bytes a record carries."""
@@ -371,6 +415,13 @@ class Ledger:
         Every row the Ledger hands out passes here, so the bytes a record
         carries onward (``to_record``) are the ones this state dir signed.
         """
+        if row.result is not None and row.result.file is not None:
+            result = self._large.load(row.result, purpose="result", work_id=row.id)
+            row = dataclasses.replace(row, result=result)
+        if row.checkpoint_file is not None:
+            ref = values.Stored("json", b"", file=row.checkpoint_file)
+            data = self._large.load(ref, purpose="checkpoint", work_id=row.id).data
+            row = dataclasses.replace(row, checkpoint=data, checkpoint_file=None)
         for purpose, stored in (("result", row.result), ("cause", row.cause)):
             if stored is not None:
                 values.verify(stored, purpose=purpose, work_id=row.id, key=self._signing_key)
@@ -436,17 +487,32 @@ class Ledger:
         return self._store_checkpoint(work_id, attempt, data)
 
     def _store_checkpoint(self, work_id: str, attempt: int, data: bytes) -> bool:
+        stored = self._large.offload(
+            values.Stored("json", data), purpose="checkpoint", work_id=work_id, durable=True
+        )
         with self._db.write(durable=True) as conn:
             row = conn.execute(
-                "SELECT status, attempt FROM units WHERE id = ?", (work_id,)
+                "SELECT status, attempt, checkpoint_file FROM units WHERE id = ?", (work_id,)
             ).fetchone()
             if row is None:
                 raise UnknownWork(f"the ledger has no unit {work_id}")
             if int(row["attempt"]) != attempt:
                 raise StaleAttempt(work_id, attempt, int(row["attempt"]))
             if is_terminal(writes.status_of(row["status"], work_id)):
-                return False
-            conn.execute("UPDATE units SET checkpoint = ? WHERE id = ?", (data, work_id))
+                ended = True
+            else:
+                ended = False
+                conn.execute(
+                    "UPDATE units SET checkpoint = ?, checkpoint_file = ? WHERE id = ?",
+                    (stored.data, stored.file, work_id),
+                )
+        if ended:
+            if stored.file not in (None, row["checkpoint_file"]):
+                self._large.delete([stored.file])  # the checkpoint is moot
+            return False
+        if row["checkpoint_file"] not in (None, stored.file):
+            # After the commit: until then the row pointed at the old file.
+            self._large.delete([row["checkpoint_file"]])
         return True
 
     def begin_attempt(self, work_id: str, session: str, *, expected: int | None = None) -> int:
@@ -491,8 +557,11 @@ class Ledger:
         The small row stays and reads ``expired``; retained units wait. Returns
         how many units expired now.
         """
-        expired = retention.expire(self._db, self._clock.now())
+        expired, files = retention.expire(self._db, self._clock.now())
         self._drop_transcripts(expired)
+        self._large.delete(files)
+        if expired:
+            self._db.give_back_space()
         return len(expired)
 
     def expire_ended_before(self, cut: float) -> tuple[int, int]:
@@ -501,8 +570,11 @@ class Ledger:
         Returns ``(units, bytes)``: how many units expired now and how many
         bytes of stored values and transcripts they dropped.
         """
-        expired, freed = retention.expire_ended_before(self._db, self._clock.now(), cut)
-        return len(expired), freed + self._drop_transcripts(expired)
+        expired, freed, files = retention.expire_ended_before(self._db, self._clock.now(), cut)
+        freed += self._drop_transcripts(expired) + self._large.delete(files)
+        if expired:
+            self._db.give_back_space()
+        return len(expired), freed
 
     def _drop_transcripts(self, work_ids: Iterable[str]) -> int:
         """Delete the transcripts of expired units (after the commit); the bytes freed."""
@@ -527,9 +599,27 @@ class Ledger:
         unknown to the ledger afterwards.
         """
         now = self._clock.now()
-        retention.expire(self._db, now)
+        expired, files = retention.expire(self._db, now)
+        self._drop_transcripts(expired)
+        self._large.delete(files)
         age = self._expire_after if older_than is None else older_than
-        return retention.forget(self._db, now - age)
+        forgotten = retention.forget(self._db, now - age)
+        self.sweep_values()
+        self._db.give_back_space()
+        return forgotten
+
+    def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
+        """Write a consistent copy of this live state dir to ``dest`` (see ``_ledger.backup``)."""
+        return backup_mod.backup(self._db, self.state_dir, Path(dest))
+
+    def sweep_values(self) -> int:
+        """Delete value store files no row refers to (see ``largevalues``); the bytes freed."""
+        if self.readonly:
+            return 0
+        with self._db.read() as conn:
+            # File times are the real clock's, whatever clock this Ledger was given.
+            orphans = self._large.orphans(conn, time.time())
+        return self._large.delete(orphans)
 
     # -- the outbox ------------------------------------------------------------------
 

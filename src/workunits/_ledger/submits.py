@@ -39,7 +39,8 @@ def insert(
 INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
-    "session, output_path, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "session, output_path, started_at, spec_file) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -52,7 +53,8 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.description,
         new.key,
         digest,
-        new.spec.data,
+        # Empty bytes with no file: a spec the Ledger chose not to keep (NULL).
+        new.spec.data if new.spec.data or new.spec.file is not None else None,
         new.spec.format,
         new.spec.mac,
         new.spec.versions,
@@ -62,4 +64,5 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.session,
         new.output_path,
         new.started_at,
+        new.spec.file,
     )

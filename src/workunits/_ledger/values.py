@@ -69,6 +69,9 @@ class Stored:
     data: bytes
     mac: bytes | None = None
     versions: str | None = None  # only for pickles
+    # A value store reference (valuestore.name_of) when the bytes live there; ``data``
+    # is then empty until the Ledger loads them.
+    file: str | None = None
 
 
 @functools.cache

@@ -105,6 +105,8 @@ def prepare(write: Write, result: Stored | None, cause: Stored | None = None) ->
                     f"{name}_versions": stored.versions,
                 }
             )
+            if name == "result":  # only results may live in the value store
+                columns["result_file"] = stored.file
     if isinstance(write.attempt, bool) or not isinstance(write.attempt, int):
         raise SpecError(f"{work_id}: attempt must be an int, got {write.attempt!r}")
     status = columns.get("status")

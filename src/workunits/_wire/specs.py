@@ -16,7 +16,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle
 
@@ -150,7 +150,13 @@ class AgentSpec:
         idle_priority: bool = False,
         output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> AgentSpec:
-        """Pickle the call now, in the caller's thread: a SpecError here registers nothing."""
+        """Pickle the call now, in the caller's thread: a SpecError here registers nothing.
+
+        ``fn`` may be an import reference ``"package.module:function"``, as a
+        client's submit takes it: it is imported here.
+        """
+        if isinstance(fn, str):
+            fn = resolve_callable(fn)
         if not callable(fn):
             raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
         check_limits(memory_limit, output_cap)
@@ -163,6 +169,28 @@ class AgentSpec:
             ) from exc
         limits = Limits(memory=memory_limit, idle_priority=idle_priority)
         return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)), output_cap)
+
+
+_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)
+
+
+def resolve_callable(ref: str) -> Callable[..., Any]:
+    """Import ``"module:qualname"`` and return the callable it names (SpecError otherwise)."""
+    if not _REF_RE.fullmatch(ref):
+        raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
+    module_name, qualname = ref.split(":", 1)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(f"cannot import {module_name!r} for {ref!r}: {exc}") from exc
+    for part in qualname.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise SpecError(f"{ref!r}: {module_name} has no {qualname!r}") from None
+    if not callable(target):
+        raise SpecError(f"{ref!r} names a {type(target).__name__}, which is not callable")
+    return cast("Callable[..., Any]", target)
 
 
 def check_limits(memory_limit: object, output_cap: object) -> None:

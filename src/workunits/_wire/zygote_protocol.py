@@ -28,12 +28,15 @@ class SpawnExec:
 
 @dataclass(frozen=True, slots=True)
 class SpawnCall:
-    """Fork and run a Python unit. Attached fds: transcript, channel."""
+    """Fork and run a Python unit. Attached fds: transcript, channel (and the payload)."""
 
     unit_id: str
     kind: str
     payload: bytes  # cloudpickled (callable, args, kwargs), opened only in the unit process
     attempt: int = 1
+    # A large payload travels as a third attached fd (a sealed memfd) instead of in
+    # this frame: the single-threaded zygote then never reads it, and the unit does.
+    payload_in_fd: bool = False
     checkpoint: bytes | None = None  # orjson of the last checkpoint, for a resumed attempt
     first_seq: int = 1  # a resumed attempt continues its transcript's sequence
     limits: Limits = field(default_factory=Limits)

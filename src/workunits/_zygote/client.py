@@ -11,6 +11,7 @@ wait for it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ from workunits._wire.zygote_protocol import (
     SpawnExec,
     SpawnFailed,
 )
+from workunits._zygote import payload
 from workunits._zygote.reaper import Reaper
 
 log = logging.getLogger(__name__)
@@ -242,7 +244,15 @@ class ZygoteClient:
     def spawn_call(
         self, message: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents
     ) -> None:
-        self._send(message.unit_id, events, message, [transcript_fd, channel_fd])
+        if len(message.payload) <= payload.FD_PAYLOAD:
+            self._send(message.unit_id, events, message, [transcript_fd, channel_fd])
+            return
+        payload_fd = payload.to_memfd(message.payload, message.unit_id)
+        try:
+            light = dataclasses.replace(message, payload=b"", payload_in_fd=True)
+            self._send(message.unit_id, events, light, [transcript_fd, channel_fd, payload_fd])
+        finally:
+            os.close(payload_fd)  # the zygote holds its own copy of the descriptor now
 
     def signal(self, unit_id: str, signum: int) -> None:
         with self._lock:

@@ -17,6 +17,7 @@ exits. Its guard (``guard``) does the same if the zygote itself is killed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import resource
@@ -41,7 +42,7 @@ from workunits._wire.zygote_protocol import (
     SpawnExec,
     SpawnFailed,
 )
-from workunits._zygote import _linux, guard, keeper
+from workunits._zygote import _linux, guard, keeper, payload
 from workunits._zygote.containment import Cgroups
 
 EXIT_RUNTIME_BROKEN = 70
@@ -148,7 +149,7 @@ class Zygote:
             if isinstance(message, SpawnExec):
                 self.spawn_exec(message, fds[0])
             else:
-                self.spawn_call(message, fds[0], fds[1])
+                self.spawn_call(message, fds[0], fds[1], fds[2] if len(fds) > 2 else None)
         elif isinstance(message, Signal):
             slot = self.by_unit.get(message.unit_id)
             if slot is not None:  # unreaped leader: its pid and group id are still ours
@@ -161,7 +162,7 @@ class Zygote:
 
     def _fds_for(self, message: SpawnExec | SpawnCall) -> list[int] | None:
         """The descriptors sent with ``message``; None (the unit refused) when they were lost."""
-        wanted = 1 if isinstance(message, SpawnExec) else 2
+        wanted = 1 if isinstance(message, SpawnExec) else 3 if message.payload_in_fd else 2
         group = self.fd_groups.pop(0) if self.fd_groups else None
         if group is not None and len(group) == wanted:
             return group
@@ -280,7 +281,9 @@ class Zygote:
             if cap is not None:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
-    def spawn_call(self, msg: SpawnCall, transcript_fd: int, channel_fd: int) -> None:
+    def spawn_call(
+        self, msg: SpawnCall, transcript_fd: int, channel_fd: int, payload_fd: int | None = None
+    ) -> None:
         cgroup = None
         try:
             if self.cgroups is None:
@@ -292,6 +295,8 @@ class Zygote:
         except OSError as exc:  # EAGAIN (RLIMIT_NPROC, pids.max), ENOMEM: this unit only
             os.close(transcript_fd)
             os.close(channel_fd)
+            if payload_fd is not None:
+                os.close(payload_fd)
             if cgroup is not None:
                 Cgroups.remove(cgroup)
             self.refuse(msg.unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
@@ -299,6 +304,8 @@ class Zygote:
         if pid == 0:  # pragma: no cover - runs in the unit process
             code = EXIT_RUNTIME_BROKEN
             try:
+                if payload_fd is not None:  # read here, never in the zygote (see payload)
+                    msg = dataclasses.replace(msg, payload=payload.read_fd(payload_fd))
                 self.become_unit(msg.limits, subreaper=self.cgroups is None)
                 from workunits._runtime.child import run_unit  # noqa: PLC0415 - preloaded
 
@@ -309,6 +316,8 @@ class Zygote:
                 os._exit(code)
         os.close(transcript_fd)
         os.close(channel_fd)
+        if payload_fd is not None:
+            os.close(payload_fd)
         self.adopt(pid, msg.unit_id, cgroup)
 
     def adopt(self, pid: int, unit_id: str, cgroup: str | None, shown: int | None = None) -> None:

@@ -142,6 +142,7 @@ class Supervisor(KindsFacade):
         ray_address: str | None = None,
         ray_temp_dir: str | os.PathLike[str] | None = None,
         ray_init: Mapping[str, Any] | None = None,
+        kinds: Mapping[str, type[WorkActor]] | None = None,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -154,6 +155,9 @@ class Supervisor(KindsFacade):
         ``"normal"`` skips those fsyncs: still durable against the crash of any
         process (the supervisor's, a client's), not of the OS or the machine, and
         about 0.3-0.5 ms faster per commit on the disks we measured (bench/).
+
+        ``kinds`` adds kinds (``{letter: WorkActor subclass}``) before the
+        ledger is recovered, so pending and resumable units of those kinds run.
         """
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
@@ -173,6 +177,7 @@ class Supervisor(KindsFacade):
                 ask_timeout=ask_timeout,
                 install_signal_handlers=install_signal_handlers,
                 preload=preload,
+                extra_kinds=kinds or {},
                 concurrency=concurrency,
                 expire_after=expire_after,
                 ledger_sync=ledger_sync,
@@ -196,6 +201,7 @@ class Supervisor(KindsFacade):
         ask_timeout: float,
         install_signal_handlers: bool,
         preload: Sequence[str],
+        extra_kinds: Mapping[str, type[WorkActor]],
         concurrency: Mapping[str, int] | None,
         expire_after: float,
         ledger_sync: str,
@@ -220,6 +226,8 @@ class Supervisor(KindsFacade):
         kinds.add("m", MonitorActor, builtin=True)
         kinds.add("d", DreamActor, builtin=True)
         kinds.add("w", WorkflowActor, builtin=True)
+        for letter, actor_class in extra_kinds.items():
+            kinds.add(letter, actor_class)
         # verify: a damaged ledger is refused before the session row is written into it.
         self._ledger = Ledger(
             self.state_dir,
@@ -309,7 +317,7 @@ class Supervisor(KindsFacade):
 
     def agent(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | str,
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,

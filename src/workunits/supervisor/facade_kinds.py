@@ -134,7 +134,7 @@ class KindsFacade:
 
     def workflow(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | str,
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
