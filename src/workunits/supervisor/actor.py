@@ -34,6 +34,7 @@ from workunits._wire.actor_messages import (
     ProgressReport,
     SpawnChild,
 )
+from workunits._wire.submits import check_submit, check_timeout
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
@@ -184,22 +185,12 @@ class SupervisorActor(
         kind_class = self.kinds.actor_class(_ids.validate_letter(letter))
         kind_class.validate_spec(spec)
         actor_class = kind_class.actor_for(spec)
-        if not isinstance(description, str):
-            raise SpecError(f"description must be a str, got {type(description).__name__}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-        ):
-            raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        check_submit(description=description, key=key, max_attempts=max_attempts)
+        check_timeout(timeout)
         if parent is not None:
             parent_record = self._lookup(parent)
             if is_terminal(parent_record.status):
                 raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
-        if key is not None and (not isinstance(key, str) or not key):
-            raise SpecError(f"key must be a non-empty str, got {key!r}")
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-        ):
-            raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         work_id = _ids.mint(letter)
         while work_id in self.registry:  # ~2.8e12 suffixes: practically never loops
             work_id = _ids.mint(letter)
