@@ -205,8 +205,12 @@ class Supervisor(KindsFacade):
         self._clock = clock or SystemClock()
         self._ask_timeout = ask_timeout
         self._shutdown_grace = shutdown_grace
+        self._init_kinds()
         self._closed = False
+        # Guards _closed and _closing_thread: a check and two assignments, O(1).
         self._close_lock = threading.Lock()
+        self._closing_thread: threading.Thread | None = None
+        self._close_done = threading.Event()  # set when the first close() has finished
         _raise_nofile_limit()
         self._transcript_dir = _outputfile.private_dir(self.state_dir / _outputfile.TRANSCRIPTS_DIR)
         kinds = Kinds()
@@ -232,7 +236,11 @@ class Supervisor(KindsFacade):
         self._reaper = Reaper()
         self._zygote = ZygoteClient(self._reaper, preload)
         # Warm the zygote up in the background: the first unit then finds it ready.
-        threading.Thread(target=self._zygote.start_quietly, name="workunits-zygote-start").start()
+        # A daemon, joined at close: it must never hold the interpreter's exit.
+        self._zygote_start = threading.Thread(
+            target=self._zygote.start_quietly, name="workunits-zygote-start", daemon=True
+        )
+        self._zygote_start.start()
         self._ref = SupervisorActor.start(
             state_dir=self.state_dir,
             output_dir=self._output_dir,
@@ -549,9 +557,22 @@ class Supervisor(KindsFacade):
         so the next supervisor on this state dir resumes or starts them.
         """
         with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+            closed, self._closed = self._closed, True
+            closer = self._closing_thread
+            if not closed:
+                self._closing_thread = threading.current_thread()
+        if closed:
+            # Another thread (the cleanup thread, after a signal) is closing: wait
+            # for it, so that an exit after this call finds the work dead.
+            if closer is not threading.current_thread():
+                self._close_done.wait()
+            return
+        try:
+            self._close_once(deploy)
+        finally:
+            self._close_done.set()
+
+    def _close_once(self, deploy: bool) -> None:
         _cleanup.untrack(self)
         try:
             ending = cast("list[str]", self._ask(self._actor.begin_shutdown(deploy)))
@@ -580,6 +601,7 @@ class Supervisor(KindsFacade):
                 self._ref.stop(timeout=self._ask_timeout)
             self._close_kinds()
             self._ray.close()
+            self._zygote_start.join(timeout=self._ask_timeout)
             self._zygote.close()
             self._reaper.close()
             self._lock.release()

@@ -58,8 +58,14 @@ class KindsFacade:
             max_attempts: int | None = None,
         ) -> WorkHandle: ...
 
-    _answers: _AnswerThread | None = None
-    _answers_lock = threading.Lock()  # only guards creating ``_answers``, once per supervisor
+    # Made by the facade's constructor (_init_kinds): per supervisor, never shared.
+    _answers: _AnswerThread | None
+    _answers_lock: threading.Lock
+
+    def _init_kinds(self) -> None:
+        self._answers = None
+        # Guards _answers: made at the first ask_future, dropped at close; O(1) work.
+        self._answers_lock = threading.Lock()
 
     # -- starting units ----------------------------------------------------------
 
