@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any, TypeVar
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
+from workunits._errors import NotFinished, SpecError, SupervisorClosed
 from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
@@ -46,6 +45,7 @@ from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor import requests as rq
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.runtime import Options, Runtime
+from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.stream import OutputStream
 from workunits.supervisor.teammate import TeammateHandle
 from workunits.supervisor.teammate_calls import TeammateCalls
@@ -122,8 +122,8 @@ class Supervisor:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
-        self._lock = SupervisorLock(self.state_dir)
-        self._lock.acquire(timeout=lock_timeout)
+        self._state_dir_lock = SupervisorLock(self.state_dir)
+        self._state_dir_lock.acquire(timeout=lock_timeout)
         try:
             options = Options(
                 eviction_grace=eviction_grace,
@@ -142,7 +142,7 @@ class Supervisor:
             )
             self._open(options, shutdown_grace=shutdown_grace, signals=install_signal_handlers)
         except BaseException:
-            self._lock.release()
+            self._state_dir_lock.release()
             raise
 
     def _open(self, options: Options, *, shutdown_grace: float, signals: bool) -> None:
@@ -155,7 +155,6 @@ class Supervisor:
         _raise_nofile_limit()
         self._runtime = Runtime(self.state_dir, options)
         self.session = self._runtime.session
-        self._ray = options.ray
         self._channel = channel = self._runtime.channel
         self._teammates = TeammateCalls(channel)
         self._waiters = TerminalWaiters()
@@ -573,31 +572,13 @@ class Supervisor:
 
     def _close_once(self, deploy: bool) -> None:
         _cleanup.untrack(self)
-        channel = self._channel
         try:
-            ending = channel.ask_while_closing(rq.BeginShutdown(deploy))
-            deadline = time.monotonic() + self._shutdown_grace
-            stuck: list[str] = []
-            for work_id in ending:
-                waiter = self._waiters.add(work_id)
-                try:
-                    try:
-                        record = channel.ask_while_closing(rq.Get(work_id))
-                    except UnknownWork:
-                        continue  # it ended and was evicted already (a short eviction grace)
-                    remaining = max(0.0, deadline - time.monotonic())
-                    if not is_terminal(record.status) and not waiter.event.wait(remaining):
-                        stuck.append(work_id)
-                finally:
-                    self._waiters.discard(work_id, waiter)
-            if stuck:
-                why = "did not exit within the shutdown grace"
-                channel.ask_while_closing(rq.ForceEnd(tuple(stuck), why))
+            end_all_work(self._channel, self._waiters, deploy=deploy, grace=self._shutdown_grace)
         except SupervisorClosed:
             pass
         finally:
             self._runtime.close(after_actor=self._teammates.close)
-            self._lock.release()
+            self._state_dir_lock.release()
 
     def __enter__(self) -> Supervisor:
         return self
