@@ -11,7 +11,10 @@ its first line once the unit runs, then, by MODE:
 - ``ignore-hup``: SIGHUP is ignored before the supervisor starts; after the test
   writes a line to stdin, prints the unit's status and exits;
 - ``drop``: a supervisor without a ticker is dropped unclosed and garbage
-  collected, then the program exits normally.
+  collected, then the program exits normally;
+- ``signal-in-lock``: the program has its own SIGTERM handler, and waits for it
+  while holding a lock the supervisor's close needs (its waiters' lock); once
+  its handler has run it lets go, closes and prints the unit's status.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from workunits import Supervisor
@@ -41,12 +45,21 @@ def main() -> None:
         start_and_drop(state_dir)
         gc.collect()
         return
+    terminated = threading.Event()
+    if mode == "signal-in-lock":
+        signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
     sup = Supervisor(state_dir / "main")
     unit = start_unit(sup)
     if mode == "exit":
         return
     if mode == "raise":
         raise RuntimeError("the program crashed; its supervisor must still clean up")
+    if mode == "signal-in-lock":
+        with sup._waiters._lock:  # what a thread may hold when a signal lands
+            wait_for_signals(until=terminated)
+        sup.close()  # the cleanup thread's close is under way: this waits for it
+        print("closed", flush=True)
+        return
     if mode == "ignore-hup":
         sys.stdin.readline()
         print(sup.get(unit).status.value, flush=True)
@@ -67,8 +80,8 @@ def start_and_drop(state_dir: Path) -> None:
     start_unit(Supervisor(state_dir / "dropped", tick_interval=None))
 
 
-def wait_for_signals() -> None:
-    """Block until a signal arrives, then let Python run its handler; forever.
+def wait_for_signals(until: threading.Event | None = None) -> None:
+    """Block until a signal arrives, then let Python run its handler; forever, or ``until``.
 
     Not ``signal.pause()``: the kernel may deliver a process signal to any of the
     supervisor's threads, which would leave the main thread paused with the
@@ -77,7 +90,7 @@ def wait_for_signals() -> None:
     wake_r, wake_w = socket.socketpair()
     wake_w.setblocking(False)
     signal.set_wakeup_fd(wake_w.fileno())
-    while True:
+    while until is None or not until.is_set():
         select.select([wake_r], [], [])
         wake_r.recv(64)  # the handler runs right after this, in this thread
 

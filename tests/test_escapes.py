@@ -165,7 +165,7 @@ def test_a_sigkilled_zygote_leaves_no_escaped_grandchild(
         esup.agent(escape_from_agent, "double-fork", str(agent_pids), str(never)),
     ]
     pids = escaped_pids(shell_pids, 2) + escaped_pids(agent_pids, 2)
-    zygote = esup._zygote.pid
+    zygote = esup._runtime.zygote.pid
     assert zygote is not None
     os.kill(zygote, signal.SIGKILL)
     for unit in units:

@@ -20,6 +20,7 @@ from workunits import (
     WorkKilled,
     connect,
 )
+from workunits.supervisor import requests as rq
 from workunits.testing import ManualClock, ScriptedDriver, ScriptSpec
 from workunits.testing._scripted import Exit
 
@@ -295,7 +296,7 @@ def test_a_cancel_request_the_unit_outran_is_answered_unchanged(
     # The unit exits 0 on its own just before the Cancel reaches its actor (its
     # exit is already queued there): the request changed nothing and must say so.
     unit = drive.start()
-    actor = msup._call("unit_actor", unit.id)
+    actor = msup._ask(rq.UnitActor(unit.id))
     with connect(msup.state_dir) as client:
         seq = client.request("cancel", unit.id)
         assert seq is not None

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from workunits import InvalidTransition, Status, Supervisor, UnknownWork, WorkRecord, is_terminal
 from workunits._record import replace
 from workunits._status import TRANSITIONS, allowed
+from workunits.supervisor import requests as rq
 from workunits.supervisor.registry import Registry
 from workunits.testing import ChangeLog, ScriptedDriver
 
@@ -141,10 +142,10 @@ def test_the_supervisor_emits_no_event_for_a_same_object_update(
     msup: Supervisor, drive: ScriptedDriver
 ) -> None:
     changes = ChangeLog()
-    msup._call("subscribe", changes.on_change)
+    msup._ask(rq.Subscribe(changes.on_change))
     unit = drive.start()
     seen = len(changes.since(0))
-    unchanged = msup._call("update", unit.id, lambda r: r)
+    unchanged = msup._ask(rq.Update(unit.id, lambda r: r))
     assert unchanged is msup.get(unit.id)
     assert changes.since(seen) == []
     drive.write(unit.id, b"abc")
@@ -159,7 +160,7 @@ def test_a_scripted_unit_walks_pending_running_terminal(
     msup: Supervisor, drive: ScriptedDriver
 ) -> None:
     changes = ChangeLog()
-    msup._call("subscribe", changes.on_change)
+    msup._ask(rq.Subscribe(changes.on_change))
     unit = drive.start()
     drive.exit(unit.id, 0)
     statuses = [new.status for _, new in changes.since(0) if new.id == unit.id]

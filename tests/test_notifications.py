@@ -12,6 +12,7 @@ import pytest
 from tests.helpers import WAIT, as_notice
 from workunits import MailboxClosed, Notification, Reason, Status, Supervisor, WorkRecord
 from workunits._ledger import Ledger, Write, WriteOutcome
+from workunits.supervisor import requests as rq
 from workunits.testing import ScriptedDriver
 from workunits.testing._scripted import Exit
 
@@ -90,7 +91,7 @@ def test_a_child_notifies_its_parent_not_the_root(msup: Supervisor, drive: Scrip
     drive.exit(child.id, 0)
     root = msup.notifications()
     assert root.get_nowait() is None, "the child's notice belongs to its parent"
-    parents_box = msup._call("mailbox", parent.id)
+    parents_box = msup._ask(rq.MailboxOf(parent.id))
     assert parents_box.get(timeout=0).id == child.id
     drive.exit(parent.id, 0)
     assert root.get(timeout=0).id == parent.id
@@ -165,7 +166,7 @@ def test_ends_reported_back_to_back_commit_in_one_transaction(
 
     monkeypatch.setattr(Ledger, "write_many", write_many)
     units = [drive.start() for _ in range(5)]
-    actors = [msup._call("unit_actor", u.id) for u in units]
+    actors = [msup._ask(rq.UnitActor(u.id)) for u in units]
     blocker = drive.start()
     # Hold the supervisor thread inside a change subscriber while the five units
     # end, so that their EndReports queue up behind it, back to back.
@@ -176,7 +177,7 @@ def test_ends_reported_back_to_back_commit_in_one_transaction(
             entered.set()
             release.wait(WAIT)
 
-    msup._call("subscribe", hold)
+    msup._ask(rq.Subscribe(hold))
     holder = threading.Thread(target=msup.retain, args=(blocker.id,))
     holder.start()
     try:

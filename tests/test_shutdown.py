@@ -192,6 +192,18 @@ def test_sigint_kills_the_units_and_raises_keyboard_interrupt(spawn: Any) -> Non
     assert process_gone(child.unit_pid)
 
 
+def test_a_signal_landing_while_the_program_holds_a_lock_the_close_needs_does_not_hang(
+    spawn: Any,
+) -> None:
+    # The handler only wakes the cleanup thread: run in the interrupted thread, the
+    # close would wait forever for a lock that thread holds.
+    child = spawn("signal-in-lock")
+    child.proc.send_signal(signal.SIGTERM)
+    out, err = child.proc.communicate(timeout=WAIT)
+    assert (child.proc.returncode, out.strip()) == (0, "closed"), err
+    assert process_gone(child.unit_pid)
+
+
 @pytest.mark.parametrize("mode", ["exit", "raise", "drop"])
 def test_a_program_that_ends_without_close_kills_its_units_at_exit(spawn: Any, mode: str) -> None:
     child = spawn(mode)

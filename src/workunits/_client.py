@@ -45,6 +45,7 @@ from workunits._wire.specs import (
     check_limits,
     durable_options,
 )
+from workunits._wire.submits import check_submit, check_timeout
 
 DEFAULT_POLL: Final = 0.1
 """Longest pause between two looks at the ledger while waiting (the backoff's cap)."""
@@ -137,7 +138,7 @@ class Client:
         next attempt) if its supervisor dies while it runs.
         """
         spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
-        durable = shell_to_durable(spec, _timeout(timeout))
+        durable = shell_to_durable(spec, check_timeout(timeout))
         name = spec.describe() if description is None else description
         return self._submit("b", "shell", durable, name, key=key, max_attempts=None)
 
@@ -224,14 +225,14 @@ class Client:
             check_limits(memory_limit, output_cap)
             # The options agent_to_durable would write: a reference and the
             # callable it names make the same spec, so they share idempotency keys.
-            options = durable_options(_timeout(timeout), memory_limit, output_cap)
+            options = durable_options(check_timeout(timeout), memory_limit, output_cap)
             durable: Any = Call(fn, tuple(args), dict(kwargs), options)
             name = fn
         else:
             spec = AgentSpec.build(
                 fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
             )
-            durable = agent_to_durable(spec, _timeout(timeout))
+            durable = agent_to_durable(spec, check_timeout(timeout))
             name = spec.name
         if description is not None:
             name = description
@@ -247,14 +248,7 @@ class Client:
         key: str | None,
         max_attempts: int | None,
     ) -> ClientHandle:
-        if not isinstance(description, str):
-            raise SpecError(f"description must be a str, got {type(description).__name__}")
-        if key is not None and (not isinstance(key, str) or not key):
-            raise SpecError(f"key must be a non-empty str, got {key!r}")
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-        ):
-            raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        check_submit(description=description, key=key, max_attempts=max_attempts)
         work_id = _ids.mint(letter)
         stored = self.ledger.encode_spec(durable, work_id)
         resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
@@ -495,11 +489,3 @@ class ClientHandle:
     def stream(self) -> OutputStream:
         """The unit's output as it is written (``Client.stream``)."""
         return self.client.stream(self.id)
-
-
-def _timeout(timeout: float | None) -> float | None:
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-    ):
-        raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return timeout

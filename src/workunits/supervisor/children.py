@@ -1,42 +1,30 @@
-"""Requests from inside unit processes: spawn a child, and kill / cancel / stop / get
-one's own descendants. A base class of ``SupervisorActor``; runs in its thread.
+"""``ChildRequests``: what a unit's process asks about its children -- spawn one, and kill /
+cancel / stop / get one of its own descendants. Owned by the SupervisorActor; runs in its thread.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workunits._errors import UnknownWork, WorkunitsError
 from workunits._record import WorkRecord
 from workunits._status import Reason
 from workunits._wire import frames as m
-from workunits._wire.actor_messages import ReplyToUnit
-
-if TYPE_CHECKING:
-    from workunits.supervisor.registry import Registry
+from workunits.supervisor.control import Control
+from workunits.supervisor.messaging import reply_to_unit
+from workunits.supervisor.starts import Starts
+from workunits.supervisor.units import Units
 
 
 class ChildRequests:
-    """What a unit may ask of the supervisor about its children; mixed into SupervisorActor."""
+    def __init__(self, units: Units, starts: Starts, control: Control) -> None:
+        self._units = units
+        self._starts = starts
+        self._control = control
 
-    if TYPE_CHECKING:  # provided by SupervisorActor and its other bases
-        registry: Registry
-
-        def register(  # the registration chokepoint, with what a child request gives
-            self, letter: str, spec: Any, *, parent: str, description: str, timeout: float | None
-        ) -> WorkRecord: ...
-        def _lookup(self, work_id: str) -> WorkRecord: ...
-        def _tell(self, work_id: str, message: Any) -> bool: ...
-        def _kill(self, work_id: str, reason: Reason) -> bool: ...
-        def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool: ...
-        def stop_teammate(self, work_id: str) -> bool: ...
-
-    def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None:
-        self._tell(parent, ReplyToUnit(m.Reply(req, ok, value)))
-
-    def _spawn_child(self, parent: str, request: m.Spawn) -> None:
+    def spawn(self, parent: str, request: m.Spawn) -> None:
         try:
-            record = self.register(
+            record = self._starts.register(
                 request.letter,
                 request.spec,
                 parent=parent,
@@ -48,18 +36,18 @@ class ChildRequests:
         else:
             self._reply(parent, request.req, True, record.id)
 
-    def _control_child(self, parent: str, request: m.Control) -> None:
+    def control(self, parent: str, request: m.Control) -> None:
         """kill / cancel / get for a unit's own descendants only."""
         try:
-            target = self._lookup(request.target)
+            target = self._units.lookup(request.target)
             if not self._descends_from(target, parent):
                 raise UnknownWork(f"{request.target} is not a descendant of {parent}")
             if request.op == "kill":
-                value: Any = self._kill(target.id, Reason.KILLED)
+                value: Any = self._control.kill_resident(target.id, Reason.KILLED)
             elif request.op == "cancel":
-                value = self.cancel(target.id, float(request.arg))
+                value = self._control.cancel(target.id, float(request.arg))
             elif request.op == "stop":
-                value = self.stop_teammate(target.id)
+                value = self._control.stop_teammate(target.id)
             else:
                 value = target
         except WorkunitsError as exc:
@@ -67,11 +55,14 @@ class ChildRequests:
         else:
             self._reply(parent, request.req, True, value)
 
+    def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None:
+        reply_to_unit(self._units, parent, req, ok, value)
+
     def _descends_from(self, record: WorkRecord, ancestor: str) -> bool:
         while record.parent is not None:
             if record.parent == ancestor:
                 return True
-            found = self.registry.find(record.parent)
+            found = self._units.registry.find(record.parent)
             if found is None:
                 return False
             record = found

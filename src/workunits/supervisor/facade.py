@@ -1,31 +1,28 @@
 """``Supervisor``: the blocking facade (and async twins) over the SupervisorActor.
 
-Every call is an ``ask`` with a timeout: a pykka future of a stopping actor can
-stay unresolved, and no call here may hang because of that.
+One class that composes: a ``Runtime`` (the ledger, zygote, Reaper, actor and
+Ticker it runs on), an ``ActorChannel`` (every call is a typed ``Request``
+asked with a timeout), ``TerminalWaiters`` for waits, and ``TeammateCalls``
+for messages to teammates. Every method runs in the caller's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
+import re
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-import pykka
-
-from workunits import _ids, _outputfile
+from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import (
-    NotFinished,
-    SpecError,
-    SupervisorClosed,
-    UnknownWork,
-)
-from workunits._ledger import Ledger, SupervisorLock, statedir
+from workunits._errors import NotFinished, SpecError, SupervisorClosed
+from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
@@ -33,72 +30,35 @@ from workunits._record import WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.results import result_of
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
-from workunits._zygote.client import ZygoteClient
-from workunits._zygote.reaper import Reaper
-from workunits.actors.agent import AgentActor
+from workunits._wire.specs import (
+    DEFAULT_OUTPUT_CAP,
+    DEFAULT_RATE_LIMIT,
+    AgentSpec,
+    MonitorSpec,
+    ShellSpec,
+    TeammateSpec,
+)
 from workunits.actors.base import WorkActor
-from workunits.actors.dream import DreamActor
-from workunits.actors.monitor import MonitorActor
-from workunits.actors.remote import RemoteActor, RemoteSpec
-from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
-from workunits.actors.shell import ShellActor
-from workunits.actors.workflow import WorkflowActor
+from workunits.actors.remote import RemoteSpec
+from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.supervisor import cleanup as _cleanup
-from workunits.supervisor.actor import SupervisorActor, Tick
-from workunits.supervisor.facade_kinds import KindsFacade
+from workunits.supervisor import requests as rq
 from workunits.supervisor.handle import WorkHandle
-from workunits.supervisor.kinds import Kinds
-from workunits.supervisor.ticker import Ticker
+from workunits.supervisor.runtime import Options, Runtime
+from workunits.supervisor.shutdown import end_all_work
+from workunits.supervisor.stream import OutputStream
+from workunits.supervisor.teammate import TeammateHandle
+from workunits.supervisor.teammate_calls import TeammateCalls
 from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters
 
-T = TypeVar("T")
+R = TypeVar("R")
 
 DEFAULT_EVICTION_GRACE = 30.0
 # A stream has two chunks alive at its peak: the one the caller still holds and
 # the next one being read. 256 KiB keeps that well inside DESIGN section 8's
 # 2 MiB budget and still catches up on a backlog at over 1 GiB/s.
 STREAM_CHUNK = 256 << 10
-
-
-class OutputStream(Iterator[bytes]):
-    """The iterator ``Supervisor.stream()`` returns; it holds the unit retained until done."""
-
-    def __init__(self, sup: Supervisor, work_id: str, poll: float) -> None:
-        self._sup = sup
-        self.id = work_id
-        self._poll = poll
-        self._delay = 0.001
-        self._open = True
-
-    def __next__(self) -> bytes:
-        while self._open:
-            data, record = self._sup._read_chunk(self.id)
-            if data:
-                self._delay = 0.001
-                return data
-            if is_terminal(record.status) and record.output_offset >= record.output_bytes:
-                break
-            # Nothing new yet: wait for the end or for more output, backing off.
-            self._sup._wait_a_little(self.id, self._delay)
-            self._delay = min(self._delay * 2, self._poll)
-        self.close()
-        raise StopIteration
-
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._sup._release_quietly(self.id)
-
-    def __enter__(self) -> OutputStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
 
 
 def _raise_nofile_limit() -> None:
@@ -111,7 +71,7 @@ def _raise_nofile_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-class Supervisor(KindsFacade):
+class Supervisor:
     """Runs work units under one supervisor actor. Use as a context manager.
 
     ``clock`` and ``tick_interval=None`` exist for tests: with a manual clock and
@@ -166,16 +126,14 @@ class Supervisor(KindsFacade):
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
-        self._lock = SupervisorLock(self.state_dir)
-        self._lock.acquire(timeout=lock_timeout)
+        self._state_dir_lock = SupervisorLock(self.state_dir)
+        self._state_dir_lock.acquire(timeout=lock_timeout)
         try:
-            self._open(
+            options = Options(
                 eviction_grace=eviction_grace,
-                clock=clock,
+                clock=clock or SystemClock(),
                 tick_interval=tick_interval,
-                shutdown_grace=shutdown_grace,
                 ask_timeout=ask_timeout,
-                install_signal_handlers=install_signal_handlers,
                 preload=preload,
                 extra_kinds=kinds or {},
                 concurrency=concurrency,
@@ -187,104 +145,32 @@ class Supervisor(KindsFacade):
                     init_options=ray_init,
                 ),
             )
+            self._open(options, shutdown_grace=shutdown_grace, signals=install_signal_handlers)
         except BaseException:
-            self._lock.release()
+            self._state_dir_lock.release()
             raise
 
-    def _open(
-        self,
-        *,
-        eviction_grace: float,
-        clock: Clock | None,
-        tick_interval: float | None,
-        shutdown_grace: float,
-        ask_timeout: float,
-        install_signal_handlers: bool,
-        preload: Sequence[str],
-        extra_kinds: Mapping[str, type[WorkActor]],
-        concurrency: Mapping[str, int] | None,
-        expire_after: float,
-        ledger_sync: str,
-        ray: RayRuntime,
-    ) -> None:
-        self._output_dir = _outputfile.private_dir(self.state_dir / "output")
-        self._clock = clock or SystemClock()
-        self._ask_timeout = ask_timeout
+    def _open(self, options: Options, *, shutdown_grace: float, signals: bool) -> None:
         self._shutdown_grace = shutdown_grace
         self._closed = False
+        # Guards _closed and _closing_thread: a check and two assignments, O(1).
         self._close_lock = threading.Lock()
+        self._closing_thread: threading.Thread | None = None
+        self._close_done = threading.Event()  # set when the first close() has finished
         _raise_nofile_limit()
-        self._transcript_dir = _outputfile.private_dir(self.state_dir / _outputfile.TRANSCRIPTS_DIR)
-        kinds = Kinds()
-        kinds.add("b", ShellActor, builtin=True)
-        kinds.add("a", AgentActor, builtin=True)
-        # Ray is imported and reached only when a remote unit asks for it (remote/runtime.py).
-        self._ray = ray
-        kinds.add("r", RemoteActor.bound_to(self._ray), builtin=True)
-        remote_teammates = RemoteTeammateActor.bound_to(self._ray)
-        kinds.add("t", teammates_local_or_remote(remote_teammates), builtin=True)
-        kinds.add("m", MonitorActor, builtin=True)
-        kinds.add("d", DreamActor, builtin=True)
-        kinds.add("w", WorkflowActor, builtin=True)
-        for letter, actor_class in extra_kinds.items():
-            kinds.add(letter, actor_class)
-        # verify: a damaged ledger is refused before the session row is written into it.
-        self._ledger = Ledger(
-            self.state_dir,
-            clock=self._clock,
-            expire_after=expire_after,
-            sync=ledger_sync,
-            verify=True,
-        )
-        self.session = _ids.mint("s")
-        self._reaper = Reaper()
-        self._zygote = ZygoteClient(self._reaper, preload)
-        # Warm the zygote up in the background: the first unit then finds it ready.
-        threading.Thread(target=self._zygote.start_quietly, name="workunits-zygote-start").start()
-        self._ref = SupervisorActor.start(
-            state_dir=self.state_dir,
-            output_dir=self._output_dir,
-            clock=self._clock,
-            reaper=self._reaper,
-            zygote=self._zygote,
-            kinds=kinds,
-            eviction_grace=eviction_grace,
-            ledger=self._ledger,
-            session=self.session,
-            concurrency=concurrency,
-        )
-        self._actor = self._ref.proxy()
+        self._runtime = Runtime(self.state_dir, options)
+        self.session = self._runtime.session
+        self._channel = channel = self._runtime.channel
+        self._teammates = TeammateCalls(channel)
         self._waiters = TerminalWaiters()
-        self._ask(self._actor.subscribe(self._waiters.on_change))
+        channel.ask(rq.Subscribe(self._waiters.on_change))
         # What a dead session left: resumed and lost units, adopted pending ones.
-        self.recovered: dict[str, list[str]] = self._ask(self._actor.recover())
-        self._ticker = None if tick_interval is None else Ticker(tick_interval, self._send_tick)
-        _cleanup.track(self, signals=install_signal_handlers)
+        self.recovered: dict[str, list[str]] = channel.ask(rq.Recover())
+        _cleanup.track(self, signals=signals)
 
-    # -- plumbing --------------------------------------------------------------
-
-    def _ask(self, future: Any) -> Any:
-        try:
-            return cast("pykka.Future[Any]", future).get(timeout=self._ask_timeout)
-        except pykka.ActorDeadError:
-            raise SupervisorClosed("the supervisor is closed") from None
-        except pykka.Timeout:
-            raise SupervisorClosed(
-                f"the supervisor actor did not answer within {self._ask_timeout} s"
-            ) from None
-
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._closed:
-            raise SupervisorClosed("the supervisor is closed")
-        try:
-            future = getattr(self._actor, method)(*args, **kwargs)
-        except pykka.ActorDeadError:
-            raise SupervisorClosed("the supervisor is closed") from None
-        return self._ask(future)
-
-    def _send_tick(self) -> None:
-        with contextlib.suppress(pykka.ActorDeadError):
-            self._ref.tell(Tick())
+    def _ask(self, request: rq.Request[R]) -> R:
+        """The supervisor actor's answer to ``request`` (SupervisorClosed once closed)."""
+        return self._channel.ask(request)
 
     # -- submitting ------------------------------------------------------------
 
@@ -389,35 +275,26 @@ class Supervisor(KindsFacade):
         returned, whatever its status; the same key with another spec raises
         IdempotencyConflict.
         """
-        record = self._call(
-            "register",
-            kind,
-            spec,
-            parent=parent,
-            description=description,
-            timeout=timeout,
-            key=key,
-            max_attempts=max_attempts,
-        )
-        return WorkHandle(self, cast(WorkRecord, record).id)
+        record = self._ask(rq.Register(kind, spec, parent, description, timeout, key, max_attempts))
+        return WorkHandle(self, record.id)
 
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
-        return cast("set[str]", self._call("resident_ids"))
+        return self._ask(rq.ResidentIds())
 
     def gc(self, older_than: float | None = None) -> int:
         """Expire ended units past their retention; forget those expired ``older_than`` ago."""
-        return cast(int, self._call("gc", older_than))
+        return self._ask(rq.Gc(older_than))
 
     def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
         """Add a kind under an unused letter; built-in letters and ``s`` are refused."""
-        self._call("register_kind", letter, actor_class)
+        self._ask(rq.RegisterKind(letter, actor_class))
 
     # -- reading ---------------------------------------------------------------
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once evicted."""
-        return cast(WorkRecord, self._call("get", work_id))
+        return self._ask(rq.Get(work_id))
 
     def list(
         self,
@@ -433,9 +310,7 @@ class Supervisor(KindsFacade):
                 raise SpecError(
                     f"status must be one of {[s.value for s in Status]}, got {status!r}"
                 ) from None
-        return cast(
-            "list[WorkRecord]", self._call("list_units", status=status, kind=kind, parent=parent)
-        )
+        return self._ask(rq.ListUnits(status, kind, parent))
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
@@ -447,8 +322,8 @@ class Supervisor(KindsFacade):
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
         ):
             raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
-        data, _ = self._call("read_output", work_id, max_bytes)
-        return cast(bytes, data)
+        data, _ = self._ask(rq.ReadOutput(work_id, max_bytes))
+        return data
 
     def stream(self, work_id: str, *, poll: float = 0.05) -> OutputStream:
         """Yield every byte of output exactly once, until the unit is terminal.
@@ -457,11 +332,14 @@ class Supervisor(KindsFacade):
         the stream ends or is closed, so its end cannot cut off unread output.
         """
         _ids.validate(work_id)
-        self._call("retain", work_id)
-        return OutputStream(self, work_id, poll)
-
-    def _read_chunk(self, work_id: str) -> tuple[bytes, WorkRecord]:
-        return cast("tuple[bytes, WorkRecord]", self._call("read_output", work_id, STREAM_CHUNK))
+        self._ask(rq.Retain(work_id))
+        return OutputStream(
+            work_id,
+            poll,
+            read=lambda: self._ask(rq.ReadOutput(work_id, STREAM_CHUNK)),
+            wait_a_little=lambda delay: self._wait_a_little(work_id, delay),
+            release=lambda: self._channel.post(rq.Release(work_id)),
+        )
 
     def _wait_a_little(self, work_id: str, delay: float) -> None:
         """Wait up to ``delay`` for the unit to end (more output may come sooner)."""
@@ -472,22 +350,17 @@ class Supervisor(KindsFacade):
         finally:
             self._waiters.discard(work_id, waiter)
 
-    def _release_quietly(self, work_id: str) -> None:
-        if not self._closed:
-            with contextlib.suppress(SupervisorClosed, KeyError, pykka.ActorDeadError):
-                self._actor.release(work_id)  # not awaited: may run from a finalizer
-
     def retain(self, work_id: str) -> WorkRecord:
         """Hold the record in memory (a viewer is looking at it) until ``release``."""
-        return cast(WorkRecord, self._call("retain", work_id))
+        return self._ask(rq.Retain(work_id))
 
     def release(self, work_id: str) -> WorkRecord:
         """Undo one ``retain``; the eviction grace starts again from now."""
-        return cast(WorkRecord, self._call("release", work_id))
+        return self._ask(rq.Release(work_id))
 
     def notifications(self) -> Mailbox:
         """The application's mailbox: one notice per top-level unit that ends."""
-        return cast(Mailbox, self._call("mailbox", None))
+        return self._ask(rq.MailboxOf(None))
 
     # -- waiting ---------------------------------------------------------------
 
@@ -533,19 +406,148 @@ class Supervisor(KindsFacade):
 
     def kill(self, work_id: str) -> bool:
         """SIGKILL the unit's process group now. False if it was not running (a no-op)."""
-        return cast(bool, self._call("kill", work_id, Reason.KILLED))
+        return self._ask(rq.Kill(work_id, Reason.KILLED))
 
     def cancel(self, work_id: str, grace: float = 5.0) -> bool:
         """SIGTERM now, SIGKILL after ``grace`` seconds. False if it was not running."""
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
             raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
-        return cast(bool, self._call("cancel", work_id, float(grace)))
+        return self._ask(rq.Cancel(work_id, float(grace)))
 
     # -- time ------------------------------------------------------------------
 
     def tick(self) -> int:
         """Run due deadlines and the eviction sweep now; returns how many records left memory."""
-        return cast(int, self._call("tick"))
+        return self._ask(rq.TickNow())
+
+    # -- teammates, monitors, dreams, workflows (DESIGN §3) ---------------------
+
+    def teammate(
+        self,
+        cls: type[Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        remote: bool = False,
+        resources: Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> TeammateHandle:
+        """Create ``cls(*args, **kwargs)`` in its own process as a ``t`` unit.
+
+        It takes messages in ``on_receive(message)`` (and method calls through
+        ``proxy()``) one at a time, until ``stop()``, a cancel or a kill.
+        ``remote=True`` puts the instance in a Ray actor (``workunits[ray]``), with
+        Ray ``resources`` as for ``remote()``; the handle and its semantics are the same.
+        """
+        spec: TeammateSpec | RemoteTeammateSpec
+        if remote:
+            if memory_limit is not None:
+                raise SpecError(
+                    'memory_limit is for local teammates; on Ray ask for resources={"memory": n}'
+                )
+            check_available()
+            spec = RemoteTeammateSpec.for_class(cls, args, kwargs, resources=resources)
+        elif resources is not None:
+            raise SpecError("resources are for remote teammates (remote=True)")
+        else:
+            spec = TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
+        name = spec.name if description is None else description
+        handle = self.submit("t", spec, description=name, timeout=timeout)
+        return TeammateHandle(self, handle.id, cls)
+
+    def monitor(
+        self,
+        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
+        pattern: str | re.Pattern[str],
+        *,
+        description: str | None = None,
+        rate_limit: float | None = DEFAULT_RATE_LIMIT,
+        timeout: float | None = None,
+    ) -> WorkHandle:
+        """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines.
+
+        Each line matching ``pattern`` (``re.search``) becomes a ``MonitorEvent`` in
+        the application's mailbox, at most ``rate_limit`` per second (None: no
+        limit); ``suppressed`` counts the matches dropped before it. The monitor
+        ends ``completed`` when its source ends; its result counts lines, matches
+        and events, with the command's exit code.
+        """
+        spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
+        name = spec.name if description is None else description
+        return self.submit("m", spec, description=name, timeout=timeout)
+
+    def dream(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` as an agent at idle CPU priority (a ``d`` unit)."""
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, idle_priority=True)
+        name = spec.name if description is None else description
+        return self.submit("d", spec, description=name, timeout=timeout)
+
+    def workflow(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
+
+        Resumable when ``fn`` is importable: after a crash the next supervisor
+        runs it again and finished steps return their stored results.
+        """
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+        name = spec.name if description is None else description
+        return self.submit(
+            "w", spec, description=name, timeout=timeout, key=key, max_attempts=max_attempts
+        )
+
+    def shed(self, n: int | None = None) -> builtins.list[str]:
+        """Kill up to ``n`` running dreams (all with None), newest first; their IDs.
+
+        They end ``killed`` with reason ``shed``, which tells them apart from an
+        explicit kill: shed work is worth resubmitting when the load falls.
+        """
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise SpecError(f"n must be an int >= 0 or None, got {n!r}")
+        return self._ask(rq.Shed(n))
+
+    # -- messages to teammates ------------------------------------------------------
+
+    def tell(self, work_id: str, message: Any) -> None:
+        """Queue ``message`` for a running teammate; TeammateEnded if it ended or is ending."""
+        self._teammates.tell(work_id, message)
+
+    def ask(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
+        """The teammate's answer to ``message``, or the exception its handler raised.
+
+        TeammateEnded if it ends before answering (a kill mid-ask), AskTimeout
+        after ``timeout`` seconds (None: until it answers or ends).
+        """
+        return self._teammates.ask(work_id, message, timeout)
+
+    def ask_future(self, work_id: str, message: Any) -> Future[Any]:
+        """Like ``ask``, returning at once; the future is resolved in the answer thread."""
+        return self._teammates.ask_future(work_id, message)
+
+    async def ask_async(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
+        """Like ``ask`` without blocking the event loop."""
+        return await self._teammates.ask_async(work_id, message, timeout)
+
+    def stop(self, work_id: str) -> bool:
+        """Ask a teammate to stop after the messages already sent; False if not running."""
+        return self._ask(rq.StopTeammate(work_id))
 
     # -- shutdown --------------------------------------------------------------
 
@@ -557,40 +559,31 @@ class Supervisor(KindsFacade):
         so the next supervisor on this state dir resumes or starts them.
         """
         with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+            closed, self._closed = self._closed, True
+            self._channel.closed = True  # no call but close()'s own from here on
+            closer = self._closing_thread
+            if not closed:
+                self._closing_thread = threading.current_thread()
+        if closed:
+            # Another thread (the cleanup thread, after a signal) is closing: wait
+            # for it, so that an exit after this call finds the work dead.
+            if closer is not threading.current_thread():
+                self._close_done.wait()
+            return
+        try:
+            self._close_once(deploy)
+        finally:
+            self._close_done.set()
+
+    def _close_once(self, deploy: bool) -> None:
         _cleanup.untrack(self)
         try:
-            ending = cast("list[str]", self._ask(self._actor.begin_shutdown(deploy)))
-            deadline = time.monotonic() + self._shutdown_grace
-            stuck: list[str] = []
-            for work_id in ending:
-                waiter = self._waiters.add(work_id)
-                try:
-                    try:
-                        record = self._ask(self._actor.get(work_id))
-                    except UnknownWork:
-                        continue  # it ended and was evicted already (a short eviction grace)
-                    remaining = max(0.0, deadline - time.monotonic())
-                    if not is_terminal(record.status) and not waiter.event.wait(remaining):
-                        stuck.append(work_id)
-                finally:
-                    self._waiters.discard(work_id, waiter)
-            if stuck:
-                self._ask(self._actor.force_end(stuck, "did not exit within the shutdown grace"))
+            end_all_work(self._channel, self._waiters, deploy=deploy, grace=self._shutdown_grace)
         except SupervisorClosed:
             pass
         finally:
-            if self._ticker is not None:
-                self._ticker.close()
-            with contextlib.suppress(pykka.ActorDeadError):
-                self._ref.stop(timeout=self._ask_timeout)
-            self._close_kinds()
-            self._ray.close()
-            self._zygote.close()
-            self._reaper.close()
-            self._lock.release()
+            self._runtime.close(after_actor=self._teammates.close)
+            self._state_dir_lock.release()
 
     def __enter__(self) -> Supervisor:
         return self

@@ -40,6 +40,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 from workunits._errors import NotRunning, UnknownWork
 from workunits._record import TAIL_BYTES, Notification, WorkRecord
 from workunits._status import Reason, Status, allowed, is_terminal
+from workunits.supervisor import requests as rq
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.sweep import evictable
@@ -111,7 +112,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             install_signal_handlers=False,
         )
         self.changes = ChangeLog()
-        self.sup._call("subscribe", self.changes.on_change)
+        self.sup._ask(rq.Subscribe(self.changes.on_change))
         self.mailbox = self.sup.notifications()
         self.models: dict[str, UnitModel] = {}
         self._seen_events = 0

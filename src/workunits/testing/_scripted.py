@@ -27,6 +27,7 @@ from workunits._errors import NotRunning, SpecError, UnknownWork, WrongType
 from workunits._record import Outcome, WorkRecord
 from workunits._status import Status
 from workunits.actors.base import UnitBinding, WorkActor
+from workunits.supervisor import requests as rq
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 
@@ -233,7 +234,7 @@ class ScriptedDriver:
     def _ask(self, unit: WorkHandle | str, message: object) -> Any:
         work_id = str(unit)
         try:
-            ref: pykka.ActorRef[WorkActor] = self.sup._call("unit_actor", work_id)
+            ref: pykka.ActorRef[WorkActor] = self.sup._ask(rq.UnitActor(work_id))
         except UnknownWork:
             # Either forgotten (get raises UnknownWork again) or no longer running.
             record = self.sup.get(work_id)

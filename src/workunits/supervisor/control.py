@@ -1,0 +1,261 @@
+"""``Control``: ending units (kill, cancel, stop, shed), deadlines, retention and reads of output.
+
+Owned by the SupervisorActor; every method runs in its thread. Kill and
+cancel route by prefix (invariant 9); retention and eviction follow
+invariant 8; reading output patches only the offset (invariant 6).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pykka
+
+from workunits import _outputfile
+from workunits._clock import Clock
+from workunits._errors import SpecError, UnknownWork
+from workunits._record import Outcome, WorkRecord, replace
+from workunits._status import Reason, Status, is_terminal
+from workunits._wire.actor_messages import Cancel, Escalate, Kill, StopTeammate
+from workunits.actors.base import WorkActor
+from workunits.supervisor.endings import TerminalTransition
+from workunits.supervisor.notices import Notices
+from workunits.supervisor.slots import Ending
+from workunits.supervisor.sweep import Deadlines, Due, evictable
+from workunits.supervisor.units import Units
+
+OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between output-size checks of running units
+
+
+class Control:
+    def __init__(
+        self,
+        *,
+        units: Units,
+        endings: TerminalTransition,
+        notices: Notices,
+        deadlines: Deadlines,
+        clock: Clock,
+        eviction_grace: float,
+    ) -> None:
+        self._units = units
+        self._endings = endings
+        self._notices = notices
+        self._deadlines = deadlines
+        self._clock = clock
+        self._grace = eviction_grace
+        self._next_cap_check = 0.0
+
+    # -- kill and cancel, routed by prefix (invariant 9) -----------------------
+
+    def kill(self, work_id: str, reason: Reason = Reason.KILLED) -> bool:
+        if self._units.evicted(work_id):
+            return False  # it ended long enough ago to leave memory: nothing to kill
+        return self.kill_resident(work_id, reason)
+
+    def kill_resident(self, work_id: str, reason: Reason) -> bool:
+        """``kill`` of a unit known to be in memory."""
+        record = self._units.registry.get(work_id)
+        if record.status == Status.PENDING:
+            self._endings.end(work_id, Outcome(Status.KILLED, reason=reason))
+            return True
+        slot = self._units.slot(work_id)
+        if record.status != Status.RUNNING or slot is None or slot.ending is Ending.KILL:
+            return False
+        if not self._units.tell(work_id, Kill(reason)):
+            return False  # it has ended; its report is queued behind this call
+        slot.ending = Ending.KILL
+        return True
+
+    def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
+        if self._units.evicted(work_id):
+            return False
+        record = self._units.registry.get(work_id)
+        if record.status == Status.PENDING:
+            self._endings.end(work_id, Outcome(Status.KILLED, reason=reason))
+            return True
+        slot = self._units.slot(work_id)
+        if record.status != Status.RUNNING or slot is None or slot.ending is not None:
+            return False
+        if not self._units.tell(work_id, Cancel(reason)):
+            return False  # it has ended; its report is queued behind this call
+        slot.ending = Ending.CANCEL
+        self._deadlines.push(self._clock.now() + grace, work_id, Due.ESCALATE)
+        return True
+
+    def stop_teammate(self, work_id: str) -> bool:
+        """Stop after the messages already sent (ends ``completed``); False if not running."""
+        record = self._units.lookup(work_id)
+        if not self._units.kinds.actor_class(work_id[0]).accepts_messages:
+            raise SpecError(f"{work_id} is a {record.kind} unit; only teammates are stopped")
+        slot = self._units.slot(work_id)
+        if record.status != Status.RUNNING or slot is None or slot.ending is not None:
+            return False
+        slot.ending = Ending.STOP  # refuses later messages, which the stop would drop
+        self._units.tell(work_id, StopTeammate())
+        return True
+
+    def shed(self, n: int | None = None) -> list[str]:
+        """Kill up to ``n`` running sheddable units (dreams), newest first; their IDs.
+
+        Newest first: the most recently started dream has the least work to lose.
+        """
+        kinds = self._units.kinds
+        candidates = [
+            (r.started_at or 0.0, order, r.id)
+            for order, r in enumerate(self._units.registry)
+            if r.status == Status.RUNNING
+            and kinds.actor_class(r.id[0]).sheddable
+            and _ending_of(self._units, r.id) is not Ending.KILL
+        ]
+        candidates.sort(reverse=True)
+        chosen = candidates if n is None else candidates[:n]
+        return [work_id for _, _, work_id in chosen if self.kill_resident(work_id, Reason.SHED)]
+
+    def unit_actor(self, work_id: str) -> pykka.ActorRef[WorkActor]:
+        """The running unit's actor (for kinds' own control messages and tests)."""
+        self._units.lookup(work_id)
+        slot = self._units.slot(work_id)
+        if slot is None or slot.actor is None:
+            raise UnknownWork(f"{work_id} has no running actor")
+        return slot.actor
+
+    # -- time ------------------------------------------------------------------
+
+    def run_deadlines(self, now: float) -> int:
+        """Timeouts, cancel escalations, evictions and output caps that are due; evictions."""
+        evicted = 0
+        for work_id, what in self._deadlines.pop_due(now):
+            record = self._units.registry.find(work_id)
+            if record is None:
+                continue
+            if what is Due.EVICT:
+                if evictable(record, now):
+                    self._units.evict(work_id)
+                    self._notices.forget(work_id)
+                    evicted += 1
+            elif record.status == Status.RUNNING:
+                slot = self._units.slot(work_id)
+                if what is Due.TIMEOUT:
+                    self.kill_resident(work_id, Reason.TIMEOUT)
+                elif what is Due.ESCALATE and slot is not None and slot.ending is Ending.CANCEL:
+                    slot.ending = Ending.KILL
+                    self._units.tell(work_id, Escalate())
+        if now >= self._next_cap_check:
+            self._next_cap_check = now + OUTPUT_CAP_CHECK_EVERY
+            self._check_output_caps()
+        return evicted
+
+    def _check_output_caps(self) -> None:
+        # Backs up the kernel's RLIMIT_FSIZE for work that ignores SIGXFSZ.
+        for work_id, slot in self._units.slots():
+            if slot.output_cap is None:
+                continue
+            record = self._units.registry.find(work_id)
+            if record is None or record.output_path is None:
+                continue
+            if _outputfile.size_of(record.output_path) >= slot.output_cap:
+                self.kill_resident(work_id, Reason.OUTPUT_CAP)
+
+    # -- retention (invariant 8) and output (invariant 6) ----------------------
+
+    def retain(self, work_id: str) -> WorkRecord:
+        self._units.lookup(work_id)
+        return self._units.write(
+            work_id, lambda r: replace(r, retain=r.retain + 1, evict_after=None)
+        )[1]
+
+    def release(self, work_id: str) -> WorkRecord:
+        record = self._units.lookup(work_id)
+        if record.retain == 0:
+            return record
+        now = self._clock.now()
+
+        def release(r: WorkRecord) -> WorkRecord:
+            left = r.retain - 1
+            evict_after = (
+                now + self._grace if left == 0 and is_terminal(r.status) else r.evict_after
+            )
+            return replace(r, retain=left, evict_after=evict_after)
+
+        _, new = self._units.write(work_id, release)
+        if new.retain == 0 and is_terminal(new.status):
+            slot = self._units.slot(work_id)
+            if slot is not None and slot.read_fd is not None:
+                os.close(slot.read_fd)
+                slot.read_fd = None
+            if new.evict_after is not None:
+                self._deadlines.push(new.evict_after, work_id, Due.EVICT)
+        return new
+
+    def read_output(self, work_id: str, max_bytes: int | None = None) -> tuple[bytes, WorkRecord]:
+        """Read the delta since the offset, then patch only the offset (invariant 6)."""
+        record = self._units.lookup(work_id)
+        slot = self._units.slot(work_id)
+        assert slot is not None  # the record is in memory
+        offset = record.output_offset
+        fd = slot.read_fd
+        if is_terminal(record.status) and fd is None:
+            # The file is gone: what is left to read is in the tail, if it fits.
+            data, new_offset = _from_tail(record, max_bytes)
+        else:
+            if fd is None and record.output_path is not None:
+                fd = slot.read_fd = _outputfile.open_for_reading(record.output_path)
+            data = b"" if fd is None else _outputfile.read_delta(fd, offset, max_bytes)
+            new_offset = offset + len(data)
+            if is_terminal(record.status) and fd is not None and new_offset >= record.output_bytes:
+                os.close(fd)
+                slot.read_fd = None
+        if new_offset != offset:
+            _, record = self._units.write(work_id, lambda r: replace(r, output_offset=new_offset))
+        return data, record
+
+    # -- shutdown (invariant 10) -------------------------------------------------
+
+    def begin_shutdown(self, *, deploy: bool, resumable: Callable[[str], bool]) -> list[str]:
+        """Kill all running work; return the IDs still ending.
+
+        With ``deploy``, resumable running units and pending units are stopped
+        without a terminal write: the next session resumes or starts them.
+        """
+        registry = self._units.registry
+        if deploy:
+            for record in registry:
+                slot = self._units.slot(record.id)
+                if slot is not None and (
+                    record.status == Status.PENDING
+                    or (record.status == Status.RUNNING and resumable(record.id))
+                ):
+                    slot.suspended = True
+        for record in registry:
+            if not is_terminal(record.status):
+                self.kill_resident(record.id, Reason.SHUTDOWN)
+        return [r.id for r in registry if not is_terminal(r.status)]
+
+    def force_end(self, work_ids: tuple[str, ...], error: str) -> None:
+        """Record units that did not report their end in time as killed (shutdown)."""
+        for work_id in work_ids:
+            slot = self._units.slot(work_id)
+            ref = None if slot is None else slot.actor
+            self._endings.end(work_id, Outcome(Status.KILLED, reason=Reason.SHUTDOWN, error=error))
+            if ref is not None:
+                ref.stop(block=False)
+
+
+def _ending_of(units: Units, work_id: str) -> Ending | None:
+    slot = units.slot(work_id)
+    return None if slot is None else slot.ending
+
+
+def _from_tail(record: WorkRecord, max_bytes: int | None) -> tuple[bytes, int]:
+    """Unread output of an ended unit whose file is gone: what the tail still holds.
+
+    A reader that lagged more than the tail's 64 KiB resumes at the tail's start.
+    """
+    tail_start = record.output_bytes - len(record.output_tail)
+    start = max(record.output_offset, tail_start)
+    end = record.output_bytes if max_bytes is None else min(record.output_bytes, start + max_bytes)
+    if end <= start:
+        return b"", record.output_offset
+    return record.output_tail[start - tail_start : end - tail_start], end

@@ -1,0 +1,184 @@
+"""``Recovery``: what the ledger brings in -- dead sessions' units, other processes' work.
+
+Owned by the SupervisorActor; every method runs in its thread. Other processes
+insert pending units (``wu.connect().shell(...)``) and append requests
+(cancel, kill, retain, release); the supervisor adopts and applies them on its
+ticks. At start, running units of dead sessions are resumed (same ID, next
+attempt, last checkpoint) when their kind says they can be, else they fail
+with reason ``lost``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from workunits._clock import Clock
+from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsError
+from workunits._ledger import Ledger, Request, UnitRow, Write
+from workunits._record import replace
+from workunits._status import Reason, Status, is_terminal
+from workunits.supervisor.control import Control
+from workunits.supervisor.starts import Starts
+from workunits.supervisor.units import Units
+
+log = logging.getLogger(__name__)
+
+ADOPT_BATCH = 256
+REQUESTS_PER_TICK = 64
+
+
+class Recovery:
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        session: str,
+        clock: Clock,
+        units: Units,
+        starts: Starts,
+        control: Control,
+    ) -> None:
+        self._ledger = ledger
+        self._session = session
+        self._clock = clock
+        self._units = units
+        self._starts = starts
+        self._control = control
+
+    def recover(self) -> dict[str, list[str]]:
+        """Open the session; resume or fail what dead sessions left running; adopt pending."""
+        self._ledger.open_session(self._session, os.getpid())
+        self._ledger.reopen_requests(self._session)
+        resumed: list[str] = []
+        lost: list[str] = []
+        for row in self._ledger.units_of_dead_sessions(self._session):
+            (resumed if self._resume_or_lose(row) else lost).append(row.id)
+        self._apply_requests()  # before adopting: a cancel sent while no supervisor ran wins
+        adopted = self._adopt_pending()
+        return {"resumed": resumed, "lost": lost, "adopted": adopted}
+
+    def tick(self) -> None:
+        """Apply other processes' requests, then adopt what they submitted."""
+        try:
+            self._apply_requests()
+            self._adopt_pending()
+        except LedgerError:
+            log.exception("ledger: could not take requests or pending units")
+
+    def _resume_or_lose(self, row: UnitRow) -> bool:
+        try:
+            actor_class = self._units.kinds.actor_class(row.id[0])
+            durable = self._ledger.load_spec(row.id)
+            if row.resumable and row.attempt < row.max_attempts:
+                spec, timeout = actor_class.from_durable(durable)
+                attempt = self._ledger.begin_attempt(row.id, self._session, expected=row.attempt)
+                record = replace(row.to_record(), status=Status.PENDING, attempt=attempt, pid=None)
+                self._starts.admit(record, actor_class, spec, timeout, row.checkpoint)
+                return True
+            error = f"lost: its supervisor (session {row.session}) ended while it ran"
+            if row.resumable:
+                error += f"; all {row.max_attempts} attempts are used"
+        except (WorkunitsError, UnknownKind) as exc:
+            error = f"lost: could not resume it: {type(exc).__name__}: {exc}"
+        self._lose(row, error)
+        return False
+
+    def _lose(self, row: UnitRow, error: str) -> None:
+        failed = Write(
+            row.id,
+            row.attempt,
+            {
+                "status": Status.FAILED.value,
+                "reason": Reason.LOST.value,
+                "error": error,
+                "ended_at": self._clock.now(),
+            },
+        )
+        # pending -> failed is no transition (only a cancel ends a pending unit): a
+        # pending unit that cannot start passes through running, in one transaction,
+        # as a unit whose launch fails does. Without it the write was refused, and
+        # the unit stayed pending, retried and refused again at every tick.
+        batch = [failed]
+        if row.status == Status.PENDING:
+            batch.insert(0, Write(row.id, row.attempt, {"status": Status.RUNNING.value}))
+        try:
+            self._ledger.write_many(batch)
+        except WorkunitsError:
+            log.exception("ledger: could not record %s as lost", row.id)
+
+    def _adopt_pending(self) -> list[str]:
+        """Start pending units other processes submitted (or a dead session left)."""
+        adopted: list[str] = []
+        for row in self._ledger.list(status=Status.PENDING, limit=ADOPT_BATCH):
+            if row.id in self._units:
+                continue
+            try:
+                actor_class = self._units.kinds.actor_class(row.id[0])
+                spec, timeout = actor_class.from_durable(self._ledger.load_spec(row.id))
+                self._ledger.write(row.id, attempt=row.attempt, session=self._session)
+            except (WorkunitsError, UnknownKind) as exc:
+                self._lose(row, f"could not start: {type(exc).__name__}: {exc}")
+                continue
+            self._starts.admit(row.to_record(), actor_class, spec, timeout, row.checkpoint)
+            adopted.append(row.id)
+        return adopted
+
+    def _apply_requests(self) -> None:
+        for request in self._ledger.take_requests(REQUESTS_PER_TICK, session=self._session):
+            try:
+                result = self._apply(request)
+            except WorkunitsError as exc:
+                result = {"changed": False, "error": f"{type(exc).__name__}: {exc}"}
+            if result is not None:
+                self._ledger.finish_request(request.seq, result)
+
+    def _apply(self, request: Request) -> dict[str, Any] | None:
+        """Apply one request; its answer, or None when the unit's end will answer it."""
+        target = request.target
+        if target not in self._units:
+            return self._apply_to_row(request)
+        control = self._control
+        if request.verb in ("cancel", "kill"):
+            if request.verb == "cancel":
+                changed = control.cancel(target, float(request.args.get("grace", 5.0)))
+            else:
+                changed = control.kill(target)
+            record = self._units.registry.get(target)
+            slot = self._units.slot(target)
+            if not is_terminal(record.status) and slot is not None:
+                slot.end_requests.append(request.seq)  # ending, or its end is already queued
+                return None
+            return {"changed": changed, "status": record.status.value}
+        if request.verb == "retain":
+            control.retain(target)
+        elif request.verb == "release":
+            control.release(target)
+        else:
+            raise SpecError(f"request verb {request.verb!r} is not applied by a supervisor")
+        status = self._units.registry.get(target).status.value
+        return {"changed": True, "status": status}
+
+    def _apply_to_row(self, request: Request) -> dict[str, Any]:
+        """A request for a unit not in memory (evicted, or never started here)."""
+        target = request.target
+        row = self._ledger.require(target)
+        if row.status == Status.PENDING and request.verb in ("cancel", "kill"):
+            # Never started: it ends without running (pending -> killed).
+            reason = Reason.CANCELLED if request.verb == "cancel" else Reason.KILLED
+            self._ledger.write(
+                target,
+                attempt=row.attempt,
+                status=Status.KILLED.value,
+                reason=reason.value,
+                ended_at=self._clock.now(),
+            )
+            return {"changed": True, "status": Status.KILLED.value}
+        if request.verb in ("retain", "release") and row.expired_at is None:
+            # The hold is on the row, which expiry leaves alone while its count is above zero.
+            count = row.retain + 1 if request.verb == "retain" else max(0, row.retain - 1)
+            if count != row.retain:
+                self._ledger.write(target, attempt=row.attempt, retain=count)
+            return {"changed": count != row.retain, "status": row.shown_status}
+        return {"changed": False, "status": row.shown_status}

@@ -1,0 +1,206 @@
+"""What the facade asks of the supervisor actor: one frozen message per call, typed by its reply.
+
+``Request[R]`` is answered with an ``R``: the actor's ``on_receive`` matches the
+request and calls ``request.answer(value)``, which mypy checks against ``R``;
+the facade's ``ask(request: Request[R]) -> R`` reads it back. So the contract
+between the facade and the actor is checked at both ends, with no casts and no
+dispatch by method name.
+
+A request is always *asked* (``ActorRef.ask``, blocking or not), never told:
+an exception raised while handling it belongs to the asker, to whom pykka
+hands it. Tells from unit actors, the Reaper and the Ticker are other
+messages (``supervisor.actor``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pykka
+
+from workunits._mailbox import Mailbox
+from workunits._record import WorkRecord
+from workunits._status import Reason, Status
+from workunits.actors.base import WorkActor
+from workunits.supervisor.asks import Route
+from workunits.supervisor.registry import Change
+from workunits.supervisor.units import Subscriber
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Request(Generic[R]):
+    # The actor's answer, read by the asker once the ask returns (pykka's future
+    # orders the write before the read). A list: the request itself stays frozen.
+    _reply: list[R] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def answer(self, value: R) -> None:
+        """In the supervisor actor's thread: the reply to this request."""
+        self._reply.append(value)
+
+    def answered(self) -> R:
+        """In the asker's thread, after the ask returned."""
+        if not self._reply:
+            raise RuntimeError(f"the supervisor actor did not answer {self!r}")  # a bug
+        return self._reply[0]
+
+
+# -- the registration chokepoint and the kinds ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Register(Request[WorkRecord]):
+    letter: str
+    spec: Any
+    parent: str | None = None
+    description: str = ""
+    timeout: float | None = None
+    key: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterKind(Request[None]):
+    letter: str
+    actor_class: type[WorkActor]
+
+
+@dataclass(frozen=True, slots=True)
+class Recover(Request[dict[str, list[str]]]):
+    """Open the session; resume, fail and adopt what the ledger holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe(Request[None]):
+    """``subscriber(old, new)`` runs in the actor's thread after every write; it must not block."""
+
+    subscriber: Subscriber
+
+
+# -- reads -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Get(Request[WorkRecord]):
+    work_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListUnits(Request[list[WorkRecord]]):
+    status: Status | None = None
+    kind: str | None = None
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOutput(Request[tuple[bytes, WorkRecord]]):
+    work_id: str
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentIds(Request[set[str]]):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxOf(Request[Mailbox]):
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnitActor(Request[pykka.ActorRef[WorkActor]]):
+    """The running unit's actor (for kinds' own control messages and tests)."""
+
+    work_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Update(Request[WorkRecord]):
+    """The one update function, from outside (tests)."""
+
+    work_id: str
+    change: Change
+
+
+# -- retention, ending, time -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Retain(Request[WorkRecord]):
+    work_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Request[WorkRecord]):
+    work_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kill(Request[bool]):
+    work_id: str
+    reason: Reason = Reason.KILLED
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(Request[bool]):
+    work_id: str
+    grace: float
+    reason: Reason = Reason.CANCELLED
+
+
+@dataclass(frozen=True, slots=True)
+class Shed(Request[list[str]]):
+    n: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TickNow(Request[int]):
+    """Run due deadlines and the sweep; how many records left memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class Gc(Request[int]):
+    older_than: float | None = None
+
+
+# -- teammates ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Request[int]):
+    """A tell (``ask`` False) or an ask answered through ``reply``; the ask's token."""
+
+    target: str
+    message: bytes
+    ask: bool
+    reply: Route | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetAsk(Request[None]):
+    target: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopTeammate(Request[bool]):
+    work_id: str
+
+
+# -- shutdown -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BeginShutdown(Request[list[str]]):
+    """Refuse new work, kill running work; the IDs still ending."""
+
+    deploy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForceEnd(Request[None]):
+    work_ids: tuple[str, ...]
+    error: str

@@ -1,0 +1,123 @@
+"""``Runtime``: the processes, threads and files one ``Supervisor`` runs on.
+
+The ledger, the Reaper, the zygote (warmed up on a daemon thread), Ray (when a
+remote unit first asks for it), the supervisor actor and the Ticker: made in
+that order by ``Runtime.open``, let go of in reverse by ``close``, which runs
+once the facade has ended the work. Runs in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pykka
+
+from workunits import _ids, _outputfile
+from workunits._clock import Clock
+from workunits._ledger import Ledger
+from workunits._remote.runtime import RayRuntime
+from workunits._zygote.client import ZygoteClient
+from workunits._zygote.reaper import Reaper
+from workunits.actors.agent import AgentActor
+from workunits.actors.base import WorkActor
+from workunits.actors.dream import DreamActor
+from workunits.actors.monitor import MonitorActor
+from workunits.actors.remote import RemoteActor
+from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
+from workunits.actors.shell import ShellActor
+from workunits.actors.workflow import WorkflowActor
+from workunits.supervisor.actor import SupervisorActor, Tick
+from workunits.supervisor.channel import ActorChannel
+from workunits.supervisor.kinds import Kinds
+from workunits.supervisor.ticker import Ticker
+
+
+def builtin_kinds(ray: RayRuntime, extra: Mapping[str, type[WorkActor]]) -> Kinds:
+    """The built-in kinds, then ``extra`` (the Supervisor's ``kinds=``)."""
+    kinds = Kinds()
+    kinds.add("b", ShellActor, builtin=True)
+    kinds.add("a", AgentActor, builtin=True)
+    # Ray is imported and reached only when a remote unit asks for it (remote/runtime.py).
+    kinds.add("r", RemoteActor.bound_to(ray), builtin=True)
+    remote_teammates = RemoteTeammateActor.bound_to(ray)
+    kinds.add("t", teammates_local_or_remote(remote_teammates), builtin=True)
+    kinds.add("m", MonitorActor, builtin=True)
+    kinds.add("d", DreamActor, builtin=True)
+    kinds.add("w", WorkflowActor, builtin=True)
+    for letter, actor_class in extra.items():
+        kinds.add(letter, actor_class)
+    return kinds
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The Supervisor's constructor arguments the runtime uses, checked by the facade."""
+
+    eviction_grace: float
+    clock: Clock
+    tick_interval: float | None
+    ask_timeout: float
+    preload: Sequence[str]
+    extra_kinds: Mapping[str, type[WorkActor]]
+    concurrency: Mapping[str, int] | None
+    expire_after: float
+    ledger_sync: str
+    ray: RayRuntime
+
+
+class Runtime:
+    def __init__(self, state_dir: Path, options: Options) -> None:
+        self.ray = options.ray
+        output_dir = _outputfile.private_dir(state_dir / "output")
+        _outputfile.private_dir(state_dir / _outputfile.TRANSCRIPTS_DIR)
+        # verify: a damaged ledger is refused before the session row is written into it.
+        self.ledger = Ledger(
+            state_dir,
+            clock=options.clock,
+            expire_after=options.expire_after,
+            sync=options.ledger_sync,
+            verify=True,
+        )
+        self.session = _ids.mint("s")
+        self.reaper = Reaper()
+        self.zygote = ZygoteClient(self.reaper, options.preload)
+        # Warm the zygote up in the background (the client's own daemon thread,
+        # joined by its close): the first unit then finds it ready.
+        self.zygote.start_quietly()
+        self._ask_timeout = options.ask_timeout
+        self._ref = SupervisorActor.start(
+            state_dir=state_dir,
+            output_dir=output_dir,
+            clock=options.clock,
+            reaper=self.reaper,
+            zygote=self.zygote,
+            kinds=builtin_kinds(self.ray, options.extra_kinds),
+            eviction_grace=options.eviction_grace,
+            ledger=self.ledger,
+            session=self.session,
+            concurrency=options.concurrency,
+        )
+        self.channel = ActorChannel(self._ref, options.ask_timeout)
+        interval = options.tick_interval
+        self._ticker = None if interval is None else Ticker(interval, self._tick)
+
+    def _tick(self) -> None:
+        """In the Ticker's thread: a tell, never a wait."""
+        self.channel.tell(Tick())
+
+    def close(self, after_actor: Callable[[], None]) -> None:
+        """Stop the ticks and the actor, then the processes under them. Once, from close().
+
+        ``after_actor`` runs once the actor has stopped (every route has been called).
+        """
+        if self._ticker is not None:
+            self._ticker.close()
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._ref.stop(timeout=self._ask_timeout)
+        after_actor()
+        self.ray.close()
+        self.zygote.close()
+        self.reaper.close()

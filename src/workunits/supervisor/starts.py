@@ -1,0 +1,215 @@
+"""``Starts``: the registration chokepoint (invariant 4), the queues per kind, and starting.
+
+Owned by the SupervisorActor; every method runs in its thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workunits import _ids
+from workunits._clock import Clock
+from workunits._errors import SpecError, SupervisorClosed
+from workunits._record import Outcome, WorkRecord, replace
+from workunits._status import Status, is_terminal
+from workunits._wire.submits import check_submit, check_timeout
+from workunits._zygote.client import ZygoteClient
+from workunits._zygote.reaper import Reaper
+from workunits.actors.base import UnitBinding, WorkActor
+from workunits.supervisor.durable import LedgerMirror
+from workunits.supervisor.endings import EndReport, TerminalTransition
+from workunits.supervisor.sweep import Deadlines, Due
+from workunits.supervisor.units import Units
+
+
+@dataclass(frozen=True, slots=True)
+class PidReport:
+    """A unit actor reports its unit's pid (told from the unit actor's thread)."""
+
+    work_id: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """A unit waiting for a slot of its kind."""
+
+    work_id: str
+    actor_class: type[WorkActor]
+    spec: Any
+    timeout: float | None
+    checkpoint: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Surroundings:
+    """What every unit actor is started with, beside its own spec."""
+
+    state_dir: Path
+    output_dir: Path
+    clock: Clock
+    reaper: Reaper
+    zygote: ZygoteClient
+    tell_supervisor: Callable[[Any], None]  # a tell to the supervisor actor
+
+
+class Starts:
+    def __init__(
+        self,
+        *,
+        units: Units,
+        mirror: LedgerMirror,
+        endings: TerminalTransition,
+        deadlines: Deadlines,
+        around: Surroundings,
+        concurrency: Mapping[str, int] | None,
+    ) -> None:
+        self._units = units
+        self._mirror = mirror
+        self._endings = endings
+        self._deadlines = deadlines
+        self._around = around
+        self._limits = dict(concurrency or {})  # running units per kind name
+        self._queued: dict[str, deque[_Queued]] = {}  # FIFO per kind name
+        self._closing = False
+
+    def refuse_new_work(self) -> None:
+        self._closing = True
+
+    def register(
+        self,
+        letter: str,
+        spec: Any,
+        *,
+        parent: str | None = None,
+        description: str = "",
+        timeout: float | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> WorkRecord:
+        """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
+
+        With ``key``, a unit already submitted under it is returned instead,
+        whatever its status (IdempotencyConflict if its spec differs).
+        """
+        if self._closing:
+            raise SupervisorClosed("the supervisor is closing; it starts no new work")
+        kinds = self._units.kinds
+        kind_class = kinds.actor_class(_ids.validate_letter(letter))
+        kind_class.validate_spec(spec)
+        actor_class = kind_class.actor_for(spec)
+        check_submit(description=description, key=key, max_attempts=max_attempts)
+        check_timeout(timeout)
+        if parent is not None:
+            parent_record = self._units.lookup(parent)
+            if is_terminal(parent_record.status):
+                raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
+        work_id = _ids.mint(letter)
+        while work_id in self._units:  # ~2.8e12 suffixes: practically never loops
+            work_id = _ids.mint(letter)
+        record = WorkRecord(
+            id=work_id,
+            kind=actor_class.kind,
+            status=Status.PENDING,
+            parent=parent,
+            description=description,
+            created_at=self._around.clock.now(),
+            output_path=str(self._around.output_dir / f"{work_id}.out"),
+        )
+        # A unit that gets a slot now is written ``running`` by its submit: one
+        # fully synced commit, not a submit and then a transition.
+        starts_now = self._has_slot(actor_class.kind)
+        existing = self._mirror.submit(
+            record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
+        )
+        if existing is not None:
+            found = self._units.registry.find(existing.id)
+            return found if found is not None else existing.to_record()
+        self.admit(record, actor_class, spec, timeout, running_in_ledger=starts_now)
+        return self._units.registry.get(work_id)
+
+    def admit(
+        self,
+        record: WorkRecord,
+        actor_class: type[WorkActor],
+        spec: Any,
+        timeout: float | None,
+        checkpoint: bytes | None = None,
+        *,
+        running_in_ledger: bool = False,
+    ) -> None:
+        """Insert a pending record and start it, or queue it for a slot of its kind.
+
+        ``running_in_ledger``: the submit already wrote the row ``running`` (it
+        found a slot, as this does in the same call).
+        """
+        self._units.insert(record)
+        if not self._has_slot(actor_class.kind):
+            queue = self._queued.setdefault(actor_class.kind, deque())
+            queue.append(_Queued(record.id, actor_class, spec, timeout, checkpoint))
+            return
+        self._start(
+            _Queued(record.id, actor_class, spec, timeout, checkpoint),
+            running_in_ledger=running_in_ledger,
+        )
+
+    def _has_slot(self, kind: str) -> bool:
+        limit = self._limits.get(kind)
+        return limit is None or self._units.running_of(kind) < limit
+
+    def start_queued(self, kind: str) -> None:
+        """A unit of ``kind`` ended: start the next ones waiting, while slots are free."""
+        queue = self._queued.get(kind)
+        while queue and self._has_slot(kind):
+            unit = queue.popleft()
+            record = self._units.registry.find(unit.work_id)
+            if record is not None and record.status == Status.PENDING:
+                self._start(unit)
+
+    def _start(self, unit: _Queued, *, running_in_ledger: bool = False) -> None:
+        around = self._around
+        now = around.clock.now()
+
+        def running(r: WorkRecord) -> WorkRecord:
+            return replace(r, status=Status.RUNNING, started_at=now)
+
+        work_id = unit.work_id
+        if running_in_ledger:  # memory catches up with the row; nothing to write
+            old, record = self._units.registry.update(work_id, running)
+            self._units.tell_subscribers(old, record)
+        else:
+            _, record = self._units.write(work_id, running)
+        assert record.output_path is not None
+        tell = around.tell_supervisor
+        binding = UnitBinding(
+            id=work_id,
+            spec=unit.spec,
+            output_path=record.output_path,
+            state_dir=str(around.state_dir),
+            timeout=unit.timeout,
+            attempt=record.attempt,
+            checkpoint=unit.checkpoint,
+            clock=around.clock,
+            reaper=around.reaper,
+            zygote=around.zygote,
+            report_pid=lambda wid, pid: tell(PidReport(wid, pid)),
+            report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
+            tell_supervisor=tell,
+        )
+        slot = self._units.slot(work_id)
+        assert slot is not None  # the record is in the registry
+        try:
+            slot.actor = unit.actor_class.start(binding)
+        except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
+            error = f"could not start the unit: {exc!r}"
+            self._endings.end(work_id, Outcome(Status.FAILED, error=error))
+            return
+        if unit.timeout is not None:
+            self._deadlines.push(now + unit.timeout, work_id, Due.TIMEOUT)
+        cap = getattr(unit.spec, "output_cap", None)
+        if isinstance(cap, int):
+            slot.output_cap = cap

@@ -1,0 +1,62 @@
+"""``OutputStream``: what ``Supervisor.stream()`` returns; it holds the unit retained until done."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from workunits._record import WorkRecord
+from workunits._status import is_terminal
+
+
+class OutputStream(Iterator[bytes]):
+    """Every byte of a unit's output exactly once, until it is terminal (the caller's thread).
+
+    ``read`` returns the next chunk and the record it was read against;
+    ``wait_a_little(delay)`` returns at the unit's end or after ``delay``;
+    ``release`` lets go of the retention (without waiting: it may run from a finalizer).
+    """
+
+    def __init__(
+        self,
+        work_id: str,
+        poll: float,
+        *,
+        read: Callable[[], tuple[bytes, WorkRecord]],
+        wait_a_little: Callable[[float], None],
+        release: Callable[[], None],
+    ) -> None:
+        self.id = work_id
+        self._poll = poll
+        self._read = read
+        self._wait_a_little = wait_a_little
+        self._release = release
+        self._delay = 0.001
+        self._open = True
+
+    def __next__(self) -> bytes:
+        while self._open:
+            data, record = self._read()
+            if data:
+                self._delay = 0.001
+                return data
+            if is_terminal(record.status) and record.output_offset >= record.output_bytes:
+                break
+            # Nothing new yet: wait for the end or for more output, backing off.
+            self._wait_a_little(self._delay)
+            self._delay = min(self._delay * 2, self._poll)
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._release()
+
+    def __enter__(self) -> OutputStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
