@@ -519,14 +519,11 @@ def _stream_unit(sup: wu.Supervisor, size: int) -> tuple[int, wu.WorkRecord]:
     handle = sup.shell(["head", "-c", str(size), "/dev/zero"])
     # Hold the record past the stream's end: with eviction_grace=0 the stream's own
     # release would let a tick evict it before we read how it ended.
-    sup.retain(handle.id)
-    try:
+    with sup.retain(handle.id):
         got = 0
         for chunk in sup.stream(handle.id):
             got += len(chunk)
         return got, sup.wait(handle.id, timeout=60)
-    finally:
-        sup.release(handle.id)
 
 
 # -- driver ------------------------------------------------------------------------

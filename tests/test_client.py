@@ -367,19 +367,19 @@ def test_cancel_and_kill_of_an_ended_unit_are_no_ops_without_a_request(
     assert fake.apply_requests() == []
 
 
-def test_kill_retain_and_release_go_through_requests(
+def test_kill_goes_through_requests_and_retains_are_leases_in_the_ledger(
     client: wu.Client, fake: FakeSupervisor
 ) -> None:
     handle = client.shell("sleep 9")
     fake.start(handle.id)
-    client.retain(handle.id)
-    fake.apply_requests()
-    assert handle.row().retain == 1
-    client.release(handle.id)
+    with client.retain(handle.id, lease=60) as retain:
+        assert client.ledger.retained([handle.id]) == {handle.id}
+        assert retain.renew()
+    assert client.ledger.retained([handle.id]) == set()
+    assert not retain.renew()  # released: retain again to hold it
     assert handle.kill()
     verbs = [r.verb for r in fake.apply_requests()]
-    assert verbs == ["release", "kill"]
-    assert handle.row().retain == 0
+    assert verbs == ["kill"]
     assert handle.get().reason is Reason.KILLED
 
 

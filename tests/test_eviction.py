@@ -1,17 +1,28 @@
-"""Lazy, gated eviction (invariant 8), on manual time.
+"""Lazy eviction, gated by the mailbox (invariant 8), on manual time.
 
-A record leaves memory only when terminal, notified, past its grace and unretained.
+A record leaves memory only when it is terminal, its notice is acknowledged
+(or nobody is left to acknowledge it), its grace is over and no retain lease
+holds it. Reads of an evicted unit are answered from the ledger.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import GRACE
-from workunits import Status, Supervisor, UnknownWork, connect
+from workunits import Notification, Status, Supervisor, connect
+from workunits.supervisor.eviction import RECHECK
 from workunits.testing import ManualClock, ScriptedDriver
+
+
+def _take(sup: Supervisor, work_id: str) -> Notification:
+    """Take (claim and acknowledge) the application's notice of ``work_id``, as a parent would."""
+    notice = sup.notifications().get(timeout=5)
+    assert isinstance(notice, Notification)
+    assert notice.id == work_id
+    return notice
 
 
 def test_a_terminal_record_stays_until_the_grace_is_over(
@@ -22,9 +33,10 @@ def test_a_terminal_record_stays_until_the_grace_is_over(
     assert record.notified
     assert record.evict_after == clock.now() + GRACE
     assert record.ended_at == clock.now()
+    _take(msup, unit.id)
     clock.advance(GRACE - 0.001)
     assert msup.tick() == 0
-    assert msup.get(unit.id) == record
+    assert msup.get(unit.id).acknowledged
     clock.advance(0.001)
     assert msup.tick() == 1
     assert unit.id not in msup.resident_ids()
@@ -35,11 +47,53 @@ def test_a_terminal_record_stays_until_the_grace_is_over(
     assert [r.id for r in msup.list()] == [unit.id]
 
 
-def test_an_evicted_unit_reads_from_the_ledger_and_cannot_be_held(
+def test_an_unread_notice_keeps_the_record_past_its_grace(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.write(unit.id, b"all of it\n")
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE * 100)
+    assert msup.tick() == 0
+    assert unit.id in msup.resident_ids()
+    assert msup.read_output(unit.id) == b"all of it\n"  # the parent can still read it
+    _take(msup, unit.id)
+    assert msup.tick() == 1  # acknowledged after its grace: it goes at the next tick
+
+
+def test_a_notice_acknowledged_by_another_process_lets_the_record_go(
     msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
 ) -> None:
     unit = drive.start()
     drive.exit(unit.id, 0)
+    with connect(msup.state_dir) as client:
+        assert client.notifications().get(timeout=5).id == unit.id
+    clock.advance(GRACE)
+    assert msup.tick() == 1, "the ledger says it was acknowledged"
+
+
+def test_a_released_claim_keeps_the_record_until_taken_again(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    held = msup.notifications().claim(timeout=5)
+    assert held.release()
+    clock.advance(GRACE + RECHECK)
+    assert msup.tick() == 0
+    notice = _take(msup, unit.id)
+    assert notice.redelivered
+    assert msup.tick() == 1
+
+
+def test_an_evicted_unit_is_read_from_the_ledger(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.write(unit.id, b"0123456789")
+    assert msup.read_output(unit.id, max_bytes=4) == b"0123"
+    drive.exit(unit.id, 0)
+    _take(msup, unit.id)
     clock.advance(GRACE)
     assert msup.tick() == 1
     assert msup.get(unit.id).status == Status.COMPLETED
@@ -47,9 +101,18 @@ def test_an_evicted_unit_reads_from_the_ledger_and_cannot_be_held(
     assert msup.result(unit.id).id == unit.id
     assert msup.kill(unit.id) is False
     assert msup.cancel(unit.id) is False
-    for call in (msup.read_output, msup.retain, msup.release):
-        with pytest.raises(UnknownWork, match="left memory"):
-            call(unit.id)
+    # The read offset went to the ledger with the record: reading carries on.
+    assert msup.read_output(unit.id, max_bytes=3) == b"456"
+    assert msup.read_output(unit.id) == b"789"
+    assert msup.read_output(unit.id) == b""
+    chunk = msup.read_output(unit.id, offset=2)
+    assert (chunk.data, chunk.start, chunk.next_offset, chunk.ended) == (
+        b"23456789",
+        2,
+        10,
+        True,
+    )
+    assert b"".join(msup.stream(unit.id)) == b""  # nothing left after the offset
 
 
 def test_running_units_are_never_evicted(
@@ -61,88 +124,69 @@ def test_running_units_are_never_evicted(
     assert msup.get(unit.id).evict_after is None
 
 
-def test_a_unit_retained_before_its_end_is_never_evicted_until_released(
+def test_a_retain_lease_holds_the_record_until_released(
     msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
 ) -> None:
     unit = drive.start()
-    msup.retain(unit.id)
-    record = drive.exit(unit.id, 0)
-    assert record.evict_after is None
-    clock.advance(1e6)
+    retain = msup.retain(unit.id, lease=1000)
+    drive.exit(unit.id, 0)
+    _take(msup, unit.id)
+    clock.advance(GRACE + RECHECK)
     assert msup.tick() == 0
-    released = msup.release(unit.id)
-    assert released.retain == 0
-    assert released.evict_after == clock.now() + GRACE
-    clock.advance(GRACE - 0.001)
+    assert retain.release()
+    assert not retain.release()
+    assert msup.tick() == 1, "a release looks at the record again at once"
+
+
+def test_a_lease_nobody_renews_lapses(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    _take(msup, unit.id)
+    retain = msup.retain(unit.id, lease=GRACE * 2)
+    clock.advance(GRACE)
     assert msup.tick() == 0
-    clock.advance(0.001)
+    assert retain.renew()  # a viewer still looking: GRACE * 2 from now
+    clock.advance(GRACE * 2 - 0.001)
+    assert msup.tick() == 0
+    clock.advance(RECHECK)
+    assert msup.tick() == 1  # lapsed, and looked at again
+    assert not retain.renew()
+
+
+def test_two_viewers_hold_two_leases(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    _take(msup, unit.id)
+    first, second = msup.retain(unit.id), msup.retain(unit.id)
+    assert first.lease_id != second.lease_id
+    clock.advance(GRACE)
+    first.release()
+    assert msup.tick() == 0
+    with second:
+        pass
     assert msup.tick() == 1
 
 
-def test_a_viewer_retaining_an_ended_unit_holds_it(
+def test_a_retain_held_by_a_process_that_exited_lapses_at_once(
     msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
 ) -> None:
     unit = drive.start()
     drive.exit(unit.id, 0)
-    clock.advance(GRACE / 2)
-    assert msup.retain(unit.id).evict_after is None
-    clock.advance(GRACE * 10)
-    assert msup.tick() == 0
-    assert msup.get(unit.id).retain == 1
-
-
-def test_release_restarts_the_grace(
-    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
-) -> None:
-    unit = drive.start()
-    drive.exit(unit.id, 0)
-    clock.advance(GRACE - 1)
-    msup.retain(unit.id)
-    msup.release(unit.id)
-    clock.advance(1)  # the original deadline: no longer the one that counts
-    assert msup.tick() == 0
-    assert msup.get(unit.id).retain == 0
-    clock.advance(GRACE - 1.001)
-    assert msup.tick() == 0
-    clock.advance(0.001)
-    assert msup.tick() == 1
-
-
-def test_a_release_after_the_original_deadline_passed_still_evicts_later(
-    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
-) -> None:
-    unit = drive.start()
-    drive.exit(unit.id, 0)
-    msup.retain(unit.id)
-    clock.advance(GRACE)
-    assert msup.tick() == 0  # the end's deadline comes due while retained
-    msup.release(unit.id)
-    clock.advance(GRACE)
-    assert msup.tick() == 1, "the release must bring its own deadline"
-
-
-def test_nested_retains_need_as_many_releases(
-    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
-) -> None:
-    unit = drive.start()
-    msup.retain(unit.id)
-    msup.retain(unit.id)
-    drive.exit(unit.id, 0)
-    assert msup.release(unit.id).retain == 1
-    clock.advance(GRACE * 2)
-    assert msup.tick() == 0
-    assert msup.release(unit.id).retain == 0
+    _take(msup, unit.id)
+    code = (
+        "import sys, workunits as wu\n"
+        "c = wu.connect(sys.argv[1])\n"
+        "c.retain(sys.argv[2], lease=1e6)\n"
+    )  # exits holding a lease it never releases
+    subprocess.run(
+        [sys.executable, "-c", code, str(msup.state_dir), unit.id], check=True, timeout=60
+    )
     clock.advance(GRACE)
     assert msup.tick() == 1
-
-
-def test_release_without_a_retain_is_a_no_op(
-    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
-) -> None:
-    unit = drive.start()
-    record = drive.exit(unit.id, 0)
-    assert msup.release(unit.id) == record
-    assert msup.release(unit.id).retain == 0
 
 
 def test_ticks_evict_only_what_is_due(
@@ -152,6 +196,8 @@ def test_ticks_evict_only_what_is_due(
     drive.exit(early.id, 0)
     clock.advance(5)
     drive.exit(late.id, 1)
+    msup.notifications().get(timeout=5)
+    msup.notifications().get(timeout=5)
     clock.advance(GRACE - 5)
     assert msup.tick() == 1
     assert msup.resident_ids() == {late.id, running.id}
@@ -160,29 +206,27 @@ def test_ticks_evict_only_what_is_due(
     assert msup.resident_ids() == {running.id}
 
 
-def test_a_retain_request_for_an_evicted_unit_holds_its_ledger_row(
-    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
-) -> None:
-    unit = drive.start()
-    drive.exit(unit.id, 0)
-    clock.advance(GRACE)
-    msup.tick()
-    assert unit.id not in msup.resident_ids()  # only the ledger knows it now
-    with connect(msup.state_dir) as client:
-        seq = client.request("retain", unit.id)
-        assert seq is not None
-        msup.tick()
-        assert client.request_result(seq) == {"changed": True, "status": "completed"}
-        assert client.row(unit.id).retain == 1  # expiry leaves it alone
-        seq = client.request("release", unit.id)
-        assert seq is not None
-        msup.tick()
-        assert client.request_result(seq) == {"changed": True, "status": "completed"}
-        assert client.row(unit.id).retain == 0
-        seq = client.request("release", unit.id)  # one release too many changes nothing
-        assert seq is not None
-        msup.tick()
-        assert client.request_result(seq) == {"changed": False, "status": "completed"}
+def test_past_the_cap_the_oldest_ended_records_leave_unread(tmp_path: Path) -> None:
+    # A daemon nobody reads from must not grow without bound (max_resident_ended).
+    clock = ManualClock()
+    with Supervisor(
+        tmp_path / "state",
+        clock=clock,
+        tick_interval=None,
+        install_signal_handlers=False,
+        max_resident_ended=2,
+    ) as sup:
+        drive = ScriptedDriver(sup)
+        units = [drive.start() for _ in range(4)]
+        for unit in units:
+            drive.exit(unit.id, 0)
+            clock.advance(1)
+        assert sup.tick() == 2
+        assert sup.resident_ids() == {units[2].id, units[3].id}
+        assert sup.get(units[0].id).status == Status.COMPLETED  # from the ledger
+        # Their notices were never read: they are still there for the parent.
+        taken = {sup.notifications().get(timeout=5).id for _ in units}
+        assert taken == {u.id for u in units}
 
 
 def test_the_default_eviction_grace_is_thirty_seconds(tmp_path: Path) -> None:

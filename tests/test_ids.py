@@ -144,7 +144,6 @@ CALLS: dict[str, Callable[[Supervisor, Any], object]] = {
     "wait_async": lambda s, i: asyncio.run(s.wait_async(i, timeout=1.0)),
     "result_async": lambda s, i: asyncio.run(s.result_async(i, timeout=1.0)),
     "retain": lambda s, i: s.retain(i),
-    "release": lambda s, i: s.release(i),
     "list(parent=)": lambda s, i: s.list(parent=i),
     "submit(parent=)": lambda s, i: s.submit("b", _true(), parent=i),
 }

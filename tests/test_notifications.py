@@ -178,7 +178,8 @@ def test_ends_reported_back_to_back_commit_in_one_transaction(
             release.wait(WAIT)
 
     msup._ask(rq.Subscribe(hold))
-    holder = threading.Thread(target=msup.retain, args=(blocker.id,))
+    # A stream's hold writes the record: the subscriber above sees it and blocks.
+    holder = threading.Thread(target=lambda: msup._ask(rq.Retain(blocker.id)))
     holder.start()
     try:
         assert entered.wait(WAIT)

@@ -37,7 +37,7 @@ def test_read_output_refuses_a_bad_max_bytes(
     unit = drive.start()
     drive.write(unit.id, b"abc")
     with pytest.raises(SpecError):
-        msup.read_output(unit.id, max_bytes=max_bytes)  # type: ignore[arg-type]
+        msup.read_output(unit.id, max_bytes=max_bytes)  # type: ignore[call-overload]
     assert msup.get(unit.id).output_offset == 0
 
 

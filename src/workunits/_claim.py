@@ -23,13 +23,20 @@ import abc
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Generic, TypeVar
 
-from workunits._record import Notification
+T = TypeVar("T")
 
 
-class Claim:
+def _settled() -> bool:
+    return True
+
+
+class Claim(Generic[T]):
     """A notice held by one consumer until it acknowledges or releases it.
 
+    ``notice`` is the item: a ``Notification``, or in a supervisor's mailbox a
+    ``MonitorEvent``, which is not a notice and whose ack and release do nothing.
     ``ack()`` and ``release()`` return True for the call that settled the
     claim, False when it had already been settled or lost (its lease lapsed,
     and the notice went to another consumer).
@@ -39,10 +46,10 @@ class Claim:
 
     def __init__(
         self,
-        notice: Notification,
+        notice: T,
         *,
-        ack: Callable[[], bool],
-        release: Callable[[], bool],
+        ack: Callable[[], bool] = _settled,
+        release: Callable[[], bool] = _settled,
         renew: Callable[[float], bool] | None = None,
     ) -> None:
         self.notice = notice
@@ -53,7 +60,7 @@ class Claim:
         self._lock = threading.Lock()  # guards _settled; held for O(1) work plus one ledger write
 
     def __repr__(self) -> str:
-        return f"<Claim {self.notice.id} {self.notice.status.value}>"
+        return f"<Claim {self.notice!r}>"
 
     def ack(self) -> bool:
         """Acknowledge: no consumer in any process receives this notice again."""
@@ -77,15 +84,15 @@ class Claim:
             return settle()
 
 
-class NoticeSource(abc.ABC):
+class NoticeSource(abc.ABC, Generic[T]):
     """A mailbox of notices: subclasses say how to ``claim``; taking follows from it."""
 
     @abc.abstractmethod
-    def claim(self, timeout: float | None = None) -> Claim:
+    def claim(self, timeout: float | None = None) -> Claim[T]:
         """Claim the next notice, waiting up to ``timeout`` s (None: forever)."""
 
     @contextmanager
-    def take(self, timeout: float | None = None) -> Iterator[Notification]:
+    def take(self, timeout: float | None = None) -> Iterator[T]:
         """``with take() as notice``: acknowledged if the block succeeds, released if it raises."""
         claim = self.claim(timeout)
         try:
@@ -95,7 +102,7 @@ class NoticeSource(abc.ABC):
             raise
         claim.ack()
 
-    def get(self, timeout: float | None = None) -> Notification:
+    def get(self, timeout: float | None = None) -> T:
         """Claim and acknowledge the next notice at once (at-most-once for this consumer)."""
         claim = self.claim(timeout)
         claim.ack()

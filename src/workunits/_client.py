@@ -2,7 +2,7 @@
 
 A :class:`Client` never talks to a supervisor. It reads the ledger and writes
 only what DESIGN §4 lets other processes write: submits (a ``pending`` row)
-and requests (``cancel``, ``kill``, ``retain``, ``release``). A supervisor on
+and requests (``cancel``, ``kill``); retains are leases in the ledger. A supervisor on
 the same state dir -- ``workunits serve`` or any ``wu.Supervisor`` -- adopts
 pending rows and applies requests on its next tick; with none running, they
 wait in the ledger until one starts. So a client works the same whether a
@@ -29,7 +29,9 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import ClientClosed, NotFinished, SpecError
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock
+from workunits._ledger.retains import check_lease
 from workunits._record import WorkRecord
+from workunits._retain import Retain
 from workunits._status import Status, is_terminal
 from workunits._wire.durable import (
     agent_resumable,
@@ -54,6 +56,9 @@ RESUMABLE_ATTEMPTS: Final = 3
 """``max_attempts`` of a unit that can resume after its supervisor dies, unless given."""
 
 _END_VERBS = frozenset({"cancel", "kill"})
+
+
+DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
 
 
 def connect(
@@ -393,13 +398,25 @@ class Client:
         """Ask for a SIGKILL of the unit's process group; False (no request) if it has ended."""
         return self.request("kill", work_id) is not None
 
-    def retain(self, work_id: str) -> None:
-        """Ask that the unit be kept (in memory, and from expiry) until a matching ``release``."""
-        self.request("retain", work_id)
+    def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
+        """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
 
-    def release(self, work_id: str) -> None:
-        """Undo one ``retain``."""
-        self.request("release", work_id)
+        While it holds, the supervisor keeps the unit's record in memory after
+        its end, and the ledger does not expire its row. Renew it before it
+        runs out (``renew()``, or ``keep_renewing()``); ``release()`` it or use
+        it as a context manager. It lapses by itself if not renewed, and at
+        once when this process exits. A read-only state dir cannot hold one.
+        """
+        self.row(work_id)  # InvalidWorkId / UnknownWork now
+        lease = check_lease(lease)
+        lease_id = self.ledger.retain(work_id, lease)
+        return Retain(
+            work_id,
+            lease_id,
+            lease,
+            renew=lambda seconds: self.ledger.renew_retain(lease_id, seconds),
+            release=lambda: self.ledger.release_retain(lease_id),
+        )
 
     def request(self, verb: str, work_id: str, args: dict[str, Any] | None = None) -> int | None:
         """Append a request for the supervisor; return its sequence number.

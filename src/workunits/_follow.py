@@ -179,7 +179,7 @@ class OutputStream(Iterator[bytes]):
         self.close()
 
 
-class Notices(NoticeSource, Iterator[Notification]):
+class Notices(NoticeSource[Notification], Iterator[Notification]):
     """Notices of top-level units (no parent) from the ledger's outbox.
 
     Each notice is claimed in the ledger before it is returned, so it goes to
@@ -193,7 +193,7 @@ class Notices(NoticeSource, Iterator[Notification]):
         self._stop = stop
         self._poll = poll
 
-    def claim_nowait(self) -> Claim | None:
+    def claim_nowait(self) -> Claim[Notification] | None:
         """Claim the next notice if one is waiting, else None; ClientClosed once closed."""
         if self._stop.is_set():
             raise ClientClosed("the client is closed")
@@ -222,7 +222,7 @@ class Notices(NoticeSource, Iterator[Notification]):
         claim.ack()
         return claim.notice
 
-    def claim(self, timeout: float | None = None) -> Claim:
+    def claim(self, timeout: float | None = None) -> Claim[Notification]:
         """The next notice, claimed; NoNotification (a TimeoutError) after ``timeout`` s,
         ClientClosed once closed."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -2,6 +2,14 @@
 
 A mailbox holds ``MailboxItem``s: one ``Notification`` per child that ends, and
 the ``MonitorEvent``s of monitors the parent started, in the order they happened.
+Items are taken on the claim/acknowledge contract of ``workunits._claim``:
+``take``, ``get`` and ``claim``. A notice handed back (``release``, or a
+``take`` block that raised) is delivered again, first, marked ``redelivered``.
+
+Notices may also come from a *source*: the application's mailbox claims them
+from the ledger's outbox (``source``), so that one consumer in any process
+gets each, and the supervisor ``wake``s it when one is written. Monitor events
+are never claimed in the ledger: they live only here.
 
 A mailbox is a thread-safe queue rather than a pykka actor: a consumer blocks in
 ``get(timeout)`` and an actor cannot block for it, so an actor mailbox would
@@ -11,14 +19,16 @@ notice into an abandoned future. The supervisor actor is the only producer.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
+from workunits._claim import Claim, NoticeSource
 from workunits._errors import MailboxClosed, NoNotification
-from workunits._record import MailboxItem
+from workunits._record import MailboxItem, Notification
 
 if TYPE_CHECKING:
     # Only async callers need it, and they have it loaded: unit processes (which
@@ -28,78 +38,142 @@ if TYPE_CHECKING:
 # MailboxClosed lives with the other errors; supervisor/__init__ still imports it from here.
 __all__ = ["Mailbox", "MailboxClosed"]
 
+Source = Callable[[], "Claim[MailboxItem] | None"]
 
-class Mailbox:
+
+class Mailbox(NoticeSource[MailboxItem]):
     """A parent's notices and monitor events, in order; thread-safe, iterable, async-iterable."""
 
     def __init__(
-        self, owner: str | None, on_take: Callable[[MailboxItem], None] | None = None
+        self,
+        owner: str | None,
+        *,
+        on_ack: Callable[[Notification], None] | None = None,
+        source: Source | None = None,
+        waiting: Callable[[], int] | None = None,
+        poll: float = 0.5,
     ) -> None:
-        """``on_take(item)`` runs in the consumer's thread as each item is taken
-        (the root mailbox uses it to mark the notice delivered in the ledger)."""
+        """``on_ack(notice)`` runs in the consumer's thread when a notice held in memory
+        is acknowledged (a unit tells its actor, so the ledger records it).
+
+        ``source()`` claims a notice from elsewhere (the ledger) or returns None;
+        it is asked when nothing waits in memory, at each ``wake`` and every
+        ``poll`` seconds (a consumer elsewhere may hand one back); ``waiting()``
+        counts the notices it holds that nobody has claimed.
+        """
         self.owner = owner
-        self._on_take = on_take
-        # Guards _items, _closed and _async_waiters; held for O(1) work (a deque
-        # operation, a notify, a threadsafe wake-up per async waiter), never across
-        # on_take, which may write the ledger.
+        self._on_ack = on_ack
+        self._source = source
+        self._waiting = waiting
+        self._poll = poll
+        # Guards _items, _closed, _woken and _async_waiters; held for O(1) work (a
+        # deque operation, a notify, a threadsafe wake-up per async waiter), never
+        # across on_ack or source, which may write the ledger.
         self._cond = threading.Condition()
         self._items: deque[MailboxItem] = deque()
         self._closed = False
+        self._woken = 0  # wake() calls so far: a waiter re-asks the source when it moves
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def __len__(self) -> int:
+        """Items waiting: in memory, and the unclaimed notices of the source."""
         with self._cond:
-            return len(self._items)
+            held = len(self._items)
+        return held + (0 if self._waiting is None else self._waiting())
 
-    def put(self, notice: MailboxItem) -> None:
-        """Called from the supervisor actor's thread."""
+    def put(self, item: MailboxItem) -> None:
+        """Called from the supervisor actor's thread (or the unit's reader thread)."""
         with self._cond:
-            self._items.append(notice)
-            self._cond.notify()
-            self._wake_async()
+            self._items.append(item)
+            self._notify()
+
+    def wake(self) -> None:
+        """The source has something new: waiting consumers ask it again."""
+        with self._cond:
+            self._woken += 1
+            self._notify()
 
     def close(self) -> None:
         """Wake every waiting consumer with MailboxClosed; the supervisor closes it."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
-            self._wake_async()
+            self._notify()
 
-    def _wake_async(self) -> None:
+    def _notify(self) -> None:
+        self._cond.notify_all()
         waiters, self._async_waiters = self._async_waiters, []
         for loop, fut in waiters:
             loop.call_soon_threadsafe(_resolve, fut)
 
-    def get(self, timeout: float | None = None) -> MailboxItem:
-        """Take the next notice; raise NoNotification (a TimeoutError) after ``timeout`` s.
+    # -- claiming ------------------------------------------------------------------------
 
-        Once the supervisor is closed and the queue is empty, raises MailboxClosed.
+    def claim(self, timeout: float | None = None) -> Claim[MailboxItem]:
+        """Claim the next item; NoNotification (a TimeoutError) after ``timeout`` s.
+
+        Once the supervisor is closed and nothing is left, raises MailboxClosed.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while not self._items:
-                if self._closed:
-                    raise MailboxClosed("the supervisor is closed and the mailbox is empty")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise NoNotification(f"no notification within {timeout} s")
-                self._cond.wait(remaining)
-            item = self._items.popleft()
-        return self._taken(item)
+        while True:
+            with self._cond:
+                item = self._items.popleft() if self._items else None
+                woken, closed = self._woken, self._closed
+            if item is not None:
+                return self._claim_of(item)
+            held = self._from_source()
+            if held is not None:
+                return held
+            if closed:
+                raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise NoNotification(f"no notification within {timeout} s")
+            with self._cond:
+                if not self._items and not self._closed and self._woken == woken:
+                    wait = remaining
+                    if self._source is not None:
+                        wait = self._poll if wait is None else min(wait, self._poll)
+                    self._cond.wait(wait)
 
-    def _taken(self, item: MailboxItem) -> MailboxItem:
-        if self._on_take is not None:
-            self._on_take(item)
-        return item
-
-    def get_nowait(self) -> MailboxItem | None:
-        """The next item if one is waiting, else None."""
+    def claim_nowait(self) -> Claim[MailboxItem] | None:
+        """Claim the next item if one is waiting, else None."""
         with self._cond:
             item = self._items.popleft() if self._items else None
-        return None if item is None else self._taken(item)
+        return self._claim_of(item) if item is not None else self._from_source()
+
+    def get_nowait(self) -> MailboxItem | None:
+        """Take (claim and acknowledge) the next item if one is waiting, else None."""
+        held = self.claim_nowait()
+        if held is None:
+            return None
+        held.ack()
+        return held.notice
+
+    def _from_source(self) -> Claim[MailboxItem] | None:
+        return None if self._source is None else self._source()
+
+    def _claim_of(self, item: MailboxItem) -> Claim[MailboxItem]:
+        if not isinstance(item, Notification):
+            return Claim(item)  # a monitor event: not a notice, nothing to acknowledge
+        notice = item
+
+        def ack() -> bool:
+            if self._on_ack is not None:
+                self._on_ack(notice)
+            return True
+
+        def release() -> bool:
+            again = dataclasses.replace(notice, redelivered=True)
+            with self._cond:
+                self._items.appendleft(again)
+                self._notify()
+            return True
+
+        return Claim(item, ack=ack, release=release)
+
+    # -- iteration -------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[MailboxItem]:
-        """Yield notices as they arrive, until the supervisor closes."""
+        """Yield items as they arrive (each taken with ``get``), until the supervisor closes."""
         while True:
             try:
                 yield self.get()
@@ -108,6 +182,17 @@ class Mailbox:
 
     async def get_async(self, timeout: float | None = None) -> MailboxItem:
         """Like ``get`` without blocking the event loop."""
+        held = await self.claim_async(timeout)
+        if self._source is None:
+            held.ack()  # in memory: O(1), or a frame to the unit's actor
+        else:
+            import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+            await asyncio.to_thread(held.ack)  # a ledger write
+        return held.notice
+
+    async def claim_async(self, timeout: float | None = None) -> Claim[MailboxItem]:
+        """Like ``claim`` without blocking the event loop."""
         import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
 
         deadline = asyncio.timeout(timeout)
@@ -116,10 +201,10 @@ class Mailbox:
                 return await self._next_async()
         except TimeoutError:
             if not deadline.expired():
-                raise  # not our timeout: from the on_take callback
+                raise  # not our timeout
             raise NoNotification(f"no notification within {timeout} s") from None
 
-    async def _next_async(self) -> MailboxItem:
+    async def _next_async(self) -> Claim[MailboxItem]:
         import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
 
         while True:
@@ -127,13 +212,22 @@ class Mailbox:
             fut: asyncio.Future[None] = loop.create_future()
             with self._cond:
                 item = self._items.popleft() if self._items else None
-                if item is None and self._closed:
-                    raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+                closed = self._closed
                 if item is None:
                     self._async_waiters.append((loop, fut))
             if item is not None:
-                return self._taken(item)
-            await fut
+                return self._claim_of(item)
+            if self._source is not None:
+                held = await asyncio.to_thread(self._source)  # a short ledger write
+                if held is not None:
+                    return held
+            if closed:
+                raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+            if self._source is None:
+                await fut
+            else:
+                # A consumer elsewhere may hand a notice back: look again every poll.
+                await asyncio.wait([fut], timeout=self._poll)
 
     def __aiter__(self) -> AsyncIterator[MailboxItem]:
         return self._aiter()

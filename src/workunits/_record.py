@@ -47,8 +47,11 @@ class WorkRecord:
     signal: int | None = None
     error: str | None = None
     reason: Reason | None = None
-    notified: bool = False
-    retain: int = 0
+    notified: bool = False  # its one notice was written (with the terminal transition)
+    # A consumer acknowledged the notice, or nobody can (its parent ended): the
+    # record may leave memory once its grace is over (invariant 8).
+    acknowledged: bool = False
+    retain: int = 0  # holds by this process's readers (a stream); viewers use leases
     evict_after: float | None = None
     attempt: int = 1
     pid: int | None = None
@@ -127,6 +130,22 @@ class MonitorEvent:
     line: str
     at: float  # when the monitor read the line (seconds since the epoch)
     suppressed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChunk:
+    """Output read from a given offset (``read_output(id, offset=N)``).
+
+    ``data`` starts at ``start``, which is past the offset asked for when those
+    bytes are no longer held (an ended unit keeps only its tail): the reader
+    missed ``start - offset`` bytes. Read on from ``next_offset``. ``ended``:
+    the unit has ended and nothing is left after ``next_offset``.
+    """
+
+    data: bytes
+    start: int
+    next_offset: int
+    ended: bool
 
 
 MailboxItem = Notification | MonitorEvent

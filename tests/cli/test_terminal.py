@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +30,12 @@ def _fifo(tmp_path: Path) -> Path:
 
 
 def _retained(client: wu.Client, work_id: str, count: int) -> None:
+    """Wait until ``work_id`` is held by a live retain lease (count 1) or by none (0)."""
+    wanted = {work_id} if count else set()
     eventually(
-        lambda: client.row(work_id).retain == count,
+        lambda: client.ledger.retained([work_id]) == wanted,
         timeout=WAIT,
-        what=f"{work_id} to be retained {count} time(s)",
+        what=f"{work_id} to be {'retained' if count else 'released'}",
     )
 
 
@@ -121,6 +124,24 @@ def test_watch_shows_units_live_retains_them_and_quits_on_q(
     assert term.wait_exit() == 0
     _retained(client, slow, 0)
     _retained(client, quick, 0)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGHUP])
+def test_a_watch_killed_outright_holds_nothing(
+    served: Serve, client: wu.Client, terminal: Open, signum: int
+) -> None:
+    # A closed terminal (SIGHUP) or a SIGKILL gives watch no chance to release:
+    # its leases name its process, and lapse as soon as it is gone.
+    work_id = client.shell("true").id
+    client.wait(work_id, WAIT)
+    term = terminal("watch", "--state", str(client.state_dir), "--interval", "0.05")
+    term.wait_for(lambda s: "completed" in _line_of(s, work_id))
+    _retained(client, work_id, 1)
+    pid = term.child.pid
+    assert pid is not None
+    os.kill(pid, signum)
+    term.wait_exit()
+    _retained(client, work_id, 0)
 
 
 def test_watch_quits_on_ctrl_c(served: Serve, client: wu.Client, terminal: Open) -> None:

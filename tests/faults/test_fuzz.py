@@ -72,7 +72,6 @@ def _sup_calls(sup: Supervisor) -> list[Callable[[Any], object]]:
         lambda i: sup.wait(i, timeout=0),
         lambda i: sup.result(i, timeout=0),
         sup.retain,
-        sup.release,
     ]
 
 
@@ -83,7 +82,6 @@ def _client_calls(client: wu.Client) -> list[Callable[[Any], object]]:
         client.kill,
         client.cancel,
         client.retain,
-        client.release,
         lambda i: client.wait(i, timeout=0),
         lambda i: client.result(i, timeout=0),
         lambda i: client.stream(i, follow=False),

@@ -98,10 +98,10 @@ def test_a_later_write_without_the_result_keeps_it(ledger: Ledger) -> None:
     record = _ended(
         ledger, status=Status.COMPLETED, result=orjson.dumps("done"), result_format="json"
     )
-    bare = dataclasses.replace(record, result=None, result_format=None, retain=1)
+    bare = dataclasses.replace(record, result=None, result_format=None, pid=99)
     assert ledger.write(bare, attempt=1)
     row = ledger.require(record.id)
-    assert row.retain == 1
+    assert row.pid == 99
     assert ledger.load_result(record.id) == "done"
 
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, start
+from workunits import _procid
 from workunits._errors import UnknownWork
 from workunits._ledger import EXPIRED, Ledger
 from workunits._status import Status
 
 
 def _ended(ledger: Ledger, *, retain: int = 0) -> str:
+    """An ended unit, held by ``retain`` live leases (of this process)."""
     unit = start(ledger, new_unit(ledger).id)
     ledger.save_checkpoint(unit.id, 1, {"group": 8})
     ledger.write(
@@ -22,8 +26,9 @@ def _ended(ledger: Ledger, *, retain: int = 0) -> str:
         result={"rows": 5},
         output_tail=b"tail",
         output_bytes=4,
-        retain=retain,
     )
+    for _ in range(retain):
+        ledger.retain(unit.id, lease=1e6)
     return unit.id
 
 
@@ -49,10 +54,11 @@ def test_expire_drops_the_heavy_columns_and_keeps_a_small_row(
 
 def test_running_and_retained_units_do_not_expire(ledger: Ledger, clock: ManualClock) -> None:
     running = start(ledger, new_unit(ledger).id).id
-    retained = _ended(ledger, retain=1)
+    retained = _ended(ledger)
+    lease = ledger.retain(retained, lease=20_000)
     clock.advance(10_000)
     assert ledger.expire() == 0
-    ledger.write(retained, attempt=1, retain=0)
+    assert ledger.release_retain(lease)
     assert ledger.expire() == 1
     assert ledger.require(running).shown_status == "running"
 
@@ -87,6 +93,26 @@ def test_gc_forgets_long_expired_units_and_old_bookkeeping(
     assert ledger.undelivered(None) == []
     assert ledger.get_request(seq) is None
     assert ledger.get_session("s00000001") is None
+
+
+def test_a_lease_that_lapsed_or_whose_holder_died_holds_nothing(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    lapsed = _ended(ledger)
+    ledger.retain(lapsed, lease=10)
+    orphaned = _ended(ledger)
+    # A holder on this host whose process has gone: its lease lapses at once.
+    ledger.retain(orphaned, lease=1e6, owner=_dead_process_owner())
+    clock.advance(10_000)
+    assert ledger.retained() == set()
+    assert ledger.expire() == 2
+
+
+def _dead_process_owner() -> str:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    host, boot, _, _ = _procid.this_process().split("/")
+    return f"{host}/{boot}/{proc.pid}/1"
 
 
 def test_gc_keeps_unacknowledged_notices_of_units_it_keeps(

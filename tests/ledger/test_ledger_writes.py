@@ -35,11 +35,16 @@ def _resumed(ledger: Ledger) -> str:
 def test_a_record_is_written_with_its_mirrored_columns(ledger: Ledger) -> None:
     unit = new_unit(ledger)
     record = dataclasses.replace(
-        unit.to_record(), status=Status.RUNNING, started_at=5.0, pid=4242, retain=1
+        unit.to_record(), status=Status.RUNNING, started_at=5.0, pid=4242, progress_message="go"
     )
     assert ledger.write(record, attempt=1)
     row = ledger.require(unit.id)
-    assert (row.status, row.started_at, row.pid, row.retain) == ("running", 5.0, 4242, 1)
+    assert (row.status, row.started_at, row.pid, row.progress_message) == (
+        "running",
+        5.0,
+        4242,
+        "go",
+    )
     assert row.to_record() == dataclasses.replace(record, output_offset=0)
 
 
@@ -78,7 +83,7 @@ def test_a_notification_must_match_its_transition(ledger: Ledger) -> None:
     with pytest.raises(InvalidTransition, match="not for this transition"):
         ledger.write(ended, attempt=1, notification=wrong)
     with pytest.raises(InvalidTransition, match="only with the terminal transition"):
-        ledger.write(unit.id, attempt=1, retain=1, notification=Notification.of(ended))
+        ledger.write(unit.id, attempt=1, pid=7, notification=Notification.of(ended))
     assert ledger.require(unit.id).status == Status.RUNNING
     assert _outbox(ledger) == []
 
@@ -90,9 +95,9 @@ def test_terminal_is_permanent_and_a_late_write_is_ignored(ledger: Ledger) -> No
     row = ledger.require(unit.id)
     assert (row.status, row.exit_code, row.reason) == ("killed", None, Reason.KILLED)
     assert _outbox(ledger) == [(unit.id, "killed")]
-    # A write that keeps the terminal status still lands (a retain, say).
-    assert ledger.write(unit.id, attempt=1, retain=2)
-    assert ledger.require(unit.id).retain == 2
+    # A write that keeps the terminal status still lands (a saved read offset, say).
+    assert ledger.write(unit.id, attempt=1, output_offset=2)
+    assert ledger.require(unit.id).output_offset == 2
 
 
 def test_a_transition_the_table_forbids_raises(ledger: Ledger) -> None:
@@ -113,7 +118,7 @@ def test_a_cancel_before_start_ends_a_pending_unit_killed(ledger: Ledger) -> Non
 
 def test_writes_name_unknown_units_and_columns(ledger: Ledger) -> None:
     with pytest.raises(UnknownWork, match="a12345678"):
-        ledger.write("a12345678", attempt=1, retain=1)
+        ledger.write("a12345678", attempt=1, pid=1)
     unit = new_unit(ledger)
     with pytest.raises(SpecError, match=r"no writable column.*'colour'"):
         ledger.write(unit.id, attempt=1, colour="blue")

@@ -2,8 +2,9 @@
 
 Runs in the main thread and reads the output file (or an agent's transcript)
 directly, with the stream's own offset: following never moves anybody
-else's. While it follows, the unit is retained (a request the supervisor
-applies), and released on every way out -- the end, an error, Ctrl-C.
+else's. While it follows, the unit is retained (a lease it renews), and
+released on every way out -- the end, an error, Ctrl-C; if it is killed
+outright, the lease lapses with its process.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from workunits._errors import WorkunitsError
 from workunits._runtime.transcript import render_event
 
 TRANSCRIPT_KINDS = frozenset({"agent", "dream", "workflow", "teammate"})
+VIEWER_LEASE = 30.0  # seconds; renewed every third of it while following
 
 
 @cli.command("tail")
@@ -78,14 +80,16 @@ def _retained(client: Client, work_id: str, follow: bool) -> Iterator[None]:
     if not follow:
         yield
         return
-    client.retain(work_id)
+    # A lease renewed while we follow: if this process dies (SIGKILL, a closed
+    # terminal), it lapses at once, and otherwise within its lease.
+    retain = client.retain(work_id, lease=VIEWER_LEASE).keep_renewing()
     try:
         yield
     finally:
         # A release that cannot be written (the ledger went away) must not hide
-        # why we are leaving; the supervisor drops retains of dead viewers anyway.
+        # why we are leaving; the lease lapses by itself anyway.
         with contextlib.suppress(WorkunitsError):
-            client.release(work_id)
+            retain.release()
 
 
 def _print_raw(stream: Iterator[bytes]) -> None:

@@ -5,8 +5,9 @@ only when what the screen would show changed, then wait for a key for one
 interval (``select`` on the terminal, in cbreak mode so ``q`` arrives
 without Enter). ``q`` or Ctrl-C quits; the terminal's modes and screen are
 restored, and every unit the screen retained is released, on every way out.
-Units are retained while on screen, so a viewer never has a record evicted
-from under it.
+Units are retained (leases renewed at each refresh) while on screen, so a
+viewer never has a record evicted from under it; a killed viewer's leases
+lapse with its process.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from workunits._cli._app import cli, is_tty, opened, parse_duration, state_optio
 from workunits._client import Client
 from workunits._errors import WorkunitsError
 from workunits._ledger import UnitRow
+from workunits._retain import Retain
 from workunits._status import Status, is_terminal
 
 CHROME_LINES = 4  # title, table header, caption, footer
@@ -137,25 +139,31 @@ class View:
 
 
 class _Retainer:
-    """Holds a retain on every unit on screen; releases what leaves it, and all at exit."""
+    """Holds a retain lease on every unit on screen, renewed at each refresh; releases
+    what leaves the screen, and all at exit. If this process dies, they all lapse."""
+
+    LEASE = 30.0  # seconds: far longer than a refresh, so one slow redraw loses nothing
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._held: set[str] = set()
+        self._held: dict[str, Retain] = {}
 
     def hold(self, ids: list[str]) -> None:
         wanted = set(ids)
         for work_id in ids:
-            if work_id not in self._held:
-                self._client.retain(work_id)
-                self._held.add(work_id)
-        for work_id in self._held - wanted:
+            held = self._held.get(work_id)
+            if held is not None and held.renew():
+                continue
+            with contextlib.suppress(WorkunitsError):  # a row gc removed meanwhile
+                self._held[work_id] = self._client.retain(work_id, lease=self.LEASE)
+        for work_id in set(self._held) - wanted:
             self._release(work_id)
 
     def _release(self, work_id: str) -> None:
-        self._held.discard(work_id)
-        with contextlib.suppress(WorkunitsError):  # a row gc removed meanwhile
-            self._client.release(work_id)
+        held = self._held.pop(work_id, None)
+        if held is not None:
+            with contextlib.suppress(WorkunitsError):  # the ledger went away
+                held.release()
 
     def __enter__(self) -> _Retainer:
         return self

@@ -159,6 +159,23 @@ def mark_delivered(db: Database, work_id: str, status: Status, now: float) -> bo
         return cursor.rowcount == 1
 
 
+def acknowledged_among(db: Database, work_ids: list[str]) -> set[str]:
+    """Those of ``work_ids`` (ended units) whose notice is acknowledged or already gone."""
+    if not work_ids:
+        return set()
+    waiting: set[str] = set()
+    with db.read() as conn:
+        for start in range(0, len(work_ids), 500):  # under SQLite's variable limit
+            chunk = work_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT id FROM notifications WHERE delivered_at IS NULL AND id IN ({marks})",  # noqa: S608
+                chunk,
+            ).fetchall()
+            waiting.update(str(row[0]) for row in rows)
+    return set(work_ids) - waiting
+
+
 def is_acknowledged(db: Database, work_id: str) -> bool:
     """Whether the unit's notice has been acknowledged (False while none exists)."""
     _ids.validate(work_id)
@@ -167,6 +184,17 @@ def is_acknowledged(db: Database, work_id: str) -> bool:
             "SELECT 1 FROM notifications WHERE id = ? AND delivered_at IS NOT NULL", (work_id,)
         ).fetchone()
     return row is not None
+
+
+def unclaimed_count(db: Database, parent: str | None) -> int:
+    """Notices of ``parent`` that wait for a consumer (neither claimed nor acknowledged)."""
+    with db.read() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM notifications "
+            "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL",
+            (parent,),
+        ).fetchone()
+    return int(row[0])
 
 
 def counts(db: Database) -> tuple[int, int]:

@@ -31,9 +31,8 @@ _HEAVY_BYTES = (
 )
 
 
-# A unit a live lease retains does not expire; `retains.prune` first drops lapsed
-# leases. `retain` is the supervisor's own flag for a unit retained in its memory.
-_UNRETAINED = "retain = 0 AND NOT EXISTS (SELECT 1 FROM retains WHERE retains.unit = units.id)"
+# A unit a live lease retains does not expire; `retains.prune` first drops lapsed leases.
+_UNRETAINED = "NOT EXISTS (SELECT 1 FROM retains WHERE retains.unit = units.id)"
 
 
 def expire(db: Database, now: float) -> tuple[list[str], list[str]]:

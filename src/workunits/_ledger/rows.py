@@ -30,8 +30,8 @@ EXPIRED = "expired"
 
 # Columns a WorkRecord mirrors, written from it on every transition. Its
 # result and cause are written too, signed, once they are set (see writes.py);
-# its other fields (output_offset, notified, evict_after) describe one
-# process's memory.
+# its other fields (output_offset, notified, retain, evict_after) describe one
+# process's memory; an evicted record's read offset is saved by name.
 RECORD_COLUMNS = (
     "status",
     "started_at",
@@ -43,7 +43,6 @@ RECORD_COLUMNS = (
     "signal",
     "error",
     "reason",
-    "retain",
     "pid",
     "progress",
     "progress_message",
@@ -51,6 +50,7 @@ RECORD_COLUMNS = (
 
 # Columns ``Ledger.write`` may set by name, besides the record's own.
 EXTRA_COLUMNS = (
+    "output_offset",
     "cancel_requested",
     "session",
     "expire_at",
@@ -151,11 +151,13 @@ class UnitRow:
     result: Stored | None
     cause: Stored | None  # a failed unit's pickled exception
     cancel_requested: bool
-    retain: int
+    retain: int  # unused since schema 2: retains are leases (table retains)
     session: str | None
     pid: int | None
     expire_at: float | None
     expired_at: float | None
+    # Where read_output stopped when the record left its supervisor's memory.
+    output_offset: int = 0
     # The value store reference of a large checkpoint (``checkpoint`` is then
     # empty until the Ledger loads it).
     checkpoint_file: str | None = None
@@ -180,7 +182,8 @@ class UnitRow:
 
         A terminal row's notice is in the outbox (written with the transition),
         so ``notified`` is true exactly when the status is terminal. The memory-only
-        fields (``output_offset``, ``evict_after``) start afresh. A pickled result
+        fields (``evict_after``, ``retain``) start afresh; ``output_offset`` is
+        where the record's reader stopped when it left memory. A pickled result
         or cause is handed on as bytes: rows the Ledger reads have had their
         signatures checked (``Ledger`` verifies them on every read).
         """
@@ -201,7 +204,7 @@ class UnitRow:
             error=self.error,
             reason=self.reason,
             notified=is_terminal(self.status),
-            retain=self.retain,
+            output_offset=self.output_offset,
             attempt=self.attempt,
             pid=self.pid,
             progress=self.progress,
@@ -285,6 +288,7 @@ class UnitRow:
             cause=c.stored("cause"),
             cancel_requested=c.req("cancel_requested", bool),
             retain=c.req("retain", int),
+            output_offset=c.req("output_offset", int),
             session=c.opt("session", str),
             pid=c.opt("pid", int),
             expire_at=c.opt("expire_at", float),

@@ -116,7 +116,8 @@ CREATE TABLE sessions (
 # consumer (a process, by `_procid`, plus a token per claim) and, for a remote
 # consumer, a lease; `delivered_at` now means acknowledged. Retains become
 # leases held by a process, so a viewer that dies stops holding its units.
-# The old `retain` flags had no holder to renew them: they are dropped.
+# The old `retain` flags had no holder to renew them: they are dropped. An
+# evicted record keeps its reader's offset (`output_offset`).
 _V2 = """
 ALTER TABLE notifications ADD COLUMN claimed_by TEXT;
 ALTER TABLE notifications ADD COLUMN claim_until REAL;
@@ -131,6 +132,7 @@ CREATE TABLE retains (
 );
 CREATE INDEX retains_unit ON retains (unit);
 UPDATE units SET retain = 0 WHERE retain != 0;
+ALTER TABLE units ADD COLUMN output_offset INTEGER NOT NULL DEFAULT 0;
 """
 
 # Values larger than valuestore.LARGE_VALUE live in files beside the ledger;

@@ -660,9 +660,17 @@ class Ledger:
     def notice_acknowledged(self, work_id: str) -> bool:
         return outbox.is_acknowledged(self._db, work_id)
 
+    def acknowledged_among(self, work_ids: Iterable[str]) -> set[str]:
+        """Of these ended units, those whose notice is acknowledged (or already deleted)."""
+        return outbox.acknowledged_among(self._db, list(work_ids))
+
     def outbox_size(self) -> int:
         """Notices not yet acknowledged."""
         return outbox.counts(self._db)[1]
+
+    def unclaimed_count(self, parent: str | None) -> int:
+        """Notices of ``parent`` waiting for a consumer."""
+        return outbox.unclaimed_count(self._db, parent)
 
     def outbox_rows(self) -> int:
         """Rows in the outbox, acknowledged or not (what ``make soak`` checks stays flat)."""
@@ -685,6 +693,12 @@ class Ledger:
 
     def release_retain(self, lease_id: str) -> bool:
         return retains.release(self._db, lease_id)
+
+    def save_output_offset(self, work_id: str, offset: int) -> None:
+        """Keep where the unit's reader stopped (its record is leaving memory)."""
+        _ids.validate(work_id)
+        with self._db.write(durable=False) as conn:
+            conn.execute("UPDATE units SET output_offset = ? WHERE id = ?", (offset, work_id))
 
     def retained(self, units: Iterable[str] | None = None) -> set[str]:
         """The units a live lease holds (lapsed ones are dropped first)."""

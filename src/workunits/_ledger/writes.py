@@ -226,7 +226,6 @@ def record_columns(record: WorkRecord) -> dict[str, object]:
         "signal": record.signal,
         "error": record.error,
         "reason": None if record.reason is None else record.reason.value,
-        "retain": record.retain,
         "pid": record.pid,
         "progress": record.progress,
         "progress_message": record.progress_message,

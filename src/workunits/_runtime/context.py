@@ -8,6 +8,7 @@ runtime has opened it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -149,7 +150,8 @@ class UnitContext:
         # Messages for a teammate, or a wake-up at a cancel; None until a kind's runtime asks.
         self.inbox: queue.SimpleQueue[Any] | None = None
         self._ended: dict[str, WorkRecord] = {}
-        self._mailbox = Mailbox(work_id)
+        # A child's notice counts as acknowledged when this unit takes it.
+        self._mailbox = Mailbox(work_id, on_ack=self._notice_taken)
         # The reader thread starts with the first request: until then only a cancel
         # can arrive, and progress()/checkpoint()/cancelled poll for it. A thread
         # costs a freshly forked process more than the rest of its start-up.
@@ -160,6 +162,10 @@ class UnitContext:
         self._frames = _framing.FrameReader()
 
     # -- the channel ------------------------------------------------------------
+
+    def _notice_taken(self, notice: Notification) -> None:
+        with contextlib.suppress(OSError):  # the channel is gone: the parent is ending
+            self.send(m.NoticeTaken(notice.id, notice.status.value))
 
     def send(self, message: Any) -> None:
         """Send one raw message to this unit's actor (internal channel; prefer the methods)."""

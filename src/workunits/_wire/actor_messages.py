@@ -128,3 +128,11 @@ class MonitorEventReport:
     """Monitor actor -> supervisor: an event for the monitor's parent."""
 
     event: MonitorEvent
+
+
+@dataclass(frozen=True, slots=True)
+class ChildNoticeTaken:
+    """Unit actor -> supervisor: the unit's process acknowledged a child's notice."""
+
+    work_id: str
+    status: str

@@ -44,6 +44,14 @@ class Error:
 
 
 @dataclass(frozen=True, slots=True)
+class NoticeTaken:
+    """The unit took (acknowledged) a child's notice from its mailbox."""
+
+    work_id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
 class OutputCapped:
     """The transcript reached the unit's output cap: the capture stopped writing it."""
 

@@ -25,6 +25,7 @@ from workunits._wire import frames as m
 from workunits._wire.actor_messages import (
     CheckpointReport,
     ChildEnded,
+    ChildNoticeTaken,
     ControlChild,
     EventToUnit,
     ProcessExited,
@@ -208,6 +209,8 @@ class AgentActor(WorkActor):
                 unit.tell_supervisor(ControlChild(unit.id, frame))
             case m.Send():
                 unit.tell_supervisor(SendFromUnit(unit.id, frame))
+            case m.NoticeTaken(work_id, status):
+                unit.tell_supervisor(ChildNoticeTaken(work_id, status))
             case m.OutputCapped():
                 # Seen before the exit is handled (the channel drains first), so a
                 # unit that ends right after its last refused write is still killed.

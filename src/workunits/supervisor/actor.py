@@ -29,11 +29,12 @@ import pykka
 
 from workunits._clock import Clock
 from workunits._ledger import Ledger
-from workunits._record import Notification, WorkRecord, replace
-from workunits._status import Reason
+from workunits._record import WorkRecord, replace
+from workunits._status import Reason, Status
 from workunits._wire.actor_messages import (
     Answered,
     CheckpointReport,
+    ChildNoticeTaken,
     ControlChild,
     MonitorEventReport,
     ProgressReport,
@@ -47,9 +48,11 @@ from workunits.supervisor.children import ChildRequests
 from workunits.supervisor.control import Control
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, FlushEnds, TerminalTransition
+from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED, Eviction
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.messaging import UnitMessaging
-from workunits.supervisor.notices import Notices
+from workunits.supervisor.notices import Acknowledged, Notices
+from workunits.supervisor.output import OutputReads
 from workunits.supervisor.recovery import Recovery
 from workunits.supervisor.starts import PidReport, Starts, Surroundings
 from workunits.supervisor.sweep import Deadlines
@@ -57,17 +60,12 @@ from workunits.supervisor.units import Units
 
 log = logging.getLogger(__name__)
 
+OUTBOX_TRIM_EVERY = 60.0  # seconds between deletions of acknowledged notices
+
 
 @dataclass(frozen=True, slots=True)
 class Tick:
     """From the Ticker: deadlines, the sweep and the ledger's periodic duties."""
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """A root notice was taken from the application's mailbox (from the consumer's thread)."""
-
-    notice: Notification
 
 
 class SupervisorActor(pykka.ThreadingActor):
@@ -86,6 +84,7 @@ class SupervisorActor(pykka.ThreadingActor):
         ledger: Ledger,
         session: str,
         concurrency: Mapping[str, int] | None = None,
+        max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
     ) -> None:
         super().__init__()
         self._clock = clock
@@ -93,7 +92,17 @@ class SupervisorActor(pykka.ThreadingActor):
         deadlines = Deadlines()
         self._mirror = LedgerMirror(ledger, session, clock)
         self._units = units = Units(kinds, self._mirror)
-        self._notices = Notices(units, ledger, on_root_take=self._root_notice_taken)
+        self._notices = Notices(units, ledger, clock, tell_self=self.actor_ref.tell)
+        self._eviction = Eviction(
+            units=units,
+            notices=self._notices,
+            ledger=ledger,
+            deadlines=deadlines,
+            clock=clock,
+            max_resident=max_resident_ended,
+        )
+        self._output = OutputReads(units, ledger)
+        self._next_outbox_trim = 0.0
         self._messaging = UnitMessaging(units, self._notices)
         self._endings = TerminalTransition(
             units=units,
@@ -118,7 +127,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._control = Control(
             units=units,
             endings=self._endings,
-            notices=self._notices,
+            eviction=self._eviction,
             deadlines=deadlines,
             clock=clock,
             eviction_grace=eviction_grace,
@@ -168,7 +177,7 @@ class SupervisorActor(pykka.ThreadingActor):
 
     # -- tells from WorkActors, the Reaper, the Ticker and mailboxes ----------------
 
-    def _handle_tell(self, message: object) -> None:
+    def _handle_tell(self, message: object) -> None:  # noqa: PLR0912 - a case each
         match message:
             case EndReport(work_id, outcome):
                 self._endings.report(work_id, outcome)
@@ -182,8 +191,13 @@ class SupervisorActor(pykka.ThreadingActor):
                 )
             case CheckpointReport(work_id, attempt, state):
                 self._mirror.save_checkpoint(work_id, attempt, state)
-            case Delivered(notice):
-                self._mirror.mark_delivered(notice)
+            case ChildNoticeTaken(work_id, status):
+                self._mirror.ledger.mark_delivered(work_id, Status(status))
+                self._eviction.acknowledged(work_id)
+            case Acknowledged(notice, in_ledger):
+                if not in_ledger:
+                    self._mirror.mark_delivered(notice)
+                self._eviction.acknowledged(notice.id)
             case SpawnChild(parent, request):
                 self._children.spawn(parent, request)
             case ControlChild(parent, request):
@@ -206,7 +220,9 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.ListUnits(status, kind, parent):
                 request.answer(units.list(status, kind, parent))
             case rq.ReadOutput(work_id, max_bytes):
-                request.answer(control.read_output(work_id, max_bytes))
+                request.answer(self._output.read(work_id, max_bytes))
+            case rq.ReadChunk(work_id, offset, max_bytes):
+                request.answer(self._output.chunk(work_id, offset, max_bytes))
             case rq.ResidentIds():
                 request.answer({r.id for r in units.registry})
             case rq.MailboxOf(owner):
@@ -250,6 +266,15 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(control.retain(work_id))
             case rq.Release(work_id):
                 request.answer(control.release(work_id))
+            case rq.Lease(work_id, lease):
+                units.get(work_id)  # InvalidWorkId / UnknownWork now, not a stray lease
+                request.answer(self._mirror.ledger.retain(work_id, lease))
+            case rq.RenewLease(lease_id, lease):
+                request.answer(self._mirror.ledger.renew_retain(lease_id, lease))
+            case rq.EndLease(work_id, lease_id):
+                ended = self._mirror.ledger.release_retain(lease_id)
+                self._eviction.released(work_id)
+                request.answer(ended)
             case rq.Kill(work_id, reason):
                 request.answer(control.kill(work_id, reason))
             case rq.Cancel(work_id, grace, reason):
@@ -282,16 +307,16 @@ class SupervisorActor(pykka.ThreadingActor):
             self._mirror.flush_grouped()
             self._recovery.tick()
             self._mirror.periodic(now)
+            if now >= self._next_outbox_trim:
+                # Acknowledged notices are kept a while (a consumer may look again),
+                # then deleted: the outbox stays as small as what is unread.
+                self._next_outbox_trim = now + OUTBOX_TRIM_EVERY
+                self._mirror.ledger.drop_acknowledged(older_than=OUTBOX_TRIM_EVERY)
         return evicted
 
     def _cascade(self, ended: WorkRecord) -> None:
         """After an end is durable and told: its children are killed, a queued unit starts."""
+        self._eviction.ended(ended)
         for child in self._units.registry.children(ended.id):
             self._control.kill_resident(child, Reason.PARENT_ENDED)
         self._starts.start_queued(ended.kind)
-
-    def _root_notice_taken(self, item: object) -> None:
-        """Mailbox hook, in the consumer's thread: the ledger marks the notice delivered."""
-        if isinstance(item, Notification):
-            with contextlib.suppress(pykka.ActorDeadError):
-                self.actor_ref.tell(Delivered(item))

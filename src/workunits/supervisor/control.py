@@ -20,9 +20,9 @@ from workunits._status import Reason, Status, is_terminal
 from workunits._wire.actor_messages import Cancel, Escalate, Kill, StopTeammate
 from workunits.actors.base import WorkActor
 from workunits.supervisor.endings import TerminalTransition
-from workunits.supervisor.notices import Notices
+from workunits.supervisor.eviction import Eviction
 from workunits.supervisor.slots import Ending
-from workunits.supervisor.sweep import Deadlines, Due, evictable
+from workunits.supervisor.sweep import Deadlines, Due
 from workunits.supervisor.units import Units
 
 OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between output-size checks of running units
@@ -34,14 +34,14 @@ class Control:
         *,
         units: Units,
         endings: TerminalTransition,
-        notices: Notices,
+        eviction: Eviction,
         deadlines: Deadlines,
         clock: Clock,
         eviction_grace: float,
     ) -> None:
         self._units = units
         self._endings = endings
-        self._notices = notices
+        self._eviction = eviction
         self._deadlines = deadlines
         self._clock = clock
         self._grace = eviction_grace
@@ -125,16 +125,13 @@ class Control:
 
     def run_deadlines(self, now: float) -> int:
         """Timeouts, cancel escalations, evictions and output caps that are due; evictions."""
-        evicted = 0
+        evict: list[str] = []
         for work_id, what in self._deadlines.pop_due(now):
             record = self._units.registry.find(work_id)
             if record is None:
                 continue
             if what is Due.EVICT:
-                if evictable(record, now):
-                    self._units.evict(work_id)
-                    self._notices.forget(work_id)
-                    evicted += 1
+                evict.append(work_id)
             elif record.status == Status.RUNNING:
                 slot = self._units.slot(work_id)
                 if what is Due.TIMEOUT:
@@ -145,7 +142,7 @@ class Control:
         if now >= self._next_cap_check:
             self._next_cap_check = now + OUTPUT_CAP_CHECK_EVERY
             self._check_output_caps()
-        return evicted
+        return self._eviction.run(evict, now)
 
     def _check_output_caps(self) -> None:
         # Backs up the kernel's RLIMIT_FSIZE for work that ignores SIGXFSZ.
@@ -161,13 +158,17 @@ class Control:
     # -- retention (invariant 8) and output (invariant 6) ----------------------
 
     def retain(self, work_id: str) -> WorkRecord:
-        self._units.lookup(work_id)
+        """A hold by a reader of this process (a stream); none is needed once evicted."""
+        if self._units.evicted(work_id):
+            return self._units.get(work_id)
         return self._units.write(
             work_id, lambda r: replace(r, retain=r.retain + 1, evict_after=None)
         )[1]
 
     def release(self, work_id: str) -> WorkRecord:
-        record = self._units.lookup(work_id)
+        if self._units.evicted(work_id):
+            return self._units.get(work_id)
+        record = self._units.registry.get(work_id)
         if record.retain == 0:
             return record
         now = self._clock.now()
@@ -188,28 +189,6 @@ class Control:
             if new.evict_after is not None:
                 self._deadlines.push(new.evict_after, work_id, Due.EVICT)
         return new
-
-    def read_output(self, work_id: str, max_bytes: int | None = None) -> tuple[bytes, WorkRecord]:
-        """Read the delta since the offset, then patch only the offset (invariant 6)."""
-        record = self._units.lookup(work_id)
-        slot = self._units.slot(work_id)
-        assert slot is not None  # the record is in memory
-        offset = record.output_offset
-        fd = slot.read_fd
-        if is_terminal(record.status) and fd is None:
-            # The file is gone: what is left to read is in the tail, if it fits.
-            data, new_offset = _from_tail(record, max_bytes)
-        else:
-            if fd is None and record.output_path is not None:
-                fd = slot.read_fd = _outputfile.open_for_reading(record.output_path)
-            data = b"" if fd is None else _outputfile.read_delta(fd, offset, max_bytes)
-            new_offset = offset + len(data)
-            if is_terminal(record.status) and fd is not None and new_offset >= record.output_bytes:
-                os.close(fd)
-                slot.read_fd = None
-        if new_offset != offset:
-            _, record = self._units.write(work_id, lambda r: replace(r, output_offset=new_offset))
-        return data, record
 
     # -- shutdown (invariant 10) -------------------------------------------------
 
@@ -246,16 +225,3 @@ class Control:
 def _ending_of(units: Units, work_id: str) -> Ending | None:
     slot = units.slot(work_id)
     return None if slot is None else slot.ending
-
-
-def _from_tail(record: WorkRecord, max_bytes: int | None) -> tuple[bytes, int]:
-    """Unread output of an ended unit whose file is gone: what the tail still holds.
-
-    A reader that lagged more than the tail's 64 KiB resumes at the tail's start.
-    """
-    tail_start = record.output_bytes - len(record.output_tail)
-    start = max(record.output_offset, tail_start)
-    end = record.output_bytes if max_bytes is None else min(record.output_bytes, start + max_bytes)
-    if end <= start:
-        return b"", record.output_offset
-    return record.output_tail[start - tail_start : end - tail_start], end

@@ -77,7 +77,7 @@ class LedgerMirror:
         return None if created else row
 
     def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: Slot | None) -> None:
-        """Mirror a non-terminal change: status, pid and retain; group pid and progress.
+        """Mirror a non-terminal change: status; group pid and progress.
 
         Terminal changes go through ``end``, in groups.
         """
@@ -92,8 +92,6 @@ class LedgerMirror:
                 if new.status == Status.RUNNING:
                     fields["session"] = self.session
                 self.ledger.write(new, attempt=new.attempt, **fields)
-            elif old.retain != new.retain:
-                self.ledger.write(new, attempt=new.attempt)
             elif slot is None:
                 return
             elif old.pid != new.pid and new.pid is not None:

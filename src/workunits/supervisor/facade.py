@@ -17,17 +17,19 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
 from workunits._errors import NotFinished, SpecError, SupervisorClosed
 from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
+from workunits._ledger.retains import check_lease
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
-from workunits._record import WorkRecord
+from workunits._record import OutputChunk, WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
+from workunits._retain import Retain
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.results import result_of
 from workunits._wire.specs import (
@@ -43,6 +45,7 @@ from workunits.actors.remote import RemoteSpec
 from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor import requests as rq
+from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.runtime import Options, Runtime
 from workunits.supervisor.shutdown import end_all_work
@@ -55,6 +58,7 @@ from workunits.supervisor.waiters import TerminalWaiters
 R = TypeVar("R")
 
 DEFAULT_EVICTION_GRACE = 30.0
+DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
 # A stream has two chunks alive at its peak: the one the caller still holds and
 # the next one being read. 256 KiB keeps that well inside DESIGN section 8's
 # 2 MiB budget and still catches up on a backlog at over 1 GiB/s.
@@ -103,6 +107,7 @@ class Supervisor:
         ray_temp_dir: str | os.PathLike[str] | None = None,
         ray_init: Mapping[str, Any] | None = None,
         kinds: Mapping[str, type[WorkActor]] | None = None,
+        max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -118,12 +123,23 @@ class Supervisor:
 
         ``kinds`` adds kinds (``{letter: WorkActor subclass}``) before the
         ledger is recovered, so pending and resumable units of those kinds run.
+
+        An ended unit's record stays in memory until its notice is acknowledged
+        and ``eviction_grace`` seconds have passed (and no retain holds it);
+        past ``max_resident_ended`` ended records, the oldest leave anyway. Reads
+        of a unit that left memory are answered from the ledger.
         """
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
         for kind_name, limit in (concurrency or {}).items():
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
+        if (
+            isinstance(max_resident_ended, bool)
+            or not isinstance(max_resident_ended, int)
+            or max_resident_ended < 0
+        ):
+            raise SpecError(f"max_resident_ended must be an int >= 0, got {max_resident_ended!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
         self._state_dir_lock = SupervisorLock(self.state_dir)
@@ -137,6 +153,7 @@ class Supervisor:
                 preload=preload,
                 extra_kinds=kinds or {},
                 concurrency=concurrency,
+                max_resident_ended=max_resident_ended,
                 expire_after=expire_after,
                 ledger_sync=ledger_sync,
                 ray=RayRuntime(
@@ -316,12 +333,35 @@ class Supervisor:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
         return render_tree(self.list(), root)
 
-    def read_output(self, work_id: str, max_bytes: int | None = None) -> bytes:
-        """The output written since the last read; advances the unit's offset."""
+    @overload
+    def read_output(
+        self, work_id: str, max_bytes: int | None = None, *, offset: None = None
+    ) -> bytes: ...
+
+    @overload
+    def read_output(
+        self, work_id: str, max_bytes: int | None = None, *, offset: int
+    ) -> OutputChunk: ...
+
+    def read_output(
+        self, work_id: str, max_bytes: int | None = None, *, offset: int | None = None
+    ) -> bytes | OutputChunk:
+        """The output written since the last read (at most ``max_bytes``, default 1 MiB);
+        advances the unit's offset.
+
+        With ``offset``, reads from there instead and returns an ``OutputChunk``
+        (the record's own offset is left alone): for an ended unit only its tail
+        is still held, and ``chunk.start > offset`` says what the reader missed.
+        A unit that has left memory is read from the ledger, where its offset went.
+        """
         if max_bytes is not None and (
             isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
         ):
             raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
+        if offset is not None:
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise SpecError(f"offset must be an int >= 0, got {offset!r}")
+            return self._ask(rq.ReadChunk(work_id, offset, max_bytes))
         data, _ = self._ask(rq.ReadOutput(work_id, max_bytes))
         return data
 
@@ -350,13 +390,24 @@ class Supervisor:
         finally:
             self._waiters.discard(work_id, waiter)
 
-    def retain(self, work_id: str) -> WorkRecord:
-        """Hold the record in memory (a viewer is looking at it) until ``release``."""
-        return self._ask(rq.Retain(work_id))
+    def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
+        """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
 
-    def release(self, work_id: str) -> WorkRecord:
-        """Undo one ``retain``; the eviction grace starts again from now."""
-        return self._ask(rq.Release(work_id))
+        While the lease holds, the unit's record stays in memory after its end
+        and its ledger row does not expire. Renew it (``renew()``, or
+        ``keep_renewing()``) before it runs out; ``release()`` it, or use it as a
+        context manager, when done. It lapses by itself if not renewed, and at
+        once if this process exits.
+        """
+        lease = check_lease(lease)
+        lease_id = self._ask(rq.Lease(work_id, lease))
+        return Retain(
+            work_id,
+            lease_id,
+            lease,
+            renew=lambda seconds: self._ask(rq.RenewLease(lease_id, seconds)),
+            release=lambda: self._ask(rq.EndLease(work_id, lease_id)),
+        )
 
     def notifications(self) -> Mailbox:
         """The application's mailbox: one notice per top-level unit that ends."""

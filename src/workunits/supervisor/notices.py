@@ -3,33 +3,63 @@
 Owned by the SupervisorActor; runs in its thread. A parent whose kind relays
 (an agent) gets child notices and monitor events in its own process, through
 its actor; any other parent, and the application (owner None), gets them in a
-``Mailbox``. The application's mailbox is made when first asked for and filled
-then from the ledger's outbox: a daemon nobody reads from holds no notices in
-memory, and a late reader still gets every one.
+``Mailbox``.
+
+The application's notices are claimed from the ledger's outbox, so each goes to
+one consumer whether it reads ``sup.notifications()`` here or a client in another
+process; the mailbox has a ledger connection of its own (a consumer never waits
+behind the actor's writes), and is woken when a notice is written. A daemon
+nobody reads from holds no notices in memory, and a late reader still gets
+every one. Acknowledgements come back to the actor as ``Acknowledged``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pykka
 
+from workunits._claim import Claim
+from workunits._clock import Clock
+from workunits._errors import LedgerError
 from workunits._ledger import Ledger
 from workunits._mailbox import Mailbox
-from workunits._record import MonitorEvent, Notification, WorkRecord
+from workunits._record import MailboxItem, MonitorEvent, Notification, WorkRecord
 from workunits._wire.actor_messages import ChildEnded, EventToUnit
 from workunits.supervisor.units import Units
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """A notice was acknowledged (told from the consumer's thread, or a unit's actor).
+
+    ``in_ledger``: the consumer already recorded it there (a claim it acknowledged).
+    """
+
+    notice: Notification
+    in_ledger: bool
 
 
 class Notices:
     def __init__(
-        self, units: Units, ledger: Ledger, on_root_take: Callable[[object], None]
+        self, units: Units, ledger: Ledger, clock: Clock, tell_self: Callable[[object], None]
     ) -> None:
         self._units = units
         self._ledger = ledger
-        self._on_root_take = on_root_take  # a mailbox hook: runs in the consumer's thread
+        self._clock = clock  # the supervisor's: claims and acks are stamped on its time
+        self._tell_self = tell_self  # to the actor, from any thread; never waits
         self._mailboxes: dict[str | None, Mailbox] = {}
+        # The root mailbox's own connection, opened at its first claim, in the
+        # consumer's thread. Guards _claims: opening and closing it, O(1) besides the open.
+        self._claims_lock = threading.Lock()
+        self._claims: Ledger | None = None
+        self._closed = False
 
     # -- mailboxes -------------------------------------------------------------------
 
@@ -40,9 +70,9 @@ class Notices:
             return self._mailbox_of(owner)
         root = self._mailboxes.get(None)
         if root is None:
-            root = self._mailboxes[None] = Mailbox(None, on_take=self._on_root_take)
-            for notice in self._ledger.undelivered(None):
-                root.put(notice)
+            root = self._mailboxes[None] = Mailbox(
+                None, source=self._claim_root, waiting=self._root_waiting
+            )
         return root
 
     def _mailbox_of(self, owner: str | None) -> Mailbox:
@@ -50,8 +80,59 @@ class Notices:
             return self.mailbox(None)
         mailbox = self._mailboxes.get(owner)
         if mailbox is None:
-            mailbox = self._mailboxes[owner] = Mailbox(owner)
+            mailbox = self._mailboxes[owner] = Mailbox(owner, on_ack=self._acknowledged_here)
         return mailbox
+
+    def _claim_root(self) -> Claim[MailboxItem] | None:
+        """The root mailbox's source: claim an application notice in the ledger.
+
+        Runs in the consumer's thread, on the mailbox's own connection; once the
+        supervisor has closed, on a connection per call, so a reader can still
+        drain what the ledger holds.
+        """
+        held = self._on_claims(lambda ledger: ledger.claim_notice(None))
+        if held is None:
+            return None
+        notice, token = held.notice, held.token
+
+        def ack() -> bool:
+            done = self._on_claims(lambda ledger: ledger.ack_notice(notice.id, token))
+            if done:
+                self._tell(Acknowledged(notice, in_ledger=True))
+            return done
+
+        def release() -> bool:
+            return self._on_claims(lambda ledger: ledger.release_notice(notice.id, token))
+
+        return Claim(notice, ack=ack, release=release)
+
+    def _root_waiting(self) -> int:
+        """Application notices nobody has claimed (in the consumer's thread)."""
+        return self._on_claims(lambda ledger: ledger.unclaimed_count(None))
+
+    def _on_claims(self, call: Callable[[Ledger], T]) -> T:
+        with self._claims_lock:
+            closed = self._closed
+            if not closed and self._claims is None:
+                self._claims = Ledger.open_existing(self._ledger.state_dir, clock=self._clock)
+            claims = self._claims
+        if claims is not None:
+            try:
+                return call(claims)
+            except LedgerError:
+                if not self._closed:
+                    raise
+                # closed under us: use a connection of our own, below
+        with Ledger.open_existing(self._ledger.state_dir, clock=self._clock) as own:
+            return call(own)
+
+    def _acknowledged_here(self, notice: Notification) -> None:
+        """A notice held in memory (a non-root mailbox) was acknowledged."""
+        self._tell(Acknowledged(notice, in_ledger=False))
+
+    def _tell(self, message: object) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._tell_self(message)
 
     def forget(self, owner: str) -> None:
         """The owner left memory: nobody can read its mailbox any more."""
@@ -60,8 +141,13 @@ class Notices:
             mailbox.close()
 
     def close(self) -> None:
+        with self._claims_lock:
+            self._closed = True
+            claims, self._claims = self._claims, None
         for mailbox in self._mailboxes.values():
             mailbox.close()
+        if claims is not None:
+            claims.close()
 
     # -- what goes in ------------------------------------------------------------------
 
@@ -69,8 +155,11 @@ class Notices:
         """The one notice of a terminal unit: into its parent's process, or its mailbox."""
         if self._relay(record.parent, ChildEnded(record)):
             return
-        if record.parent is None and None not in self._mailboxes:
-            return  # the ledger's outbox holds it until the application asks
+        if record.parent is None:
+            root = self._mailboxes.get(None)
+            if root is not None:
+                root.wake()  # it is in the ledger's outbox, to be claimed
+            return
         self._mailbox_of(record.parent).put(Notification.of(record))
 
     def post_event(self, event: MonitorEvent) -> None:

@@ -75,7 +75,7 @@ class Recovery:
                 spec, timeout = actor_class.from_durable(durable)
                 attempt = self._ledger.begin_attempt(row.id, self._session, expected=row.attempt)
                 record = replace(row.to_record(), status=Status.PENDING, attempt=attempt, pid=None)
-                self._starts.admit(record, actor_class, spec, timeout, row.checkpoint)
+                self._starts.admit(record, actor_class, spec, timeout, row.checkpoint, adopted=True)
                 return True
             error = f"lost: its supervisor (session {row.session}) ended while it ran"
             if row.resumable:
@@ -121,7 +121,9 @@ class Recovery:
             except (WorkunitsError, UnknownKind) as exc:
                 self._lose(row, f"could not start: {type(exc).__name__}: {exc}")
                 continue
-            self._starts.admit(row.to_record(), actor_class, spec, timeout, row.checkpoint)
+            self._starts.admit(
+                row.to_record(), actor_class, spec, timeout, row.checkpoint, adopted=True
+            )
             adopted.append(row.id)
         return adopted
 
@@ -151,14 +153,9 @@ class Recovery:
                 slot.end_requests.append(request.seq)  # ending, or its end is already queued
                 return None
             return {"changed": changed, "status": record.status.value}
-        if request.verb == "retain":
-            control.retain(target)
-        elif request.verb == "release":
-            control.release(target)
-        else:
-            raise SpecError(f"request verb {request.verb!r} is not applied by a supervisor")
-        status = self._units.registry.get(target).status.value
-        return {"changed": True, "status": status}
+        if request.verb in ("retain", "release"):
+            return _lease_instead(self._units.registry.get(target).status.value)
+        raise SpecError(f"request verb {request.verb!r} is not applied by a supervisor")
 
     def _apply_to_row(self, request: Request) -> dict[str, Any]:
         """A request for a unit not in memory (evicted, or never started here)."""
@@ -175,10 +172,19 @@ class Recovery:
                 ended_at=self._clock.now(),
             )
             return {"changed": True, "status": Status.KILLED.value}
-        if request.verb in ("retain", "release") and row.expired_at is None:
-            # The hold is on the row, which expiry leaves alone while its count is above zero.
-            count = row.retain + 1 if request.verb == "retain" else max(0, row.retain - 1)
-            if count != row.retain:
-                self._ledger.write(target, attempt=row.attempt, retain=count)
-            return {"changed": count != row.retain, "status": row.shown_status}
+        if request.verb in ("retain", "release"):
+            return _lease_instead(row.shown_status)
         return {"changed": False, "status": row.shown_status}
+
+
+def _lease_instead(status: str) -> dict[str, Any]:
+    """A retain or release request queued by a client of an earlier release.
+
+    A hold with no owner to renew it would keep its unit forever (the leak
+    retain leases replaced): it is refused, saying what to use.
+    """
+    return {
+        "changed": False,
+        "status": status,
+        "error": "retains are leases now: use Client.retain(id, lease=...), which renews",
+    }

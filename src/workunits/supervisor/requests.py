@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 import pykka
 
 from workunits._mailbox import Mailbox
-from workunits._record import WorkRecord
+from workunits._record import OutputChunk, WorkRecord
 from workunits._status import Reason, Status
 from workunits.actors.base import WorkActor
 from workunits.supervisor.asks import Route
@@ -101,6 +101,13 @@ class ReadOutput(Request[tuple[bytes, WorkRecord]]):
 
 
 @dataclass(frozen=True, slots=True)
+class ReadChunk(Request[OutputChunk]):
+    work_id: str
+    offset: int
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ResidentIds(Request[set[str]]):
     pass
 
@@ -130,12 +137,34 @@ class Update(Request[WorkRecord]):
 
 @dataclass(frozen=True, slots=True)
 class Retain(Request[WorkRecord]):
+    """Hold the record in memory for a reader of this process (a stream); see Release."""
+
     work_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class Release(Request[WorkRecord]):
     work_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease(Request[str]):
+    """A retain lease for ``lease`` seconds, held by this process; its ID."""
+
+    work_id: str
+    lease: float
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLease(Request[bool]):
+    lease_id: str
+    lease: float
+
+
+@dataclass(frozen=True, slots=True)
+class EndLease(Request[bool]):
+    work_id: str
+    lease_id: str
 
 
 @dataclass(frozen=True, slots=True)

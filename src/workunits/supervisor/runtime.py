@@ -63,6 +63,7 @@ class Options:
     preload: Sequence[str]
     extra_kinds: Mapping[str, type[WorkActor]]
     concurrency: Mapping[str, int] | None
+    max_resident_ended: int
     expire_after: float
     ledger_sync: str
     ray: RayRuntime
@@ -99,6 +100,7 @@ class Runtime:
             ledger=self.ledger,
             session=self.session,
             concurrency=options.concurrency,
+            max_resident_ended=options.max_resident_ended,
         )
         self.channel = ActorChannel(self._ref, options.ask_timeout)
         interval = options.tick_interval

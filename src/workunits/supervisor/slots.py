@@ -48,3 +48,6 @@ class Slot:
     # Cancel and kill requests from other processes (by seq) that the terminal write answers.
     end_requests: list[int] = field(default_factory=list)
     suspended: bool = False
+    # Came from the ledger (a client's submit, a resume), not from this facade:
+    # its notice is read from the ledger, so its record need not wait for it.
+    adopted: bool = False

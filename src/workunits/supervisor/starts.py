@@ -141,13 +141,16 @@ class Starts:
         checkpoint: bytes | None = None,
         *,
         running_in_ledger: bool = False,
+        adopted: bool = False,
     ) -> None:
         """Insert a pending record and start it, or queue it for a slot of its kind.
 
         ``running_in_ledger``: the submit already wrote the row ``running`` (it
-        found a slot, as this does in the same call).
+        found a slot, as this does in the same call). ``adopted``: the unit came
+        from the ledger (a client's submit, or a resume), not from this facade.
         """
-        self._units.insert(record)
+        slot = self._units.insert(record)
+        slot.adopted = adopted
         if not self._has_slot(actor_class.kind):
             queue = self._queued.setdefault(actor_class.kind, deque())
             queue.append(_Queued(record.id, actor_class, spec, timeout, checkpoint))

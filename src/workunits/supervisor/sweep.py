@@ -11,11 +11,18 @@ from workunits._record import WorkRecord
 from workunits._status import is_terminal
 
 
-def evictable(record: WorkRecord, now: float) -> bool:
-    """A record leaves memory only when terminal, notified, past evict_after and not retained."""
+def evictable(record: WorkRecord, now: float, *, gated: bool) -> bool:
+    """Whether a record may leave memory (invariant 8), leases aside.
+
+    Only when it is terminal, past ``evict_after``, held by no reader of this
+    process, and -- when ``gated`` (its notice is for a consumer that may still
+    come for it: the application, or a parent in memory) -- acknowledged. The
+    caller then asks the ledger whether a retain lease still holds it.
+    """
     return (
         is_terminal(record.status)
         and record.notified
+        and (record.acknowledged or not gated)
         and record.retain == 0
         and record.evict_after is not None
         and record.evict_after <= now

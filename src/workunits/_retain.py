@@ -1,0 +1,105 @@
+"""``Retain``: a lease that keeps an ended unit visible while someone looks at it.
+
+A viewer (``watch``, ``tail -f``, a web page, your own code) retains a unit
+for ``lease`` seconds and renews before the lease runs out; the unit's record
+then stays in its supervisor's memory and its row is not expired. A retain
+lapses when its owner stops renewing, and at once when the owner's process
+exits, so a viewer killed by SIGKILL or a closed terminal holds nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+
+class Retain:
+    """One retain lease on one unit: ``renew()``, ``release()``, or use it as a context manager."""
+
+    __slots__ = (
+        "_keeper",
+        "_lock",
+        "_release",
+        "_released",
+        "_renew",
+        "lease",
+        "lease_id",
+        "work_id",
+    )
+
+    def __init__(
+        self,
+        work_id: str,
+        lease_id: str,
+        lease: float,
+        *,
+        renew: Callable[[float], bool],
+        release: Callable[[], bool],
+    ) -> None:
+        self.work_id = work_id
+        self.lease_id = lease_id
+        self.lease = lease
+        self._renew = renew
+        self._release = release
+        self._released = False
+        self._keeper: threading.Event | None = None
+        # Guards _released and _keeper: a check and an assignment, O(1).
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"lease {self.lease:g} s"
+        return f"<Retain {self.work_id} {state}>"
+
+    def renew(self, lease: float | None = None) -> bool:
+        """Extend the lease to ``lease`` (default: the same length) from now.
+
+        False once it has lapsed or was released: retain the unit again if you
+        still need it.
+        """
+        if self._released:
+            return False
+        if lease is not None:
+            self.lease = lease
+        return self._renew(self.lease)
+
+    def release(self) -> bool:
+        """End the lease now; True for the call that ended it."""
+        with self._lock:
+            if self._released:
+                return False
+            self._released = True
+            keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.set()
+        return self._release()
+
+    def keep_renewing(self, every: float | None = None) -> Retain:
+        """Renew from a daemon thread every ``every`` s (default: a third of the lease)
+        until ``release``; for a viewer whose own loop may block for long."""
+        interval = self.lease / 3 if every is None else every
+        with self._lock:
+            if self._released or self._keeper is not None:
+                return self
+            stop = self._keeper = threading.Event()
+
+        def renew_until_released() -> None:
+            while not stop.wait(interval):
+                if not self.renew():
+                    return
+
+        threading.Thread(
+            target=renew_until_released, name=f"workunits-retain-{self.work_id}", daemon=True
+        ).start()
+        return self
+
+    def __enter__(self) -> Retain:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
