@@ -262,6 +262,9 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._mirror.ledger.gc(older_than))
             case rq.StopTeammate(work_id):
                 request.answer(control.stop_teammate(work_id))
+            case rq.Drain():
+                self._starts.refuse_new_work()
+                request.answer(control.unresumable_running(self._mirror.resumable))
             case rq.BeginShutdown(deploy):
                 self._closing = True
                 self._starts.refuse_new_work()

@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import NotFinished, SpecError, SupervisorClosed
+from workunits._errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
 from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
@@ -918,6 +919,34 @@ class Supervisor:
         return await self._ask_async(rq.StopTeammate(work_id))
 
     # -- shutdown --------------------------------------------------------------
+
+    def drain(self, timeout: float) -> builtins.list[str]:
+        """Stop admitting work, then wait up to ``timeout`` s for the units that cannot resume.
+
+        From this call submits raise SupervisorClosed and nothing more starts
+        (pending units stay pending, for the next supervisor). Running units
+        that a deploy would end -- those that cannot resume -- get up to
+        ``timeout`` seconds to finish; the IDs of those still running after it
+        are returned. Follow with ``close(deploy=True)`` (``serve
+        --drain-timeout`` does both on SIGTERM).
+        """
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+            raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        still: builtins.list[str] = []
+        for work_id in self._ask(rq.Drain()):
+            waiter = self._waiters.add(work_id)  # register, then read: no lost wake-up
+            try:
+                try:
+                    record = self.get(work_id)
+                except UnknownWork:
+                    continue  # ended and evicted already
+                remaining = max(0.0, deadline - time.monotonic())
+                if not is_terminal(record.status) and not waiter.event.wait(remaining):
+                    still.append(work_id)
+            finally:
+                self._waiters.discard(work_id, waiter)
+        return still
 
     def close(self, *, deploy: bool = False) -> None:
         """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent.
