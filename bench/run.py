@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import harness
+import loop_lag
 import peer_benches
 import procstat
 import value_benches
@@ -535,6 +536,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     "output_1gib": bench_output_1gib,
     **peer_benches.BENCHES,
     **value_benches.BENCHES,
+    **loop_lag.BENCHES,
 }
 
 

@@ -14,6 +14,7 @@ import pytest
 
 import workunits as wu
 from tests.foreign_user import nobody, shared_dir  # noqa: F401 - fixtures: a second local user
+from tests.loop_guard import guard  # noqa: F401 - fixture: async tests whose loop must not block
 from workunits import Supervisor
 from workunits.testing import ManualClock, ScriptedDriver
 

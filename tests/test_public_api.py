@@ -70,6 +70,7 @@ WORKUNITS = {
     "WorkunitsError",
     "WrongType",
     "connect",
+    "connect_async",
     "current",
     "is_terminal",
     "is_valid_id",

@@ -346,9 +346,9 @@ def test_remote_teammate_tell_ask_proxy_stop(sup: wu.Supervisor) -> None:
     with pytest.raises(ValueError, match="asked to fail") as raised:
         t.ask("fail", timeout=30)
     assert any("teammate's process" in note for note in getattr(raised.value, "__notes__", []))
-    record = t.stop(timeout=30)
+    assert t.stop(timeout=30) == "stopped at 16"
+    record = sup.get(t.id)
     assert record.status == wu.Status.COMPLETED
-    assert sup.result(t.id) == "stopped at 16"
     with pytest.raises(wu.TeammateEnded):
         t.tell(1)
     assert b"adding 5" in record.output_tail

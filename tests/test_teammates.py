@@ -127,9 +127,9 @@ def test_stop_handles_queued_messages_then_completes_with_on_stop(sup: wu.Superv
     t = sup.teammate(Accumulator)
     for _ in range(50):
         t.tell(1)
-    record = t.stop(timeout=10)
-    assert record.status == wu.Status.COMPLETED
-    assert sup.result(t.id) == {"total": 50, "seen": 50}  # nothing dropped behind the stop
+    # stop() returns what on_stop() returned, decoded (not the record's raw bytes).
+    assert t.stop(timeout=10) == {"total": 50, "seen": 50}  # nothing dropped behind the stop
+    assert sup.get(t.id).status == wu.Status.COMPLETED
     assert sup.stop(t.id) is False  # stopping an ended teammate is a no-op
 
 
@@ -323,15 +323,15 @@ def agent_with_child_teammate() -> dict[str, Any]:
     mate = ctx.teammate(Accumulator, 1)
     mate.tell(2)
     answer = mate.ask("total", timeout=10)
-    record = mate.stop(timeout=10)
-    return {"id": mate.id, "answer": answer, "status": record.status.value}
+    stopped = mate.stop(timeout=10)
+    return {"id": mate.id, "answer": answer, "stopped": stopped}
 
 
 def test_an_agent_starts_stops_and_asks_a_child_teammate(sup: wu.Supervisor) -> None:
     a = sup.agent(agent_with_child_teammate)
     out = a.result(timeout=20)
     assert out["answer"] == 3
-    assert out["status"] == "completed"
+    assert out["stopped"] == {"total": 3, "seen": 2}  # on_stop()'s value, decoded
     assert sup.get(out["id"]).parent == a.id
 
 

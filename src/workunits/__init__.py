@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from workunits._client import Client as Client
     from workunits._client import ClientHandle as ClientHandle
     from workunits._client import connect as connect
+    from workunits._client import connect_async as connect_async
     from workunits._mailbox import Mailbox as Mailbox
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
@@ -126,6 +127,7 @@ __all__ = [
     "WorkunitsError",
     "WrongType",
     "connect",
+    "connect_async",
     "current",
     "is_terminal",
     "is_valid_id",
@@ -141,6 +143,7 @@ __getattr__, __dir__ = _lazy.exports(
         "Client": "workunits._client",
         "ClientHandle": "workunits._client",
         "connect": "workunits._client",
+        "connect_async": "workunits._client",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._mailbox",

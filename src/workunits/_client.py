@@ -16,6 +16,7 @@ does not cross ``fork()``: open another one in the child.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import os
 import threading
@@ -78,6 +79,22 @@ def connect(
     A ledger written by a newer workunits raises LedgerVersionError.
     """
     return Client(state_dir, create=create, poll=poll, clock=clock)
+
+
+async def connect_async(
+    state_dir: str | os.PathLike[str] = ".workunits",
+    *,
+    create: bool = True,
+    poll: float = DEFAULT_POLL,
+    clock: Clock | None = None,
+) -> Client:
+    """``connect`` without blocking the event loop: the ledger is opened on a worker thread.
+
+    The client's ``_async`` methods then read and write the ledger on worker
+    threads (one short call each) and wait with ``asyncio.sleep``, never with a
+    thread parked per waiter.
+    """
+    return await asyncio.to_thread(Client, state_dir, create=create, poll=poll, clock=clock)
 
 
 class Client:
@@ -333,10 +350,7 @@ class Client:
         return self._wait_row(work_id, timeout).to_record()
 
     def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
-        ):
-            raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        _check_wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
@@ -354,10 +368,12 @@ class Client:
         WorkKilled, NotFinished after ``timeout``, or WorkExpired once the
         unit's retention ran out and its value is gone.
         """
-        row = self._wait_row(work_id, timeout)
+        return self._result_of_row(self._wait_row(work_id, timeout))
+
+    def _result_of_row(self, row: UnitRow) -> Any:
         if row.expired or row.result is None or row.status is not Status.COMPLETED:
             return result_of(row.to_record())  # raises, or the record of a value-less unit
-        return self.ledger.load_result(work_id)
+        return self.ledger.load_result(row.id)
 
     # -- output and notices ----------------------------------------------------
 
@@ -444,6 +460,146 @@ class Client:
                 return None
             backoff.pause(deadline)
 
+    # -- the async twins: short ledger calls on a worker thread, waits on the loop --
+
+    async def shell_async(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        key: str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        on_lost: str = "fail",
+    ) -> ClientHandle:
+        """Like ``shell`` without blocking the event loop (the synced submit runs on a
+        worker thread)."""
+        return await asyncio.to_thread(
+            self.shell,
+            cmd,
+            key=key,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            description=description,
+            output_cap=output_cap,
+            on_lost=on_lost,
+        )
+
+    async def agent_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        **kwargs: Any,
+    ) -> ClientHandle:
+        """Like ``agent`` without blocking the event loop (pickled and submitted on a
+        worker thread)."""
+        return await asyncio.to_thread(
+            self._call_unit,
+            "a",
+            "agent",
+            fn,
+            args,
+            kwargs,
+            key=key,
+            description=description,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            memory_limit=memory_limit,
+            output_cap=output_cap,
+        )
+
+    async def workflow_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> ClientHandle:
+        """Like ``workflow`` without blocking the event loop."""
+        return await asyncio.to_thread(
+            self._call_unit,
+            "w",
+            "workflow",
+            fn,
+            args,
+            kwargs,
+            key=key,
+            description=description,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            memory_limit=memory_limit,
+            output_cap=DEFAULT_OUTPUT_CAP,
+        )
+
+    async def get_async(self, work_id: str) -> WorkRecord:
+        """Like ``get`` without blocking the event loop."""
+        return await asyncio.to_thread(self.get, work_id)
+
+    async def row_async(self, work_id: str) -> UnitRow:
+        """Like ``row`` without blocking the event loop."""
+        return await asyncio.to_thread(self.row, work_id)
+
+    async def list_async(
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+    ) -> builtins.list[WorkRecord]:
+        """Like ``list`` without blocking the event loop."""
+        return await asyncio.to_thread(self.list, status, kind, parent)
+
+    async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
+        """Like ``wait`` without blocking the event loop: each look at the ledger is a
+        short call on a worker thread, each pause an ``asyncio.sleep``."""
+        return (await self._wait_row_async(work_id, timeout)).to_record()
+
+    async def _wait_row_async(self, work_id: str, timeout: float | None) -> UnitRow:
+        _check_wait_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff(self._closed, self._poll)
+        while True:
+            row = await asyncio.to_thread(self.row, work_id)
+            if is_terminal(row.status):
+                return row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NotFinished(row.to_record(), timeout)
+            await backoff.pause_async(deadline)
+
+    async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
+        """Like ``result`` without blocking the event loop."""
+        row = await self._wait_row_async(work_id, timeout)
+        return await asyncio.to_thread(self._result_of_row, row)
+
+    def stream_async(self, work_id: str, *, follow: bool = True) -> OutputStream:
+        """Like ``stream``, for ``async for chunk in client.stream_async(id)``.
+
+        Each look at the ledger and the output file is a short call on a worker
+        thread; waits are ``asyncio.sleep``. A bad ID raises at the first step.
+        """
+        _ids.validate(work_id)
+        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
+
+    async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
+        """Like ``cancel`` without blocking the event loop."""
+        return await asyncio.to_thread(self.cancel, work_id, grace)
+
+    async def kill_async(self, work_id: str) -> bool:
+        """Like ``kill`` without blocking the event loop."""
+        return await asyncio.to_thread(self.kill, work_id)
+
     # -- closing ---------------------------------------------------------------
 
     def close(self) -> None:
@@ -458,6 +614,13 @@ class Client:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _check_wait_timeout(timeout: float | None) -> None:
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+    ):
+        raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
 
 
 class ClientHandle:
@@ -506,3 +669,27 @@ class ClientHandle:
     def stream(self) -> OutputStream:
         """The unit's output as it is written (``Client.stream``)."""
         return self.client.stream(self.id)
+
+    async def get_async(self) -> WorkRecord:
+        """Like ``get`` without blocking the event loop."""
+        return await self.client.get_async(self.id)
+
+    async def wait_async(self, timeout: float | None = None) -> WorkRecord:
+        """Like ``wait`` without blocking the event loop."""
+        return await self.client.wait_async(self.id, timeout)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """Like ``result`` without blocking the event loop."""
+        return await self.client.result_async(self.id, timeout)
+
+    async def cancel_async(self, grace: float = 5.0) -> bool:
+        """Like ``cancel`` without blocking the event loop."""
+        return await self.client.cancel_async(self.id, grace)
+
+    async def kill_async(self) -> bool:
+        """Like ``kill`` without blocking the event loop."""
+        return await self.client.kill_async(self.id)
+
+    def stream_async(self) -> OutputStream:
+        """Like ``stream``, for ``async for`` (``Client.stream_async``)."""
+        return self.client.stream_async(self.id)

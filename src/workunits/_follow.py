@@ -9,10 +9,11 @@ every wait at once.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from workunits import _outputfile
@@ -46,14 +47,27 @@ class Backoff:
 
     def pause(self, deadline: float | None = None) -> None:
         """Wait the current delay (never past ``deadline``, a ``time.monotonic()``)."""
+        if self._stop.wait(self.next_delay(deadline)):
+            raise ClientClosed("the client is closed")
+
+    async def pause_async(self, deadline: float | None = None) -> None:
+        """``pause`` on an event loop: an ``asyncio.sleep``, no thread.
+
+        A close from another thread is seen when the sleep ends (at most ``cap``).
+        """
+        await asyncio.sleep(self.next_delay(deadline))
+        if self._stop.is_set():
+            raise ClientClosed("the client is closed")
+
+    def next_delay(self, deadline: float | None = None) -> float:
+        """The delay to wait now (ClientClosed once closed); the next one doubles."""
         if self._stop.is_set():
             raise ClientClosed("the client is closed")
         delay = self._delay
         if deadline is not None:
             delay = min(delay, max(0.0, deadline - time.monotonic()))
-        if self._stop.wait(delay):
-            raise ClientClosed("the client is closed")
         self._delay = min(self._delay * 2, self._cap)
+        return delay
 
 
 class OutputStream(Iterator[bytes]):
@@ -92,26 +106,51 @@ class OutputStream(Iterator[bytes]):
         self._open = True
 
     def __next__(self) -> bytes:
-        while self._open:
-            row = self._ledger.require(self.id)
-            # The status is read before the file: output read after a terminal
-            # row has been seen is all the output there will be.
-            ended = is_terminal(row.status)
-            data = self._read(row, ended)
-            if data:
-                self._backoff.reset()
-                return data
-            if ended:
-                rest = self._rest_from_tail(row)
-                self.close()
-                if rest:
-                    return rest
-                break
-            if not self.follow:
-                self.close()  # what was there now has been read
-                break
+        while (data := self.look()) is None:
             self._backoff.pause()
-        raise StopIteration
+        if not data:
+            raise StopIteration
+        return data
+
+    def look(self) -> bytes | None:
+        """One look, no waiting: the next chunk, ``b""`` at the end, None when nothing
+        is there yet (the caller waits, then looks again). Reads the ledger and a file."""
+        if not self._open:
+            return b""
+        row = self._ledger.require(self.id)
+        # The status is read before the file: output read after a terminal
+        # row has been seen is all the output there will be.
+        ended = is_terminal(row.status)
+        data = self._read(row, ended)
+        if data:
+            self._backoff.reset()
+            return data
+        if ended:
+            rest = self._rest_from_tail(row)
+            self.close()
+            return rest
+        if not self.follow:
+            self.close()  # what was there now has been read
+            return b""
+        return None
+
+    async def look_async(self) -> bytes | None:
+        """``look`` on a worker thread (it reads SQLite and a file)."""
+        return await asyncio.to_thread(self.look)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[bytes]:
+        """``async for``: each look on a worker thread, each wait an ``asyncio.sleep``."""
+        while True:
+            data = await self.look_async()
+            if data is None:
+                await self._backoff.pause_async()
+            elif data:
+                yield data
+            else:
+                return
 
     def _read(self, row: UnitRow, ended: bool) -> bytes:
         if self._fd is None:

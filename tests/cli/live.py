@@ -63,6 +63,10 @@ class Serve:
             raise AssertionError(f"workunits serve said nothing within {timeout} s")
         return self.proc.stderr.readline().decode()
 
+    def read_line(self) -> str:
+        """The next line it writes to stderr (within WAIT seconds)."""
+        return self._read_line(WAIT)
+
     def stop(self, signum: int = signal.SIGTERM) -> int:
         """Signal it and return its exit code; SIGKILL its group if it does not exit.
 

@@ -138,3 +138,25 @@ def test_show_of_an_expired_unit_says_it_expired(run: Run, client: wu.Client) ->
     assert "reason cancelled" in out
     doc = json.loads(run("show", "--json", work_id).stdout)
     assert (doc["status"], doc["ended_as"]) == ("expired", "killed")
+
+
+def test_show_renders_an_agents_transcript_tail_as_tail_does(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.agent("tests.test_client:add", 1, 2).id
+    fake.start(work_id, progress=0.4, message="group 3/8")
+    events = [
+        {"seq": 1, "ts": 0.0, "type": "stdout", "data": "loading the data\n"},
+        {"seq": 2, "ts": 0.0, "type": "event", "data": {"rows": 12}},
+        {"seq": 3, "ts": 0.0, "type": "stderr", "data": "a warning\n"},
+    ]
+    fake.output(work_id, b"".join(json.dumps(e).encode() + b"\n" for e in events))
+    fake.complete(work_id, 3)
+    out = run("show", work_id).stdout
+    for needle in ("loading the data", '[event] {"rows":12}', "[stderr] a warning"):
+        assert needle in out, needle
+    assert '"type"' not in out  # no raw JSONL
+    # Ended: its last progress shows no bar and no percentage, only the message.
+    assert "group 3/8" in out
+    assert "━" not in out
+    assert "40%" not in out

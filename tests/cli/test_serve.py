@@ -6,14 +6,16 @@ live ``workunits serve`` subprocess through the ledger only.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import workunits as wu
 from tests.cli.conftest import Run
-from tests.cli.live import WAIT, Serve
+from tests.cli.live import WAIT, Serve, release
 from tests.conftest import eventually
 from workunits._cli import Exit
 from workunits._status import Reason, Status
@@ -117,3 +119,38 @@ def test_serve_refuses_an_unknown_ledger_sync(run: Run, client: wu.Client) -> No
     result = run("serve", "--ledger-sync", "off")
     assert result.exit_code == Exit.USAGE
     assert "'off' is not one of 'full', 'normal'" in result.stderr
+
+
+def test_drain_timeout_lets_a_unit_that_cannot_resume_finish_and_starts_nothing_new(
+    client: wu.Client, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    serve = Serve(client.state_dir, "--drain-timeout", "60", "--concurrency", "shell=1")
+    try:
+        finishing = client.shell(f"read word < {fifo}; echo $word").id
+        eventually(lambda: client.get(finishing).status is Status.RUNNING, timeout=WAIT)
+        waiting = client.shell("echo must wait for the next serve").id  # no slot: pending
+        serve.proc.send_signal(signal.SIGTERM)
+        assert "draining for up to 60 s" in serve.read_line()
+        release(fifo, "finished")  # a deploy without the drain would have killed it
+        assert serve.proc.wait(WAIT) == 0  # once it has finished (a signal would cut it short)
+    finally:
+        serve.stop(signal.SIGKILL)
+    done = client.get(finishing)
+    assert (done.status, client.result(finishing)) == (Status.COMPLETED, done)
+    assert (client.get(waiting).status, client.get(waiting).started_at) == (Status.PENDING, None)
+
+
+def test_a_second_signal_cuts_the_drain_short(client: wu.Client) -> None:
+    serve = Serve(client.state_dir, "--drain-timeout", "600")
+    try:
+        stuck = client.shell("exec sleep 600").id
+        eventually(lambda: client.get(stuck).status is Status.RUNNING, timeout=WAIT)
+        serve.proc.send_signal(signal.SIGTERM)
+        assert "draining" in serve.read_line()
+        assert serve.stop(signal.SIGTERM) == 0  # within WAIT, not 600 s
+    finally:
+        serve.stop(signal.SIGKILL)
+    ended = client.get(stuck)
+    assert (ended.status, ended.reason) == (Status.KILLED, Reason.SHUTDOWN)

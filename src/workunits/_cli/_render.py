@@ -80,13 +80,14 @@ def progress_bar(fraction: float, width: int = BAR_WIDTH) -> Text:
 
 
 def progress_cell(row: UnitRow, bar_width: int = BAR_WIDTH) -> Text:
-    """The bar and percentage (when the unit reported progress), then its message.
+    """The bar and percentage (when a unit still running reported progress), then its message.
 
-    One Text, so its width is what the column gives it: a long message is cut
-    with an ellipsis, never the bar.
+    An ended unit shows no bar: its last percentage (a completed unit's 40%)
+    would read as work still to do. One Text, so its width is what the column
+    gives it: a long message is cut with an ellipsis, never the bar.
     """
     cell = Text(no_wrap=True, overflow="ellipsis")
-    if row.progress is not None:
+    if row.progress is not None and not is_terminal(row.status):
         cell.append_text(progress_bar(row.progress, bar_width))
         cell.append(f" {row.progress * 100:3.0f}% ")
     cell.append(row.progress_message or "")

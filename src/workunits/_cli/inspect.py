@@ -22,6 +22,7 @@ from rich.tree import Tree
 
 from workunits._cli import _render
 from workunits._cli._app import cli, emit_json, id_argument, json_option, opened, state_option
+from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
 from workunits._client import Client
 from workunits._ledger import EXPIRED, UnitRow
 from workunits._ledger.lock import pid_alive
@@ -190,7 +191,12 @@ def _output(row: UnitRow) -> RenderableType | None:
     size = f"{row.output_bytes} bytes"
     if not row.output_tail:
         return size
-    lines = row.output_tail.decode("utf-8", "replace").rstrip("\n").splitlines()[-TAIL_LINES:]
+    raw = row.output_tail.rstrip(b"\n").split(b"\n")
+    if row.kind in TRANSCRIPT_KINDS:  # rendered as `tail` renders it, not as JSONL
+        lines = [text for line in raw for text in rendered_line(line).split("\n")]
+    else:
+        lines = [line.decode("utf-8", "replace") for line in raw]
+    lines = lines[-TAIL_LINES:]
     body = Text("\n".join(lines), style="dim")
     return _render.stack(Text(f"{size}; the last {len(lines)} line(s):"), body)
 

@@ -56,15 +56,29 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="Import MODULE first (repeatable): code the units need, and custom kinds "
     "(a module's WORKUNITS_KINDS = {letter: WorkActor subclass}).",
 )
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGTERM, first stop admitting work and give the running units that cannot "
+    "resume up to SECONDS to finish; then stop as a deploy. A second signal cuts it short.",
+)
 def serve(
-    state_dir: Path, limits: tuple[str, ...], ledger_sync: str, imports: tuple[str, ...]
+    state_dir: Path,
+    limits: tuple[str, ...],
+    ledger_sync: str,
+    imports: tuple[str, ...],
+    drain_timeout: float,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
     SIGTERM is a deploy: resumable units are stopped and left for the next
     `workunits serve` on this state dir to resume, pending ones wait for it,
-    and the others end killed (reason shutdown). SIGINT (Ctrl-C) and SIGHUP
-    end every running unit (reason shutdown).
+    and the others end killed (reason shutdown) -- after up to --drain-timeout
+    seconds in which they may finish and nothing new starts. SIGINT (Ctrl-C)
+    and SIGHUP end every running unit (reason shutdown).
     """
     concurrency = _limits(limits)
     kinds = user_code.import_all(imports)
@@ -89,10 +103,29 @@ def serve(
             )
             signum = wait_for_signal()
             deploy = signum == signal.SIGTERM
+            if deploy and drain_timeout > 0:
+                _drain(supervisor, drain_timeout, wait_for_signal)
             how = "leaving resumable work for the next run" if deploy else "ending running work"
             click.echo(f"workunits serve: {signal.Signals(signum).name}, {how}", err=True)
         finally:
             supervisor.close(deploy=deploy)
+
+
+def _drain(supervisor: Supervisor, timeout: float, signals: _Waiter) -> None:
+    click.echo(
+        f"workunits serve: SIGTERM, admitting no more work; draining for up to {timeout:g} s",
+        err=True,
+    )
+    signals.interrupt_on_next = True
+    try:
+        still = supervisor.drain(timeout)
+    except _SecondSignal:
+        click.echo("workunits serve: a second signal, stopping now", err=True)
+        return
+    finally:
+        signals.interrupt_on_next = False
+    if still:
+        click.echo(f"workunits serve: still running after the drain: {' '.join(still)}", err=True)
 
 
 def _limits(items: tuple[str, ...]) -> dict[str, int]:
@@ -126,16 +159,26 @@ def _stop_signals() -> Iterator[_Waiter]:
         os.close(write_fd)
 
 
+class _SecondSignal(Exception):
+    """Raised by the handler, in the main thread, at a signal during the drain."""
+
+
 class _Waiter:
     """Runs in the main thread: the handler (between bytecodes) and the wait itself."""
 
     def __init__(self, read_fd: int) -> None:
         self._read_fd = read_fd
         self.received: int | None = None
+        # Set while the main thread drains: a further signal raises _SecondSignal
+        # there, which ends the drain's wait (an interruptible Event wait).
+        self.interrupt_on_next = False
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
+        elif self.interrupt_on_next:
+            self.interrupt_on_next = False
+            raise _SecondSignal
 
     def __call__(self) -> int:
         while self.received is None:

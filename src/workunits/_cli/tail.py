@@ -110,13 +110,16 @@ def _lines(stream: Iterator[bytes]) -> Iterator[bytes]:
 
 def _print_events(stream: Iterator[bytes]) -> None:
     for line in _lines(stream):
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            click.echo(line.decode("utf-8", "replace"))
-            continue
-        text = render_event(event) if isinstance(event, dict) else str(event)
-        click.echo(text)
+        click.echo(rendered_line(line))
+
+
+def rendered_line(line: bytes) -> str:
+    """One transcript line as a person reads it (a line that is not JSON, as it is)."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return line.decode("utf-8", "replace")
+    return render_event(event) if isinstance(event, dict) else str(event)
 
 
 def _print_json(stream: Iterator[bytes], *, transcript: bool) -> None:

@@ -105,10 +105,10 @@ class ChildTeammate(ChildHandle):
         """Send ``message`` and wait for the answer (``UnitContext.ask``)."""
         return self.ctx.ask(self, message, timeout)
 
-    def stop(self, timeout: float | None = None) -> WorkRecord:
-        """Stop after the messages already sent; returns the terminal record."""
+    def stop(self, timeout: float | None = None) -> Any:
+        """Stop after the messages already sent; what its ``on_stop()`` returned (``result``)."""
         self.ctx.stop(self)
-        return self.ctx.wait(self, timeout)
+        return self.ctx.result(self, timeout)
 
 
 class UnitContext:

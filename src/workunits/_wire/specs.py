@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import cloudpickle
-
 from workunits._errors import SpecError
+from workunits._wire.calls import dumps_call
 from workunits._wire.zygote_protocol import Limits
 
 # Monitor events per second a monitor may send before it drops the excess.
@@ -161,7 +160,8 @@ class AgentSpec:
             raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
         check_limits(memory_limit, output_cap)
         try:
-            payload = bytes(cloudpickle.dumps((fn, tuple(args), dict(kwargs))))
+            # Code pickled by value keeps its file name: the unit's tracebacks say where.
+            payload = dumps_call((fn, tuple(args), dict(kwargs)))
         except Exception as exc:
             raise SpecError(
                 f"cannot pickle {_name_of(fn)} or its arguments for the unit process: "

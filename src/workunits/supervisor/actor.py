@@ -237,7 +237,7 @@ class SupervisorActor(pykka.ThreadingActor):
             case _:
                 self._answer_change(request)
 
-    def _answer_change(self, request: rq.Request[Any]) -> None:  # noqa: PLR0912 - a case each
+    def _answer_change(self, request: rq.Request[Any]) -> None:  # noqa: PLR0912, PLR0915 - a case each
         units, control = self._units, self._control
         match request:
             case rq.Register(letter, spec, parent, description, timeout, key, max_attempts):
@@ -287,6 +287,9 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._mirror.ledger.gc(older_than))
             case rq.StopTeammate(work_id):
                 request.answer(control.stop_teammate(work_id))
+            case rq.Drain():
+                self._starts.refuse_new_work()
+                request.answer(control.unresumable_running(self._mirror.resumable))
             case rq.BeginShutdown(deploy):
                 self._closing = True
                 self._starts.refuse_new_work()

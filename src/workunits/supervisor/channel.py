@@ -5,11 +5,24 @@
 comes back typed by the request (``supervisor.requests``). Every ask has a
 timeout: a pykka future of a stopping actor can stay unresolved, and no call
 may hang because of that.
+
+``ask_async`` is the twin for an event loop. Awaiting a pykka future would
+block the loop (DESIGN §9) and pykka futures take no done-callbacks, so the
+ask is sent without blocking and its pykka future handed to one relay thread
+per channel, which waits on the futures in the order they were asked and
+resolves each caller's asyncio future with ``call_soon_threadsafe``. The
+actor answers asks in the order they arrive, so waiting in that order never
+holds a ready answer back behind a slow one; and however many callers wait,
+one thread does, not one each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import queue
+import threading
+import time
 from typing import Any, TypeVar
 
 import pykka
@@ -25,6 +38,9 @@ class ActorChannel:
         self._ref = ref
         self._timeout = timeout
         self.closed = False  # set by Supervisor.close(): only close() itself asks after it
+        self._relay: _Relay | None = None
+        # Guards _relay: made at the first ask_async, dropped at close_relay; O(1) work.
+        self._relay_lock = threading.Lock()
 
     def ask(self, request: Request[R]) -> R:
         """The actor's answer to ``request``, in the caller's thread; SupervisorClosed if none."""
@@ -44,6 +60,39 @@ class ActorChannel:
             ) from None
         return request.answered()
 
+    async def ask_async(self, request: Request[R]) -> R:
+        """``ask`` without blocking the event loop: the caller awaits, no thread waits for it.
+
+        A cancelled caller does not withdraw the request: the actor still
+        carries it out (as a thread running ``ask`` would).
+        """
+        if self.closed:
+            raise SupervisorClosed("the supervisor is closed")
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[R] = loop.create_future()
+        try:
+            # Non-blocking: puts the message in the actor's inbox.
+            future = self._ref.ask(request, block=False)
+        except pykka.ActorDeadError:
+            raise SupervisorClosed("the supervisor is closed") from None
+        self._relay_for_asks().put(
+            _Pending(future, request, loop, answer, time.monotonic() + self._timeout)
+        )
+        return await answer
+
+    def _relay_for_asks(self) -> _Relay:
+        with self._relay_lock:
+            if self._relay is None:
+                self._relay = _Relay(self._timeout)
+            return self._relay
+
+    def close_relay(self) -> None:
+        """Once the actor has stopped (every future resolved): end the relay thread."""
+        with self._relay_lock:
+            relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.close()
+
     def post(self, request: Request[Any]) -> None:
         """Ask without waiting for the answer (from a finalizer, or an event loop's thread)."""
         if not self.closed:
@@ -54,3 +103,70 @@ class ActorChannel:
         """A tell that is not a request (the Ticker's tick); dropped once the actor stopped."""
         with contextlib.suppress(pykka.ActorDeadError):
             self._ref.tell(message)
+
+
+class _Pending:
+    __slots__ = ("answer", "deadline", "future", "loop", "request")
+
+    def __init__(
+        self,
+        future: pykka.Future[Any],
+        request: Request[Any],
+        loop: asyncio.AbstractEventLoop,
+        answer: asyncio.Future[Any],
+        deadline: float,
+    ) -> None:
+        self.future = future
+        self.request = request
+        self.loop = loop
+        self.answer = answer
+        self.deadline = deadline
+
+
+class _Relay:
+    """One daemon thread: waits on asked futures in order, resolves the callers' asyncio futures.
+
+    A daemon, so a caller's loop that never closes cannot hold the process;
+    every wait has the channel's timeout, so it cannot hang either.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="workunits-async-asks", daemon=True)
+        self._thread.start()
+
+    def put(self, pending: _Pending) -> None:
+        self._queue.put(pending)
+
+    def _run(self) -> None:
+        while (pending := self._queue.get()) is not None:
+            outcome: tuple[bool, Any]
+            try:
+                pending.future.get(timeout=max(0.0, pending.deadline - time.monotonic()))
+                outcome = (True, pending.request.answered())
+            except pykka.ActorDeadError:
+                outcome = (False, SupervisorClosed("the supervisor is closed"))
+            except pykka.Timeout:
+                error = f"the supervisor actor did not answer within {self._timeout} s"
+                outcome = (False, SupervisorClosed(error))
+            except BaseException as exc:  # noqa: BLE001 - the asker's, as with a blocking ask
+                outcome = (False, exc)
+            # The loop may have closed meanwhile: then nobody is waiting.
+            with contextlib.suppress(RuntimeError):
+                pending.loop.call_soon_threadsafe(_settle, pending.answer, outcome)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=self._timeout)
+
+
+def _settle(answer: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    """On the caller's loop: the answer, unless the caller gave up (cancelled) meanwhile."""
+    if answer.done():
+        return
+    ok, value = outcome
+    if ok:
+        answer.set_result(value)
+    else:
+        answer.set_exception(value)

@@ -192,6 +192,12 @@ class Control:
 
     # -- shutdown (invariant 10) -------------------------------------------------
 
+    def unresumable_running(self, resumable: Callable[[str], bool]) -> list[str]:
+        """The running units a deploy would end (they cannot resume), for a drain."""
+        return [
+            r.id for r in self._units.registry if r.status == Status.RUNNING and not resumable(r.id)
+        ]
+
     def begin_shutdown(self, *, deploy: bool, resumable: Callable[[str], bool]) -> list[str]:
         """Kill all running work; return the IDs still ending.
 

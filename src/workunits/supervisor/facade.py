@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, TypeVar, overload
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import NotFinished, SpecError, SupervisorClosed
+from workunits._errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
 from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.retains import check_lease
@@ -31,6 +32,7 @@ from workunits._record import OutputChunk, WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
 from workunits._retain import Retain
 from workunits._status import Reason, Status, is_terminal
+from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
 from workunits._wire.specs import (
     DEFAULT_OUTPUT_CAP,
@@ -49,7 +51,7 @@ from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.runtime import Options, Runtime
 from workunits.supervisor.shutdown import end_all_work
-from workunits.supervisor.stream import OutputStream
+from workunits.supervisor.stream import AsyncOutputStream, OutputStream
 from workunits.supervisor.teammate import TeammateHandle
 from workunits.supervisor.teammate_calls import TeammateCalls
 from workunits.supervisor.tree import render_tree
@@ -63,6 +65,35 @@ DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
 # the next one being read. 256 KiB keeps that well inside DESIGN section 8's
 # 2 MiB budget and still catches up on a backlog at over 1 GiB/s.
 STREAM_CHUNK = 256 << 10
+
+
+def _teammate_spec(
+    cls: type[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    memory_limit: int | None,
+    remote: bool,
+    resources: Mapping[str, float] | None,
+) -> TeammateSpec | RemoteTeammateSpec:
+    if remote:
+        if memory_limit is not None:
+            raise SpecError(
+                'memory_limit is for local teammates; on Ray ask for resources={"memory": n}'
+            )
+        check_available()
+        return RemoteTeammateSpec.for_class(cls, args, kwargs, resources=resources)
+    if resources is not None:
+        raise SpecError("resources are for remote teammates (remote=True)")
+    return TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
+
+
+def _on_event_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _raise_nofile_limit() -> None:
@@ -86,6 +117,14 @@ class Supervisor:
     ``ray_temp_dir``, by default ``<state_dir>/ray``), ``"auto"`` or an address
     joins a cluster. ``ray_init`` adds keywords for ``ray.init`` (``runtime_env``,
     ``num_cpus``…). A Ray this process had already initialised is used as it is.
+
+    On an event loop, use ``async with wu.Supervisor(...) as sup:``. Made on a
+    thread that runs an event loop, the constructor only checks its arguments
+    and the start-up (state dir, ledger, zygote, recovery: a few hundred ms)
+    waits for ``__aenter__``, which runs it on a worker thread; ``__aexit__``
+    closes on one. A blocking call (``with``, ``sup.get()``…) made first starts
+    it there and then. Made anywhere else, the constructor starts it, as ever.
+    Every call has an ``_async`` twin that never blocks the loop.
     """
 
     def __init__(
@@ -141,53 +180,134 @@ class Supervisor:
         ):
             raise SpecError(f"max_resident_ended must be an int >= 0, got {max_resident_ended!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
-        self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
-        self._state_dir_lock = SupervisorLock(self.state_dir)
-        self._state_dir_lock.acquire(timeout=lock_timeout)
-        try:
-            options = Options(
-                eviction_grace=eviction_grace,
-                clock=clock or SystemClock(),
-                tick_interval=tick_interval,
-                ask_timeout=ask_timeout,
-                preload=preload,
-                extra_kinds=kinds or {},
-                concurrency=concurrency,
-                max_resident_ended=max_resident_ended,
-                expire_after=expire_after,
-                ledger_sync=ledger_sync,
-                ray=RayRuntime(
-                    address=ray_address,
-                    temp_dir=Path(ray_temp_dir or self.state_dir / "ray").absolute(),
-                    init_options=ray_init,
-                ),
-            )
-            self._open(options, shutdown_grace=shutdown_grace, signals=install_signal_handlers)
-        except BaseException:
-            self._state_dir_lock.release()
-            raise
-
-    def _open(self, options: Options, *, shutdown_grace: float, signals: bool) -> None:
+        self.state_dir = Path(state_dir)  # made absolute and checked by the start-up
         self._shutdown_grace = shutdown_grace
+        self._signals = install_signal_handlers
         self._closed = False
         # Guards _closed and _closing_thread: a check and two assignments, O(1).
         self._close_lock = threading.Lock()
         self._closing_thread: threading.Thread | None = None
         self._close_done = threading.Event()  # set when the first close() has finished
+        self._waiters = TerminalWaiters()
+
+        def start_up() -> None:
+            self._start_up(
+                state_dir,
+                lock_timeout,
+                lambda checked: Options(
+                    eviction_grace=eviction_grace,
+                    clock=clock or SystemClock(),
+                    tick_interval=tick_interval,
+                    ask_timeout=ask_timeout,
+                    preload=preload,
+                    extra_kinds=kinds or {},
+                    concurrency=concurrency,
+                    max_resident_ended=max_resident_ended,
+                    expire_after=expire_after,
+                    ledger_sync=ledger_sync,
+                    ray=RayRuntime(
+                        address=ray_address,
+                        temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),
+                        init_options=ray_init,
+                    ),
+                ),
+            )
+
+        # The start-up touches the disk, waits for the state dir's lock and starts
+        # threads: 180-330 ms. On a thread that runs an event loop it waits for
+        # __aenter__, which runs it on a worker thread (or for the first blocking
+        # call, which runs it there and then, as a constructor would have).
+        # Serialises that one start-up; held across it, never by anything else.
+        self._start_lock = threading.Lock()
+        self._pending_start: Callable[[], None] | None = start_up
+        self._start_failed = False
+        if not _on_event_loop_thread():
+            self._ensure_started()
+
+    def _start_up(
+        self,
+        state_dir: str | os.PathLike[str],
+        lock_timeout: float,
+        options_for: Callable[[Path], Options],
+    ) -> None:
+        """Open the state dir, its ledger and the runtime; recover. Any thread, once."""
+        self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
+        self._state_dir_lock = SupervisorLock(self.state_dir)
+        self._state_dir_lock.acquire(timeout=lock_timeout)
+        try:
+            self._open(options_for(self.state_dir))
+        except BaseException:
+            self._state_dir_lock.release()
+            raise
+
+    def _open(self, options: Options) -> None:
         _raise_nofile_limit()
         self._runtime = Runtime(self.state_dir, options)
         self.session = self._runtime.session
         self._channel = channel = self._runtime.channel
         self._teammates = TeammateCalls(channel)
-        self._waiters = TerminalWaiters()
         channel.ask(rq.Subscribe(self._waiters.on_change))
         # What a dead session left: resumed and lost units, adopted pending ones.
         self.recovered: dict[str, list[str]] = channel.ask(rq.Recover())
-        _cleanup.track(self, signals=signals)
+
+    def _run_pending_start(self) -> bool:
+        """Run the deferred start-up if it has not run; True if this call ran it."""
+        with self._start_lock:
+            start_up = self._pending_start
+            if start_up is None:
+                if self._start_failed:
+                    raise SupervisorClosed("the supervisor did not start (see the first error)")
+                return False
+            try:
+                start_up()
+            except BaseException:
+                self._start_failed = True
+                raise
+            finally:
+                # Cleared only now: the lock-free check in _ensure_started must not
+                # see a supervisor as started while its start-up still runs.
+                self._pending_start = None
+        return True
+
+    def _abandon_start(self) -> bool:
+        """For ``close()``: True if the supervisor never started (nothing runs to end)."""
+        with self._start_lock:
+            never = self._pending_start is not None or self._start_failed
+            self._pending_start = None
+            self._start_failed = self._start_failed or never
+        return never
+
+    def _ensure_started(self) -> None:
+        """Start now if the start-up was deferred (blocking); then watch for exit and signals.
+
+        The cleanup is registered in the calling thread: signal handlers can only
+        be installed from the main thread, never from a worker.
+        """
+        if self._pending_start is None and not self._start_failed:
+            return  # started: the common case, without the lock
+        if self._run_pending_start():
+            _cleanup.track(self, signals=self._signals)
+
+    async def __aenter__(self) -> Supervisor:
+        """Start (on a worker thread, off the event loop) and return the supervisor."""
+        if await asyncio.to_thread(self._run_pending_start):
+            _cleanup.track(self, signals=self._signals)  # the loop's thread: O(1) work
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``close()`` on a worker thread: ending work waits up to the shutdown grace."""
+        await asyncio.to_thread(self.close)
 
     def _ask(self, request: rq.Request[R]) -> R:
         """The supervisor actor's answer to ``request`` (SupervisorClosed once closed)."""
+        self._ensure_started()
         return self._channel.ask(request)
+
+    async def _ask_async(self, request: rq.Request[R]) -> R:
+        """``_ask`` for an event loop: no thread waits for the answer (see ``ActorChannel``)."""
+        if self._pending_start is not None or self._start_failed:
+            await self.__aenter__()
+        return await self._channel.ask_async(request)
 
     # -- submitting ------------------------------------------------------------
 
@@ -295,6 +415,167 @@ class Supervisor:
         record = self._ask(rq.Register(kind, spec, parent, description, timeout, key, max_attempts))
         return WorkHandle(self, record.id)
 
+    async def submit_async(
+        self,
+        kind: str,
+        spec: Any,
+        *,
+        description: str = "",
+        parent: str | None = None,
+        timeout: float | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> WorkHandle:
+        """Like ``submit`` without blocking the event loop; no thread waits for the answer."""
+        request = rq.Register(kind, spec, parent, description, timeout, key, max_attempts)
+        return WorkHandle(self, (await self._ask_async(request)).id)
+
+    async def shell_async(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        on_lost: str = "fail",
+        key: str | None = None,
+    ) -> WorkHandle:
+        """Like ``shell`` without blocking the event loop."""
+        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
+        return await self.submit_async(
+            "b",
+            spec,
+            description=spec.describe() if description is None else description,
+            timeout=timeout,
+            key=key,
+        )
+
+    async def agent_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Like ``agent`` without blocking the event loop.
+
+        The call is pickled (and a ``"module:qualname"`` imported) on a worker
+        thread, since either can take long; the submit itself goes to the actor
+        with no thread waiting for its answer.
+        """
+        spec = await asyncio.to_thread(
+            AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
+        )
+        return await self.submit_async(
+            "a",
+            spec,
+            description=spec.name if description is None else description,
+            timeout=timeout,
+            key=key,
+            max_attempts=max_attempts,
+        )
+
+    async def remote_async(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: Mapping[str, float] | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Like ``remote`` without blocking the event loop (pickled on a worker thread)."""
+        check_available()
+        spec = await asyncio.to_thread(RemoteSpec.build, fn, args, kwargs, resources=resources)
+        return await self.submit_async(
+            "r",
+            spec,
+            description=spec.name if description is None else description,
+            timeout=timeout,
+        )
+
+    async def dream_async(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Like ``dream`` without blocking the event loop (pickled on a worker thread)."""
+        spec = await asyncio.to_thread(
+            AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit, idle_priority=True
+        )
+        name = spec.name if description is None else description
+        return await self.submit_async("d", spec, description=name, timeout=timeout)
+
+    async def workflow_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        **kwargs: Any,
+    ) -> WorkHandle:
+        """Like ``workflow`` without blocking the event loop (pickled on a worker thread)."""
+        spec = await asyncio.to_thread(AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit)
+        name = spec.name if description is None else description
+        return await self.submit_async(
+            "w", spec, description=name, timeout=timeout, key=key, max_attempts=max_attempts
+        )
+
+    async def monitor_async(
+        self,
+        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
+        pattern: str | re.Pattern[str],
+        *,
+        description: str | None = None,
+        rate_limit: float | None = DEFAULT_RATE_LIMIT,
+        timeout: float | None = None,
+    ) -> WorkHandle:
+        """Like ``monitor`` without blocking the event loop (built on a worker thread)."""
+        spec = await asyncio.to_thread(
+            MonitorSpec.for_source, source, pattern, rate_limit=rate_limit
+        )
+        name = spec.name if description is None else description
+        return await self.submit_async("m", spec, description=name, timeout=timeout)
+
+    async def teammate_async(
+        self,
+        cls: type[Any],
+        *args: Any,
+        description: str | None = None,
+        timeout: float | None = None,
+        memory_limit: int | None = None,
+        remote: bool = False,
+        resources: Mapping[str, float] | None = None,
+        **kwargs: Any,
+    ) -> TeammateHandle:
+        """Like ``teammate`` without blocking the event loop (pickled on a worker thread)."""
+        spec = await asyncio.to_thread(
+            _teammate_spec,
+            cls,
+            args,
+            kwargs,
+            memory_limit=memory_limit,
+            remote=remote,
+            resources=resources,
+        )
+        name = spec.name if description is None else description
+        handle = await self.submit_async("t", spec, description=name, timeout=timeout)
+        return TeammateHandle(self, handle.id, cls)
+
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
         return self._ask(rq.ResidentIds())
@@ -328,6 +609,26 @@ class Supervisor:
                     f"status must be one of {[s.value for s in Status]}, got {status!r}"
                 ) from None
         return self._ask(rq.ListUnits(status, kind, parent))
+
+    async def get_async(self, work_id: str) -> WorkRecord:
+        """Like ``get`` without blocking the event loop."""
+        return await self._ask_async(rq.Get(work_id))
+
+    async def list_async(
+        self,
+        status: Status | str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+    ) -> builtins.list[WorkRecord]:
+        """Like ``list`` without blocking the event loop."""
+        if status is not None:
+            try:
+                status = Status(status)
+            except ValueError:
+                raise SpecError(
+                    f"status must be one of {[s.value for s in Status]}, got {status!r}"
+                ) from None
+        return await self._ask_async(rq.ListUnits(status, kind, parent))
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
@@ -390,6 +691,56 @@ class Supervisor:
         finally:
             self._waiters.discard(work_id, waiter)
 
+    async def read_output_async(self, work_id: str, max_bytes: int | None = None) -> bytes:
+        """Like ``read_output`` without blocking the event loop."""
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
+        ):
+            raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
+        data, _ = await self._ask_async(rq.ReadOutput(work_id, max_bytes))
+        return data
+
+    def stream_async(self, work_id: str, *, poll: float = 0.05) -> AsyncOutputStream:
+        """Like ``stream``, for ``async for chunk in sup.stream_async(id)``.
+
+        No thread waits while the unit is quiet: its end wakes the stream from
+        the supervisor's thread. The unit is retained from this call (a message
+        posted without waiting) until the stream ends or ``aclose()`` is awaited.
+        """
+        _ids.validate(work_id)
+        retained = self._pending_start is None and not self._start_failed
+        if retained:
+            self._channel.post(rq.Retain(work_id))  # the actor applies it before any read
+
+        async def begin() -> None:
+            nonlocal retained
+            if not retained:
+                await self._ask_async(rq.Retain(work_id))
+                retained = True
+
+        def release() -> None:
+            if retained:
+                self._channel.post(rq.Release(work_id))
+
+        return AsyncOutputStream(
+            work_id,
+            poll,
+            begin=begin,
+            read=lambda: self._ask_async(rq.ReadOutput(work_id, STREAM_CHUNK)),
+            wait_a_little=lambda delay: self._wait_a_little_async(work_id, delay),
+            release=release,
+        )
+
+    async def _wait_a_little_async(self, work_id: str, delay: float) -> None:
+        waiter, fut = self._waiters.add_async(work_id)
+        try:
+            if not is_terminal((await self._ask_async(rq.Get(work_id))).status):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await fut
+        finally:
+            self._waiters.discard(work_id, waiter)
+
     def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
         """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
 
@@ -434,24 +785,27 @@ class Supervisor:
         return result_of(self.wait(work_id, timeout))
 
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
-        """Like ``wait`` without blocking the event loop."""
+        """Like ``wait`` without blocking the event loop, nor a thread: the unit's end
+        resolves an asyncio future from the supervisor's thread."""
         _ids.validate(work_id)
-        waiter, fut = self._waiters.add_async(work_id)
+        waiter, fut = self._waiters.add_async(work_id)  # register, then read
         try:
-            record = await asyncio.to_thread(self.get, work_id)
+            record = await self._ask_async(rq.Get(work_id))
             if is_terminal(record.status):
                 return record
             try:
                 async with asyncio.timeout(timeout):
                     return await fut
             except TimeoutError:
-                raise NotFinished(await asyncio.to_thread(self.get, work_id), timeout) from None
+                raise NotFinished(await self._ask_async(rq.Get(work_id)), timeout) from None
         finally:
             self._waiters.discard(work_id, waiter)
 
     async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
-        """Like ``result`` without blocking the event loop."""
-        return result_of(await self.wait_async(work_id, timeout))
+        """Like ``result`` without blocking the event loop (the value is decoded on a
+        worker thread: unpickling may import modules)."""
+        record = await self.wait_async(work_id, timeout)
+        return await asyncio.to_thread(result_of, record)
 
     # -- ending work -----------------------------------------------------------
 
@@ -464,6 +818,16 @@ class Supervisor:
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
             raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
         return self._ask(rq.Cancel(work_id, float(grace)))
+
+    async def kill_async(self, work_id: str) -> bool:
+        """Like ``kill`` without blocking the event loop."""
+        return await self._ask_async(rq.Kill(work_id, Reason.KILLED))
+
+    async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
+        """Like ``cancel`` without blocking the event loop."""
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+            raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
+        return await self._ask_async(rq.Cancel(work_id, float(grace)))
 
     # -- time ------------------------------------------------------------------
 
@@ -491,18 +855,9 @@ class Supervisor:
         ``remote=True`` puts the instance in a Ray actor (``workunits[ray]``), with
         Ray ``resources`` as for ``remote()``; the handle and its semantics are the same.
         """
-        spec: TeammateSpec | RemoteTeammateSpec
-        if remote:
-            if memory_limit is not None:
-                raise SpecError(
-                    'memory_limit is for local teammates; on Ray ask for resources={"memory": n}'
-                )
-            check_available()
-            spec = RemoteTeammateSpec.for_class(cls, args, kwargs, resources=resources)
-        elif resources is not None:
-            raise SpecError("resources are for remote teammates (remote=True)")
-        else:
-            spec = TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
+        spec = _teammate_spec(
+            cls, args, kwargs, memory_limit=memory_limit, remote=remote, resources=resources
+        )
         name = spec.name if description is None else description
         handle = self.submit("t", spec, description=name, timeout=timeout)
         return TeammateHandle(self, handle.id, cls)
@@ -578,7 +933,13 @@ class Supervisor:
 
     def tell(self, work_id: str, message: Any) -> None:
         """Queue ``message`` for a running teammate; TeammateEnded if it ended or is ending."""
+        self._ensure_started()
         self._teammates.tell(work_id, message)
+
+    async def tell_async(self, work_id: str, message: Any) -> None:
+        """Like ``tell`` without blocking the event loop."""
+        _ids.validate(work_id)
+        await self._ask_async(rq.Send(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
         """The teammate's answer to ``message``, or the exception its handler raised.
@@ -586,21 +947,57 @@ class Supervisor:
         TeammateEnded if it ends before answering (a kill mid-ask), AskTimeout
         after ``timeout`` seconds (None: until it answers or ends).
         """
+        self._ensure_started()
         return self._teammates.ask(work_id, message, timeout)
 
     def ask_future(self, work_id: str, message: Any) -> Future[Any]:
         """Like ``ask``, returning at once; the future is resolved in the answer thread."""
+        self._ensure_started()
         return self._teammates.ask_future(work_id, message)
 
     async def ask_async(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
         """Like ``ask`` without blocking the event loop."""
+        if self._pending_start is not None or self._start_failed:
+            await self.__aenter__()
         return await self._teammates.ask_async(work_id, message, timeout)
 
     def stop(self, work_id: str) -> bool:
         """Ask a teammate to stop after the messages already sent; False if not running."""
         return self._ask(rq.StopTeammate(work_id))
 
+    async def stop_async(self, work_id: str) -> bool:
+        """Like ``stop`` without blocking the event loop."""
+        return await self._ask_async(rq.StopTeammate(work_id))
+
     # -- shutdown --------------------------------------------------------------
+
+    def drain(self, timeout: float) -> builtins.list[str]:
+        """Stop admitting work, then wait up to ``timeout`` s for the units that cannot resume.
+
+        From this call submits raise SupervisorClosed and nothing more starts
+        (pending units stay pending, for the next supervisor). Running units
+        that a deploy would end -- those that cannot resume -- get up to
+        ``timeout`` seconds to finish; the IDs of those still running after it
+        are returned. Follow with ``close(deploy=True)`` (``serve
+        --drain-timeout`` does both on SIGTERM).
+        """
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+            raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        still: builtins.list[str] = []
+        for work_id in self._ask(rq.Drain()):
+            waiter = self._waiters.add(work_id)  # register, then read: no lost wake-up
+            try:
+                try:
+                    record = self.get(work_id)
+                except UnknownWork:
+                    continue  # ended and evicted already
+                remaining = max(0.0, deadline - time.monotonic())
+                if not is_terminal(record.status) and not waiter.event.wait(remaining):
+                    still.append(work_id)
+            finally:
+                self._waiters.discard(work_id, waiter)
+        return still
 
     def close(self, *, deploy: bool = False) -> None:
         """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent.
@@ -609,6 +1006,10 @@ class Supervisor:
         units and pending ones are stopped without ending them in the ledger,
         so the next supervisor on this state dir resumes or starts them.
         """
+        if self._abandon_start():
+            with self._close_lock:
+                self._closed = True
+            return
         with self._close_lock:
             closed, self._closed = self._closed, True
             self._channel.closed = True  # no call but close()'s own from here on
@@ -633,10 +1034,16 @@ class Supervisor:
         except SupervisorClosed:
             pass
         finally:
-            self._runtime.close(after_actor=self._teammates.close)
+            self._runtime.close(after_actor=self._after_actor)
             self._state_dir_lock.release()
 
+    def _after_actor(self) -> None:
+        """Once the actor has stopped: every future is resolved, so the relays can end."""
+        self._teammates.close()
+        self._channel.close_relay()
+
     def __enter__(self) -> Supervisor:
+        self._ensure_started()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from workunits._record import WorkRecord
@@ -54,6 +54,30 @@ class WorkHandle:
         """Every byte of output once, until the unit ends (``Supervisor.stream``)."""
         return self.supervisor.stream(self.id)
 
+    async def get_async(self) -> WorkRecord:
+        """Like ``get`` without blocking the event loop."""
+        return await self.supervisor.get_async(self.id)
+
     async def wait_async(self, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop."""
         return await self.supervisor.wait_async(self.id, timeout)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """Like ``result`` without blocking the event loop."""
+        return await self.supervisor.result_async(self.id, timeout)
+
+    async def kill_async(self) -> bool:
+        """Like ``kill`` without blocking the event loop."""
+        return await self.supervisor.kill_async(self.id)
+
+    async def cancel_async(self, grace: float = 5.0) -> bool:
+        """Like ``cancel`` without blocking the event loop."""
+        return await self.supervisor.cancel_async(self.id, grace)
+
+    async def read_output_async(self, max_bytes: int | None = None) -> bytes:
+        """Like ``read_output`` without blocking the event loop."""
+        return await self.supervisor.read_output_async(self.id, max_bytes)
+
+    def stream_async(self) -> AsyncIterator[bytes]:
+        """Like ``stream``, for ``async for`` (``Supervisor.stream_async``)."""
+        return self.supervisor.stream_async(self.id)

@@ -223,6 +223,12 @@ class StopTeammate(Request[bool]):
 
 
 @dataclass(frozen=True, slots=True)
+class Drain(Request[list[str]]):
+    """Admit no more work (submits refused, pending units left pending); the IDs of
+    running units that cannot resume, which a deploy would end."""
+
+
+@dataclass(frozen=True, slots=True)
 class BeginShutdown(Request[list[str]]):
     """Refuse new work, kill running work; the IDs still ending."""
 

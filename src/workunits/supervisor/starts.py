@@ -78,6 +78,7 @@ class Starts:
         self._closing = False
 
     def refuse_new_work(self) -> None:
+        """Submits are refused and nothing more starts (a drain, a close)."""
         self._closing = True
 
     def register(
@@ -161,6 +162,8 @@ class Starts:
         )
 
     def _has_slot(self, kind: str) -> bool:
+        if self._closing:
+            return False  # draining or closing: what is admitted (adopted rows) waits
         limit = self._limits.get(kind)
         return limit is None or self._units.running_of(kind) < limit
 

@@ -1,8 +1,9 @@
-"""``OutputStream``: what ``Supervisor.stream()`` returns; it holds the unit retained until done."""
+"""``OutputStream`` (``Supervisor.stream()``) and ``AsyncOutputStream`` (``stream_async()``):
+both hold the unit retained until done."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from workunits._record import WorkRecord
 from workunits._status import is_terminal
@@ -56,6 +57,69 @@ class OutputStream(Iterator[bytes]):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class AsyncOutputStream(AsyncIterator[bytes]):
+    """``OutputStream`` for an event loop: the same reads, awaited; the same release.
+
+    ``begin`` is awaited before the first read (the retention, when the
+    supervisor had not started yet); ``read`` and ``wait_a_little`` are
+    coroutines that never block the loop.
+    """
+
+    def __init__(
+        self,
+        work_id: str,
+        poll: float,
+        *,
+        begin: Callable[[], Awaitable[None]],
+        read: Callable[[], Awaitable[tuple[bytes, WorkRecord]]],
+        wait_a_little: Callable[[float], Awaitable[None]],
+        release: Callable[[], None],
+    ) -> None:
+        self.id = work_id
+        self._poll = poll
+        self._begin: Callable[[], Awaitable[None]] | None = begin
+        self._read = read
+        self._wait_a_little = wait_a_little
+        self._release = release
+        self._delay = 0.001
+        self._open = True
+
+    async def __anext__(self) -> bytes:
+        if self._begin is not None:
+            begin, self._begin = self._begin, None
+            await begin()
+        while self._open:
+            data, record = await self._read()
+            if data:
+                self._delay = 0.001
+                return data
+            if is_terminal(record.status) and record.output_offset >= record.output_bytes:
+                break
+            await self._wait_a_little(self._delay)
+            self._delay = min(self._delay * 2, self._poll)
+        self.close()
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Stop; lets go of the retention without waiting (safe on the loop)."""
+        if self._open:
+            self._open = False
+            self._release()
+
+    async def aclose(self) -> None:
+        """``close()``, awaitable (for ``contextlib.aclosing``)."""
+        self.close()
+
+    async def __aenter__(self) -> AsyncOutputStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from workunits._record import WorkRecord
 from workunits._wire.frames import ProxyCall
 from workunits.supervisor.handle import WorkHandle
 
@@ -50,14 +49,24 @@ class TeammateHandle(WorkHandle):
         """``proxy.method(*args)`` calls ``method`` in the teammate and returns a Future."""
         return TeammateProxy(self)
 
-    def stop(self, timeout: float | None = None) -> WorkRecord:
-        """Stop after the messages already sent (ends ``completed``); the terminal record.
+    async def tell_async(self, message: Any) -> None:
+        """Like ``tell`` without blocking the event loop."""
+        await self.supervisor.tell_async(self.id, message)
 
-        Raises NotFinished if it has not ended after ``timeout`` (a handler is stuck:
-        ``kill()`` it).
+    def stop(self, timeout: float | None = None) -> Any:
+        """Stop after the messages already sent (ends ``completed``); what ``on_stop()`` returned.
+
+        That is ``result()``: decoded, or WorkKilled / WorkFailed raised if it did
+        not end ``completed``. NotFinished if it has not ended after ``timeout``
+        (a handler is stuck: ``kill()`` it).
         """
         self.supervisor.stop(self.id)
-        return self.supervisor.wait(self.id, timeout)
+        return self.supervisor.result(self.id, timeout)
+
+    async def stop_async(self, timeout: float | None = None) -> Any:
+        """Like ``stop`` without blocking the event loop."""
+        await self.supervisor.stop_async(self.id)
+        return await self.supervisor.result_async(self.id, timeout)
 
 
 class TeammateProxy:

@@ -1,0 +1,260 @@
+"""asyncio first-class: ``async with wu.Supervisor``, the ``_async`` twins, ``wu.connect_async``.
+
+Every async test runs under ``LoopGuard`` (tests/loop_guard.py): a blocking
+call on the loop's thread -- a wait on a lock or a future, a ledger query, a
+file opened in the state dir, a slow loop step -- fails it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import workunits as wu
+from tests.loop_guard import LoopGuard
+
+WAIT = 30.0
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def fail() -> None:
+    raise ValueError("on purpose")
+
+
+def step_twice(x: int) -> int:
+    ctx = wu.current()
+    return int(ctx.step("one", lambda: x) + ctx.step("two", lambda: x))
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "n":
+            return self.n
+        self.n += message
+        return self.n
+
+    def on_stop(self) -> dict[str, int]:
+        return {"n": self.n}
+
+
+def wait_for_gate(gate: str) -> str:
+    """Polls inside the unit (not in the test) until the gate file exists."""
+    import os  # noqa: PLC0415 - keeps the pickled function self-contained
+    import time  # noqa: PLC0415
+
+    while not os.path.exists(gate):
+        time.sleep(0.01)
+    return "through"
+
+
+def test_the_guard_fails_a_blocking_call_on_the_loop(guard: LoopGuard, tmp_path: Path) -> None:
+    sup = wu.Supervisor(tmp_path / "state", install_signal_handlers=False)
+    try:
+        sup.get  # noqa: B018 - started off the loop below, then used wrongly on it
+        asyncio.run(sup.__aenter__())
+
+        async def main() -> None:
+            sup.list()  # the blocking twin, on the loop's thread
+
+        with pytest.raises(AssertionError, match="the event loop's thread blocked"):
+            guard.run(main)
+    finally:
+        sup.close()
+
+
+def test_constructing_on_the_loop_defers_the_start_up_to_async_with(
+    guard: LoopGuard, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+
+    async def main() -> tuple[bool, bool, int]:
+        sup = wu.Supervisor(state, install_signal_handlers=False)
+        made_by_constructor = state.exists()
+        async with sup:
+            made_by_aenter = state.exists()
+            handle = await sup.agent_async(add, 2, 3)
+            value = await handle.result_async(timeout=WAIT)
+        return made_by_constructor, made_by_aenter, value
+
+    assert guard.run(main) == (False, True, 5)
+
+
+def test_a_supervisor_made_on_the_loop_and_never_entered_touches_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+
+    async def main() -> None:
+        wu.Supervisor(state, install_signal_handlers=False).close()
+
+    asyncio.run(main())
+    assert not state.exists()
+
+
+def test_a_blocking_call_first_still_starts_a_supervisor_made_on_the_loop(tmp_path: Path) -> None:
+    async def main() -> int:
+        # What a notebook does: its cells run on a loop, its code is blocking.
+        with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+            result: int = sup.agent(add, 1, 1).result(timeout=WAIT)
+            return result
+
+    assert asyncio.run(main()) == 2
+
+
+def test_every_submit_twin_runs_its_kind(guard: LoopGuard, tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        async with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+            shell = await sup.shell_async(["echo", "hi"])
+            agent = await sup.agent_async(add, 1, 2, key="k1")
+            again = await sup.agent_async(add, 1, 2, key="k1")
+            dream = await sup.dream_async(add, 3, 4)
+            flow = await sup.workflow_async(step_twice, 5)
+            mon = await sup.monitor_async(["echo", "ERROR x"], r"ERROR", rate_limit=None)
+            spec = wu.actors.ShellSpec.build(["true"], cwd=None, env=None, output_cap=1 << 20)
+            raw = await sup.submit_async("b", spec)
+            mate = await sup.teammate_async(Counter)
+            await mate.tell_async(4)
+            asked = await mate.ask_async("n", timeout=WAIT)
+            stopped = await mate.stop_async(timeout=WAIT)
+            return {
+                "shell": (await shell.result_async(timeout=WAIT)).status,
+                "agent": await agent.result_async(timeout=WAIT),
+                "same": again.id == agent.id,
+                "dream": await dream.result_async(timeout=WAIT),
+                "flow": await flow.result_async(timeout=WAIT),
+                "monitor": (await mon.wait_async(timeout=WAIT)).status,
+                "raw": (await raw.wait_async(timeout=WAIT)).status,
+                "asked": asked,
+                "stopped": stopped,
+                "kinds": sorted({r.kind for r in await sup.list_async()}),
+            }
+
+    out = guard.run(main)
+    assert out == {
+        "shell": wu.Status.COMPLETED,
+        "agent": 3,
+        "same": True,
+        "dream": 7,
+        "flow": 10,
+        "monitor": wu.Status.COMPLETED,
+        "raw": wu.Status.COMPLETED,
+        "asked": 4,
+        "stopped": {"n": 4},  # what on_stop() returned, decoded
+        "kinds": ["agent", "dream", "monitor", "shell", "teammate", "workflow"],
+    }
+
+
+def test_reads_streams_and_ends_without_blocking(guard: LoopGuard, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+
+    async def main() -> dict[str, Any]:
+        async with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+            writer = await sup.shell_async(
+                f"for i in 1 2 3; do echo line $i; done; "
+                f"while [ ! -e {gate} ]; do sleep 0.01; done; echo last"
+            )
+            chunks = []
+            async for chunk in writer.stream_async():
+                chunks.append(chunk)
+                if b"line 3" in b"".join(chunks) and not gate.exists():
+                    # The rest comes only after this: the stream follows the unit.
+                    await asyncio.to_thread(gate.touch)
+            blocked = await sup.agent_async(wait_for_gate, str(tmp_path / "never"))
+            with pytest.raises(wu.NotFinished):
+                await blocked.wait_async(timeout=0.05)
+            killed = await blocked.kill_async()
+            with pytest.raises(wu.WorkKilled):
+                await blocked.result_async(timeout=WAIT)
+            failing = await sup.agent_async(fail)
+            with pytest.raises(wu.WorkFailed):
+                await failing.result_async(timeout=WAIT)
+            late = await sup.shell_async(["echo", "x"])
+            await late.wait_async(timeout=WAIT)
+            return {
+                "output": b"".join(chunks),
+                "killed": killed,
+                "again": await blocked.cancel_async(),
+                "read": await late.read_output_async(),
+                "status": (await late.get_async()).status,
+            }
+
+    out = guard.run(main)
+    assert out["output"] == b"line 1\nline 2\nline 3\nlast\n"  # every byte once, in order
+    assert out["killed"] is True
+    assert out["again"] is False  # it had ended already
+    assert out["read"] == b"x\n"
+    assert out["status"] == wu.Status.COMPLETED
+
+
+def test_many_long_waits_hold_no_thread_each(guard: LoopGuard, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    n = 24
+
+    async def main() -> tuple[int, int, list[str]]:
+        async with wu.Supervisor(
+            tmp_path / "state", install_signal_handlers=False, concurrency={"agent": n}
+        ) as sup:
+            handles = [await sup.agent_async(wait_for_gate, str(gate)) for _ in range(n)]
+            before = threading.active_count()
+            waits = asyncio.gather(*(h.result_async(timeout=WAIT) for h in handles))
+            streams = [h.stream_async() for h in handles]
+            follows = asyncio.gather(*(_drain(s) for s in streams))
+            await asyncio.sleep(0.2)  # let every wait park (what is asserted comes after)
+            during = threading.active_count()
+            await asyncio.to_thread(gate.touch)
+            results = await waits
+            await follows
+            return before, during, results
+
+    before, during, results = guard.run(main)
+    assert results == ["through"] * n
+    # 2n waiters parked: at most the relay thread and an executor thread or two more.
+    assert during - before <= 4, (before, during)
+
+
+async def _drain(stream: Any) -> int:
+    return sum([len(chunk) async for chunk in stream])
+
+
+def test_the_client_twins(guard: LoopGuard, sup: wu.Supervisor, state_dir: Path) -> None:
+    async def main() -> dict[str, Any]:
+        client = await wu.connect_async(state_dir)
+        try:
+            agent = await client.agent_async(add, 20, 22)
+            by_ref = await client.agent_async("tests.test_asyncio:add", 1, 2)
+            shell = await client.shell_async(["echo", "from the client"])
+            chunks = [chunk async for chunk in shell.stream_async()]
+            doomed = await client.shell_async(["sleep", "30"])
+            with pytest.raises(wu.NotFinished):
+                await doomed.wait_async(timeout=0.05)
+            return {
+                "agent": await agent.result_async(timeout=WAIT),
+                "by_ref": await by_ref.result_async(timeout=WAIT),
+                "output": b"".join(chunks),
+                "kill": await doomed.kill_async(),
+                "killed": (await doomed.wait_async(timeout=WAIT)).status,
+                "get": (await client.get_async(agent.id)).status,
+                "listed": len(await client.list_async(kind="agent")),
+                "row": (await client.row_async(agent.id)).id == agent.id,
+            }
+        finally:
+            await asyncio.to_thread(client.close)
+
+    assert guard.run(main) == {
+        "agent": 42,
+        "by_ref": 3,
+        "output": b"from the client\n",
+        "kill": True,
+        "killed": wu.Status.KILLED,
+        "get": wu.Status.COMPLETED,
+        "listed": 2,
+        "row": True,
+    }
