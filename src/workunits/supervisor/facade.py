@@ -44,6 +44,9 @@ from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor import requests as rq
 from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
+from workunits.supervisor.paging import check_limit, page
+from workunits.supervisor.remote_consumers import RemoteConsumers
 from workunits.supervisor.runtime import Options, Runtime
 from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.stream import OutputStream
@@ -301,8 +304,17 @@ class Supervisor:
         status: Status | str | None = None,
         kind: str | None = None,
         parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[WorkRecord]:
-        """The records in memory and in the ledger, filtered by status, kind or parent."""
+        """The records in memory and in the ledger, filtered by status, kind or parent.
+
+        ``limit`` and ``after`` (a unit's ID: the last of the previous page) read
+        them a page at a time, oldest first (``supervisor/paging.py``).
+        """
+        check_limit(limit)
+        after_record = None if after is None else self.get(after)
         if status is not None:
             try:
                 status = Status(status)
@@ -310,7 +322,10 @@ class Supervisor:
                 raise SpecError(
                     f"status must be one of {[s.value for s in Status]}, got {status!r}"
                 ) from None
-        return self._ask(rq.ListUnits(status, kind, parent))
+        records = self._ask(rq.ListUnits(status, kind, parent))
+        if limit is None and after_record is None:
+            return records
+        return page(records, limit, after_record)
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
@@ -361,6 +376,42 @@ class Supervisor:
     def notifications(self) -> Mailbox:
         """The application's mailbox: one notice per top-level unit that ends."""
         return self._ask(rq.MailboxOf(None))
+
+    # -- followers: the HTTP API's event streams, claims and leases -------------
+
+    _feed: EventFeed | None = None
+    _feed_lock = threading.Lock()  # only guards creating ``_feed``, once per supervisor
+
+    def events(
+        self, work_id: str, after: str | Cursor | None = None, max_bytes: int = CHUNK
+    ) -> EventBatch:
+        """The unit's status, progress and output events after cursor ``after``.
+
+        Resumable from any event's cursor with nothing lost or repeated; does not
+        move the record's output offset (``supervisor/events.py``).
+        """
+        _ids.validate(work_id)
+        cursor = Cursor.parse(after) if isinstance(after, str) else after
+        return self._event_feed().read(work_id, cursor, max_bytes)
+
+    def on_event(self, work_id: str, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` (in the supervisor's thread: O(1) work only) at each status
+        or progress change of the unit; returns the function that stops it."""
+        _ids.validate(work_id)
+        return self._event_feed().listen(work_id, listener)
+
+    def _event_feed(self) -> EventFeed:
+        with self._feed_lock:
+            if self._feed is None:
+                feed = EventFeed(self.state_dir, self.get)
+                self._ask(rq.Subscribe(feed.on_change))
+                self._feed = feed
+            return self._feed
+
+    @property
+    def remote_consumers(self) -> RemoteConsumers:
+        """Notice claims and retain leases for consumers that are not local processes."""
+        return RemoteConsumers(self._runtime.ledger)
 
     # -- waiting ---------------------------------------------------------------
 
