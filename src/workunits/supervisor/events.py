@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +120,7 @@ class EventFeed:
         self._get = get
         self._lock = threading.Lock()  # guards _units and every _UnitJournal in it
         self._units: OrderedDict[str, _UnitJournal] = OrderedDict()
+        self.ended: Counter[str] = Counter()  # terminal transitions seen, by status
 
     # -- the supervisor actor's thread ----------------------------------------------
 
@@ -128,6 +129,8 @@ class EventFeed:
         changes: list[tuple[str, dict[str, Any]]] = []
         if old is None or old.status != new.status:
             changes.append(("status", record_fields(new)))
+            if is_terminal(new.status) and (old is None or not is_terminal(old.status)):
+                self.ended[new.status.value] += 1
         if old is None or (old.progress, old.progress_message) != (
             new.progress,
             new.progress_message,

@@ -394,11 +394,10 @@ class Supervisor:
         cursor = Cursor.parse(after) if isinstance(after, str) else after
         return self._event_feed().read(work_id, cursor, max_bytes)
 
-    def on_event(self, work_id: str, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call ``listener()`` (in the supervisor's thread: O(1) work only) at each status
-        or progress change of the unit; returns the function that stops it."""
-        _ids.validate(work_id)
-        return self._event_feed().listen(work_id, listener)
+    @property
+    def event_feed(self) -> EventFeed:
+        """The journal ``events`` reads: ``listen(id, fn)`` wakes a follower at each change."""
+        return self._event_feed()
 
     def _event_feed(self) -> EventFeed:
         with self._feed_lock:

@@ -73,3 +73,7 @@ class RemoteConsumers:
 
     def retained(self, work_id: str) -> bool:
         return work_id in self._ledger.retained([work_id])
+
+    def waiting(self) -> int:
+        """Notices not yet acknowledged, for every parent."""
+        return self._ledger.outbox_size()
