@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Body, FastAPI, Header, Query, Request
@@ -312,7 +313,7 @@ def _notices(backend: Backend, owner: str) -> APIRouter:
         claim = await claim_within(parent, lease, wait)
         if claim is None:
             return Response(status_code=204)
-        location = f"/v1/notifications/{claim.notice.id}/claims/{claim.token}"
+        location = f"/v1/notifications/{claim.notice.id}/claims/{quote(claim.token, safe='')}"
         return JSONResponse(_notice_out(claim).model_dump(), headers={"Location": location})
 
     @r.post("/{work_id}/ack")
