@@ -439,7 +439,12 @@ class HttpClient:
         )
 
     def release_notice(self, work_id: str, token: str) -> bool:
-        return self._http.delete(f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}").status_code == 204
+        return (
+            self._http.delete(
+                f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}"
+            ).status_code
+            == 204
+        )
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -448,11 +453,11 @@ class HttpClient:
         if self._async is not None:
             client, self._async = self._async, None
             try:
-                loop = asyncio.get_running_loop()
+                asyncio.get_running_loop()
             except RuntimeError:
                 asyncio.run(client.aclose())
             else:
-                loop.create_task(client.aclose())
+                raise RuntimeError("inside an event loop, close with `await client.aclose()`")
 
     async def aclose(self) -> None:
         self._http.close()

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 import pytest
 
 pytest.importorskip("fastapi", reason="the HTTP API needs the workunits[http] extra")
-httpx = pytest.importorskip("httpx", reason="the HTTP tests need httpx (workunits[http])")
+pytest.importorskip("httpx", reason="the HTTP tests need httpx (workunits[http])")
 
-from tests.http.server import Served  # noqa: E402 - after the skip
+import httpx
+
+from tests.http.server import Served
 
 
 @pytest.fixture(scope="module")

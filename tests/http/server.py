@@ -19,12 +19,24 @@ class Served:
 
     def __init__(self, state_dir: Path, *extra: str) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")]
+        )
         self.state_dir = state_dir
         self.log = state_dir.parent / f"{state_dir.name}-serve.log"
         self._log = self.log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workunits._cli", "serve", "--state", str(state_dir), "--http", "127.0.0.1:0", *extra],
+            [
+                sys.executable,
+                "-m",
+                "workunits._cli",
+                "serve",
+                "--state",
+                str(state_dir),
+                "--http",
+                "127.0.0.1:0",
+                *extra,
+            ],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -57,7 +57,9 @@ def test_every_endpoint_but_healthz_needs_the_token(served: Served) -> None:
 
 def test_forged_origin_and_foreign_host_are_refused(api: httpx.Client) -> None:
     r = api.post(
-        "/v1/units", json={"kind": "shell", "command": "true"}, headers={"Origin": "http://evil.test"}
+        "/v1/units",
+        json={"kind": "shell", "command": "true"},
+        headers={"Origin": "http://evil.test"},
     )
     assert r.status_code == 403
     assert "Origin" in r.json()["detail"]
@@ -83,7 +85,9 @@ def test_browser_token_becomes_a_strict_httponly_cookie(served: Served) -> None:
 
 
 def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
-    r = api.post("/v1/units", content=b"x" * (2 << 20), headers={"content-type": "application/json"})
+    r = api.post(
+        "/v1/units", content=b"x" * (2 << 20), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413
     r = _submit(api, {"kind": "shell", "argv": ["true"], "command": "true"})
     assert r.status_code == 422
@@ -169,7 +173,9 @@ def test_agent_result_value_and_failure(api: httpx.Client) -> None:
     done = _result(api, r.json()["id"])
     assert done.status_code == 200
     assert done.json()["value"] == 5
-    r = _submit(api, {"kind": "agent", "target": "tests.http.units:boom", "kwargs": {"message": "no!"}})
+    r = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:boom", "kwargs": {"message": "no!"}}
+    )
     failed = _result(api, r.json()["id"])
     assert failed.status_code == 409
     problem = failed.json()
@@ -229,7 +235,12 @@ def test_notifications_claim_ack_release(api: httpx.Client) -> None:
         r = api.get("/v1/notifications")
         if r.status_code == 204:
             break
-        assert api.post(f"/v1/notifications/{r.json()['id']}/ack", json={"token": r.json()["token"]}).status_code == 200
+        assert (
+            api.post(
+                f"/v1/notifications/{r.json()['id']}/ack", json={"token": r.json()["token"]}
+            ).status_code
+            == 200
+        )
     unit = _submit(api, {"kind": "shell", "command": "exit 3"}).json()
     claim = api.get("/v1/notifications", params={"wait": 20, "lease": 30})
     assert claim.status_code == 200
@@ -237,7 +248,10 @@ def test_notifications_claim_ack_release(api: httpx.Client) -> None:
     assert (notice["id"], notice["status"], notice["exit_code"]) == (unit["id"], "failed", 3)
     assert notice["redelivered"] is False
     assert api.get("/v1/notifications").status_code == 204  # claimed: nobody else gets it
-    assert api.put(claim.headers["location"], json={"token": notice["token"], "lease": 30}).status_code == 200
+    assert (
+        api.put(claim.headers["location"], json={"token": notice["token"], "lease": 30}).status_code
+        == 200
+    )
     assert api.delete(claim.headers["location"]).status_code == 204
     again = api.get("/v1/notifications", params={"wait": 5}).json()
     assert again["id"] == unit["id"]
@@ -267,19 +281,19 @@ def test_metrics(api: httpx.Client) -> None:
 
 def test_events_resume_after_a_dropped_connection(api: httpx.Client) -> None:
     n = 12
-    unit = _submit(api, {"kind": "agent", "target": "tests.http.units:ticker", "args": [n, 0.05]}).json()
+    unit = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:ticker", "args": [n, 0.05]}
+    ).json()
     seen: list[tuple[str, str, dict[str, Any]]] = []
     last = None
     for attempt in range(20):  # bounded reconnects; each drops after 3 events
-        headers = {} if last is None else {"Last-Event-ID": last}
+        headers: dict[str, str] = {} if last is None else {"Last-Event-ID": last}
         with api.stream("GET", f"/v1/units/{unit['id']}/events", headers=headers) as r:
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
-            got = 0
-            for event in _sse(r.iter_lines()):
+            for got, event in enumerate(_sse(r.iter_lines()), 1):
                 seen.append(event)
                 last = event[1]
-                got += 1
                 if event[0] == "end" or (got == 3 and attempt < 10):
                     break  # drop the connection mid-stream
         if seen and seen[-1][0] == "end":
@@ -304,7 +318,9 @@ def test_events_resume_after_a_dropped_connection(api: httpx.Client) -> None:
 
 def test_events_after_the_end_replay_the_tail_with_a_gap(api: httpx.Client) -> None:
     big = 100_000
-    unit = _submit(api, {"kind": "shell", "command": f"head -c {big} /dev/zero | tr '\\\\0' x; echo"}).json()
+    unit = _submit(
+        api, {"kind": "shell", "command": f"head -c {big} /dev/zero | tr '\\\\0' x; echo"}
+    ).json()
     assert _result(api, unit["id"]).status_code == 200
     with api.stream("GET", f"/v1/units/{unit['id']}/events") as r:
         events = list(_sse(r.iter_lines()))

@@ -55,8 +55,8 @@ def test_same_errors_as_the_python_api(client: HttpClient) -> None:
         with pytest.raises(wu.WorkKilled):
             slow.result(timeout=20)
         assert not slow.kill()
+        client.shell("echo a", key="conflict")
         with pytest.raises(wu.IdempotencyConflict):
-            client.shell("echo a", key="conflict")
             client.shell("echo b", key="conflict")
         with pytest.raises(wu.SpecError, match="import reference"):
             client.agent(lambda: 1)
@@ -87,7 +87,9 @@ def test_import_workunits_loads_no_http_dependency() -> None:
         "bad = [m for m in ('fastapi', 'uvicorn', 'sse_starlette', 'prometheus_client', 'httpx', "
         "'starlette', 'pydantic') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -111,7 +113,9 @@ def test_expired_unit_is_410(tmp_path: Path) -> None:
 
     from workunits._http.server import HttpServer  # noqa: PLC0415
 
-    with wu.Supervisor(tmp_path / "s", install_signal_handlers=False, expire_after=0.01, eviction_grace=0) as sup:
+    with wu.Supervisor(
+        tmp_path / "s", install_signal_handlers=False, expire_after=0.01, eviction_grace=0
+    ) as sup:
         h = sup.shell("true")
         h.wait(timeout=20)
         sup.notifications().get(timeout=5)  # acknowledged: it may leave memory
@@ -119,7 +123,9 @@ def test_expired_unit_is_410(tmp_path: Path) -> None:
         server.start()
         try:
             token = (tmp_path / "s" / "http.token").read_text().strip()
-            with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as api:
+            with httpx.Client(
+                base_url=server.url, headers={"Authorization": f"Bearer {token}"}
+            ) as api:
                 for _ in range(200):  # bounded: until retention has run out
                     sup.gc()
                     r = api.get(f"/v1/units/{h.id}")

@@ -30,3 +30,11 @@ def sleeper(seconds: float) -> None:
     sys.stdout.write("sleeping\n")
     sys.stdout.flush()
     time.sleep(seconds)
+
+
+def stamper(n: int, pause: float) -> None:
+    """Report progress n times, its message the wall time it was sent (for latency)."""
+    ctx = wu.current()
+    for i in range(n):
+        ctx.progress((i + 1) / n, repr(time.time()))
+        time.sleep(pause)

@@ -16,14 +16,14 @@ the Python API offers, so there is no second path to the registry or ledger.
 
 from __future__ import annotations
 
-import builtins
-
 import asyncio
+import builtins
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from workunits._errors import NotFinished
+from workunits._http.models import CallSubmit, ShellSubmit
 from workunits._ledger.values import resolve_ref
 from workunits._record import WorkRecord
 from workunits._status import is_terminal
@@ -31,8 +31,6 @@ from workunits._wire.results import result_of
 from workunits.supervisor.events import Cursor, EventBatch
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.remote_consumers import NoticeClaim
-
-from workunits._http.models import CallSubmit, ShellSubmit
 
 T = TypeVar("T")
 

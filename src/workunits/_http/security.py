@@ -29,7 +29,7 @@ import orjson
 
 from workunits._errors import StateDirError
 
-TOKEN_FILE = "http.token"
+TOKEN_FILE = "http.token"  # noqa: S105 - a file name, not a secret
 COOKIE = "workunits_token"
 MAX_BODY = 1 << 20
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -131,14 +131,12 @@ class EventFeed:
             changes.append(("status", record_fields(new)))
             if is_terminal(new.status) and (old is None or not is_terminal(old.status)):
                 self.ended[new.status.value] += 1
-        if old is None or (old.progress, old.progress_message) != (
+        moved = old is None or (old.progress, old.progress_message) != (
             new.progress,
             new.progress_message,
-        ):
-            if new.progress is not None or new.progress_message:
-                changes.append(
-                    ("progress", {"value": new.progress, "message": new.progress_message})
-                )
+        )
+        if moved and (new.progress is not None or new.progress_message):
+            changes.append(("progress", {"value": new.progress, "message": new.progress_message}))
         with self._lock:
             journal = self._units.get(new.id)
             if journal is None:
@@ -208,7 +206,7 @@ class EventFeed:
             events.append(UnitEvent("end", Cursor(seq, offset), record_fields(record)))
         return EventBatch(events, Cursor(seq, offset), record, done)
 
-    def _read_output(
+    def _read_output(  # noqa: PLR0917 - private, called once
         self,
         work_id: str,
         record: WorkRecord,

@@ -43,8 +43,8 @@ from workunits.actors.remote import RemoteSpec
 from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor import requests as rq
-from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
+from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.paging import check_limit, page
 from workunits.supervisor.remote_consumers import RemoteConsumers
 from workunits.supervisor.runtime import Options, Runtime
