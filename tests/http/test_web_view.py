@@ -19,7 +19,10 @@ import workunits as wu
 from tests.http.server import Served
 
 CHROMIUM = "/usr/bin/chromium"
+# The README's screenshots are refreshed with WORKUNITS_SCREENSHOTS=1; otherwise they
+# go to the test's tmp dir, so a test run leaves the checkout as it was.
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+REFRESH = os.environ.get("WORKUNITS_SCREENSHOTS") == "1"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -65,7 +68,10 @@ def page(served: Served) -> Iterator[Page]:
 
 
 @pytest.mark.timeout(120)
-def test_table_progress_output_cancel_and_retain(served: Served, page: Page) -> None:
+def test_table_progress_output_cancel_and_retain(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    shots = DOCS if REFRESH else tmp_path
     with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
         unit = api.post(
             "/v1/units",
@@ -86,14 +92,14 @@ def test_table_progress_output_cancel_and_retain(served: Served, page: Page) -> 
     first = bar.evaluate("e => e.style.width")
     _until(lambda: bar.evaluate("e => e.style.width") != first)  # the row's bar moves
     assert "step" in row.locator(".msg").inner_text()
-    page.screenshot(path=str(DOCS / "web-view-table.png"))
+    page.screenshot(path=str(shots / "web-view-table.png"))
 
     row.click()
     output = page.locator("#u-output")
     _until(lambda: "line 3" in output.inner_text())  # its page streams output
     with wu.connect(served.state_dir) as ledger_client:
         _until(lambda: work_id in ledger_client.ledger.retained([work_id]))  # held while open
-        page.screenshot(path=str(DOCS / "web-view-unit.png"))
+        page.screenshot(path=str(shots / "web-view-unit.png"))
         page.click("#b-cancel")
         status = page.locator('dd[data-field="status"]')
         _until(lambda: status.inner_text() == "killed")
