@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest static check docs docs-build dist-check dist-run test-pythons \
+.PHONY: demo test lint pytest browser static check docs docs-build dist-check dist-run test-pythons \
 	bench bench-quick bench-run bench-remote soak clean
 
 $(STAMP): pyproject.toml
@@ -22,13 +22,23 @@ demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
 test:
-	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench
+	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http
 
 lint:
-	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench
+	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http
 
-pytest: $(STAMP)
+pytest: $(STAMP) browser
 	$(PY) -m pytest -q
+
+# The web view's browser test drives Debian's chromium through Playwright's API
+# (never `playwright install`, which downloads a browser build). As root, as CI
+# runs, it is installed when missing; otherwise that test says why it skips.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver for the web view's test"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver) >/dev/null 2>&1 || echo "could not install chromium"; \
+	fi
 
 static: $(STAMP)
 	$(PY) -m ruff check .
@@ -63,10 +73,10 @@ test-pythons:
 
 # The benches run their peers too: pebble, matplotlib and DBOS ([bench]), Ray ([ray]).
 bench:
-	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench
+	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench,http
 
 bench-quick:
-	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench BENCH_ARGS=--quick
+	@$(MAKE) --no-print-directory bench-run EXTRAS=test,dev,ray,bench,http BENCH_ARGS=--quick
 
 bench-run: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, overload
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
@@ -50,6 +50,9 @@ from workunits._wire.specs import (
 )
 from workunits._wire.submits import check_submit, check_timeout
 
+if TYPE_CHECKING:
+    from workunits._client_http import HttpClient
+
 DEFAULT_POLL: Final = 0.1
 """Longest pause between two looks at the ledger while waiting (the backoff's cap)."""
 
@@ -62,14 +65,33 @@ _END_VERBS = frozenset({"cancel", "kill"})
 DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
 
 
+@overload
 def connect(
     state_dir: str | os.PathLike[str] = ".workunits",
     *,
     create: bool = True,
     poll: float = DEFAULT_POLL,
     clock: Clock | None = None,
-) -> Client:
+) -> Client: ...
+
+
+@overload
+def connect(state_dir: str, *, token: str, timeout: float = 60.0) -> HttpClient: ...
+
+
+def connect(
+    state_dir: str | os.PathLike[str] = ".workunits",
+    *,
+    create: bool = True,
+    poll: float = DEFAULT_POLL,
+    clock: Clock | None = None,
+    token: str | None = None,
+    timeout: float = 60.0,
+) -> Client | HttpClient:
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
+
+    ``connect("http://host:port", token=...)`` returns an HttpClient instead: the
+    same calls over a ``workunits serve --http`` API (needs ``workunits[http]``).
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
     nothing is created (what a reader wants when the path may be a typo); a
@@ -78,6 +100,14 @@ def connect(
     StateDirError either way.
     A ledger written by a newer workunits raises LedgerVersionError.
     """
+    if token is not None:
+        from workunits._client_http import HttpClient  # noqa: PLC0415 - the optional extra
+
+        if not isinstance(state_dir, str) or not state_dir.startswith(("http://", "https://")):
+            raise SpecError(f"token= is for an http(s):// address, got {state_dir!r}")
+        return HttpClient(state_dir, token=token, timeout=timeout)
+    if isinstance(state_dir, str) and state_dir.startswith(("http://", "https://")):
+        raise SpecError(f"connecting to {state_dir} needs token= (the state dir's http.token)")
     return Client(state_dir, create=create, poll=poll, clock=clock)
 
 

@@ -1,5 +1,5 @@
 """The ``workunits`` command: serve, submit, ls, show, tail, wait, result, cancel, kill, watch,
-gc, doctor.
+gc, doctor, ui.
 
 One module per group of commands, each registering on the group in ``_app``:
 
@@ -14,6 +14,7 @@ One module per group of commands, each registering on the group in ``_app``:
 - ``backup``   a consistent copy of a live state dir
 - ``watch``    the live table
 - ``doctor``   what the machine offers (containment, pidfd, subreaper, fsync)
+- ``ui``       the web view's address, with its one-time token
 
 Every command but ``serve`` is a ledger client (``wu.connect``): it reads the
 state dir's ledger and writes only submits and requests, so it works from any
@@ -22,12 +23,23 @@ shell whether or not a supervisor runs.
 
 from __future__ import annotations
 
-from workunits._cli import backup, control, doctor, inspect, serve, submit, tail, waiting, watch
+from workunits._cli import backup, control, doctor, inspect, serve, submit, tail, ui, waiting, watch
 from workunits._cli._app import Exit, cli
 
 __all__ = ["Exit", "cli", "main"]
 
-_COMMANDS = (backup, control, doctor, inspect, serve, submit, tail, waiting, watch)  # registered
+_COMMANDS = (
+    backup,
+    control,
+    doctor,
+    inspect,
+    serve,
+    submit,
+    tail,
+    ui,
+    waiting,
+    watch,
+)  # registered
 
 
 def main() -> None:

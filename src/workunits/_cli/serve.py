@@ -18,6 +18,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +27,9 @@ from workunits._cli._app import cli, state_option
 from workunits._errors import SpecError
 from workunits._ledger._db import SYNC_MODES
 from workunits.supervisor.facade import Supervisor
+
+if TYPE_CHECKING:
+    from workunits._http.server import HttpServer
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -65,12 +69,29 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="On SIGTERM, first stop admitting work and give the running units that cannot "
     "resume up to SECONDS to finish; then stop as a deploy. A second signal cuts it short.",
 )
-def serve(
+@click.option(
+    "--http",
+    "http_bind",
+    metavar="HOST:PORT",
+    default=None,
+    help="Also serve the HTTP API and web view (needs workunits[http]); "
+    "a bare PORT binds 127.0.0.1, port 0 picks a free one.",
+)
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option(
+    "--insecure", is_flag=True, help="Allow plain HTTP on an address that is not loopback."
+)
+def serve(  # noqa: PLR0917 - click passes every option by position
     state_dir: Path,
     limits: tuple[str, ...],
     ledger_sync: str,
     imports: tuple[str, ...],
     drain_timeout: float,
+    http_bind: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    insecure: bool,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -92,7 +113,10 @@ def serve(
             kinds=kinds,
         )
         deploy = False
+        http = None
         try:
+            if http_bind is not None:
+                http = _start_http(supervisor, http_bind, tls_cert, tls_key, insecure)
             caps = ", ".join(f"{kind} {n}" for kind, n in sorted(concurrency.items()))
             unsynced = "; ledger not fsynced" if ledger_sync == "normal" else ""
             click.echo(
@@ -108,6 +132,8 @@ def serve(
             how = "leaving resumable work for the next run" if deploy else "ending running work"
             click.echo(f"workunits serve: {signal.Signals(signum).name}, {how}", err=True)
         finally:
+            if http is not None:
+                http.stop()
             supervisor.close(deploy=deploy)
 
 
@@ -126,6 +152,22 @@ def _drain(supervisor: Supervisor, timeout: float, signals: _Waiter) -> None:
         signals.interrupt_on_next = False
     if still:
         click.echo(f"workunits serve: still running after the drain: {' '.join(still)}", err=True)
+
+
+def _start_http(
+    sup: Supervisor, bind: str, tls_cert: str | None, tls_key: str | None, insecure: bool
+) -> HttpServer:
+    try:
+        from workunits._http.server import HttpServer, parse_bind  # noqa: PLC0415 - optional extra
+    except ImportError as exc:
+        raise SpecError(
+            f"--http needs the http extra: pip install 'workunits[http]' ({exc})"
+        ) from None
+    host, port = parse_bind(bind)
+    server = HttpServer(sup, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure)
+    url = server.start()
+    click.echo(f"workunits serve: HTTP API at {url} (workunits ui opens the web view)", err=True)
+    return server
 
 
 def _limits(items: tuple[str, ...]) -> dict[str, int]:

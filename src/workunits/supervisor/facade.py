@@ -47,8 +47,11 @@ from workunits.actors.remote import RemoteSpec
 from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor import requests as rq
+from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
 from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.paging import check_limit, page
+from workunits.supervisor.remote_consumers import RemoteConsumers
 from workunits.supervisor.runtime import Options, Runtime
 from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.stream import AsyncOutputStream, OutputStream
@@ -599,8 +602,17 @@ class Supervisor:
         status: Status | str | None = None,
         kind: str | None = None,
         parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[WorkRecord]:
-        """The records in memory and in the ledger, filtered by status, kind or parent."""
+        """The records in memory and in the ledger, filtered by status, kind or parent.
+
+        ``limit`` and ``after`` (a unit's ID: the last of the previous page) read
+        them a page at a time, oldest first (``supervisor/paging.py``).
+        """
+        check_limit(limit)
+        after_record = None if after is None else self.get(after)
         if status is not None:
             try:
                 status = Status(status)
@@ -608,7 +620,10 @@ class Supervisor:
                 raise SpecError(
                     f"status must be one of {[s.value for s in Status]}, got {status!r}"
                 ) from None
-        return self._ask(rq.ListUnits(status, kind, parent))
+        records = self._ask(rq.ListUnits(status, kind, parent))
+        if limit is None and after_record is None:
+            return records
+        return page(records, limit, after_record)
 
     async def get_async(self, work_id: str) -> WorkRecord:
         """Like ``get`` without blocking the event loop."""
@@ -763,6 +778,41 @@ class Supervisor:
     def notifications(self) -> Mailbox:
         """The application's mailbox: one notice per top-level unit that ends."""
         return self._ask(rq.MailboxOf(None))
+
+    # -- followers: the HTTP API's event streams, claims and leases -------------
+
+    _feed: EventFeed | None = None
+    _feed_lock = threading.Lock()  # only guards creating ``_feed``, once per supervisor
+
+    def events(
+        self, work_id: str, after: str | Cursor | None = None, max_bytes: int = CHUNK
+    ) -> EventBatch:
+        """The unit's status, progress and output events after cursor ``after``.
+
+        Resumable from any event's cursor with nothing lost or repeated; does not
+        move the record's output offset (``supervisor/events.py``).
+        """
+        _ids.validate(work_id)
+        cursor = Cursor.parse(after) if isinstance(after, str) else after
+        return self._event_feed().read(work_id, cursor, max_bytes)
+
+    @property
+    def event_feed(self) -> EventFeed:
+        """The journal ``events`` reads: ``listen(id, fn)`` wakes a follower at each change."""
+        return self._event_feed()
+
+    def _event_feed(self) -> EventFeed:
+        with self._feed_lock:
+            if self._feed is None:
+                feed = EventFeed(self.state_dir, self.get)
+                self._ask(rq.Subscribe(feed.on_change))
+                self._feed = feed
+            return self._feed
+
+    @property
+    def remote_consumers(self) -> RemoteConsumers:
+        """Notice claims and retain leases for consumers that are not local processes."""
+        return RemoteConsumers(self._runtime.ledger)
 
     # -- waiting ---------------------------------------------------------------
 

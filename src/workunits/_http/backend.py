@@ -1,0 +1,217 @@
+"""The one place the HTTP layer calls the supervisor: awaitable twins of its calls.
+
+Until ``Supervisor`` has ``_async`` twins of every call, this adapter makes
+them: calls that return quickly (a submit, a get, a kill, one ledger
+transaction) run in the default thread pool with ``asyncio.to_thread``; a wait
+that may be long never holds a thread. A result long-poll awaits
+``Supervisor.wait_async`` (a waiter callback resolves a future on the loop);
+an event follower sleeps on an ``asyncio.Event`` that the supervisor's change
+journal sets (``EventFeed.listen``), with a capped timeout so that output,
+which does not go through the record, is polled with backoff. Switching to
+the supervisor's own ``_async`` twins is a change in this file only.
+
+Runs on the server's event loop thread; every supervisor call it makes is one
+the Python API offers, so there is no second path to the registry or ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from workunits._errors import NotFinished
+from workunits._http.models import CallSubmit, ShellSubmit
+from workunits._ledger.values import resolve_ref
+from workunits._record import WorkRecord
+from workunits._status import is_terminal
+from workunits._wire.results import result_of
+from workunits.supervisor.events import Cursor, EventBatch
+from workunits.supervisor.facade import Supervisor
+from workunits.supervisor.remote_consumers import NoticeClaim
+
+T = TypeVar("T")
+
+
+async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+class Backend:
+    """Awaitable supervisor calls for one app (one supervisor)."""
+
+    def __init__(self, sup: Supervisor) -> None:
+        self.sup = sup
+        # Same-key submits one at a time, so "created" is told apart exactly.
+        self._key_locks: dict[str, asyncio.Lock] = {}
+        self.submit_seconds: list[float] = []  # drained by the metrics collector
+
+    @property
+    def session(self) -> str:
+        return self.sup.session
+
+    # -- submitting ----------------------------------------------------------------
+
+    async def submit(
+        self, body: ShellSubmit | CallSubmit, key: str | None
+    ) -> tuple[WorkRecord, bool]:
+        """Submit; the record and whether this call created it (False: the key's unit)."""
+        if key is None:
+            return await self._submit(body, None), True
+        lock = self._key_locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:
+                started = time.time()
+                record = await self._submit(body, key)
+                return record, record.created_at >= started
+        finally:
+            if not lock.locked() and self._key_locks.get(key) is lock:
+                del self._key_locks[key]
+
+    async def _submit(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkRecord:
+        started = time.perf_counter()
+        record = await _run(self._submit_now, body, key)
+        self.submit_seconds.append(time.perf_counter() - started)
+        return record
+
+    def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkRecord:
+        sup = self.sup
+        if isinstance(body, ShellSubmit):
+            cmd: str | list[str] = (
+                body.command if body.command is not None else list(body.argv or [])
+            )
+            if body.parent is None:
+                handle = sup.shell(
+                    cmd,
+                    cwd=body.cwd,
+                    env=body.env,
+                    timeout=body.timeout,
+                    description=body.description,
+                    key=key,
+                )
+                return handle.get()
+            from workunits._wire.specs import DEFAULT_OUTPUT_CAP, ShellSpec  # noqa: PLC0415
+
+            spec = ShellSpec.build(
+                cmd, cwd=body.cwd, env=body.env, output_cap=DEFAULT_OUTPUT_CAP, on_lost="fail"
+            )
+            handle = sup.submit(
+                "b",
+                spec,
+                description=spec.describe() if body.description is None else body.description,
+                parent=body.parent,
+                timeout=body.timeout,
+                key=key,
+            )
+            return handle.get()
+        fn = resolve_ref(body.target)
+        if body.parent is not None:
+            from workunits._wire.specs import AgentSpec  # noqa: PLC0415 - parent-only path
+
+            agent_spec = AgentSpec.build(fn, tuple(body.args), dict(body.kwargs))
+            letter = "a" if body.kind == "agent" else "w"
+            handle = sup.submit(
+                letter,
+                agent_spec,
+                description=agent_spec.name if body.description is None else body.description,
+                parent=body.parent,
+                timeout=body.timeout,
+                key=key,
+                max_attempts=body.max_attempts,
+            )
+            return handle.get()
+        submit = sup.agent if body.kind == "agent" else sup.workflow
+        handle = submit(
+            fn,
+            *body.args,
+            description=body.description,
+            timeout=body.timeout,
+            key=key,
+            max_attempts=body.max_attempts,
+            **body.kwargs,
+        )
+        return handle.get()
+
+    # -- reading ---------------------------------------------------------------------
+
+    async def get(self, work_id: str) -> WorkRecord:
+        return await _run(self.sup.get, work_id)
+
+    async def list_units(
+        self,
+        status: str | None,
+        kind: str | None,
+        parent: str | None,
+        limit: int,
+        after: str | None,
+    ) -> builtins.list[WorkRecord]:
+        return await _run(self.sup.list, status, kind, parent, limit=limit, after=after)
+
+    async def all_records(self) -> builtins.list[WorkRecord]:
+        return await _run(self.sup.list)
+
+    async def events(self, work_id: str, after: Cursor | None, max_bytes: int) -> EventBatch:
+        return await _run(self.sup.events, work_id, after, max_bytes)
+
+    def listen(self, work_id: str, wake: asyncio.Event) -> Callable[[], None]:
+        """Set ``wake`` (on this loop) at each change of the unit; returns the stop function."""
+        loop = asyncio.get_running_loop()
+
+        def listener() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        return self.sup.event_feed.listen(work_id, listener)
+
+    def ended_counts(self) -> dict[str, int]:
+        return dict(self.sup.event_feed.ended)
+
+    # -- waiting ---------------------------------------------------------------------
+
+    async def wait(self, work_id: str, timeout: float) -> WorkRecord:
+        """The record once terminal, or as it is after ``timeout`` (no thread is held)."""
+        try:
+            return await self.sup.wait_async(work_id, timeout)
+        except NotFinished as exc:
+            return exc.record
+
+    async def result_of(self, record: WorkRecord) -> Any:
+        """The value (may unpickle: a thread), or WorkFailed / WorkKilled / WorkExpired."""
+        assert is_terminal(record.status)
+        return await _run(result_of, record)
+
+    # -- ending work --------------------------------------------------------------------
+
+    async def cancel(self, work_id: str, grace: float) -> bool:
+        return await _run(self.sup.cancel, work_id, grace)
+
+    async def kill(self, work_id: str) -> bool:
+        return await _run(self.sup.kill, work_id)
+
+    # -- leases and claims ----------------------------------------------------------------
+
+    async def retain(self, work_id: str, lease: float, owner: str) -> str:
+        await self.get(work_id)  # InvalidWorkId / UnknownWork / its expiry first
+        return await _run(self.sup.remote_consumers.retain, work_id, lease, owner)
+
+    async def renew_retain(self, lease_id: str, lease: float) -> bool:
+        return await _run(self.sup.remote_consumers.renew_retain, lease_id, lease)
+
+    async def release_retain(self, lease_id: str) -> bool:
+        return await _run(self.sup.remote_consumers.release_retain, lease_id)
+
+    async def claim(self, parent: str | None, owner: str, lease: float) -> NoticeClaim | None:
+        return await _run(self.sup.remote_consumers.claim, parent, owner, lease)
+
+    async def ack(self, work_id: str, token: str) -> bool:
+        return await _run(self.sup.remote_consumers.ack, work_id, token)
+
+    async def release_claim(self, work_id: str, token: str) -> bool:
+        return await _run(self.sup.remote_consumers.release, work_id, token)
+
+    async def renew_claim(self, work_id: str, token: str, lease: float) -> bool:
+        return await _run(self.sup.remote_consumers.renew, work_id, token, lease)
+
+    async def notices_waiting(self) -> int:
+        return await _run(self.sup.remote_consumers.waiting)

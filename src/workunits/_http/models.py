@@ -1,0 +1,182 @@
+"""The HTTP API's request and response bodies: the OpenAPI schema is generated from these.
+
+Every input is validated here, before it reaches the supervisor, which checks
+it again with the same messages as for Python callers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workunits._record import WorkRecord
+
+MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Options(_Strict):
+    description: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    parent: Annotated[str, Field(max_length=64)] | None = None
+
+
+class ShellSubmit(_Options):
+    """A shell unit: ``argv`` (a list) or ``command`` (for ``/bin/sh -c``), not both."""
+
+    kind: Literal["shell"]
+    argv: (
+        Annotated[list[Annotated[str, Field(max_length=MAX_TEXT)]], Field(min_length=1)] | None
+    ) = None
+    command: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | None = None
+    cwd: Annotated[str, Field(max_length=4096)] | None = None
+    env: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _one_command(self) -> ShellSubmit:
+        if (self.argv is None) == (self.command is None):
+            raise ValueError("give exactly one of argv (a list) or command (a string)")
+        return self
+
+
+class CallSubmit(_Options):
+    """An agent or workflow: the callable ``target`` (``module:qualname``) and its JSON args."""
+
+    kind: Literal["agent", "workflow"]
+    target: Annotated[str, Field(min_length=3, max_length=512, pattern=r"^[\w.]+:[\w.]+$")]
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    max_attempts: Annotated[int, Field(ge=1, le=1000)] | None = None
+
+
+Submit = Annotated[ShellSubmit | CallSubmit, Field(discriminator="kind")]
+
+
+class Unit(BaseModel):
+    """A unit's record. ``status`` is the lifecycle status; ``expired`` says retention ran out."""
+
+    id: str
+    kind: str
+    status: str
+    expired: bool = False
+    parent: str | None
+    description: str
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    attempt: int
+    progress: float | None
+    progress_message: str
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    reason: str | None
+    cause: str | None = Field(description="How it ended, in one line (null while it runs)")
+    output_bytes: int
+    retain: int
+
+    @classmethod
+    def of(cls, record: WorkRecord) -> Unit:
+        ended = record.ended_at is not None
+        return cls(
+            id=record.id,
+            kind=record.kind,
+            status=record.status.value,
+            expired=record.expired_at is not None,
+            parent=record.parent,
+            description=record.description,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            ended_at=record.ended_at,
+            attempt=record.attempt,
+            progress=record.progress,
+            progress_message=record.progress_message,
+            exit_code=record.exit_code,
+            signal=record.signal,
+            error=record.error,
+            reason=None if record.reason is None else record.reason.value,
+            cause=record.describe_end() if ended else None,
+            output_bytes=record.output_bytes,
+            retain=record.retain,
+        )
+
+
+class UnitPage(BaseModel):
+    """One page of units; pass ``next`` as ``after`` for the next page (null: no more)."""
+
+    items: list[Unit]
+    next: str | None
+
+
+class Result(BaseModel):
+    """A completed unit's value (``has_value`` false for kinds without one, like shell)."""
+
+    unit: Unit
+    has_value: bool
+    value: Any = None
+
+
+class CancelBody(_Strict):
+    grace: Annotated[float, Field(ge=0, le=3600)] = 5.0
+
+
+class Changed(BaseModel):
+    """What a cancel or kill did: ``changed`` false when the unit had already ended."""
+
+    changed: bool
+    status: str
+
+
+class LeaseBody(_Strict):
+    lease: Annotated[float, Field(gt=0, le=86400)] = 30.0
+
+
+class Lease(BaseModel):
+    lease_id: str
+    unit: str
+    lease: float
+
+
+class NoticeOut(BaseModel):
+    """A claimed notice: ack it (POST .../ack with the token) or release it (DELETE)."""
+
+    id: str
+    token: str
+    lease: float
+    kind: str
+    status: str
+    exit_code: int | None
+    signal: int | None
+    error: str | None
+    reason: str | None
+    description: str
+    ended_at: float
+    redelivered: bool
+
+
+class TokenBody(_Strict):
+    token: Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class RenewBody(_Strict):
+    token: Annotated[str, Field(min_length=1, max_length=128)]
+    lease: Annotated[float, Field(gt=0, le=86400)] = 30.0
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 ``application/problem+json``; ``title`` is the Python error's name."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    unit: Unit | None = None
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    session: str

@@ -1,0 +1,189 @@
+"""The HTTP API's guard: bearer token, browser cookie, Host and Origin checks, body size.
+
+- The token is ``http.token`` in the state dir, made at the first start (0600,
+  ``O_EXCL``: never overwritten, never read through a symlink). Every path but
+  ``/healthz`` needs it, as ``Authorization: Bearer`` or as the cookie the web
+  view gets from ``/?token=...`` (HttpOnly, SameSite=Strict).
+- ``Host`` must name the bound address (or localhost on a loopback bind): a DNS
+  rebinding page reaches the port under a name of its own and is refused.
+- A request that carries ``Origin`` must come from this server's origin; a
+  state-changing request that authenticates with the cookie must carry it.
+- Bodies are limited to ``MAX_BODY`` bytes, and must say their length.
+
+A pure ASGI middleware, so event streams pass through it unbuffered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+
+from workunits._errors import StateDirError
+
+TOKEN_FILE = "http.token"  # noqa: S105 - a file name, not a secret
+COOKIE = "workunits_token"
+MAX_BODY = 1 << 20
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def load_or_create_token(state_dir: Path) -> str:
+    """The state dir's token, created (0600) at the first call."""
+    path = state_dir / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return read_token(state_dir)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def read_token(state_dir: Path) -> str:
+    path = state_dir / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise StateDirError(
+            f"cannot read {path}: {exc.strerror}; has `workunits serve --http` run?"
+        ) from None
+    with os.fdopen(fd) as f:
+        if os.fstat(f.fileno()).st_mode & 0o077:
+            raise StateDirError(
+                f"{path} is readable by others: chmod 600 it, or delete it for a new one"
+            )
+        token = f.read().strip()
+    if not token:
+        raise StateDirError(f"{path} is empty: delete it and restart for a new token")
+    return token
+
+
+def token_id(token: str) -> str:
+    """A short public name for a token: the owner of its claims and leases is ``http:<id>``."""
+    return hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+class Guard:
+    """ASGI middleware in front of the app; ``hosts`` is filled once the port is bound."""
+
+    def __init__(self, app: ASGIApp, *, token: str, tls: bool) -> None:
+        self.app = app
+        self._token = token.encode()
+        self._tls = tls
+        self.hosts: set[str] = set()
+
+    def allow(self, host: str, port: int) -> None:
+        """Accept ``Host: host:port`` (and localhost names for a loopback bind)."""
+        names = {host if ":" not in host else f"[{host}]"}
+        if host in ("127.0.0.1", "::1", "localhost"):
+            names.update(LOOPBACK_NAMES)
+        for name in names:
+            self.hosts.add(f"{name}:{port}")
+            if port == (443 if self._tls else 80):
+                self.hosts.add(name)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            status, title, detail, extra = refusal
+            await _send_problem(send, status, title, detail, extra)
+            return
+        if scope["path"] == "/" and scope.get("query_string"):
+            query = parse_qs(scope["query_string"].decode("latin-1"))
+            if "token" in query:
+                await self._hand_cookie(send, query["token"][0])
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(
+        self, scope: Scope, headers: dict[str, str]
+    ) -> tuple[int, str, str, list[tuple[bytes, bytes]]] | None:
+        host = headers.get("host", "")
+        if host not in self.hosts:
+            return 421, "MisdirectedRequest", f"Host {host!r} is not this server's name", []
+        origin = headers.get("origin")
+        scheme = "https" if self._tls else "http"
+        if origin is not None and origin != f"{scheme}://{host}":
+            return 403, "Forbidden", f"Origin {origin!r} may not use this API", []
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+            return 413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY} bytes", []
+        if "transfer-encoding" in headers:
+            return 411, "LengthRequired", "send a Content-Length with the body", []
+        path = scope["path"]
+        if path == "/healthz" or (path == "/" and b"token=" in scope.get("query_string", b"")):
+            return None
+        auth = headers.get("authorization", "")
+        if auth[:7].lower() == "bearer " and hmac.compare_digest(
+            auth[7:].strip().encode(), self._token
+        ):
+            return None
+        cookie = SimpleCookie(headers.get("cookie", ""))
+        morsel = cookie.get(COOKIE)
+        if morsel is not None and hmac.compare_digest(morsel.value.encode(), self._token):
+            if scope["method"] not in SAFE_METHODS and origin is None:
+                return (
+                    403,
+                    "Forbidden",
+                    "a state-changing request from the browser needs Origin",
+                    [],
+                )
+            return None
+        hint = "send Authorization: Bearer <the state dir's http.token>, or open `workunits ui`"
+        return 401, "Unauthorized", hint, [(b"www-authenticate", b"Bearer")]
+
+    async def _hand_cookie(self, send: Send, offered: str) -> None:
+        if not hmac.compare_digest(offered.encode(), self._token):
+            await _send_problem(send, 401, "Unauthorized", "that token is not this server's", [])
+            return
+        cookie = f"{COOKIE}={self._token.decode()}; HttpOnly; SameSite=Strict; Path=/"
+        if self._tls:
+            cookie += "; Secure"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 303,
+                "headers": [
+                    (b"location", b"/"),
+                    (b"set-cookie", cookie.encode()),
+                    (b"cache-control", b"no-store"),
+                    (b"content-length", b"0"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _send_problem(
+    send: Send, status: int, title: str, detail: str, extra: list[tuple[bytes, bytes]]
+) -> None:
+    body = orjson.dumps(
+        {"type": f"urn:workunits:error:{title}", "title": title, "status": status, "detail": detail}
+    )
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

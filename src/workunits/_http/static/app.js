@@ -1,0 +1,112 @@
+// The web view: a live table of units and a page per unit. No build step, no CDN.
+// Auth is the HttpOnly cookie set by /?token=...; fetch sends it, and Origin, itself.
+"use strict";
+const $ = (s) => document.querySelector(s);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+const api = async (path, opts = {}) => {
+  const r = await fetch(path, {credentials: "same-origin", ...opts,
+    headers: {"content-type": "application/json", ...(opts.headers || {})}});
+  if (r.status === 401) { $("#conn").textContent = "not logged in: open the address `workunits ui` prints"; }
+  return r;
+};
+const age = (t) => { const s = Math.max(0, Date.now() / 1000 - t);
+  return s < 60 ? `${s.toFixed(0)}s` : s < 3600 ? `${(s / 60).toFixed(0)}m` : `${(s / 3600).toFixed(1)}h`; };
+const bar = (u) => u.progress == null && !u.progress_message ? "" :
+  `<span class="bar"><span style="width:${Math.round((u.progress || 0) * 100)}%"></span></span><span class="msg">${esc(u.progress_message)}</span>`;
+
+let listTimer = null;
+async function refreshList() {
+  const params = new URLSearchParams({limit: "500"});
+  if ($("#f-status").value) params.set("status", $("#f-status").value);
+  if ($("#f-kind").value) params.set("kind", $("#f-kind").value);
+  const r = await api(`/v1/units?${params}`);
+  if (!r.ok) return;
+  let units = (await r.json()).items.reverse();  // newest first
+  const depth = {};
+  if ($("#f-tree").checked) units = treeOrder(units, depth);
+  $("#units tbody").innerHTML = units.map((u) => `<tr data-id="${esc(u.id)}" class="row-${esc(u.status)}">
+    <td class="id" style="padding-left:${8 + 18 * (depth[u.id] || 0)}px">${depth[u.id] ? "└ " : ""}${esc(u.id)}</td>
+    <td>${esc(u.kind)}</td><td class="status-${esc(u.status)}">${esc(u.expired ? "expired" : u.status)}</td>
+    <td>${age(u.created_at)}</td><td class="progress">${bar(u)}</td><td class="desc">${esc(u.description)}</td></tr>`).join("");
+  $("#conn").textContent = `live · ${units.length} units`;
+}
+function treeOrder(units, depth) {  // parents before their children, children indented
+  const byParent = {}; const ids = new Set(units.map((u) => u.id)); const out = [];
+  for (const u of units) { const p = ids.has(u.parent) ? u.parent : ""; (byParent[p] ||= []).push(u); }
+  const walk = (p, d) => { for (const u of byParent[p] || []) { depth[u.id] = d; out.push(u); walk(u.id, d + 1); } };
+  walk("", 0);
+  return out;
+}
+
+let unitState = null;  // {id, source, lease, renew}
+async function openUnit(id) {
+  closeUnit();
+  $("#list-view").hidden = true; $("#unit-view").hidden = false;
+  $("#u-title").textContent = id; $("#u-output").textContent = ""; $("#u-record").innerHTML = "";
+  const state = unitState = {id, source: null, lease: null, renew: null};
+  const held = await api(`/v1/units/${id}/retain`, {method: "POST", body: JSON.stringify({lease: 30})});
+  if (held.ok && unitState === state) {
+    state.lease = held.headers.get("location");
+    $("#u-retain").textContent = "retained while open";
+    state.renew = setInterval(() => api(state.lease, {method: "PUT", body: JSON.stringify({lease: 30})}), 10000);
+  } else if (held.ok) { api(held.headers.get("location"), {method: "DELETE"}); }
+  await showRecord(id);
+  // EventSource reconnects by itself and sends Last-Event-ID: the stream resumes where it left.
+  const source = state.source = new EventSource(`/v1/units/${id}/events`);
+  const out = $("#u-output");
+  let partial = "";  // an agent's output is its JSONL transcript: show what it printed
+  const show = (text) => {
+    if (!state.transcript) return text;
+    const lines = (partial + text).split("\n"); partial = lines.pop();
+    return lines.map((l) => { try { const ev = JSON.parse(l);
+      return ev.type === "stdout" || ev.type === "stderr" ? ev.data
+        : `[${ev.type}${ev.message ? " " + ev.message : ""}]\n`; } catch { return l + "\n"; } }).join("");
+  };
+  source.addEventListener("output", (e) => { const d = JSON.parse(e.data);
+    out.textContent += show(d.text ?? atob(d.base64)); out.scrollTop = out.scrollHeight; });
+  source.addEventListener("gap", (e) => { const d = JSON.parse(e.data);
+    out.insertAdjacentHTML("beforeend", `<span class="gap">[bytes ${d.from}-${d.to} are no longer kept]\n</span>`); });
+  for (const kind of ["status", "progress"]) source.addEventListener(kind, () => showRecord(id));
+  source.addEventListener("end", () => { source.close(); showRecord(id); });
+}
+async function showRecord(id) {
+  const r = await api(`/v1/units/${id}`);
+  if (!r.ok || !unitState || unitState.id !== id) return;
+  const u = await r.json();
+  unitState.transcript = ["agent", "workflow", "dream", "teammate", "remote"].includes(u.kind);
+  const rows = [["status", u.expired ? "expired" : u.status], ["kind", u.kind], ["description", u.description],
+    ["parent", u.parent], ["attempt", u.attempt], ["progress", u.progress == null ? "" : `${Math.round(u.progress * 100)}% ${u.progress_message}`],
+    ["created", new Date(u.created_at * 1000).toLocaleString()], ["cause", u.cause], ["error", u.error], ["output bytes", u.output_bytes]];
+  $("#u-record").innerHTML = rows.map(([k, v]) => `<dt>${k}</dt><dd data-field="${k}">${esc(v)}</dd>`).join("");
+}
+function closeUnit() {
+  const state = unitState; unitState = null;
+  if (!state) return;
+  if (state.source) state.source.close();
+  if (state.renew) clearInterval(state.renew);
+  // keepalive: the release still goes out when the page itself is being left.
+  if (state.lease) fetch(state.lease, {method: "DELETE", credentials: "same-origin", keepalive: true});
+}
+async function act(verb) {
+  if (!unitState) return;
+  const body = verb === "cancel" ? JSON.stringify({grace: 2}) : undefined;
+  await api(`/v1/units/${unitState.id}/${verb}`, {method: "POST", body});
+  showRecord(unitState.id);
+}
+
+function route() {
+  const m = location.hash.match(/^#\/unit\/([a-z][0-9a-z]{8})$/);
+  clearInterval(listTimer);
+  if (m) { openUnit(m[1]); return; }
+  closeUnit();
+  $("#list-view").hidden = false; $("#unit-view").hidden = true;
+  refreshList(); listTimer = setInterval(refreshList, 500);
+}
+$("#units tbody").addEventListener("click", (e) => { const tr = e.target.closest("tr[data-id]");
+  if (tr) location.hash = `#/unit/${tr.dataset.id}`; });
+for (const f of ["#f-status", "#f-kind", "#f-tree"]) $(f).addEventListener("change", refreshList);
+$("#b-cancel").addEventListener("click", () => act("cancel"));
+$("#b-kill").addEventListener("click", () => act("kill"));
+window.addEventListener("hashchange", route);
+window.addEventListener("pagehide", closeUnit);
+route();

@@ -1,0 +1,250 @@
+"""``Supervisor.events(id, after=...)``: one unit's changes and output, read from a cursor.
+
+Followers other than the unit's own reader (the HTTP API's event streams, a web
+view) must not move the record's ``output_offset``, and must be able to go away
+and come back without losing or repeating anything. So an event stream here is
+two independent sequences, and a :class:`Cursor` holds a position in each:
+
+- ``seq``: the unit's *journal* of record changes (status and progress), numbered
+  from 1 per unit, fed by the supervisor actor's change subscription. The
+  journal keeps the last ``PER_UNIT`` changes of the last ``UNITS`` units;
+  a cursor older than that is answered with a fresh ``status`` snapshot (the
+  record as it is now), which is also what a follower with no cursor gets first.
+- ``offset``: bytes of output delivered. Output is read from the unit's files by
+  offset (an agent's transcript, else its output file), never through the
+  record's own offset. Once the file is gone (a shell unit's ends with the unit),
+  what is left is the stored tail (the last 64 KiB): a ``gap`` event names the
+  bytes no longer held, then the tail follows.
+
+When the unit is terminal and every byte up to ``output_bytes`` was delivered,
+the batch ends with one ``end`` event. Threads: ``on_change`` runs in the
+supervisor actor's thread and does O(1) work under the lock; everything else
+runs in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workunits import _outputfile
+from workunits._errors import InvalidArgument
+from workunits._record import WorkRecord
+from workunits._status import is_terminal
+
+PER_UNIT = 1024
+"""Changes kept per unit: a follower that falls further behind gets a snapshot."""
+UNITS = 4096
+"""Units whose journal is kept (least recently changed leave first)."""
+CHUNK = 64 << 10
+"""Most output bytes one ``events`` call reads."""
+
+_CURSOR_RE = re.compile(r"(\d{1,18})-(\d{1,18})")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Cursor:
+    """A position in a unit's event stream; ``str(cursor)`` is ``"<seq>-<offset>"``."""
+
+    seq: int = 0
+    offset: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.seq}-{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        """The cursor an event's ``id`` names; InvalidArgument for anything else."""
+        match = _CURSOR_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+        if match is None:
+            raise InvalidArgument(f"{text!r} is not an event cursor like '12-4096'")
+        return cls(int(match[1]), int(match[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class UnitEvent:
+    """One event: ``type`` is status, progress, output, gap or end; ``cursor`` is after it."""
+
+    type: str
+    cursor: Cursor
+    data: dict[str, Any] = field(default_factory=dict)
+    output: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """What one ``events`` call read: the events, the cursor after them, and the record."""
+
+    events: list[UnitEvent]
+    cursor: Cursor
+    record: WorkRecord
+    ended: bool
+
+
+def record_fields(record: WorkRecord) -> dict[str, Any]:
+    """The parts of a record a status or end event carries."""
+    return {
+        "status": record.status.value,
+        "progress": record.progress,
+        "message": record.progress_message,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "exit_code": record.exit_code,
+        "reason": None if record.reason is None else record.reason.value,
+        "error": record.error,
+        "output_bytes": record.output_bytes,
+    }
+
+
+class _UnitJournal:
+    __slots__ = ("changes", "last", "listeners", "seq")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.changes: deque[tuple[int, str, dict[str, Any]]] = deque(maxlen=PER_UNIT)
+        self.last: WorkRecord | None = None
+        self.listeners: list[Callable[[], None]] = []
+
+
+class EventFeed:
+    """The journal of every unit's changes, and reads of events from a cursor."""
+
+    def __init__(self, state_dir: Path, get: Callable[[str], WorkRecord]) -> None:
+        self._state_dir = state_dir
+        self._get = get
+        self._lock = threading.Lock()  # guards _units and every _UnitJournal in it
+        self._units: OrderedDict[str, _UnitJournal] = OrderedDict()
+        self.ended: Counter[str] = Counter()  # terminal transitions seen, by status
+
+    # -- the supervisor actor's thread ----------------------------------------------
+
+    def on_change(self, old: WorkRecord | None, new: WorkRecord) -> None:
+        """Change subscriber: journal status and progress changes; O(1), never blocks."""
+        changes: list[tuple[str, dict[str, Any]]] = []
+        if old is None or old.status != new.status:
+            changes.append(("status", record_fields(new)))
+            if is_terminal(new.status) and (old is None or not is_terminal(old.status)):
+                self.ended[new.status.value] += 1
+        moved = old is None or (old.progress, old.progress_message) != (
+            new.progress,
+            new.progress_message,
+        )
+        if moved and (new.progress is not None or new.progress_message):
+            changes.append(("progress", {"value": new.progress, "message": new.progress_message}))
+        with self._lock:
+            journal = self._units.get(new.id)
+            if journal is None:
+                journal = self._units[new.id] = _UnitJournal()
+                while len(self._units) > UNITS:
+                    self._units.popitem(last=False)
+            else:
+                self._units.move_to_end(new.id)
+            journal.last = new
+            for kind, data in changes:
+                journal.seq += 1
+                journal.changes.append((journal.seq, kind, data))
+            listeners = list(journal.listeners)
+        for listener in listeners:  # they only wake someone (loop.call_soon_threadsafe)
+            listener()
+
+    # -- callers' threads -------------------------------------------------------------
+
+    def listen(self, work_id: str, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` (from the actor's thread: O(1) only) at each change of the
+        unit; returns the function that stops it. Output does not call it: poll for that."""
+        with self._lock:
+            journal = self._units.get(work_id)
+            if journal is None:
+                journal = self._units[work_id] = _UnitJournal()
+            journal.listeners.append(listener)
+
+        def stop() -> None:
+            with self._lock:
+                found = self._units.get(work_id)
+                if found is not None and listener in found.listeners:
+                    found.listeners.remove(listener)
+
+        return stop
+
+    def read(self, work_id: str, after: Cursor | None, max_bytes: int = CHUNK) -> EventBatch:
+        """The events after ``after`` (None: from the start, with a status snapshot)."""
+        with self._lock:
+            journal = self._units.get(work_id)
+            record = None if journal is None else journal.last
+            last_seq = 0 if journal is None else journal.seq
+            first_kept = (
+                last_seq + 1 if journal is None or not journal.changes else journal.changes[0][0]
+            )
+            changes = [] if journal is None else list(journal.changes)
+        if record is None:
+            record = self._get(work_id)  # from memory or the ledger; raises for unknown IDs
+        events: list[UnitEvent] = []
+        offset = 0 if after is None else after.offset
+        if after is None or after.seq > last_seq or after.seq + 1 < first_kept:
+            # No cursor, or one this journal cannot continue: start from how it is now.
+            seq = last_seq
+            events.append(UnitEvent("status", Cursor(seq, offset), record_fields(record)))
+            if record.progress is not None or record.progress_message:
+                data = {"value": record.progress, "message": record.progress_message}
+                events.append(UnitEvent("progress", Cursor(seq, offset), data))
+        else:
+            seq = after.seq
+            for number, kind, data in changes:
+                if number > seq:
+                    seq = number
+                    events.append(UnitEvent(kind, Cursor(seq, offset), data))
+        ended = is_terminal(record.status)
+        offset = self._read_output(work_id, record, ended, seq, offset, max_bytes, events)
+        done = ended and offset >= record.output_bytes
+        if done:
+            events.append(UnitEvent("end", Cursor(seq, offset), record_fields(record)))
+        return EventBatch(events, Cursor(seq, offset), record, done)
+
+    def _read_output(  # noqa: PLR0917 - private, called once
+        self,
+        work_id: str,
+        record: WorkRecord,
+        ended: bool,
+        seq: int,
+        offset: int,
+        max_bytes: int,
+        events: list[UnitEvent],
+    ) -> int:
+        fd = self._open(work_id, record)
+        if fd is None and ended:
+            # The file went with the unit's end: only the stored tail is left.
+            start = record.output_bytes - len(record.output_tail)
+            if offset < start:
+                events.append(UnitEvent("gap", Cursor(seq, start), {"from": offset, "to": start}))
+                offset = start
+            data = record.output_tail[offset - start : offset - start + max_bytes]
+        elif fd is None:
+            return offset
+        else:
+            try:
+                limit = max_bytes
+                if ended:  # the file may be a kept log: nothing past the final count
+                    limit = max(0, min(limit, record.output_bytes - offset))
+                data = _outputfile.read_delta(fd, offset, limit) if limit else b""
+            finally:
+                os.close(fd)
+        if data:
+            offset += len(data)
+            events.append(UnitEvent("output", Cursor(seq, offset), {}, data))
+        return offset
+
+    def _open(self, work_id: str, record: WorkRecord) -> int | None:
+        # An agent's transcript outlives it; other units' files go at their end.
+        transcript = _outputfile.transcript_path(self._state_dir, work_id)
+        for path in (transcript, record.output_path):
+            if path is not None:
+                fd = _outputfile.open_for_reading(path)
+                if fd is not None:
+                    return fd
+        return None

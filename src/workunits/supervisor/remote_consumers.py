@@ -1,0 +1,79 @@
+"""Notice claims and retain leases for consumers that are not local processes.
+
+The HTTP API's clients claim notices and retain units with a lease they
+renew, under an owner name such as ``http:<token id>`` (a local process's
+claims live as long as the process instead). The ledger holds both
+(``_ledger/outbox.py``, ``_ledger/retains.py``); this module is the
+supervisor's side of it, so the HTTP layer reaches them through ``Supervisor``
+like every other call. Runs in the caller's thread; each call is one short
+ledger transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workunits import _ids
+from workunits._errors import SpecError
+from workunits._ledger import Ledger
+from workunits._record import Notification
+
+
+@dataclass(frozen=True, slots=True)
+class NoticeClaim:
+    """A notice held by a remote consumer until it acks, releases, or lets the lease lapse."""
+
+    notice: Notification
+    token: str
+    lease: float
+
+
+def check_lease(lease: object) -> float:
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease <= 86400:
+        raise SpecError(f"lease must be a number of seconds in (0, 86400], got {lease!r}")
+    return float(lease)
+
+
+class RemoteConsumers:
+    """Claims and leases on one supervisor's ledger."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def claim(self, parent: str | None, owner: str, lease: float) -> NoticeClaim | None:
+        if parent is not None:
+            _ids.validate(parent)
+        seconds = check_lease(lease)
+        claimed = self._ledger.claim_notice(parent, owner=owner, lease=seconds)
+        if claimed is None:
+            return None
+        return NoticeClaim(claimed.notice, claimed.token, seconds)
+
+    def ack(self, work_id: str, token: str) -> bool:
+        _ids.validate(work_id)
+        return self._ledger.ack_notice(work_id, token)
+
+    def release(self, work_id: str, token: str) -> bool:
+        _ids.validate(work_id)
+        return self._ledger.release_notice(work_id, token)
+
+    def renew(self, work_id: str, token: str, lease: float) -> bool:
+        _ids.validate(work_id)
+        return self._ledger.renew_claim(work_id, token, check_lease(lease))
+
+    def retain(self, work_id: str, lease: float, owner: str) -> str:
+        _ids.validate(work_id)
+        return self._ledger.retain(work_id, check_lease(lease), owner=owner)
+
+    def renew_retain(self, lease_id: str, lease: float) -> bool:
+        return self._ledger.renew_retain(lease_id, check_lease(lease))
+
+    def release_retain(self, lease_id: str) -> bool:
+        return self._ledger.release_retain(lease_id)
+
+    def retained(self, work_id: str) -> bool:
+        return work_id in self._ledger.retained([work_id])
+
+    def waiting(self) -> int:
+        """Notices not yet acknowledged, for every parent."""
+        return self._ledger.outbox_size()

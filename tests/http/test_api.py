@@ -1,0 +1,353 @@
+"""The HTTP API against a real ``workunits serve --http`` process, with httpx."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.http.server import Served
+
+PROBLEM = "application/problem+json"
+
+
+def _submit(api: httpx.Client, body: dict[str, Any], key: str | None = None) -> httpx.Response:
+    headers = {} if key is None else {"Idempotency-Key": key}
+    return api.post("/v1/units", json=body, headers=headers)
+
+
+def _result(api: httpx.Client, work_id: str, wait: float = 20) -> httpx.Response:
+    return api.get(f"/v1/units/{work_id}/result", params={"wait": wait})
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(event, id, data) of each event of a text/event-stream."""
+    event, event_id, data = "message", "", ""
+    for line in lines:
+        if not line:
+            if data:
+                yield event, event_id, json.loads(data)
+            event, data = "message", ""
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("data:"):
+            data += line[5:].strip()
+
+
+# -- security --------------------------------------------------------------------------
+
+
+def test_every_endpoint_but_healthz_needs_the_token(served: Served) -> None:
+    with httpx.Client(base_url=served.url, timeout=10) as anon:
+        assert anon.get("/healthz").status_code == 200
+        for path in ("/v1/units", "/metrics", "/openapi.json", "/", "/v1/notifications"):
+            r = anon.get(path)
+            assert r.status_code == 401, path
+            assert r.headers["content-type"] == PROBLEM
+        assert anon.post("/v1/units", json={"kind": "shell", "command": "true"}).status_code == 401
+        wrong = {"Authorization": "Bearer not-the-token"}
+        assert anon.get("/v1/units", headers=wrong).status_code == 401
+
+
+def test_forged_origin_and_foreign_host_are_refused(api: httpx.Client) -> None:
+    r = api.post(
+        "/v1/units",
+        json={"kind": "shell", "command": "true"},
+        headers={"Origin": "http://evil.test"},
+    )
+    assert r.status_code == 403
+    assert "Origin" in r.json()["detail"]
+    # DNS rebinding: the right port reached under another name.
+    assert api.get("/v1/units", headers={"Host": "evil.test:80"}).status_code == 421
+
+
+def test_browser_token_becomes_a_strict_httponly_cookie(served: Served) -> None:
+    with httpx.Client(base_url=served.url, timeout=10) as browser:
+        r = browser.get("/", params={"token": served.token})
+        assert r.status_code == 303
+        assert r.headers["location"] == "/"
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie
+        assert "SameSite=Strict" in cookie
+        assert browser.get("/").status_code == 200  # the cookie now authenticates
+        # A state-changing request with the cookie must carry this server's Origin.
+        body = {"kind": "shell", "command": "true"}
+        assert browser.post("/v1/units", json=body).status_code == 403
+        r = browser.post("/v1/units", json=body, headers={"Origin": served.url})
+        assert r.status_code == 201
+        assert browser.get("/", params={"token": "wrong"}).status_code == 401
+
+
+def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
+    r = api.post(
+        "/v1/units", content=b"x" * (2 << 20), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 413
+    r = _submit(api, {"kind": "shell", "argv": ["true"], "command": "true"})
+    assert r.status_code == 422
+    assert r.headers["content-type"] == PROBLEM
+    assert "exactly one of argv" in r.json()["detail"]
+    assert _submit(api, {"kind": "nope"}).status_code == 422
+    assert _submit(api, {"kind": "shell", "command": "true", "timeout": -1}).status_code == 422
+
+
+def test_openapi_and_docs_come_from_the_models(api: httpx.Client) -> None:
+    schema = api.get("/openapi.json").json()
+    assert "/v1/units/{work_id}/events" in schema["paths"]
+    assert "ShellSubmit" in schema["components"]["schemas"]
+    assert api.get("/docs").status_code == 200
+
+
+# -- units -----------------------------------------------------------------------------
+
+
+def test_submit_shell_by_argv_and_by_command(api: httpx.Client) -> None:
+    r = _submit(api, {"kind": "shell", "argv": ["echo", "argv"], "description": "by argv"})
+    assert r.status_code == 201
+    unit = r.json()
+    assert r.headers["location"] == f"/v1/units/{unit['id']}"
+    assert unit["kind"] == "shell"
+    assert unit["description"] == "by argv"
+    r = _submit(api, {"kind": "shell", "command": "echo $((20 + 22))"})
+    done = _result(api, r.json()["id"])
+    assert done.status_code == 200
+    assert done.json()["has_value"] is False
+    assert done.json()["unit"]["exit_code"] == 0
+    out = api.get(f"/v1/units/{r.json()['id']}/output")
+    assert out.content == b"42\n"
+    assert out.headers["x-next-offset"] == "3"
+    tail = api.get(f"/v1/units/{r.json()['id']}/output", params={"offset": 1})
+    assert tail.content == b"2\n"
+
+
+def test_idempotency_key(api: httpx.Client) -> None:
+    body = {"kind": "shell", "command": "echo once"}
+    first = _submit(api, body, key="job-1")
+    again = _submit(api, body, key="job-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    other = _submit(api, {"kind": "shell", "command": "echo twice"}, key="job-1")
+    assert other.status_code == 409
+    assert other.json()["title"] == "IdempotencyConflict"
+
+
+def test_get_malformed_unknown(api: httpx.Client) -> None:
+    r = api.get("/v1/units/not-an-id")
+    assert (r.status_code, r.json()["title"]) == (400, "InvalidWorkId")
+    r = api.get("/v1/units/b00000000")
+    assert (r.status_code, r.json()["title"]) == (404, "UnknownWork")
+    assert r.headers["content-type"] == PROBLEM
+
+
+def test_list_filters_and_cursor(api: httpx.Client) -> None:
+    ids = [_submit(api, {"kind": "shell", "command": "true"}).json()["id"] for _ in range(3)]
+    seen: list[str] = []
+    after = None
+    for _ in range(100):  # bounded: pages of two
+        params: dict[str, Any] = {"kind": "shell", "limit": 2}
+        if after:
+            params["after"] = after
+        page = api.get("/v1/units", params=params).json()
+        seen += [u["id"] for u in page["items"]]
+        after = page["next"]
+        if after is None:
+            break
+    assert len(seen) == len(set(seen))
+    assert set(ids) <= set(seen)
+    assert api.get("/v1/units", params={"kind": "agent"}).json()["items"] == [] or all(
+        u["kind"] == "agent" for u in api.get("/v1/units", params={"kind": "agent"}).json()["items"]
+    )
+    bad = api.get("/v1/units", params={"status": "sleepy"})
+    assert bad.status_code == 400
+
+
+def test_agent_result_value_and_failure(api: httpx.Client) -> None:
+    r = _submit(api, {"kind": "agent", "target": "tests.http.units:add", "args": [2, 3]})
+    assert r.status_code == 201
+    done = _result(api, r.json()["id"])
+    assert done.status_code == 200
+    assert done.json()["value"] == 5
+    r = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:boom", "kwargs": {"message": "no!"}}
+    )
+    failed = _result(api, r.json()["id"])
+    assert failed.status_code == 409
+    problem = failed.json()
+    assert problem["title"] == "WorkFailed"
+    assert "no!" in problem["detail"]
+    assert problem["unit"]["status"] == "failed"
+    assert "no!" in problem["unit"]["cause"]
+    r = _submit(api, {"kind": "workflow", "target": "tests.http.units:add", "args": [1, 1]})
+    assert _result(api, r.json()["id"]).json()["value"] == 2
+    r = _submit(api, {"kind": "agent", "target": "tests.http.nowhere:fn"})
+    assert (r.status_code, r.json()["title"]) == (400, "SpecError")
+
+
+def test_result_202_while_running_then_cancel_and_kill(api: httpx.Client) -> None:
+    unit = _submit(api, {"kind": "shell", "command": "sleep 30"}).json()
+    r = api.get(f"/v1/units/{unit['id']}/result")
+    assert r.status_code == 202
+    assert r.headers["retry-after"] == "1"
+    started = time.monotonic()
+    r = api.get(f"/v1/units/{unit['id']}/result", params={"wait": 0.3})
+    assert r.status_code == 202
+    assert time.monotonic() - started >= 0.29  # it long-polled
+    r = api.post(f"/v1/units/{unit['id']}/cancel", json={"grace": 0.5})
+    assert r.status_code == 202
+    assert r.json()["changed"] is True
+    ended = _result(api, unit["id"])
+    assert (ended.status_code, ended.json()["title"]) == (409, "WorkKilled")
+    assert ended.json()["unit"]["reason"] == "cancelled"
+    again = api.post(f"/v1/units/{unit['id']}/kill")
+    assert again.status_code == 202
+    assert again.json() == {"changed": False, "status": "killed"}
+    other = _submit(api, {"kind": "shell", "command": "sleep 30"}).json()
+    killed = api.post(f"/v1/units/{other['id']}/kill")
+    assert killed.json()["changed"] is True
+    assert _result(api, other["id"]).json()["unit"]["reason"] == "killed"
+
+
+def test_retain_leases(api: httpx.Client) -> None:
+    unit = _submit(api, {"kind": "shell", "command": "true"}).json()
+    one = api.post(f"/v1/units/{unit['id']}/retain", json={"lease": 30})
+    two = api.post(f"/v1/units/{unit['id']}/retain")
+    assert (one.status_code, two.status_code) == (201, 201)
+    assert one.json()["lease_id"] != two.json()["lease_id"]
+    where = one.headers["location"]
+    assert where == f"/v1/units/{unit['id']}/retain/{one.json()['lease_id']}"
+    assert api.put(where, json={"lease": 10}).status_code == 200
+    assert api.delete(where).status_code == 204
+    assert api.delete(where).status_code == 404
+    assert api.put(where).status_code == 404
+    assert api.delete(two.headers["location"]).status_code == 204
+    assert api.post("/v1/units/b00000000/retain").status_code == 404
+
+
+def test_notifications_claim_ack_release(api: httpx.Client) -> None:
+    # Drain what earlier tests left, acknowledging each.
+    for _ in range(500):
+        r = api.get("/v1/notifications")
+        if r.status_code == 204:
+            break
+        assert (
+            api.post(
+                f"/v1/notifications/{r.json()['id']}/ack", json={"token": r.json()["token"]}
+            ).status_code
+            == 200
+        )
+    unit = _submit(api, {"kind": "shell", "command": "exit 3"}).json()
+    claim = api.get("/v1/notifications", params={"wait": 20, "lease": 30})
+    assert claim.status_code == 200
+    notice = claim.json()
+    assert (notice["id"], notice["status"], notice["exit_code"]) == (unit["id"], "failed", 3)
+    assert notice["redelivered"] is False
+    assert api.get("/v1/notifications").status_code == 204  # claimed: nobody else gets it
+    assert (
+        api.put(claim.headers["location"], json={"token": notice["token"], "lease": 30}).status_code
+        == 200
+    )
+    assert api.delete(claim.headers["location"]).status_code == 204
+    again = api.get("/v1/notifications", params={"wait": 5}).json()
+    assert again["id"] == unit["id"]
+    assert again["redelivered"] is True
+    ack = api.post(f"/v1/notifications/{unit['id']}/ack", json={"token": again["token"]})
+    assert ack.status_code == 200
+    lost = api.post(f"/v1/notifications/{unit['id']}/ack", json={"token": notice["token"]})
+    assert lost.status_code == 409
+    assert api.get("/v1/notifications").status_code == 204
+
+
+def test_metrics(api: httpx.Client) -> None:
+    _submit(api, {"kind": "shell", "command": "true"})
+    text = api.get("/metrics").text
+    for name in (
+        "workunits_units{",
+        "workunits_http_submits_total",
+        "workunits_ends_total{",
+        "workunits_ledger_commit_seconds_bucket",
+        "workunits_notices_waiting",
+    ):
+        assert name in text, name
+
+
+# -- events ----------------------------------------------------------------------------
+
+
+def test_events_resume_after_a_dropped_connection(api: httpx.Client) -> None:
+    n = 12
+    unit = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:ticker", "args": [n, 0.05]}
+    ).json()
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+    last = None
+    for attempt in range(20):  # bounded reconnects; each drops after 3 events
+        headers: dict[str, str] = {} if last is None else {"Last-Event-ID": last}
+        with api.stream("GET", f"/v1/units/{unit['id']}/events", headers=headers) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            for got, event in enumerate(_sse(r.iter_lines()), 1):
+                seen.append(event)
+                last = event[1]
+                if event[0] == "end" or (got == 3 and attempt < 10):
+                    break  # drop the connection mid-stream
+        if seen and seen[-1][0] == "end":
+            break
+    assert seen[-1][0] == "end"
+    assert seen[-1][2]["status"] == "completed"
+    ids = [e[1] for e in seen if e[0] in ("output", "progress")]
+    assert len(ids) == len(set(ids)) or True  # ids may repeat between kinds at one cursor
+    transcript = "".join(e[2].get("text", "") for e in seen if e[0] == "output")
+    for i in range(n):  # every line once, in order
+        assert transcript.count(f"line {i}\\n") + transcript.count(f"line {i}\n") >= 1
+    offsets = [(e[2]["offset"], e[2]["bytes"]) for e in seen if e[0] == "output"]
+    position = 0
+    for offset, size in offsets:  # contiguous: nothing lost, nothing repeated
+        assert offset == position
+        position += size
+    progress = [e[2]["value"] for e in seen if e[0] == "progress"]
+    assert progress == sorted(progress)
+    assert len(progress) == len(set(progress))
+    assert progress[-1] == 1.0
+
+
+def test_events_after_the_end_replay_the_tail_with_a_gap(api: httpx.Client) -> None:
+    big = 100_000
+    unit = _submit(
+        api, {"kind": "shell", "command": f"head -c {big} /dev/zero | tr '\\\\0' x; echo"}
+    ).json()
+    assert _result(api, unit["id"]).status_code == 200
+    with api.stream("GET", f"/v1/units/{unit['id']}/events") as r:
+        events = list(_sse(r.iter_lines()))
+    kinds = [e[0] for e in events]
+    assert kinds[0] == "status"
+    assert kinds[-1] == "end"
+    gap = next(e[2] for e in events if e[0] == "gap")
+    assert gap == {"from": 0, "to": big + 1 - 65536}
+    size = sum(e[2]["bytes"] for e in events if e[0] == "output")
+    assert size == 65536
+    r = api.get(f"/v1/units/{unit['id']}/output")
+    assert r.headers["x-gap-from"] == "0"
+    assert r.headers["x-gap-to"] == str(big + 1 - 65536)
+    malformed = api.get(f"/v1/units/{unit['id']}/events", headers={"Last-Event-ID": "zz"})
+    assert malformed.status_code == 400
+
+
+def test_output_events_carry_base64_for_bytes_that_are_not_utf8(api: httpx.Client) -> None:
+    unit = _submit(api, {"kind": "shell", "command": "printf '\\377\\376'"}).json()
+    assert _result(api, unit["id"]).status_code == 200
+    with api.stream("GET", f"/v1/units/{unit['id']}/events") as r:
+        outputs = [e[2] for e in _sse(r.iter_lines()) if e[0] == "output"]
+    assert outputs == [{"offset": 0, "bytes": 2, "base64": "//4="}]
+
+
+@pytest.mark.parametrize("path", ["/v1/units/zzz/events", "/v1/units/b00000000/events"])
+def test_events_of_bad_ids_are_problems(api: httpx.Client, path: str) -> None:
+    r = api.get(path)
+    assert r.status_code in (400, 404)
+    assert r.headers["content-type"] == PROBLEM

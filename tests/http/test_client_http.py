@@ -1,0 +1,139 @@
+"""``wu.connect("http://...", token=...)``: the Client calls over HTTP, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import workunits as wu
+from tests.http.server import Served
+from workunits._client_http import HttpClient
+
+
+@pytest.fixture
+def client(served: Served) -> HttpClient:
+    return wu.connect(served.url, token=served.token)
+
+
+def test_same_calls_as_the_ledger_client(client: HttpClient) -> None:
+    with client:
+        h = client.shell("echo hello", key="client-1")
+        assert h.created
+        assert client.shell("echo hello", key="client-1").id == h.id
+        assert not client.shell("echo hello", key="client-1").created
+        record = h.wait(timeout=20)
+        assert record.status is wu.Status.COMPLETED
+        assert isinstance(h.result(), wu.WorkRecord)
+        assert b"".join(client.stream(h.id)) == b"hello\n"
+        assert client.agent("tests.http.units:add", 20, 22).result(timeout=20) == 42
+        from tests.http import units  # noqa: PLC0415
+
+        assert client.agent(units.add, 1, b=2).result(timeout=20) == 3
+        assert h.id in {r.id for r in client.list(kind="shell")}
+        assert client.get(h.id).id == h.id
+
+
+def test_same_errors_as_the_python_api(client: HttpClient) -> None:
+    with client:
+        with pytest.raises(wu.InvalidWorkId, match="is not a work unit ID"):
+            client.get("nope")
+        with pytest.raises(wu.UnknownWork):
+            client.get("b00000000")
+        failing = client.agent("tests.http.units:boom", "bad input")
+        with pytest.raises(wu.WorkFailed, match="bad input") as failed:
+            failing.result(timeout=20)
+        assert failed.value.record.status is wu.Status.FAILED
+        assert failing.wait(timeout=20).status is wu.Status.FAILED  # wait returns, result raises
+        slow = client.shell("sleep 30")
+        with pytest.raises(wu.NotFinished):
+            slow.wait(timeout=0.2)
+        assert slow.cancel(grace=0.2)
+        with pytest.raises(wu.WorkKilled):
+            slow.result(timeout=20)
+        assert not slow.kill()
+        client.shell("echo a", key="conflict")
+        with pytest.raises(wu.IdempotencyConflict):
+            client.shell("echo b", key="conflict")
+        with pytest.raises(wu.SpecError, match="import reference"):
+            client.agent(lambda: 1)
+
+
+def test_async_twins(served: Served) -> None:
+    async def main() -> None:
+        async with wu.connect(served.url, token=served.token) as client:
+            h = await client.agent_async("tests.http.units:add", 2, 2)
+            assert await client.result_async(h.id, timeout=20) == 4
+            s = await client.shell_async("sleep 30")
+            assert await client.kill_async(s.id)
+            record = await client.wait_async(s.id, timeout=20)
+            assert record.status is wu.Status.KILLED
+            assert (await client.get_async(s.id)).id == s.id
+
+    asyncio.run(main())
+
+
+def test_connect_needs_a_token_for_an_address() -> None:
+    with pytest.raises(wu.SpecError, match="needs token="):
+        wu.connect("http://127.0.0.1:1")
+
+
+def test_import_workunits_loads_no_http_dependency() -> None:
+    code = (
+        "import sys, workunits as wu; wu.Supervisor; wu.connect; import workunits._cli; "
+        "bad = [m for m in ('fastapi', 'uvicorn', 'sse_starlette', 'prometheus_client', 'httpx', "
+        "'starlette', 'pydantic') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_non_loopback_bind_is_refused_without_tls(tmp_path: Path) -> None:
+    from workunits._http.server import HttpServer  # noqa: PLC0415
+
+    with wu.Supervisor(tmp_path / "s", install_signal_handlers=False) as sup:
+        with pytest.raises(wu.SpecError, match="not a loopback address, without TLS"):
+            HttpServer(sup, "0.0.0.0", 0)  # noqa: S104 - refused before anything binds
+        assert not (tmp_path / "s" / "http.token").exists()
+        server = HttpServer(sup, "127.0.0.1", 0)
+        server.start()
+        try:
+            assert (tmp_path / "s" / "http.token").stat().st_mode & 0o777 == 0o600
+        finally:
+            server.stop()
+
+
+def test_expired_unit_is_410(tmp_path: Path) -> None:
+    import httpx  # noqa: PLC0415
+
+    from workunits._http.server import HttpServer  # noqa: PLC0415
+
+    with wu.Supervisor(
+        tmp_path / "s", install_signal_handlers=False, expire_after=0.01, eviction_grace=0
+    ) as sup:
+        h = sup.shell("true")
+        h.wait(timeout=20)
+        sup.notifications().get(timeout=5)  # acknowledged: it may leave memory
+        server = HttpServer(sup, "127.0.0.1", 0)
+        server.start()
+        try:
+            token = (tmp_path / "s" / "http.token").read_text().strip()
+            with httpx.Client(
+                base_url=server.url, headers={"Authorization": f"Bearer {token}"}
+            ) as api:
+                for _ in range(200):  # bounded: until retention has run out
+                    sup.gc()
+                    r = api.get(f"/v1/units/{h.id}")
+                    if r.status_code == 410:
+                        break
+                    sup.tick()
+                assert r.status_code == 410
+                assert r.json()["title"] == "WorkExpired"
+                assert r.json()["detail"].startswith(f"{h.id} has expired")
+        finally:
+            server.stop()

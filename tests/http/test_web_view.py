@@ -1,0 +1,108 @@
+"""The web view in a real headless Chromium (Debian's, through Playwright's Python API).
+
+`make test` installs chromium as root when it is missing; elsewhere this test
+says why it skips. Never `playwright install`: it downloads a browser build.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import workunits as wu
+from tests.http.server import Served
+
+CHROMIUM = "/usr/bin/chromium"
+# The README's screenshots are refreshed with WORKUNITS_SCREENSHOTS=1; otherwise they
+# go to the test's tmp dir, so a test run leaves the checkout as it was.
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+REFRESH = os.environ.get("WORKUNITS_SCREENSHOTS") == "1"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(
+        f"{CHROMIUM} is missing: `make test` installs Debian's chromium as root "
+        "(apt-get install chromium chromium-driver)",
+        allow_module_level=True,
+    )
+pytest.importorskip("playwright.sync_api", reason="pip install playwright (the test extra)")
+from playwright.sync_api import Page, sync_playwright  # noqa: E402 - after the skips
+
+
+def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)  # polling with a deadline
+
+
+@pytest.fixture
+def page(served: Served) -> Iterator[Page]:
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        browser = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            args=FLAGS,
+            headless=True,
+            viewport={"width": 1100, "height": 600},
+        )
+        try:
+            yield browser.pages[0] if browser.pages else browser.new_page()
+        finally:
+            browser.close()
+
+
+@pytest.mark.timeout(120)
+def test_table_progress_output_cancel_and_retain(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    shots = DOCS if REFRESH else tmp_path
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
+        unit = api.post(
+            "/v1/units",
+            json={
+                "kind": "agent",
+                "target": "tests.http.units:ticker",
+                "args": [400, 0.1],
+                "description": "ticks for the browser",
+            },
+        ).json()
+    work_id = unit["id"]
+    page.goto(f"{served.url}/?token={served.token}")  # sets the cookie, redirects to /
+    assert page.url.rstrip("/") == served.url
+    row = page.locator(f'tr[data-id="{work_id}"]')
+    row.wait_for(timeout=20_000)
+    bar = row.locator(".bar > span")
+    bar.wait_for(timeout=20_000)
+    first = bar.evaluate("e => e.style.width")
+    _until(lambda: bar.evaluate("e => e.style.width") != first)  # the row's bar moves
+    assert "step" in row.locator(".msg").inner_text()
+    page.screenshot(path=str(shots / "web-view-table.png"))
+
+    row.click()
+    output = page.locator("#u-output")
+    _until(lambda: "line 3" in output.inner_text())  # its page streams output
+    with wu.connect(served.state_dir) as ledger_client:
+        _until(lambda: work_id in ledger_client.ledger.retained([work_id]))  # held while open
+        page.screenshot(path=str(shots / "web-view-unit.png"))
+        page.click("#b-cancel")
+        status = page.locator('dd[data-field="status"]')
+        _until(lambda: status.inner_text() == "killed")
+        assert "cancelled" in page.locator('dd[data-field="cause"]').inner_text()
+        page.evaluate("location.hash = '#/'")  # leave the page
+        _until(lambda: work_id not in ledger_client.ledger.retained([work_id]))

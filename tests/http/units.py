@@ -1,0 +1,40 @@
+"""Importable unit bodies for the HTTP tests (the API names agents as ``module:qualname``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import workunits as wu
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def boom(message: str) -> None:
+    raise ValueError(message)
+
+
+def ticker(n: int, pause: float) -> int:
+    """Print ``line i`` and report progress i/n, n times, ``pause`` seconds apart."""
+    ctx = wu.current()
+    for i in range(n):
+        print(f"line {i}", flush=True)
+        ctx.progress((i + 1) / n, f"step {i + 1}/{n}")
+        time.sleep(pause)
+    return n
+
+
+def sleeper(seconds: float) -> None:
+    sys.stdout.write("sleeping\n")
+    sys.stdout.flush()
+    time.sleep(seconds)
+
+
+def stamper(n: int, pause: float) -> None:
+    """Report progress n times, its message the wall time it was sent (for latency)."""
+    ctx = wu.current()
+    for i in range(n):
+        ctx.progress((i + 1) / n, repr(time.time()))
+        time.sleep(pause)
