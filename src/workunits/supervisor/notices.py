@@ -17,7 +17,7 @@ import pykka
 
 from workunits._ledger import Ledger
 from workunits._mailbox import Mailbox
-from workunits._record import MonitorEvent, Notification, WorkRecord
+from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._wire.actor_messages import ChildEnded, EventToUnit
 from workunits.supervisor.units import Units
 
@@ -73,8 +73,8 @@ class Notices:
             return  # the ledger's outbox holds it until the application asks
         self._mailbox_of(record.parent).put(Notification.of(record))
 
-    def post_event(self, event: MonitorEvent) -> None:
-        """A monitor's event: into an agent parent's process, or the parent's mailbox."""
+    def post_event(self, event: MonitorEvent | StallEvent) -> None:
+        """A monitor's or a stall event: into an agent parent's process, or the parent's mailbox."""
         record = self._units.registry.find(event.id)
         if record is None:
             return
