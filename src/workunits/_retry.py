@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from workunits._errors import SpecError
-from workunits._record import Outcome
-from workunits._status import Reason, Status
+from workunits._errors import NotRetryable, SpecError
+from workunits._record import Outcome, WorkRecord
+from workunits._status import Reason, Status, is_terminal
 
 
 def type_ref(cls: type) -> str:
@@ -162,6 +162,24 @@ def check_retry(retry: object) -> Retry | None:
     if retry is None or isinstance(retry, Retry):
         return retry
     raise SpecError(f"retry must be a workunits.Retry, got {type(retry).__name__}")
+
+
+def check_retryable(record: WorkRecord) -> None:
+    """``retry(id)``: NotRetryable unless ``record`` ended ``failed`` or ``killed``."""
+    if not is_terminal(record.status) or record.status == Status.COMPLETED:
+        raise NotRetryable(
+            f"{record.id} is {record.status.value}: only a unit that ended failed or killed "
+            f"is started again"
+        )
+    if record.expired_at is not None:
+        raise NotRetryable(f"{record.id} has expired; its spec is no longer kept")
+
+
+SPEC_NOT_KEPT = (
+    "Its spec is kept only while it is in its supervisor's memory, or when it can resume "
+    "(an importable callable, a shell with on_lost='restart') or has a retry policy; "
+    "submit it again instead"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from workunits._errors import NotRetryable, UnknownWork
 from workunits._ledger import Ledger
 from workunits._record import WorkRecord
-from workunits._status import Status, is_terminal
+from workunits._retry import SPEC_NOT_KEPT, check_retryable
+from workunits._status import is_terminal
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.starts import Starts
 from workunits.supervisor.units import Units
@@ -64,19 +65,6 @@ class Reruns:
             spec, timeout = actor_class.from_durable(self._ledger.load_spec(work_id))
         except UnknownWork as exc:
             raise NotRetryable(
-                f"{work_id} cannot be started again: {exc}. Its spec is kept only while it "
-                f"is in memory, or when it can resume (an importable callable, a shell with "
-                f"on_lost='restart') or has a retry policy; submit it again instead"
+                f"{work_id} cannot be started again: {exc}. {SPEC_NOT_KEPT}"
             ) from None
         return Launch(actor_class, spec, timeout)
-
-
-def check_retryable(record: WorkRecord) -> None:
-    """NotRetryable unless ``record`` ended ``failed`` or ``killed``."""
-    if not is_terminal(record.status) or record.status == Status.COMPLETED:
-        raise NotRetryable(
-            f"{record.id} is {record.status.value}: only a unit that ended failed or killed "
-            f"is started again"
-        )
-    if record.expired_at is not None:
-        raise NotRetryable(f"{record.id} has expired; its spec is no longer kept")
