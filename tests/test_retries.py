@@ -19,8 +19,6 @@ from workunits.testing import ManualClock
 from .conftest import eventually
 from .retry_jobs import Flaky, fail_until, raise_value_error
 
-NO_JITTER = {"jitter": False}
-
 
 def waiting(sup: wu.Supervisor, work_id: str, attempt: int) -> wu.WorkRecord:
     """The unit once its ``attempt`` failed and it waits for the next one."""
@@ -36,7 +34,7 @@ def waiting(sup: wu.Supervisor, work_id: str, attempt: int) -> wu.WorkRecord:
 def test_a_failed_attempt_runs_again_with_the_same_id_and_one_notice_at_the_end(
     msup: wu.Supervisor, clock: ManualClock
 ) -> None:
-    policy = wu.Retry(max_attempts=3, initial=4.0, backoff=2.0, **NO_JITTER)
+    policy = wu.Retry(max_attempts=3, initial=4.0, backoff=2.0, jitter=False)
     unit = msup.agent(fail_until, 3, retry=policy)
     mailbox = msup.notifications()
 
@@ -72,7 +70,7 @@ def test_a_failed_attempt_runs_again_with_the_same_id_and_one_notice_at_the_end(
 def test_the_last_attempt_s_failure_is_the_unit_s_end(
     msup: wu.Supervisor, clock: ManualClock
 ) -> None:
-    unit = msup.agent(fail_until, 5, retry=wu.Retry(max_attempts=2, initial=1.0, **NO_JITTER))
+    unit = msup.agent(fail_until, 5, retry=wu.Retry(max_attempts=2, initial=1.0, jitter=False))
     waiting(msup, unit.id, 1)
     clock.advance(1.0)
     msup.tick()
@@ -92,7 +90,7 @@ def test_only_the_exceptions_the_policy_names_are_retried(msup: wu.Supervisor) -
 def test_a_shell_is_retried_by_exit_code_and_its_output_runs_on(
     msup: wu.Supervisor, clock: ManualClock
 ) -> None:
-    policy = wu.Retry(max_attempts=2, initial=1.0, exit_codes=(3,), **NO_JITTER)
+    policy = wu.Retry(max_attempts=2, initial=1.0, exit_codes=(3,), jitter=False)
     unit = msup.shell("echo run; exit 3", retry=policy)
     assert waiting(msup, unit.id, 1).attempts[0].exit_code == 3
     clock.advance(1.0)
@@ -111,7 +109,7 @@ def test_an_exit_code_the_policy_does_not_name_ends_the_shell(msup: wu.Superviso
 def test_a_kill_between_attempts_ends_the_unit_at_once_with_one_notice(
     msup: wu.Supervisor,
 ) -> None:
-    unit = msup.agent(fail_until, 3, retry=wu.Retry(initial=100.0, **NO_JITTER))
+    unit = msup.agent(fail_until, 3, retry=wu.Retry(initial=100.0, jitter=False))
     mailbox = msup.notifications()
     waiting(msup, unit.id, 1)
     assert msup.kill(unit.id) is True
@@ -127,7 +125,7 @@ def test_a_kill_between_attempts_ends_the_unit_at_once_with_one_notice(
 def test_a_write_of_the_failed_attempt_is_refused_once_the_next_began(
     msup: wu.Supervisor, clock: ManualClock, state_dir: Path
 ) -> None:
-    unit = msup.agent(fail_until, 2, retry=wu.Retry(initial=1.0, **NO_JITTER))
+    unit = msup.agent(fail_until, 2, retry=wu.Retry(initial=1.0, jitter=False))
     waiting(msup, unit.id, 1)
     clock.advance(1.0)
     msup.tick()

@@ -59,7 +59,8 @@ class Slot:
     # Activity, for ``stall_after`` (``supervisor.stalls``): the last progress,
     # checkpoint, output growth or start; whether this quiet spell was reported.
     quiet_since: float = 0.0
-    output_seen: int = 0
+    output_seen: int = 0  # the output file's size at the last look, and when that was
+    output_checked_at: float = 0.0
     stalled: bool = False
 
 

@@ -8,8 +8,9 @@ with ``stall_after`` whose attempt shows none for that long sends its parent
 one ``StallEvent`` -- an event, like a monitor's: not a status, not a notice.
 It may stall again after it shows activity again.
 
-Output growth is seen on ticks (one ``fstat`` per watched unit), so a stall
-is noticed within a tick of its deadline.
+Output growth is seen on ticks (one ``fstat`` per watched unit) and counted
+from the look before, when it had not grown yet: a stall is noticed within a
+tick of its deadline, never hidden by a late look.
 """
 
 from __future__ import annotations
@@ -69,8 +70,12 @@ class Activity:
             if record.output_path is not None:
                 size = _outputfile.size_of(record.output_path)
                 if size != slot.output_seen:
+                    # It grew some time after the last look: count it from then, so a
+                    # unit's first look (or a slow tick) does not hide a quiet spell.
                     slot.output_seen = size
-                    slot.quiet_since, slot.stalled = now, False
+                    if slot.output_checked_at > slot.quiet_since:
+                        slot.quiet_since, slot.stalled = slot.output_checked_at, False
+                slot.output_checked_at = now
             if slot.stalled or now - slot.quiet_since < record.stall_after:
                 continue
             slot.stalled = True

@@ -232,7 +232,8 @@ class Starts:
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry
-        slot.quiet_since, slot.stalled = now, False
+        slot.quiet_since = slot.output_checked_at = now
+        slot.stalled = False
         try:
             slot.actor = launch.actor_class.start(binding)
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
