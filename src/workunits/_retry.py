@@ -130,6 +130,7 @@ class Retry:
     # -- as the ledger keeps it -----------------------------------------------------------
 
     def to_json(self) -> bytes:
+        """The policy as the ledger keeps it (exception types by ``module:qualname``)."""
         return orjson.dumps(
             {
                 "max_attempts": self.max_attempts,
@@ -144,6 +145,7 @@ class Retry:
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Retry:
+        """The policy back from ``to_json`` (``on`` holds the names)."""
         doc: dict[str, Any] = orjson.loads(data)
         codes = doc.get("exit_codes")
         return cls(
@@ -212,6 +214,7 @@ class Attempt:
         return ", ".join(parts) or "failed"
 
     def to_doc(self) -> dict[str, Any]:
+        """A JSON object (the ledger's ``attempts_log`` items, ``show --json``)."""
         return {
             "attempt": self.attempt,
             "ended_at": self.ended_at,
@@ -224,6 +227,7 @@ class Attempt:
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Attempt:
+        """An attempt back from ``to_doc``."""
         reason = doc.get("reason")
         return cls(
             attempt=int(doc["attempt"]),
