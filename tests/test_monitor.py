@@ -205,7 +205,7 @@ def watcher(count: int) -> list[Any]:
         item = inbox.get(timeout=10)
         if isinstance(item, wu.MonitorEvent):
             got.append(item.line)
-        else:
+        elif isinstance(item, wu.Notification):
             got.append((item.id == m.id, item.status.value))
             return got
 
@@ -239,7 +239,8 @@ def test_async_for_over_the_mailbox_leaves_the_loop_running(
         releaser = asyncio.create_task(release())
         seen: list[str] = []
         async for item in sup.notifications():
-            seen.append(item.line if isinstance(item, wu.MonitorEvent) else item.status.value)
+            if isinstance(item, wu.MonitorEvent | wu.Notification):
+                seen.append(item.line if isinstance(item, wu.MonitorEvent) else item.status.value)
             if isinstance(item, wu.Notification) and item.id == m.id:
                 break
         await releaser

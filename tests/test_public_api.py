@@ -16,6 +16,7 @@ import workunits.testing
 
 WORKUNITS = {
     "AskTimeout",
+    "Attempt",
     "Cancelled",
     "ChildHandle",
     "ChildTeammate",
@@ -41,11 +42,14 @@ WORKUNITS = {
     "NoNotification",
     "NoSuchMethod",
     "NotFinished",
+    "NotRetryable",
     "Notification",
     "Outcome",
     "Reason",
+    "Retry",
     "SpecError",
     "StaleAttempt",
+    "StallEvent",
     "StateDirError",
     "Status",
     "Supervisor",

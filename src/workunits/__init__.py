@@ -27,6 +27,7 @@ from workunits._errors import NoLedger as NoLedger
 from workunits._errors import NoNotification as NoNotification
 from workunits._errors import NoSuchMethod as NoSuchMethod
 from workunits._errors import NotFinished as NotFinished
+from workunits._errors import NotRetryable as NotRetryable
 from workunits._errors import SpecError as SpecError
 from workunits._errors import StaleAttempt as StaleAttempt
 from workunits._errors import StateDirError as StateDirError
@@ -50,7 +51,10 @@ from workunits._record import MailboxItem as MailboxItem
 from workunits._record import MonitorEvent as MonitorEvent
 from workunits._record import Notification as Notification
 from workunits._record import Outcome as Outcome
+from workunits._record import StallEvent as StallEvent
 from workunits._record import WorkRecord as WorkRecord
+from workunits._retry import Attempt as Attempt
+from workunits._retry import Retry as Retry
 from workunits._runtime.context import ChildHandle as ChildHandle
 from workunits._runtime.context import ChildTeammate as ChildTeammate
 from workunits._runtime.context import UnitContext as UnitContext
@@ -73,6 +77,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AskTimeout",
+    "Attempt",
     "Cancelled",
     "ChildHandle",
     "ChildTeammate",
@@ -98,11 +103,14 @@ __all__ = [
     "NoNotification",
     "NoSuchMethod",
     "NotFinished",
+    "NotRetryable",
     "Notification",
     "Outcome",
     "Reason",
+    "Retry",
     "SpecError",
     "StaleAttempt",
+    "StallEvent",
     "StateDirError",
     "Status",
     "Supervisor",

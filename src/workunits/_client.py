@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Final, overload
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import ClientClosed, NotFinished, SpecError
+from workunits._errors import ClientClosed, NotFinished, NotRetryable, SpecError, UnknownWork
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock
 from workunits._ledger.retains import check_lease
 from workunits._record import WorkRecord
 from workunits._retain import Retain
+from workunits._retry import SPEC_NOT_KEPT, check_retryable
 from workunits._status import Status, is_terminal
 from workunits._wire.durable import (
     agent_resumable,
@@ -320,6 +321,45 @@ class Client:
         )
         row, created = self.ledger.submit(new)
         return ClientHandle(self, row.id, created=created)
+
+    def retry(self, work_id: str) -> ClientHandle:
+        """Start a unit that ended ``failed`` or ``killed`` again, as a new pending unit.
+
+        Like ``Supervisor.retry``: same spec, description and policy, ``retry_of``
+        names the old unit, whose idempotency key moves to the new one (in the
+        submit's transaction); a second call returns the same new unit. The
+        supervisor starts it on its next tick, as the application's unit (no
+        parent). The spec must be in the ledger: NotRetryable otherwise.
+        """
+        again = self.ledger.retried_by(work_id)
+        if again is not None:
+            return ClientHandle(self, again, created=False)
+        row = self.ledger.require(work_id)
+        check_retryable(row.to_record())
+        try:
+            durable = self.ledger.load_spec(work_id)
+        except UnknownWork as exc:
+            raise NotRetryable(
+                f"{work_id} cannot be started again: {exc}. {SPEC_NOT_KEPT}"
+            ) from None
+        new_id = _ids.mint(work_id[0])
+        new = NewUnit(
+            id=new_id,
+            kind=row.kind,
+            spec=self.ledger.encode_spec(durable, new_id),
+            created_at=self._clock.now(),
+            description=row.description,
+            key=row.key,
+            max_attempts=row.max_attempts,
+            resumable=row.resumable,
+            session=None,
+            output_path=str(self.state_dir / "output" / f"{new_id}.out"),
+            retry=row.retry,
+            retry_of=work_id,
+            stall_after=row.stall_after,
+        )
+        made, created = self.ledger.submit(new)
+        return ClientHandle(self, made.id, created=created)
 
     # -- reading ---------------------------------------------------------------
 

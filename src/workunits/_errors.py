@@ -17,6 +17,8 @@ WorkunitsError
 ├── WorkFailed           the unit ended ``failed``; carries the record and its cause
 ├── WorkKilled           the unit ended ``killed``; carries the record and its reason
 ├── IdempotencyConflict  the same key was submitted with different arguments
+├── NotRetryable         retry(id) of a unit that did not end failed/killed, or whose
+│                        spec is no longer kept
 ├── StaleAttempt         a write from an attempt that is no longer the unit's current one
 ├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
 ├── UnloadableValue      a stored result whose class cannot be imported in this process
@@ -169,6 +171,11 @@ class WorkKilled(WorkunitsError):
 
 class IdempotencyConflict(WorkunitsError):
     """A submit reused an idempotency key with different arguments."""
+
+
+class NotRetryable(WorkunitsError):
+    """``retry(id)`` of a unit that cannot be started again: it did not end failed or
+    killed, or its spec is no longer kept."""
 
 
 class StaleAttempt(WorkunitsError):

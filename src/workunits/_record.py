@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import signal as _signal
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from workunits._status import Reason, Status
+
+if TYPE_CHECKING:
+    from workunits._retry import Attempt, Retry
 
 TAIL_BYTES = 64 * 1024
 
@@ -61,6 +66,15 @@ class WorkRecord:
     result_format: str | None = None  # "json" or "pickle"; None for kinds without values
     cause: bytes | None = None  # cloudpickled exception of a failed unit, when it pickled
     expired_at: float | None = None  # set once retention dropped its result, tail and checkpoint
+    # When the last progress report arrived (the supervisor's clock), and the
+    # structured evidence it carried (``ctx.progress(0.4, "x", done=3, total=8)``).
+    progress_at: float | None = None
+    evidence: Mapping[str, Any] | None = None
+    retry: Retry | None = None  # the unit's retry policy
+    attempts: tuple[Attempt, ...] = ()  # earlier attempts that failed and were retried
+    retry_at: float | None = None  # set while it waits between attempts (it stays running)
+    retry_of: str | None = None  # the failed unit ``retry(id)`` started this one for
+    stall_after: float | None = None  # quiet seconds before its parent gets a StallEvent
 
     @property
     def shown_status(self) -> str:
@@ -148,8 +162,24 @@ class OutputChunk:
     ended: bool
 
 
-MailboxItem = Notification | MonitorEvent
-"""What a mailbox holds: terminal notices of children, and events from monitors."""
+@dataclass(frozen=True, slots=True)
+class StallEvent:
+    """A child went quiet: no progress, output or checkpoint for its ``stall_after``.
+
+    An *event* for its parent, like a ``MonitorEvent``: not a status (the child
+    stays ``running``) and not its notice (that still comes once, at its end).
+    Sent once per quiet spell; a child that reports again and goes quiet again
+    sends another.
+    """
+
+    id: str  # the quiet child's ID
+    quiet_since: float  # its last progress, output, checkpoint or start
+    at: float  # when the supervisor noticed (its clock)
+    stall_after: float
+
+
+MailboxItem = Notification | MonitorEvent | StallEvent
+"""What a mailbox holds: terminal notices of children, monitors' events, stall events."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +194,9 @@ class Outcome:
     result: bytes | None = None
     result_format: str | None = None
     cause: bytes | None = None
+    # The failed exception's classes, ``module:qualname``, most derived first
+    # (what a retry policy's ``on`` is matched against); empty without one.
+    error_types: tuple[str, ...] = ()
 
 
 replace = dataclasses.replace

@@ -35,6 +35,7 @@ from workunits._errors import (
     InvalidWorkId,
     LedgerError,
     NotFinished,
+    NotRetryable,
     SpecError,
     SupervisorBusy,
     UnknownWork,
@@ -101,7 +102,7 @@ def _code_of(exc: WorkunitsError) -> Exit:
         return Exit.BUSY
     if isinstance(exc, UnknownWork):  # WorkExpired too: it is one
         return Exit.UNKNOWN
-    if isinstance(exc, InvalidWorkId | SpecError | IdempotencyConflict):
+    if isinstance(exc, InvalidWorkId | SpecError | IdempotencyConflict | NotRetryable):
         return Exit.USAGE
     if isinstance(exc, LedgerError):
         return Exit.LEDGER

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from rich.console import Group as RenderGroup
 from rich.console import RenderableType
 from rich.table import Table
@@ -15,7 +16,7 @@ from rich.text import Text
 
 from workunits._ledger import UnitRow
 from workunits._record import signal_name
-from workunits._status import is_terminal
+from workunits._status import Status, is_terminal
 
 STATUS_STYLE = {
     "pending": "yellow",
@@ -79,17 +80,21 @@ def progress_bar(fraction: float, width: int = BAR_WIDTH) -> Text:
     return Text.assemble(("━" * done, "bar.complete"), ("─" * (width - done), "bar.back"))
 
 
-def progress_cell(row: UnitRow, bar_width: int = BAR_WIDTH) -> Text:
-    """The bar and percentage (when a unit still running reported progress), then its message.
+def progress_cell(row: UnitRow, bar_width: int = BAR_WIDTH, now: float | None = None) -> Text:
+    """The bar and percentage (while the unit runs and has reported), its age, then its message.
 
     An ended unit shows no bar: its last percentage (a completed unit's 40%)
-    would read as work still to do. One Text, so its width is what the column
-    gives it: a long message is cut with an ellipsis, never the bar.
+    would read as work still to do. The age (``12s ago``) is shown while the
+    unit runs, so a stalled unit does not look like a working one. One Text,
+    so its width is what the column gives it: a long message is cut with an
+    ellipsis, never the bar.
     """
     cell = Text(no_wrap=True, overflow="ellipsis")
     if row.progress is not None and not is_terminal(row.status):
         cell.append_text(progress_bar(row.progress, bar_width))
         cell.append(f" {row.progress * 100:3.0f}% ")
+    if now is not None and row.progress_at is not None and row.status == Status.RUNNING:
+        cell.append(f"{age(now - row.progress_at)} ago ", style="dim")
     cell.append(row.progress_message or "")
     return cell
 
@@ -128,7 +133,7 @@ def units_table(
             row.kind,
             status_text(row, supervised),
             age(now - row.created_at),
-            progress_cell(row, TABLE_BAR_WIDTH),
+            progress_cell(row, TABLE_BAR_WIDTH, now),
             Text(row.description, overflow="ellipsis", no_wrap=True),
         )
     return table
@@ -160,6 +165,13 @@ def unit_doc(row: UnitRow, supervised: bool | None = None) -> dict[str, Any]:
         "error": row.error,
         "progress": row.progress,
         "progress_message": row.progress_message,
+        "progress_at": row.progress_at,
+        "evidence": row.evidence,
+        "retry": None if row.retry is None else orjson.loads(row.retry.to_json()),
+        "retry_at": row.retry_at,
+        "retry_of": row.retry_of,
+        "attempts": [a.to_doc() for a in row.attempts],
+        "stall_after": row.stall_after,
         "output_bytes": row.output_bytes,
         "retain": row.retain,
         "cancel_requested": row.cancel_requested,

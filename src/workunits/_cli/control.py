@@ -1,4 +1,5 @@
-"""``cancel``, ``kill`` and ``gc``: ending units through requests, and freeing old rows.
+"""``cancel``, ``kill``, ``retry`` and ``gc``: ending units through requests, starting a
+failed one again, and freeing old rows.
 
 Run in the main thread. ``cancel`` and ``kill`` never touch a process: they
 append a request to the ledger, which the supervisor applies on its next
@@ -129,6 +130,26 @@ def _answer(client: Client, verb: str, seq: int, wait: float, doc: dict[str, Any
     if is_terminal(row.status):
         return f"{_render.end_line(row)}"
     return f"{work_id} is stopping ({verb} applied; SIGKILL follows after the grace)"
+
+
+@cli.command("retry")
+@state_option
+@json_option
+@id_argument
+def retry(state_dir: Path, as_json: bool, work_id: str) -> None:
+    """Start a unit that ended failed or killed again, as a new unit with the same spec.
+
+    The old unit stays as it ended; the new one's retry_of names it, and the
+    old one's idempotency key now names the new one. Retrying the same unit
+    again prints the same new unit. A supervisor starts it on its next tick.
+    """
+    with opened(state_dir) as client:
+        handle = client.retry(work_id)
+        row = client.row(handle.id)
+    if as_json:
+        emit_json({"id": row.id, "retry_of": row.retry_of, "status": row.shown_status})
+    else:
+        click.echo(f"{row.id} retries {work_id} ({row.shown_status})")
 
 
 @cli.command("gc")

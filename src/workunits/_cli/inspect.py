@@ -143,7 +143,15 @@ def _details(row: UnitRow, now: float, supervised: bool) -> RenderableType:
     field("session", row.session)
     field("pid", _pid(row))
     if row.progress is not None or row.progress_message:
-        field("progress", _render.progress_cell(row))
+        field("progress", _render.progress_cell(row, now=now))
+    if row.evidence:
+        field("evidence", Text(", ".join(f"{k}={v}" for k, v in row.evidence.items())))
+    if row.retry_at is not None and not is_terminal(row.status):
+        field("next attempt", _when(row.retry_at, now))
+    for earlier in row.attempts:
+        field(f"attempt {earlier.attempt}", Text(earlier.describe(), style="red"))
+    field("retry of", row.retry_of)
+    field("stall after", None if row.stall_after is None else f"{row.stall_after:g} s")
     field("checkpoint", _checkpoint(row))
     field("retained", f"by {row.retain} viewer(s)" if row.retain else None)
     if row.cancel_requested and not is_terminal(row.status):

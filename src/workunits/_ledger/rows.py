@@ -23,6 +23,7 @@ from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
+from workunits._retry import Attempt, Retry, attempts_from_json
 from workunits._status import Reason, Status, is_terminal
 
 EXPIRED = "expired"
@@ -46,6 +47,8 @@ RECORD_COLUMNS = (
     "pid",
     "progress",
     "progress_message",
+    "progress_at",
+    "progress_evidence",
 )
 
 # Columns ``Ledger.write`` may set by name, besides the record's own.
@@ -56,6 +59,8 @@ EXTRA_COLUMNS = (
     "expire_at",
     "max_attempts",
     "resumable",
+    "retry_at",
+    "attempts_log",
 )
 
 # Terminal statuses as SQL sees them, derived from is_terminal (the one place
@@ -86,6 +91,9 @@ class NewUnit:
     session: str | None = None
     output_path: str | None = None
     started_at: float | None = None
+    retry: Retry | None = None
+    retry_of: str | None = None  # the failed unit retry(id) starts this one for
+    stall_after: float | None = None
 
     @property
     def status(self) -> Status:
@@ -117,6 +125,9 @@ class NewUnit:
             session=session,
             output_path=record.output_path,
             started_at=started_at,
+            retry=record.retry,
+            retry_of=record.retry_of,
+            stall_after=record.stall_after,
         )
 
 
@@ -161,6 +172,13 @@ class UnitRow:
     # The value store reference of a large checkpoint (``checkpoint`` is then
     # empty until the Ledger loads it).
     checkpoint_file: str | None = None
+    progress_at: float | None = None
+    evidence: dict[str, Any] | None = None
+    retry: Retry | None = None
+    retry_at: float | None = None  # while it waits between attempts
+    attempts: tuple[Attempt, ...] = ()
+    retry_of: str | None = None
+    stall_after: float | None = None
 
     @property
     def expired(self) -> bool:
@@ -213,6 +231,13 @@ class UnitRow:
             result_format=None if self.result is None else self.result.format,
             cause=None if self.cause is None else self.cause.data,
             expired_at=self.expired_at,
+            progress_at=self.progress_at,
+            evidence=self.evidence,
+            retry=self.retry,
+            attempts=self.attempts,
+            retry_at=self.retry_at,
+            retry_of=self.retry_of,
+            stall_after=self.stall_after,
         )
 
     @classmethod
@@ -251,6 +276,9 @@ class UnitRow:
             pid=None,
             expire_at=None,
             expired_at=None,
+            retry=new.retry,
+            retry_of=new.retry_of,
+            stall_after=new.stall_after,
         )
 
     @classmethod
@@ -294,6 +322,13 @@ class UnitRow:
             expire_at=c.opt("expire_at", float),
             expired_at=c.opt("expired_at", float),
             checkpoint_file=c.opt("checkpoint_file", str),
+            progress_at=c.opt("progress_at", float),
+            evidence=c.json("progress_evidence"),
+            retry=c.parsed("retry_policy", Retry.from_json),
+            retry_at=c.opt("retry_at", float),
+            attempts=c.parsed("attempts_log", attempts_from_json) or (),
+            retry_of=c.opt("retry_of", str),
+            stall_after=c.opt("stall_after", float),
         )
 
 
@@ -315,6 +350,22 @@ class _Columns:
         if value is None:
             raise LedgerCorrupt(f"unit {self._id}: column {name} is NULL")
         return self._convert(name, value, conv)
+
+    def json(self, name: str) -> Any:
+        data = self.opt(name, str)
+        return None if data is None else strictjson.loads(data.encode(), self._id, name)
+
+    def parsed(self, name: str, parse: Callable[[str], T]) -> T | None:
+        """A JSON column parsed into its type; LedgerCorrupt naming it when it does not parse."""
+        data = self.opt(name, str)
+        if data is None:
+            return None
+        try:
+            return parse(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LedgerCorrupt(
+                f"unit {self._id}: column {name} does not parse ({exc!r:.80})"
+            ) from None
 
     def stored(self, name: str) -> Stored | None:
         data = self.opt(name, bytes)

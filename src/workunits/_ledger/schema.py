@@ -146,7 +146,24 @@ ALTER TABLE units ADD COLUMN result_file TEXT;
 ALTER TABLE units ADD COLUMN checkpoint_file TEXT;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Durable work beyond one attempt. A unit's retry policy (JSON, see
+# workunits._retry) and, while it waits between attempts (still `running`),
+# when the next one is due; the attempts that failed before (JSON list).
+# `retry_of` links a unit started by retry(id) to the failed one (whose key it
+# took). Progress is stamped (`progress_at`) and may carry JSON evidence;
+# `stall_after` is how long a unit may stay quiet before its parent hears.
+_V4 = """
+ALTER TABLE units ADD COLUMN retry_policy TEXT;
+ALTER TABLE units ADD COLUMN retry_at REAL;
+ALTER TABLE units ADD COLUMN attempts_log TEXT;
+ALTER TABLE units ADD COLUMN retry_of TEXT;
+ALTER TABLE units ADD COLUMN stall_after REAL;
+ALTER TABLE units ADD COLUMN progress_at REAL;
+ALTER TABLE units ADD COLUMN progress_evidence TEXT;
+CREATE INDEX units_retry_of ON units (retry_of) WHERE retry_of IS NOT NULL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

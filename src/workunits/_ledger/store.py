@@ -18,7 +18,7 @@ import builtins
 import dataclasses
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,8 @@ from workunits._errors import (
     UnknownWork,
     UnstorableValue,
 )
-from workunits._ledger import backup as backup_mod
 from workunits._ledger import (
+    attempts,
     largevalues,
     outbox,
     requests,
@@ -52,12 +52,14 @@ from workunits._ledger import (
     valuestore,
     writes,
 )
+from workunits._ledger import backup as backup_mod
 from workunits._ledger._db import DB_FILE, Database
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
+from workunits._retry import Attempt
 from workunits._status import Status, is_terminal
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
@@ -231,7 +233,7 @@ class Ledger:
         written anywhere: an empty spec blob is stored as NULL. Its spec hash
         (from the whole spec) still answers an idempotent resubmit.
         """
-        if new.started_at is not None and not new.resumable:
+        if new.started_at is not None and not new.resumable and new.retry is None:
             spec = dataclasses.replace(new.spec, data=b"", mac=None, versions=None, file=None)
         else:
             spec = self._large.offload(new.spec, purpose="spec", work_id=new.id, durable=True)
@@ -438,8 +440,9 @@ class Ledger:
         """Where the unit's output file lives in this state dir."""
         return str(self.state_dir / "output" / f"{_ids.validate(work_id)}.out")
 
-    def write_progress_batch(self, items: Iterable[tuple[str, int, float, str | None]]) -> int:
-        """Store ``(id, attempt, fraction, message)`` items in one NORMAL transaction.
+    def write_progress_batch(self, items: Iterable[ProgressItem]) -> int:
+        """Store ``(id, attempt, fraction, message[, at, evidence])`` items in one NORMAL
+        transaction (``at``: when it was reported; ``evidence``: a JSON object).
 
         Items from a stale attempt, or for a unit that has ended, are dropped.
         Returns how many were written.
@@ -449,7 +452,8 @@ class Ledger:
             return 0
         with self._db.write(durable=False) as conn:
             cursor = conn.executemany(
-                "UPDATE units SET progress = ?, progress_message = ? WHERE id = ? "  # noqa: S608
+                "UPDATE units SET progress = ?, progress_message = ?, "  # noqa: S608
+                "progress_at = coalesce(?, progress_at), progress_evidence = ? WHERE id = ? "
                 f"AND attempt = ? AND status NOT IN {IN_TERMINAL}",
                 [(*p, *TERMINAL) for p in params],
             )
@@ -547,6 +551,26 @@ class Ledger:
                 (attempt + 1, session, work_id),
             )
         return attempt + 1
+
+    # -- retries (see ``attempts``) ---------------------------------------------------
+
+    def schedule_retry(
+        self, work_id: str, attempt: int, failed: Attempt, message: str
+    ) -> tuple[Attempt, ...]:
+        """``attempt`` failed; the next is due at ``failed.retry_at``. The attempts so far."""
+        _ids.validate(work_id)
+        return attempts.schedule(self._db, work_id, attempt, failed, message)
+
+    def begin_retry(self, work_id: str, session: str, *, expected: int) -> tuple[int, UnitRow]:
+        """Start the attempt after ``expected`` of a waiting unit; its number and its row."""
+        _ids.validate(work_id)
+        sessions.validate(session)
+        attempt = attempts.begin(self._db, work_id, session, expected)
+        return attempt, self.require(work_id)
+
+    def retried_by(self, work_id: str) -> str | None:
+        """The unit ``retry(work_id)`` started (its ``retry_of`` is ``work_id``), if any."""
+        return attempts.retried_by(self._db, _ids.validate(work_id))
 
     # -- retention -----------------------------------------------------------------
 
@@ -781,11 +805,23 @@ def _id_of(target: WorkRecord | str) -> str:
     return target.id if isinstance(target, WorkRecord) else target
 
 
-def _progress_params(
-    work_id: str, attempt: int, fraction: float, message: str | None
-) -> tuple[float, str | None, str, int]:
+ProgressItem = (
+    tuple[str, int, float | None, str | None]
+    | tuple[str, int, float | None, str | None, float | None, Mapping[str, Any] | None]
+)
+"""``(id, attempt, fraction, message)``, optionally with ``(at, evidence)``."""
+
+
+def _progress_params(  # noqa: PLR0917 - the item's own fields
+    work_id: str,
+    attempt: int,
+    fraction: float | None,
+    message: str | None,
+    at: float | None = None,
+    evidence: Mapping[str, Any] | None = None,
+) -> tuple[float | None, str | None, float | None, str | None, str, int]:
     _ids.validate(work_id)
-    if (
+    if fraction is not None and (
         isinstance(fraction, bool)
         or not isinstance(fraction, int | float)
         or not 0.0 <= fraction <= 1.0
@@ -793,4 +829,14 @@ def _progress_params(
         raise UnstorableValue(f"progress of {work_id} must be a number in [0, 1], got {fraction!r}")
     if message is not None and not isinstance(message, str):
         raise SpecError(f"progress message of {work_id} must be a str, got {message!r}")
-    return float(fraction), message, work_id, attempt
+    shown = None
+    if evidence is not None:
+        shown = strictjson.dumps(dict(evidence), f"progress evidence of {work_id}").decode()
+    return (
+        None if fraction is None else float(fraction),
+        message,
+        at,
+        shown,
+        work_id,
+        attempt,
+    )

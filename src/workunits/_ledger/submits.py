@@ -16,7 +16,20 @@ from workunits._ledger.rows import NewUnit, UnitRow
 def insert(
     conn: sqlite3.Connection, new: NewUnit, digest: str
 ) -> tuple[UnitRow, bool] | IdempotencyConflict:
-    """Inside a write transaction: the unit with ``new``'s key, or ``new`` inserted."""
+    """Inside a write transaction: the unit with ``new``'s key, or ``new`` inserted.
+
+    A unit started by ``retry(id)`` (``retry_of``) takes the failed unit's key
+    in the same transaction, so the key names one unit at any moment
+    (invariant 12); a second retry of the same unit returns the first one's.
+    """
+    if new.retry_of is not None:
+        again = conn.execute("SELECT * FROM units WHERE retry_of = ?", (new.retry_of,)).fetchone()
+        if again is not None:
+            return UnitRow.from_sql(again), False
+        if new.key is not None:
+            conn.execute(
+                "UPDATE units SET key = NULL WHERE id = ? AND key = ?", (new.retry_of, new.key)
+            )
     if new.key is not None:
         found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
         if found is not None:
@@ -39,8 +52,8 @@ def insert(
 INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
-    "session, output_path, started_at, spec_file) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "session, output_path, started_at, spec_file, retry_policy, retry_of, stall_after) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -65,4 +78,7 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.output_path,
         new.started_at,
         new.spec.file,
+        None if new.retry is None else new.retry.to_json().decode(),
+        new.retry_of,
+        new.stall_after,
     )

@@ -20,6 +20,8 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import orjson
+
 from workunits import _ids
 from workunits._errors import InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
 from workunits._ledger.rows import EXTRA_COLUMNS, RECORD_COLUMNS, UnitRow, encode_notification
@@ -229,6 +231,10 @@ def record_columns(record: WorkRecord) -> dict[str, object]:
         "pid": record.pid,
         "progress": record.progress,
         "progress_message": record.progress_message,
+        "progress_at": record.progress_at,
+        "progress_evidence": (
+            None if record.evidence is None else orjson.dumps(record.evidence).decode()
+        ),
     }
 
 

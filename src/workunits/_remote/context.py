@@ -107,12 +107,14 @@ class RemoteContext(UnitContext):
                     return
             self._board_watch = self._board.wait.remote(self._board_key, BOARD_WAIT)
 
-    def progress(self, fraction: float | None = None, message: str = "") -> None:
-        """Report progress (0.0-1.0 or None) and a message; raises Cancelled if asked to stop."""
+    def progress(self, fraction: float | None = None, message: str = "", **evidence: Any) -> None:
+        """Report progress (0.0-1.0 or None), a message and evidence; raises Cancelled."""
         if fraction is not None and not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
             raise SpecError(f"progress fraction must be between 0 and 1, got {fraction!r}")
         frac = None if fraction is None else float(fraction)
-        self._outbox.put(m.Progress(frac, str(message)))
+        if evidence:
+            strictjson.dumps(evidence, "progress evidence")
+        self._outbox.put(m.Progress(frac, str(message), evidence or None))
         self._raise_if_cancelled()
 
     def checkpoint(self, state: Any) -> None:

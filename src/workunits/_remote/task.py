@@ -104,4 +104,4 @@ def encode_result(value: Any) -> Returned | m.Error:
 
 def encode_error(exc: BaseException) -> m.Error:
     tb = "".join(traceback.format_exception(exc))
-    return m.Error(type(exc).__qualname__, str(exc), tb, _context.pickle_error(exc))
+    return _context.error_frame(exc, tb)

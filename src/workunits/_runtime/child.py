@@ -70,7 +70,7 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int
         return code
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
         tb = traceback.format_exc()
-        ctx.send(m.Error(type(exc).__qualname__, str(exc), tb, _context.pickle_error(exc)))
+        ctx.send(_context.error_frame(exc, tb))
         transcript.write("error", error_type=type(exc).__qualname__, message=str(exc), traceback=tb)
         return EXIT_RAISED
     return _report_result(value, ctx, transcript)

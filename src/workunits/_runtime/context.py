@@ -33,7 +33,8 @@ from workunits._errors import (
     WorkunitsError,
 )
 from workunits._mailbox import Mailbox
-from workunits._record import MonitorEvent, Notification, WorkRecord
+from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
+from workunits._retry import error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
 from workunits._wire import frames as m
@@ -239,7 +240,7 @@ class UnitContext:
                         self._cond.notify_all()
             elif isinstance(frame, m.Deliver | m.Stop) and self.inbox is not None:
                 self.inbox.put(frame)
-            elif isinstance(frame, MonitorEvent):
+            elif isinstance(frame, MonitorEvent | StallEvent):
                 self._mailbox.put(frame)
             elif isinstance(frame, m.ChildEnded):
                 record = frame.record
@@ -285,13 +286,21 @@ class UnitContext:
         if self.cancelled:
             raise Cancelled(f"{self.id} was cancelled")
 
-    def progress(self, fraction: float | None = None, message: str = "") -> None:
-        """Report progress (0.0-1.0 or None) and a message; raises Cancelled if asked to stop."""
+    def progress(self, fraction: float | None = None, message: str = "", **evidence: Any) -> None:
+        """Report progress (0.0-1.0 or None), a message and structured evidence.
+
+        ``ctx.progress(0.4, "group 3/8", done=3, total=8)``: the evidence (strict
+        JSON) is kept in the ledger with the report, which the supervisor stamps
+        with the time it arrived. Raises Cancelled if asked to stop.
+        """
         if fraction is not None and not (isinstance(fraction, int | float) and 0 <= fraction <= 1):
             raise SpecError(f"progress fraction must be between 0 and 1, got {fraction!r}")
         frac = None if fraction is None else float(fraction)
-        self.send(m.Progress(frac, str(message)))
-        self._transcript.write("progress", fraction=frac, message=str(message))
+        if evidence:
+            strictjson.dumps(evidence, "progress evidence")  # refused here, not in the supervisor
+        self.send(m.Progress(frac, str(message), evidence or None))
+        extra = {"evidence": evidence} if evidence else {}
+        self._transcript.write("progress", fraction=frac, message=str(message), **extra)
         self._raise_if_cancelled()
 
     def checkpoint(self, state: Any) -> None:
@@ -464,6 +473,11 @@ class UnitContext:
         """This unit's mailbox: one notice per child that ends, and its monitors' events."""
         self._start_reader()
         return self._mailbox
+
+
+def error_frame(exc: BaseException, tb: str) -> m.Error:
+    """The frame that reports ``exc``: its type, message, traceback, pickle and class names."""
+    return m.Error(type(exc).__qualname__, str(exc), tb, pickle_error(exc), error_types(exc))
 
 
 def pickle_error(exc: BaseException) -> bytes | None:

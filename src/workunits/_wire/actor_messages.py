@@ -6,9 +6,11 @@ import the other to speak (no pykka, no sqlite3 here).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from workunits._record import MonitorEvent, WorkRecord
+from workunits._record import MonitorEvent, StallEvent, WorkRecord
 from workunits._status import Reason
 from workunits._wire import frames as m
 
@@ -57,6 +59,7 @@ class ProgressReport:
     work_id: str
     fraction: float | None
     message: str
+    evidence: Mapping[str, Any] | None = None  # ctx.progress(..., done=3, total=8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +101,9 @@ class ChildEnded:
 
 @dataclass(frozen=True, slots=True)
 class EventToUnit:
-    """An event from one of the unit's monitors, for its in-process mailbox."""
+    """An event from one of the unit's monitors, or a child's stall, for its in-process mailbox."""
 
-    event: MonitorEvent
+    event: MonitorEvent | StallEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from workunits._record import WorkRecord
 class Progress:
     fraction: float | None
     message: str
+    evidence: dict[str, Any] | None = None  # strict JSON, checked in the unit process
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,9 @@ class Error:
     message: str
     traceback: str
     cause: bytes | None  # cloudpickled exception when it pickles
+    # ``module:qualname`` of the exception's classes, most derived first: what a
+    # retry policy is matched against, without unpickling ``cause``.
+    error_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ here, with the same ``SpecError``, before any ID is minted.
 from __future__ import annotations
 
 from workunits._errors import SpecError
+from workunits._retry import Retry
 
 
 def check_timeout(timeout: object) -> float | None:
@@ -30,3 +31,28 @@ def check_submit(*, description: object, key: object, max_attempts: object) -> N
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
         raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+
+
+def check_attempts(retry: Retry | None, max_attempts: int | None) -> int | None:
+    """The one attempt counter: ``retry``'s ``max_attempts``, or ``max_attempts``, not both."""
+    if retry is None:
+        return max_attempts
+    if max_attempts is not None and max_attempts != retry.max_attempts:
+        raise SpecError(
+            f"max_attempts={max_attempts} and retry=Retry(max_attempts={retry.max_attempts}) "
+            f"disagree: one counter serves retries and resumes; give it once, in Retry"
+        )
+    return retry.max_attempts
+
+
+def check_stall_after(stall_after: object) -> float | None:
+    """Seconds a unit may stay quiet before its parent hears: None, or a positive number."""
+    if stall_after is None:
+        return None
+    if (
+        isinstance(stall_after, bool)
+        or not isinstance(stall_after, int | float)
+        or not stall_after > 0
+    ):
+        raise SpecError(f"stall_after must be a positive number of seconds, got {stall_after!r}")
+    return float(stall_after)

@@ -195,8 +195,8 @@ class AgentActor(WorkActor):
     def _from_unit(self, frame: Any) -> None:
         unit = self.unit
         match frame:
-            case m.Progress(fraction, text):
-                unit.tell_supervisor(ProgressReport(unit.id, fraction, text))
+            case m.Progress(fraction, text, evidence):
+                unit.tell_supervisor(ProgressReport(unit.id, fraction, text, evidence))
             case m.Checkpoint(state):
                 unit.tell_supervisor(CheckpointReport(unit.id, unit.attempt, state))
             case m.Result():
@@ -307,7 +307,12 @@ class AgentActor(WorkActor):
             if err.traceback:
                 text += "\n" + err.traceback.rstrip()
             return Outcome(
-                Status.FAILED, exit_code=exit_code, signal=signum, error=text, cause=err.cause
+                Status.FAILED,
+                exit_code=exit_code,
+                signal=signum,
+                error=text,
+                cause=err.cause,
+                error_types=err.error_types,
             )
         if exit_code == 0:
             result = self._result or m.Result(b"null", "json")

@@ -205,9 +205,9 @@ class RemoteActor(WorkActor):
         match frame:
             case Output(stream, text):
                 write(stream, data=text)
-            case m.Progress(fraction, text):
+            case m.Progress(fraction, text, evidence):
                 write("progress", fraction=fraction, message=text)
-                unit.tell_supervisor(ProgressReport(unit.id, fraction, text))
+                unit.tell_supervisor(ProgressReport(unit.id, fraction, text, evidence))
             case m.Checkpoint(state):
                 write("checkpoint", state=orjson.Fragment(state))
                 unit.tell_supervisor(CheckpointReport(unit.id, unit.attempt, state))
@@ -224,7 +224,7 @@ class RemoteActor(WorkActor):
                 else:
                     write("result", value=preview, format=result.format)
                 self._end(self._outcome())
-            case m.Error(error_type, text, traceback, _):
+            case m.Error(error_type, text, traceback, _, _):
                 self._error = frame
                 write("error", error_type=error_type, message=text, traceback=traceback)
                 self._end(self._outcome())
@@ -261,7 +261,7 @@ class RemoteActor(WorkActor):
             text = f"{err.type}: {err.message}"
             if err.traceback:
                 text += "\n" + err.traceback.rstrip()
-            return Outcome(Status.FAILED, error=text, cause=err.cause)
+            return Outcome(Status.FAILED, error=text, cause=err.cause, error_types=err.error_types)
         if self._result is None:
             return Outcome(Status.FAILED, error="the remote unit ended without a result")
         return Outcome(

@@ -7,6 +7,7 @@ supervisor's memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from typing import Any, ClassVar
@@ -55,12 +56,16 @@ class ShellActor(WorkActor):
         return durable.shell_resumable(stored)
 
     def launch(self) -> None:
-        # A restarted attempt starts a fresh output file (the old one went with its
-        # session). A first attempt removes nothing: whatever is already at its path
-        # (a planted symlink) is refused by create(), not silently replaced.
+        # A later attempt (a retry, or a restart after its supervisor died) appends
+        # to the output its earlier attempts wrote, so a reader's offset stays good;
+        # a symlink planted there is refused. A first attempt removes nothing:
+        # whatever is already at its path is refused by create(), not replaced.
+        fd = None
         if self.unit.attempt > 1:
-            _outputfile.remove(self.unit.output_path)
-        fd = _outputfile.create(self.unit.output_path)
+            with contextlib.suppress(FileNotFoundError):
+                fd = _outputfile.reopen_for_append(self.unit.output_path)
+        if fd is None:
+            fd = _outputfile.create(self.unit.output_path)
         try:
             # The zygote forks and execs; the kernel enforces the output cap
             # (RLIMIT_FSIZE: past it the command gets SIGXFSZ).

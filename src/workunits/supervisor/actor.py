@@ -8,7 +8,9 @@ It is made of parts, each taking what it uses in its constructor:
 - ``TerminalTransition``: ending (memory, then the ledger, then everyone else);
 - ``Control``: kill, cancel, stop, shed, deadlines, retention, output reads;
 - ``Notices`` and ``UnitMessaging``: parents' notices, teammates' messages;
-- ``ChildRequests`` and ``Recovery``: what units' processes and the ledger bring in.
+- ``ChildRequests`` and ``Recovery``: what units' processes and the ledger bring in;
+- ``Retries``, ``Reruns`` and ``Activity``: failed attempts run again, ``retry(id)``,
+  stamped progress and stalls.
 
 Every method runs in this actor's thread (pykka), so none of it needs locks.
 It never asks another actor anything: WorkActors, the Reaper and the Ticker
@@ -54,6 +56,9 @@ from workunits.supervisor.messaging import UnitMessaging
 from workunits.supervisor.notices import Acknowledged, Notices
 from workunits.supervisor.output import OutputReads
 from workunits.supervisor.recovery import Recovery
+from workunits.supervisor.rerun import Reruns
+from workunits.supervisor.retries import Retries
+from workunits.supervisor.stalls import Activity
 from workunits.supervisor.starts import PidReport, Starts, Surroundings
 from workunits.supervisor.sweep import Deadlines
 from workunits.supervisor.units import Units
@@ -133,6 +138,11 @@ class SupervisorActor(pykka.ThreadingActor):
             eviction_grace=eviction_grace,
         )
         self._children = ChildRequests(units, self._starts, self._control)
+        self._retries = Retries(
+            units=units, starts=self._starts, ledger=ledger, session=session, clock=clock
+        )
+        self._reruns = Reruns(units=units, starts=self._starts, ledger=ledger)
+        self._activity = Activity(units=units, notices=self._notices, clock=clock)
         self._recovery = Recovery(
             ledger=ledger,
             session=session,
@@ -140,6 +150,7 @@ class SupervisorActor(pykka.ThreadingActor):
             units=units,
             starts=self._starts,
             control=self._control,
+            adopt_waiting=self._retries.adopt_waiting,
         )
 
     # -- pykka hooks -------------------------------------------------------------
@@ -180,17 +191,17 @@ class SupervisorActor(pykka.ThreadingActor):
     def _handle_tell(self, message: object) -> None:  # noqa: PLR0912 - a case each
         match message:
             case EndReport(work_id, outcome):
-                self._endings.report(work_id, outcome)
+                if not self._retries.intercept(work_id, outcome):
+                    self._endings.report(work_id, outcome)
             case FlushEnds():
                 self._endings.flush()
             case PidReport(work_id, pid):
                 self._units.write(work_id, lambda r: replace(r, pid=pid))
-            case ProgressReport(work_id, fraction, text):
-                self._units.write(
-                    work_id, lambda r: replace(r, progress=fraction, progress_message=text)
-                )
+            case ProgressReport(work_id, fraction, text, evidence):
+                self._activity.progress(work_id, fraction, text, evidence)
             case CheckpointReport(work_id, attempt, state):
                 self._mirror.save_checkpoint(work_id, attempt, state)
+                self._activity.saw(work_id)
             case ChildNoticeTaken(work_id, status):
                 self._mirror.ledger.mark_delivered(work_id, Status(status))
                 self._eviction.acknowledged(work_id)
@@ -240,7 +251,9 @@ class SupervisorActor(pykka.ThreadingActor):
     def _answer_change(self, request: rq.Request[Any]) -> None:  # noqa: PLR0912, PLR0915 - a case each
         units, control = self._units, self._control
         match request:
-            case rq.Register(letter, spec, parent, description, timeout, key, max_attempts):
+            case rq.Register(
+                letter, spec, parent, description, timeout, key, max_attempts, retry, stall_after
+            ):
                 request.answer(
                     self._starts.register(
                         letter,
@@ -250,8 +263,12 @@ class SupervisorActor(pykka.ThreadingActor):
                         timeout=timeout,
                         key=key,
                         max_attempts=max_attempts,
+                        retry=retry,
+                        stall_after=stall_after,
                     )
                 )
+            case rq.RetryUnit(work_id):
+                request.answer(self._reruns.retry(work_id))
             case rq.RegisterKind(letter, actor_class):
                 units.kinds.add(letter, actor_class)
                 request.answer(None)
@@ -307,6 +324,8 @@ class SupervisorActor(pykka.ThreadingActor):
         now = self._clock.now()
         evicted = self._control.run_deadlines(now)
         if not self._closing:
+            self._retries.tick()
+            self._activity.tick()
             self._mirror.flush_grouped()
             self._recovery.tick()
             self._mirror.periodic(now)

@@ -63,6 +63,10 @@ class Control:
         slot = self._units.slot(work_id)
         if record.status != Status.RUNNING or slot is None or slot.ending is Ending.KILL:
             return False
+        if record.retry_at is not None and slot.actor is None:
+            # Waiting between attempts: no process to signal, so it ends now.
+            self._endings.end(work_id, Outcome(Status.KILLED, reason=reason))
+            return True
         if not self._units.tell(work_id, Kill(reason)):
             return False  # it has ended; its report is queued behind this call
         slot.ending = Ending.KILL
@@ -78,6 +82,9 @@ class Control:
         slot = self._units.slot(work_id)
         if record.status != Status.RUNNING or slot is None or slot.ending is not None:
             return False
+        if record.retry_at is not None and slot.actor is None:
+            self._endings.end(work_id, Outcome(Status.KILLED, reason=reason))
+            return True
         if not self._units.tell(work_id, Cancel(reason)):
             return False  # it has ended; its report is queued behind this call
         slot.ending = Ending.CANCEL
@@ -135,7 +142,9 @@ class Control:
             elif record.status == Status.RUNNING:
                 slot = self._units.slot(work_id)
                 if what is Due.TIMEOUT:
-                    self.kill_resident(work_id, Reason.TIMEOUT)
+                    # Only the running attempt's own limit: an earlier attempt's is stale.
+                    if slot is not None and slot.timeout_at is not None and slot.timeout_at <= now:
+                        self.kill_resident(work_id, Reason.TIMEOUT)
                 elif what is Due.ESCALATE and slot is not None and slot.ending is Ending.CANCEL:
                     slot.ending = Ending.KILL
                     self._units.tell(work_id, Escalate())

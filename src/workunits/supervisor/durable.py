@@ -62,7 +62,9 @@ class LedgerMirror:
         """
         durable = actor_class.to_durable(spec, timeout)
         stored = self.ledger.encode_spec(durable, record.id)
-        resumable = actor_class.resumable(durable, stored.format)
+        # A unit with a retry policy keeps its spec and continues after a lost
+        # supervisor too: one attempt counter serves both (supervisor.retries).
+        resumable = actor_class.resumable(durable, stored.format) or record.retry is not None
         attempts = max_attempts if max_attempts is not None else (3 if resumable else 1)
         new = NewUnit.of(
             record,
@@ -98,11 +100,15 @@ class LedgerMirror:
                 # Shown by ls/show only (signals go through pidfds): grouped per tick.
                 slot.pid = Write(new.id, new.attempt, {"pid": new.pid})
                 self._grouped[new.id] = slot
-            elif new.progress is not None and (old.progress, old.progress_message) != (
-                new.progress,
-                new.progress_message,
-            ):
-                slot.progress = (new.id, new.attempt, new.progress, new.progress_message)
+            elif new.progress_at != old.progress_at:  # every report is stamped
+                slot.progress = (
+                    new.id,
+                    new.attempt,
+                    new.progress,
+                    new.progress_message,
+                    new.progress_at,
+                    new.evidence,
+                )
                 self._grouped[new.id] = slot
         except WorkunitsError:
             log.exception("ledger: could not record %s (%s)", new.id, new.status.value)

@@ -31,6 +31,7 @@ from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
 from workunits._retain import Retain
+from workunits._retry import Retry
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
@@ -325,12 +326,17 @@ class Supervisor:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
     ) -> WorkHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
         ``env`` replaces the environment, as in ``subprocess``. Raises only for bad
         arguments; a command that cannot start still gets an ID and ends ``failed``.
         ``on_lost="restart"`` runs it again if its supervisor dies while it runs.
+        ``retry=wu.Retry(...)`` runs it again when it exits with a retried code
+        (any non-zero one by default); ``stall_after`` sends its parent a
+        ``StallEvent`` when it writes nothing for that many seconds.
         """
         spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
         return self.submit(
@@ -339,6 +345,8 @@ class Supervisor:
             description=spec.describe() if description is None else description,
             timeout=timeout,
             key=key,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def agent(
@@ -351,6 +359,8 @@ class Supervisor:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
@@ -362,6 +372,8 @@ class Supervisor:
         An agent whose callable is importable (``module:qualname``) is resumable:
         if its supervisor dies, the next one runs it again from its last
         checkpoint, up to ``max_attempts`` (default 3) attempts in all.
+        ``retry=wu.Retry(...)`` also runs it again, same ID, after an exception
+        the policy names (see the guide "retries and progress").
         """
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap)
         return self.submit(
@@ -371,6 +383,8 @@ class Supervisor:
             timeout=timeout,
             key=key,
             max_attempts=max_attempts,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def remote(
@@ -380,6 +394,8 @@ class Supervisor:
         resources: Mapping[str, float] | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a Ray task, an ``r`` unit (needs ``workunits[ray]``).
@@ -396,6 +412,8 @@ class Supervisor:
             spec,
             description=spec.name if description is None else description,
             timeout=timeout,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def submit(
@@ -408,14 +426,23 @@ class Supervisor:
         timeout: float | None = None,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
     ) -> WorkHandle:
         """Start a unit of any registered kind (by letter) with a kind-specific spec.
 
         ``key`` makes the submit idempotent: a unit already submitted under it is
         returned, whatever its status; the same key with another spec raises
-        IdempotencyConflict.
+        IdempotencyConflict. ``retry`` runs failed attempts again (same ID, it
+        stays ``running`` between them); ``stall_after`` sends the parent a
+        ``StallEvent`` when the unit shows no progress, output or checkpoint
+        for that many seconds.
         """
-        record = self._ask(rq.Register(kind, spec, parent, description, timeout, key, max_attempts))
+        record = self._ask(
+            rq.Register(
+                kind, spec, parent, description, timeout, key, max_attempts, retry, stall_after
+            )
+        )
         return WorkHandle(self, record.id)
 
     async def submit_async(
@@ -578,6 +605,16 @@ class Supervisor:
         name = spec.name if description is None else description
         handle = await self.submit_async("t", spec, description=name, timeout=timeout)
         return TeammateHandle(self, handle.id, cls)
+
+    def retry(self, work_id: str) -> WorkHandle:
+        """Start a unit that ended ``failed`` or ``killed`` again, as a new unit.
+
+        The new unit has the same spec, ``retry_of`` names the old one, and the
+        old one's idempotency key now names the new one; the old unit stays as
+        it ended. Retrying it again returns the same new unit. NotRetryable for
+        a unit that did not fail, or whose spec is no longer kept.
+        """
+        return WorkHandle(self, self._ask(rq.RetryUnit(work_id)).id)
 
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
@@ -956,6 +993,8 @@ class Supervisor:
         memory_limit: int | None = None,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
@@ -966,7 +1005,14 @@ class Supervisor:
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
         name = spec.name if description is None else description
         return self.submit(
-            "w", spec, description=name, timeout=timeout, key=key, max_attempts=max_attempts
+            "w",
+            spec,
+            description=name,
+            timeout=timeout,
+            key=key,
+            max_attempts=max_attempts,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def shed(self, n: int | None = None) -> builtins.list[str]:

@@ -28,7 +28,7 @@ from workunits._clock import Clock
 from workunits._errors import LedgerError
 from workunits._ledger import Ledger
 from workunits._mailbox import Mailbox
-from workunits._record import MailboxItem, MonitorEvent, Notification, WorkRecord
+from workunits._record import MailboxItem, MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._wire.actor_messages import ChildEnded, EventToUnit
 from workunits.supervisor.units import Units
 
@@ -162,8 +162,8 @@ class Notices:
             return
         self._mailbox_of(record.parent).put(Notification.of(record))
 
-    def post_event(self, event: MonitorEvent) -> None:
-        """A monitor's event: into an agent parent's process, or the parent's mailbox."""
+    def post_event(self, event: MonitorEvent | StallEvent) -> None:
+        """A monitor's or a stall event: into an agent parent's process, or the parent's mailbox."""
         record = self._units.registry.find(event.id)
         if record is None:
             return

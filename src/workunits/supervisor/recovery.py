@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from workunits._clock import Clock
@@ -39,6 +40,7 @@ class Recovery:
         units: Units,
         starts: Starts,
         control: Control,
+        adopt_waiting: Callable[[UnitRow], bool] | None = None,
     ) -> None:
         self._ledger = ledger
         self._session = session
@@ -46,6 +48,9 @@ class Recovery:
         self._units = units
         self._starts = starts
         self._control = control
+        # A unit its dead session left waiting between attempts continues its
+        # retry schedule here (``supervisor.retries``); False: it is lost.
+        self._adopt_waiting = adopt_waiting
 
     def recover(self) -> dict[str, list[str]]:
         """Open the session; resume or fail what dead sessions left running; adopt pending."""
@@ -68,6 +73,11 @@ class Recovery:
             log.exception("ledger: could not take requests or pending units")
 
     def _resume_or_lose(self, row: UnitRow) -> bool:
+        if row.retry_at is not None and self._adopt_waiting is not None:
+            if self._adopt_waiting(row):
+                return True
+            self._lose(row, "lost: its retries could not be continued after its supervisor ended")
+            return False
         try:
             actor_class = self._units.kinds.actor_class(row.id[0])
             durable = self._ledger.load_spec(row.id)

@@ -21,6 +21,7 @@ import pykka
 
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
+from workunits._retry import Retry
 from workunits._status import Reason, Status
 from workunits.actors.base import WorkActor
 from workunits.supervisor.asks import Route
@@ -59,6 +60,15 @@ class Register(Request[WorkRecord]):
     timeout: float | None = None
     key: str | None = None
     max_attempts: int | None = None
+    retry: Retry | None = None
+    stall_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryUnit(Request[WorkRecord]):
+    """``retry(id)``: a new unit with a failed unit's spec (``supervisor.rerun``)."""
+
+    work_id: str
 
 
 @dataclass(frozen=True, slots=True)

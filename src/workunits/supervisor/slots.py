@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
 from workunits._ledger import Write
 from workunits.actors.base import WorkActor
+
+if TYPE_CHECKING:
+    from workunits._ledger.store import ProgressItem
 
 
 class Ending(enum.Enum):
@@ -44,10 +48,29 @@ class Slot:
     ending: Ending | None = None
     read_fd: int | None = None
     pid: Write | None = None  # to record at the next tick (ls/show only)
-    progress: tuple[str, int, float, str | None] | None = None  # likewise, grouped per tick
+    progress: ProgressItem | None = None  # likewise, grouped per tick
     # Cancel and kill requests from other processes (by seq) that the terminal write answers.
     end_requests: list[int] = field(default_factory=list)
     suspended: bool = False
     # Came from the ledger (a client's submit, a resume), not from this facade:
     # its notice is read from the ledger, so its record need not wait for it.
     adopted: bool = False
+    # How to start the unit again: kept from its first start while it is in
+    # memory, for its retries and for ``retry(id)`` (``supervisor.retries``).
+    launch: Launch | None = None
+    timeout_at: float | None = None  # the running attempt's own time limit
+    # Activity, for ``stall_after`` (``supervisor.stalls``): the last progress,
+    # checkpoint, output growth or start; whether this quiet spell was reported.
+    quiet_since: float = 0.0
+    output_seen: int = 0  # the output file's size at the last look, and when that was
+    output_checked_at: float = 0.0
+    stalled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What starting a unit's actor takes besides its record: kept for its next attempt."""
+
+    actor_class: type[WorkActor]
+    spec: Any
+    timeout: float | None

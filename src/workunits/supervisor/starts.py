@@ -15,13 +15,15 @@ from workunits import _ids
 from workunits._clock import Clock
 from workunits._errors import SpecError, SupervisorClosed
 from workunits._record import Outcome, WorkRecord, replace
+from workunits._retry import Retry, check_retry
 from workunits._status import Status, is_terminal
-from workunits._wire.submits import check_submit, check_timeout
+from workunits._wire.submits import check_attempts, check_stall_after, check_submit, check_timeout
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, TerminalTransition
+from workunits.supervisor.slots import Launch
 from workunits.supervisor.sweep import Deadlines, Due
 from workunits.supervisor.units import Units
 
@@ -91,11 +93,15 @@ class Starts:
         timeout: float | None = None,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        retry_of: str | None = None,
     ) -> WorkRecord:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
         With ``key``, a unit already submitted under it is returned instead,
-        whatever its status (IdempotencyConflict if its spec differs).
+        whatever its status (IdempotencyConflict if its spec differs). With
+        ``retry_of`` (``retry(id)``), the failed unit's key moves to the new one.
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
@@ -105,6 +111,8 @@ class Starts:
         actor_class = kind_class.actor_for(spec)
         check_submit(description=description, key=key, max_attempts=max_attempts)
         check_timeout(timeout)
+        max_attempts = check_attempts(check_retry(retry), max_attempts)
+        check_stall_after(stall_after)
         if parent is not None:
             parent_record = self._units.lookup(parent)
             if is_terminal(parent_record.status):
@@ -120,6 +128,9 @@ class Starts:
             description=description,
             created_at=self._around.clock.now(),
             output_path=str(self._around.output_dir / f"{work_id}.out"),
+            retry=retry,
+            retry_of=retry_of,
+            stall_after=stall_after,
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
@@ -152,6 +163,7 @@ class Starts:
         """
         slot = self._units.insert(record)
         slot.adopted = adopted
+        slot.launch = Launch(actor_class, spec, timeout)
         if not self._has_slot(actor_class.kind):
             queue = self._queued.setdefault(actor_class.kind, deque())
             queue.append(_Queued(record.id, actor_class, spec, timeout, checkpoint))
@@ -160,6 +172,14 @@ class Starts:
             _Queued(record.id, actor_class, spec, timeout, checkpoint),
             running_in_ledger=running_in_ledger,
         )
+
+    def hold(self, record: WorkRecord, launch: Launch) -> None:
+        """Insert a ``running`` record that waits between attempts (``supervisor.retries``).
+
+        A restarted supervisor's way in for a unit its dead session left waiting:
+        like ``admit``, the registration chokepoint's, but nothing starts yet.
+        """
+        self._units.insert(record).launch = launch
 
     def _has_slot(self, kind: str) -> bool:
         if self._closing:
@@ -189,16 +209,27 @@ class Starts:
             self._units.tell_subscribers(old, record)
         else:
             _, record = self._units.write(work_id, running)
+        self.launch(record, Launch(unit.actor_class, unit.spec, unit.timeout), unit.checkpoint)
+
+    def has_slot(self, kind: str) -> bool:
+        """A unit of ``kind`` may start now (its kind's concurrency limit allows it)."""
+        return self._has_slot(kind)
+
+    def launch(self, record: WorkRecord, launch: Launch, checkpoint: bytes | None) -> None:
+        """Start the actor of a ``running`` record: its first attempt, or its next one."""
+        around = self._around
+        now = around.clock.now()
+        work_id = record.id
         assert record.output_path is not None
         tell = around.tell_supervisor
         binding = UnitBinding(
             id=work_id,
-            spec=unit.spec,
+            spec=launch.spec,
             output_path=record.output_path,
             state_dir=str(around.state_dir),
-            timeout=unit.timeout,
+            timeout=launch.timeout,
             attempt=record.attempt,
-            checkpoint=unit.checkpoint,
+            checkpoint=checkpoint,
             clock=around.clock,
             reaper=around.reaper,
             zygote=around.zygote,
@@ -208,14 +239,19 @@ class Starts:
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry
+        slot.quiet_since = slot.output_checked_at = now
+        slot.stalled = False
         try:
-            slot.actor = unit.actor_class.start(binding)
+            slot.actor = launch.actor_class.start(binding)
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
             error = f"could not start the unit: {exc!r}"
             self._endings.end(work_id, Outcome(Status.FAILED, error=error))
             return
-        if unit.timeout is not None:
-            self._deadlines.push(now + unit.timeout, work_id, Due.TIMEOUT)
-        cap = getattr(unit.spec, "output_cap", None)
+        slot.timeout_at = None
+        if launch.timeout is not None:
+            # Per attempt: an earlier attempt's deadline left in the queue is stale.
+            slot.timeout_at = now + launch.timeout
+            self._deadlines.push(slot.timeout_at, work_id, Due.TIMEOUT)
+        cap = getattr(launch.spec, "output_cap", None)
         if isinstance(cap, int):
             slot.output_cap = cap

@@ -1,0 +1,249 @@
+"""``Retry``: when a failed attempt is run again, and after how long; ``Attempt``: one that ended.
+
+A policy is plain data, kept in the ledger as JSON (``to_json``/``from_json``),
+so a supervisor that restarts continues the schedule of a unit that was
+waiting between attempts. Exception types are kept by import reference
+(``module:qualname``) and matched against the *names* in the failed
+exception's MRO, which its unit process reports: the supervisor never
+unpickles a unit's exception to decide.
+
+The backoff is tenacity's (``wait_exponential``, or ``wait_random_exponential``
+with jitter): ``initial * backoff ** (n - 1)`` seconds after the n-th failed
+attempt, at most ``max_delay``; with jitter, uniformly random below that.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from workunits._errors import NotRetryable, SpecError
+from workunits._record import Outcome, WorkRecord
+from workunits._status import Reason, Status, is_terminal
+
+
+def type_ref(cls: type) -> str:
+    """``module:qualname`` of a class: how a policy names an exception type."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def error_types(exc: BaseException) -> tuple[str, ...]:
+    """The names of ``exc``'s classes, most derived first (what a unit process reports)."""
+    return tuple(type_ref(c) for c in type(exc).__mro__)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Run a failed unit again, up to ``max_attempts`` attempts in all, same ID.
+
+    ``on``: exception types (or ``module:qualname`` names) whose failures are
+    retried (default: any ``Exception``). ``exit_codes``: the exit codes of a
+    process that ends without an exception (a shell's command, an agent's
+    ``sys.exit``) that are retried; None (default) means any non-zero code,
+    ``()`` none. A unit that is ``killed`` (kill, cancel, timeout, output cap,
+    its parent's end) or dies by a signal is never retried; one whose zygote
+    died (reason ``lost``) always is.
+
+    Between attempts the unit stays ``running``; ``max_attempts`` is also the
+    budget for resuming a unit lost with its supervisor (one attempt counter).
+    """
+
+    max_attempts: int = 3
+    backoff: float = 2.0
+    initial: float = 1.0
+    max_delay: float = 300.0
+    jitter: bool = True
+    on: tuple[type[BaseException] | str, ...] = (Exception,)
+    exit_codes: tuple[int, ...] | None = None
+    # The names ``on`` stands for, worked out once (not part of equality).
+    _names: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n = self.max_attempts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SpecError(f"Retry(max_attempts=) must be an int >= 1, got {n!r}")
+        for name in ("backoff", "initial", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise SpecError(f"Retry({name}=) must be a number >= 0, got {value!r}")
+        if self.backoff < 1:
+            raise SpecError(f"Retry(backoff=) must be >= 1 (a factor), got {self.backoff!r}")
+        if not isinstance(self.jitter, bool):
+            raise SpecError(f"Retry(jitter=) must be a bool, got {self.jitter!r}")
+        on = self.on if isinstance(self.on, tuple | list) else (self.on,)
+        names: set[str] = set()
+        for item in on:
+            if isinstance(item, type) and issubclass(item, BaseException):
+                names.add(type_ref(item))
+            elif isinstance(item, str) and ":" in item:
+                names.add(item)
+            else:
+                raise SpecError(
+                    f"Retry(on=) takes exception types or 'module:qualname' names, got {item!r}"
+                )
+        object.__setattr__(self, "on", tuple(on))
+        codes = self.exit_codes
+        if codes is not None:
+            codes = tuple(codes) if isinstance(codes, Sequence) else (codes,)
+            if not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+                raise SpecError(f"Retry(exit_codes=) must be ints, got {self.exit_codes!r}")
+            object.__setattr__(self, "exit_codes", codes)
+        object.__setattr__(self, "_names", frozenset(names))
+
+    # -- the decision -------------------------------------------------------------------
+
+    def retries(self, outcome: Outcome) -> bool:
+        """Whether an attempt that ended with ``outcome`` is one this policy retries."""
+        if outcome.status != Status.FAILED:
+            return False  # completed is done; killed was asked for
+        if outcome.reason is Reason.LOST:
+            return True  # the work never got to fail: its zygote died
+        if outcome.error_types:
+            return not self._names.isdisjoint(outcome.error_types)
+        if outcome.signal is not None or outcome.exit_code is None:
+            return False
+        if self.exit_codes is None:
+            return outcome.exit_code != 0
+        return outcome.exit_code in self.exit_codes
+
+    def delay(self, failed: int) -> float:
+        """Seconds to wait after the ``failed``-th attempt failed (1 for the first)."""
+        import tenacity  # noqa: PLC0415 - loaded by a supervisor only, never by a unit process
+
+        wait: tenacity.wait.wait_base
+        if self.jitter:
+            wait = tenacity.wait_random_exponential(
+                multiplier=self.initial, max=self.max_delay, exp_base=self.backoff
+            )
+        else:
+            wait = tenacity.wait_exponential(
+                multiplier=self.initial, max=self.max_delay, exp_base=self.backoff
+            )
+        state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+        state.attempt_number = failed
+        return float(wait(state))
+
+    # -- as the ledger keeps it -----------------------------------------------------------
+
+    def to_json(self) -> bytes:
+        """The policy as the ledger keeps it (exception types by ``module:qualname``)."""
+        return orjson.dumps(
+            {
+                "max_attempts": self.max_attempts,
+                "backoff": self.backoff,
+                "initial": self.initial,
+                "max_delay": self.max_delay,
+                "jitter": self.jitter,
+                "on": sorted(self._names),
+                "exit_codes": None if self.exit_codes is None else list(self.exit_codes),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Retry:
+        """The policy back from ``to_json`` (``on`` holds the names)."""
+        doc: dict[str, Any] = orjson.loads(data)
+        codes = doc.get("exit_codes")
+        return cls(
+            max_attempts=doc["max_attempts"],
+            backoff=doc["backoff"],
+            initial=doc["initial"],
+            max_delay=doc["max_delay"],
+            jitter=doc["jitter"],
+            on=tuple(doc["on"]),
+            exit_codes=None if codes is None else tuple(codes),
+        )
+
+
+def check_retry(retry: object) -> Retry | None:
+    """A submit's ``retry=``: None or a ``Retry`` (SpecError otherwise)."""
+    if retry is None or isinstance(retry, Retry):
+        return retry
+    raise SpecError(f"retry must be a workunits.Retry, got {type(retry).__name__}")
+
+
+def check_retryable(record: WorkRecord) -> None:
+    """``retry(id)``: NotRetryable unless ``record`` ended ``failed`` or ``killed``."""
+    if not is_terminal(record.status) or record.status == Status.COMPLETED:
+        raise NotRetryable(
+            f"{record.id} is {record.status.value}: only a unit that ended failed or killed "
+            f"is started again"
+        )
+    if record.expired_at is not None:
+        raise NotRetryable(f"{record.id} has expired; its spec is no longer kept")
+
+
+SPEC_NOT_KEPT = (
+    "Its spec is kept only while it is in its supervisor's memory, or when it can resume "
+    "(an importable callable, a shell with on_lost='restart') or has a retry policy; "
+    "submit it again instead"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One earlier attempt of a unit that was retried: how it ended, and when.
+
+    ``WorkRecord.attempts`` lists them oldest first; the last attempt's end is
+    the record's own (``status``, ``error``, ``exit_code``...).
+    """
+
+    attempt: int
+    ended_at: float
+    error: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: Reason | None = None
+    retry_at: float | None = None  # when the next attempt was due
+
+    def describe(self) -> str:
+        """One line: how this attempt failed."""
+        parts: list[str] = []
+        if self.reason is not None:
+            parts.append(f"reason {self.reason.value}")
+        if self.exit_code is not None:
+            parts.append(f"exit code {self.exit_code}")
+        if self.signal is not None:
+            parts.append(f"signal {self.signal}")
+        if self.error and self.error.strip():
+            parts.append(self.error.strip().splitlines()[0])
+        return ", ".join(parts) or "failed"
+
+    def to_doc(self) -> dict[str, Any]:
+        """A JSON object (the ledger's ``attempts_log`` items, ``show --json``)."""
+        return {
+            "attempt": self.attempt,
+            "ended_at": self.ended_at,
+            "error": self.error,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "reason": None if self.reason is None else self.reason.value,
+            "retry_at": self.retry_at,
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Attempt:
+        """An attempt back from ``to_doc``."""
+        reason = doc.get("reason")
+        return cls(
+            attempt=int(doc["attempt"]),
+            ended_at=float(doc["ended_at"]),
+            error=doc.get("error"),
+            exit_code=doc.get("exit_code"),
+            signal=doc.get("signal"),
+            reason=None if reason is None else Reason(reason),
+            retry_at=doc.get("retry_at"),
+        )
+
+
+def attempts_to_json(attempts: Sequence[Attempt]) -> bytes:
+    return orjson.dumps([a.to_doc() for a in attempts])
+
+
+def attempts_from_json(data: bytes | str) -> tuple[Attempt, ...]:
+    docs: builtins.list[dict[str, Any]] = orjson.loads(data)
+    return tuple(Attempt.from_doc(d) for d in docs)
