@@ -11,7 +11,6 @@ raises ``LedgerCorrupt`` naming the unit and the column, never a bare
 from __future__ import annotations
 
 import base64
-import sqlite3
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from workunits._ledger.backend import Row
 from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt
 from workunits._ledger.values import Stored
@@ -251,7 +251,7 @@ class UnitRow:
         )
 
     @classmethod
-    def from_sql(cls, row: sqlite3.Row) -> UnitRow:
+    def from_sql(cls, row: Row) -> UnitRow:
         work_id = row["id"]
         if not isinstance(work_id, str):
             raise LedgerCorrupt(f"a units row has id {work_id!r}, which is not a str")
@@ -296,7 +296,7 @@ class UnitRow:
 class _Columns:
     """Typed access to one row's columns; every failure names the unit and the column."""
 
-    def __init__(self, row: sqlite3.Row, work_id: str) -> None:
+    def __init__(self, row: Row, work_id: str) -> None:
         self._row = row
         self._id = work_id
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from workunits import _ids
 from workunits._errors import InvalidWorkId, LedgerError
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Database
 from workunits._ledger.rows import UnitRow
 from workunits._status import Status
 
