@@ -148,13 +148,14 @@ class PostgresServer:
         argv = [str(self._bin / "postgres"), "-D", str(self._data)]
         for setting in settings:
             argv += ["-c", setting]
-        self._proc = subprocess.Popen(
-            self._argv(*argv),
-            stdout=subprocess.DEVNULL,
-            stderr=open(self._root / "server.log", "wb"),  # noqa: SIM115 - the child owns it
-            cwd=self._root,
-            start_new_session=True,
-        )
+        with open(self._root / "server.log", "wb") as log:
+            self._proc = subprocess.Popen(
+                self._argv(*argv),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                cwd=self._root,
+                start_new_session=True,
+            )
         self._wait_ready()
 
     def _wait_ready(self) -> None:

@@ -219,4 +219,3 @@ def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[None]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-

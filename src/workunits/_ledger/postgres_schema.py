@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from workunits._errors import LedgerCorrupt, LedgerVersionError
+from workunits._errors import LedgerCorrupt
 from workunits._ledger import schema
 
 if TYPE_CHECKING:
@@ -189,6 +189,13 @@ def _claim(conn: psycopg.Connection[Any], where: str) -> None:
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    # pg_tables through the statement's snapshot, not to_regclass: a name lookup
+    # goes through caches that an advisory lock does not refresh, so it could
+    # miss a table another migrator committed while this one waited for the lock.
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables "
+        "WHERE schemaname = current_schema() AND tablename = %s)",
+        (table,),
+    ).fetchone()
     assert row is not None
     return bool(row[0])

@@ -9,7 +9,6 @@ afterwards.
 
 from __future__ import annotations
 
-
 from workunits._ledger import retains
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import IN_TERMINAL, TERMINAL

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from workunits._ledger.backend import Row
 from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt
+from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
 from workunits._status import Reason, Status, is_terminal

@@ -763,8 +763,7 @@ class Ledger:
 def _open_postgres(url: str, *, busy_timeout: float, sync: str) -> Backend:
     if not is_url(url):
         raise SpecError(
-            f"ledger must be a postgresql:// URL (or None for SQLite in the state dir), "
-            f"got {url!r}"
+            f"ledger must be a postgresql:// URL (or None for SQLite in the state dir), got {url!r}"
         )
     from workunits._ledger.postgres import PostgresDatabase  # noqa: PLC0415 - optional extra
 

@@ -19,9 +19,9 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from workunits._ledger.backend import Connection
 from workunits import _ids
 from workunits._errors import InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
+from workunits._ledger.backend import Connection
 from workunits._ledger.rows import EXTRA_COLUMNS, RECORD_COLUMNS, UnitRow, encode_notification
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
@@ -121,9 +121,7 @@ def prepare(write: Write, result: Stored | None, cause: Stored | None = None) ->
     )
 
 
-def apply(
-    conn: Connection, p: Prepared, *, now: float, expire_after: float
-) -> tuple[Outcome, int]:
+def apply(conn: Connection, p: Prepared, *, now: float, expire_after: float) -> tuple[Outcome, int]:
     """Apply one prepared write; return its outcome and the row's current attempt."""
     current = conn.execute(
         "SELECT status, attempt, parent FROM units WHERE id = ?", (p.work_id,)
