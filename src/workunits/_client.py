@@ -29,6 +29,7 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import ClientClosed, NotFinished, SpecError
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock
+from workunits._ledger.backend import is_url
 from workunits._record import WorkRecord
 from workunits._status import Status, is_terminal
 from workunits._wire.durable import (
@@ -62,8 +63,13 @@ def connect(
     create: bool = True,
     poll: float = DEFAULT_POLL,
     clock: Clock | None = None,
+    ledger: str | None = None,
 ) -> Client:
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
+
+    ``ledger="postgresql://..."`` (or such a URL in place of ``state_dir``)
+    reaches a supervisor whose ledger is in PostgreSQL; the state dir is then
+    the one the supervisor keeps its output files and signing key in.
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
     nothing is created (what a reader wants when the path may be a typo); a
@@ -72,7 +78,9 @@ def connect(
     StateDirError either way.
     A ledger written by a newer workunits raises LedgerVersionError.
     """
-    return Client(state_dir, create=create, poll=poll, clock=clock)
+    if ledger is None and is_url(state_dir):
+        ledger, state_dir = str(state_dir), ".workunits"
+    return Client(state_dir, create=create, poll=poll, clock=clock, ledger=ledger)
 
 
 class Client:
@@ -85,11 +93,12 @@ class Client:
         create: bool = True,
         poll: float = DEFAULT_POLL,
         clock: Clock | None = None,
+        ledger: str | None = None,
     ) -> None:
         if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
             raise SpecError(f"poll must be a positive number of seconds, got {poll!r}")
         self._clock = clock or SystemClock()
-        self._ledger = Ledger.open(state_dir, create=create, clock=self._clock)
+        self._ledger = Ledger.open(state_dir, create=create, clock=self._clock, ledger=ledger)
         self.state_dir: Path = self._ledger.state_dir
         self._poll = float(poll)
         self._closed = threading.Event()

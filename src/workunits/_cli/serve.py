@@ -56,8 +56,20 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="Import MODULE first (repeatable): code the units need, and custom kinds "
     "(a module's WORKUNITS_KINDS = {letter: WorkActor subclass}).",
 )
+@click.option(
+    "--ledger",
+    "ledger_url",
+    metavar="URL",
+    default=None,
+    help="Keep the ledger in PostgreSQL (postgresql://...; the [postgres] extra) instead of "
+    "SQLite in the state dir, which still holds output files, keys and the lock.",
+)
 def serve(
-    state_dir: Path, limits: tuple[str, ...], ledger_sync: str, imports: tuple[str, ...]
+    state_dir: Path,
+    limits: tuple[str, ...],
+    ledger_sync: str,
+    imports: tuple[str, ...],
+    ledger_url: str | None,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -76,6 +88,7 @@ def serve(
             ledger_sync=ledger_sync,
             preload=imports,  # the zygote imports them too: every unit starts with them
             kinds=kinds,
+            ledger=ledger_url,
         )
         deploy = False
         try:

@@ -158,11 +158,16 @@ class Ledger:
         create: bool,
         clock: Clock | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        ledger: str | None = None,
     ) -> Ledger:
         """``open_existing``, or with ``create`` a new ledger where there is none.
 
         What a client opens: read-only when the state dir is read-only here.
+        With ``ledger`` (a PostgreSQL URL) the ledger is there, created or
+        migrated as a supervisor would, and the state dir is prepared for the key.
         """
+        if ledger is not None:
+            return cls(state_dir, clock=clock, busy_timeout=busy_timeout, ledger=ledger)
         try:
             return cls.open_existing(state_dir, clock=clock, busy_timeout=busy_timeout)
         except NoLedger:

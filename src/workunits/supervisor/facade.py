@@ -24,6 +24,7 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import NotFinished, SpecError, SupervisorClosed
 from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
+from workunits._ledger.backend import is_url
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import WorkRecord
@@ -99,6 +100,7 @@ class Supervisor:
         lock_timeout: float = 0.0,
         expire_after: float = DEFAULT_EXPIRE_AFTER,
         ledger_sync: str = "full",
+        ledger: str | None = None,
         ray_address: str | None = None,
         ray_temp_dir: str | os.PathLike[str] | None = None,
         ray_init: Mapping[str, Any] | None = None,
@@ -118,6 +120,10 @@ class Supervisor:
 
         ``kinds`` adds kinds (``{letter: WorkActor subclass}``) before the
         ledger is recovered, so pending and resumable units of those kinds run.
+
+        ``ledger="postgresql://..."`` keeps the ledger in PostgreSQL (the
+        ``[postgres]`` extra); the state dir still holds output files, keys and
+        the lock.
         """
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
@@ -125,6 +131,8 @@ class Supervisor:
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
+        if ledger is not None and not is_url(ledger):
+            raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
         self.state_dir = statedir.prepare(state_dir)  # StateDirError when unsafe or read-only
         self._state_dir_lock = SupervisorLock(self.state_dir)
         self._state_dir_lock.acquire(timeout=lock_timeout)
@@ -139,6 +147,7 @@ class Supervisor:
                 concurrency=concurrency,
                 expire_after=expire_after,
                 ledger_sync=ledger_sync,
+                ledger=ledger,
                 ray=RayRuntime(
                     address=ray_address,
                     temp_dir=Path(ray_temp_dir or self.state_dir / "ray").absolute(),
