@@ -191,6 +191,10 @@ class PostgresDatabase:
         with self._connection() as conn, _transaction(conn, begin):
             yield PgConnection(conn)
 
+    def give_back_space(self) -> None:
+        """Nothing to do: autovacuum reclaims dead rows for reuse; a VACUUM FULL is
+        an operator's call (it locks every table), not the ledger's."""
+
     def _mapped(self, exc: Exception) -> LedgerError:
         errors = self._errors.errors
         if isinstance(exc, errors.DiskFull):

@@ -122,7 +122,15 @@ CREATE INDEX retains_unit ON retains (unit);
 UPDATE units SET retain = 0 WHERE retain != 0;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Large values by reference (SQLite's incremental vacuum has no counterpart:
+# PostgreSQL's autovacuum is already on).
+_V3 = """
+ALTER TABLE units ADD COLUMN spec_file text;
+ALTER TABLE units ADD COLUMN result_file text;
+ALTER TABLE units ADD COLUMN checkpoint_file text;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

@@ -10,7 +10,7 @@ afterwards.
 from __future__ import annotations
 
 from workunits._ledger import retains
-from workunits._ledger.backend import Connection, Database
+from workunits._ledger.backend import Connection, Database, Row
 from workunits._ledger.rows import IN_TERMINAL, TERMINAL
 
 # What expiry drops: everything heavy, keeping how the unit ended.
@@ -86,7 +86,7 @@ def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str]
         return ids, sum(int(r[4]) for r in rows), _files_of(rows)
 
 
-def _files_of(rows: list[sqlite3.Row]) -> list[str]:
+def _files_of(rows: list[Row]) -> list[str]:
     return [str(name) for r in rows for name in (r[1], r[2], r[3]) if name is not None]
 
 

@@ -642,6 +642,11 @@ class Ledger:
 
     def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
         """Write a consistent copy of this live state dir to ``dest`` (see ``_ledger.backup``)."""
+        if not isinstance(self._db, Database):
+            raise LedgerError(
+                f"the ledger {self._db.where} is in PostgreSQL: back it up with pg_dump (or "
+                f"your server's backups), and copy the state dir's files beside it"
+            )
         return backup_mod.backup(self._db, self.state_dir, Path(dest))
 
     def sweep_values(self) -> int:
