@@ -4,12 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The demo needs no extras beyond the tests'; `make test` and `make lint` add the
-# [ray] and [bench] extras: the remote kind is tested against a real local Ray,
-# and the benchmarks (with their peers) are type-checked.
+# [ray], [bench] and [postgres] extras: the remote kind is tested against a real
+# local Ray, the PostgreSQL ledger against a real server the tests start, and the
+# benchmarks (with their peers) are type-checked.
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest browser static check docs docs-build dist-check dist-run test-pythons \
+.PHONY: demo test lint pytest browser static check postgres-server docs docs-build dist-check \
+	dist-run test-pythons \
 	bench bench-quick bench-run bench-remote soak clean
 
 $(STAMP): pyproject.toml
@@ -21,11 +23,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
-test:
-	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http
+test: postgres-server
+	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http,postgres
 
 lint:
-	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http
+	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http,postgres
+
+# The PostgreSQL ledger's tests start Debian's server themselves (tests/postgres_server.py):
+# install it when missing and we may (root); otherwise those tests skip, saying why.
+postgres-server:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's postgresql package for the PostgreSQL ledger's tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends postgresql >/dev/null; \
+	else \
+		echo "no PostgreSQL server binaries and not root with apt-get: the PostgreSQL" \
+			"ledger's tests will skip (install Debian's postgresql package to run them)"; \
+	fi
 
 pytest: $(STAMP) browser
 	$(PY) -m pytest -q

@@ -1,10 +1,11 @@
 """Ledger throughput: fully synced submits and grouped transitions (DESIGN §8).
 
-    python bench/ledger_bench.py [--units N] [--group G] [--dir DIR]
+    python bench/ledger_bench.py [--units N] [--group G] [--dir DIR] [--ledger URL]
 
 The state dir is made under DIR (default: the current directory), so the
 figures are those of the disk the project lives on; a tmpfs would make every
-fsync free. Prints a Markdown table.
+fsync free. Prints a Markdown table. ``--ledger postgresql://...`` measures a
+PostgreSQL ledger instead (an empty database; the peer stays bare SQLite).
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ def raw_commits(path: Path, count: int) -> float:
     return rate
 
 
-def run(state_dir: Path, units: int, group: int) -> list[tuple[str, float, int | None]]:
+def run(
+    state_dir: Path, units: int, group: int, url: str | None = None
+) -> list[tuple[str, float, int | None]]:
     results: list[tuple[str, float, int | None]] = []
-    with Ledger(state_dir) as ledger:
+    with Ledger(state_dir, ledger=url) as ledger:
         records: list[WorkRecord] = []
 
         def submit_all() -> int:
@@ -173,15 +176,17 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=5_000)
     parser.add_argument("--group", type=int, default=256)
     parser.add_argument("--dir", type=Path, default=Path())
+    parser.add_argument("--ledger", default=None, help="a postgresql:// URL (default: SQLite)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
     try:
         peer = raw_commits(base / "raw.db", args.units)
-        results = run(base / "state", args.units, args.group)
+        results = run(base / "state", args.units, args.group, args.ledger)
         peer_after = raw_commits(base / "raw-after.db", args.units)
     finally:
         shutil.rmtree(base)
-    print(f"ledger, {args.units} units, state dir under {args.dir.resolve()}\n")
+    where = "PostgreSQL" if args.ledger else f"state dir under {args.dir.resolve()}"
+    print(f"ledger, {args.units} units, {where}\n")
     print("| what | per second | target | |")
     print("|---|---:|---:|---|")
     for what, rate, target in results:

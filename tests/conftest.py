@@ -15,6 +15,7 @@ import pytest
 import workunits as wu
 from tests.foreign_user import nobody, shared_dir  # noqa: F401 - fixtures: a second local user
 from tests.loop_guard import guard  # noqa: F401 - fixture: async tests whose loop must not block
+from tests.postgres_server import PostgresServer, why_not_available
 from workunits import Supervisor
 from workunits.testing import ManualClock, ScriptedDriver
 
@@ -26,6 +27,23 @@ GRACE = 10.0  # eviction grace of the manual-time supervisor
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the whole run, started on first use (see postgres_server)."""
+    reason = why_not_available()
+    if reason is not None:
+        pytest.skip(reason)
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """The URL of an empty database of this test's own."""
+    with postgres_server.database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -171,10 +171,11 @@ def test_a_value_file_named_for_another_unit_is_refused(tmp_path: Path) -> None:
         theirs = ledger.get(two.id)
         assert theirs is not None
         assert theirs.result is not None
-        ledger._db.conn.execute(
-            "UPDATE units SET result_file = (SELECT result_file FROM units WHERE id = ?) "
-            "WHERE id = ?",
-            (two.id, one.id),
-        )
+        with ledger._db.write(durable=False) as conn:
+            conn.execute(
+                "UPDATE units SET result_file = (SELECT result_file FROM units WHERE id = ?) "
+                "WHERE id = ?",
+                (two.id, one.id),
+            )
         with pytest.raises(LedgerTampered, match="another unit"):
             ledger.require(one.id)

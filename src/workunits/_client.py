@@ -30,6 +30,7 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import ClientClosed, NotFinished, NotRetryable, SpecError, UnknownWork
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock
+from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._record import WorkRecord
 from workunits._retain import Retain
@@ -73,6 +74,7 @@ def connect(
     create: bool = True,
     poll: float = DEFAULT_POLL,
     clock: Clock | None = None,
+    ledger: str | None = None,
 ) -> Client: ...
 
 
@@ -88,11 +90,16 @@ def connect(
     clock: Clock | None = None,
     token: str | None = None,
     timeout: float = 60.0,
+    ledger: str | None = None,
 ) -> Client | HttpClient:
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
 
     ``connect("http://host:port", token=...)`` returns an HttpClient instead: the
     same calls over a ``workunits serve --http`` API (needs ``workunits[http]``).
+
+    ``ledger="postgresql://..."`` (or such a URL in place of ``state_dir``)
+    reaches a supervisor whose ledger is in PostgreSQL; the state dir is then
+    the one the supervisor keeps its output files and signing key in.
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
     nothing is created (what a reader wants when the path may be a typo); a
@@ -109,7 +116,9 @@ def connect(
         return HttpClient(state_dir, token=token, timeout=timeout)
     if isinstance(state_dir, str) and state_dir.startswith(("http://", "https://")):
         raise SpecError(f"connecting to {state_dir} needs token= (the state dir's http.token)")
-    return Client(state_dir, create=create, poll=poll, clock=clock)
+    if ledger is None and is_url(state_dir):
+        ledger, state_dir = str(state_dir), ".workunits"
+    return Client(state_dir, create=create, poll=poll, clock=clock, ledger=ledger)
 
 
 async def connect_async(
@@ -138,11 +147,12 @@ class Client:
         create: bool = True,
         poll: float = DEFAULT_POLL,
         clock: Clock | None = None,
+        ledger: str | None = None,
     ) -> None:
         if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
             raise SpecError(f"poll must be a positive number of seconds, got {poll!r}")
         self._clock = clock or SystemClock()
-        self._ledger = Ledger.open(state_dir, create=create, clock=self._clock)
+        self._ledger = Ledger.open(state_dir, create=create, clock=self._clock, ledger=ledger)
         self.state_dir: Path = self._ledger.state_dir
         self._poll = float(poll)
         self._closed = threading.Event()

@@ -8,6 +8,8 @@ import pytest
 from tests.ledger.support import ManualClock
 from workunits._ledger import Ledger
 
+BACKENDS = ("sqlite", "postgres")
+
 
 @pytest.fixture
 def clock() -> ManualClock:
@@ -19,7 +21,26 @@ def state_dir(tmp_path: Path) -> Path:
     return tmp_path / "state"
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Which database holds the ledger: every ledger test runs on each.
+
+    A test marked ``sqlite_only`` (file modes, WAL, damaged files) skips PostgreSQL.
+    """
+    if request.param == "postgres" and request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("about the SQLite file itself")
+    return str(request.param)
+
+
 @pytest.fixture
-def ledger(state_dir: Path, clock: ManualClock) -> Iterator[Ledger]:
-    with Ledger(state_dir, clock=clock, expire_after=100.0) as opened:
+def ledger_url(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """None for SQLite in the state dir; a fresh PostgreSQL database's URL otherwise."""
+    if backend == "sqlite":
+        return None
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def ledger(state_dir: Path, clock: ManualClock, ledger_url: str | None) -> Iterator[Ledger]:
+    with Ledger(state_dir, clock=clock, expire_after=100.0, ledger=ledger_url) as opened:
         yield opened

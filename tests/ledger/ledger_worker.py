@@ -19,6 +19,9 @@ from workunits import _ids
 from workunits._ledger import Call, Ledger, NewUnit, SupervisorLock
 from workunits._status import Status
 
+# Where the test's PostgreSQL ledger is, if it has one (tests/ledger/support.py).
+LEDGER_URL_ENV = "WORKUNITS_TEST_LEDGER_URL"
+
 
 def say(doc: object) -> None:
     # One write() per line: a forked child and its parent may answer at once,
@@ -35,7 +38,7 @@ def submit(state_dir: str, keys: int, seed: int) -> None:
     go()
     order = list(range(keys))
     random.Random(seed).shuffle(order)  # noqa: S311 - a reproducible order, not a secret
-    with Ledger(state_dir) as ledger:
+    with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
         for i in order:
             work_id = _ids.mint("a")
             spec = ledger.encode_spec(Call(operator.add, (i, i)), work_id)
@@ -46,7 +49,7 @@ def submit(state_dir: str, keys: int, seed: int) -> None:
 def crash_writer(state_dir: str) -> None:
     """Submit, start and end units forever, saying after each end; killed by the test."""
     go()
-    with Ledger(state_dir) as ledger:
+    with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
         n = 0
         while True:
             work_id = _ids.mint("a")
@@ -63,7 +66,7 @@ def crash_writer(state_dir: str) -> None:
 def take(state_dir: str, session: str) -> None:
     """Take requests a few at a time until none is left; report each batch."""
     go()
-    with Ledger(state_dir) as ledger:
+    with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
         while batch := ledger.take_requests(3, session=session):
             say([request.seq for request in batch])
     say("done")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -14,9 +15,12 @@ from typing import IO
 
 from workunits import _ids
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow
+from workunits._ledger.backend import Connection
 from workunits._status import Status
 
 WORKER = Path(__file__).with_name("ledger_worker.py")
+# Where a worker finds a PostgreSQL ledger (unset: SQLite in its state dir).
+LEDGER_URL_ENV = "WORKUNITS_TEST_LEDGER_URL"
 
 
 class ManualClock:
@@ -30,6 +34,17 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+@contextlib.contextmanager
+def raw(ledger: Ledger) -> Iterator[Connection]:
+    """The ledger's own connection, in a write transaction, for SQL beyond its API.
+
+    Tests look at or tamper with rows through it on either backend; the SQL is
+    the ledger modules' own dialect (``?`` placeholders, see ``backend``).
+    """
+    with ledger._db.write(durable=False) as conn:
+        yield conn
 
 
 def submit(
@@ -71,14 +86,21 @@ def start(ledger: Ledger, work_id: str, *, session: str | None = None) -> UnitRo
     return ledger.require(work_id)
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
+def spawn(*args: str, ledger_url: str | None = None) -> subprocess.Popen[str]:
     """Run ``ledger_worker.py`` with ``args``; it reads commands on stdin, answers on stdout.
+
+    ``ledger_url``: the worker's ledgers are in that PostgreSQL database.
 
     Use it in ``with``: leaving kills the worker if it still runs, reaps it and
     closes its pipes.
     """
+    env = dict(os.environ)
+    env.pop(LEDGER_URL_ENV, None)
+    if ledger_url is not None:
+        env[LEDGER_URL_ENV] = ledger_url
     return _Worker(
         [sys.executable, str(WORKER), *args],
+        env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -98,9 +120,11 @@ class _Worker(subprocess.Popen[str]):
 
 
 @contextlib.contextmanager
-def spawn_all(argvs: Sequence[tuple[str, ...]]) -> Iterator[list[subprocess.Popen[str]]]:
+def spawn_all(
+    argvs: Sequence[tuple[str, ...]], ledger_url: str | None = None
+) -> Iterator[list[subprocess.Popen[str]]]:
     with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(spawn(*argv)) for argv in argvs]
+        yield [stack.enter_context(spawn(*argv, ledger_url=ledger_url)) for argv in argvs]
 
 
 def send(proc: subprocess.Popen[str], line: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 from tests.ledger.support import new_unit
 from workunits import SpecError, Status, Supervisor
 from workunits._ledger import Ledger, LedgerError
+from workunits._ledger._db import Database
 from workunits._ledger.values import KEY_FILE
 
 
@@ -20,6 +21,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
+@pytest.mark.sqlite_only
 def test_state_dir_and_every_file_are_private(ledger: Ledger, state_dir: Path) -> None:
     new_unit(ledger)
     assert _mode(state_dir) == 0o700
@@ -119,6 +121,7 @@ def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_process
 
 def _synchronous_after_a_submit(ledger: Ledger) -> int:
     new_unit(ledger)
+    assert isinstance(ledger._db, Database)  # these tests are about the SQLite file
     return int(ledger._db.conn.execute("PRAGMA synchronous").fetchone()[0])
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.ledger.support import ManualClock, new_unit, read_line, send, spawn, start
+from tests.ledger.support import ManualClock, new_unit, raw, read_line, send, spawn, start
 from workunits._ledger import Ledger
 from workunits._status import Status, is_terminal
 
@@ -85,16 +84,19 @@ def test_a_leased_claim_lapses_unless_renewed(ledger: Ledger, clock: ManualClock
     assert not ledger.ack_notice(unit.id, held.token)
 
 
-def test_a_claim_whose_process_died_is_released(ledger: Ledger, state_dir: Path) -> None:
+def test_a_claim_whose_process_died_is_released(
+    ledger: Ledger, state_dir: Path, ledger_url: str | None
+) -> None:
     unit = start(ledger, new_unit(ledger).id)
     ledger.write(unit.id, attempt=1, status="completed")
     code = (
         "import os, sys; from workunits._ledger import Ledger; "
-        "held = Ledger(sys.argv[1]).claim_notice(None); "
+        "url = sys.argv[2] or None; "
+        "held = Ledger(sys.argv[1], ledger=url).claim_notice(None); "
         "print(held.notice.id, flush=True); os._exit(0)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(state_dir)],
+        [sys.executable, "-c", code, str(state_dir), ledger_url or ""],
         capture_output=True,
         text=True,
         timeout=30,
@@ -107,24 +109,27 @@ def test_a_claim_whose_process_died_is_released(ledger: Ledger, state_dir: Path)
     assert taken.notice.redelivered
 
 
-def test_undelivered_notices_survive_a_reopen(ledger: Ledger, state_dir: Path) -> None:
+def test_undelivered_notices_survive_a_reopen(
+    ledger: Ledger, state_dir: Path, ledger_url: str | None
+) -> None:
     units = [start(ledger, new_unit(ledger).id) for _ in range(3)]
     for unit in units:
         ledger.write(unit.id, attempt=1, status="completed")
     ledger.mark_delivered(units[0].id, Status.COMPLETED)
     ledger.close()
-    with Ledger(state_dir) as reopened:
+    with Ledger(state_dir, ledger=ledger_url) as reopened:
         assert [n.id for n in reopened.undelivered(None)] == [u.id for u in units[1:]]
         assert [n.id for n in reopened.undelivered(None, limit=1)] == [units[1].id]
 
 
 @pytest.mark.timeout(120)
-def test_sigkill_never_leaves_a_terminal_row_without_its_notice(tmp_path: Path) -> None:
-    state_dir = tmp_path / "state"
-    Ledger(state_dir).close()
+def test_sigkill_never_leaves_a_terminal_row_without_its_notice(
+    state_dir: Path, ledger_url: str | None
+) -> None:
+    Ledger(state_dir, ledger=ledger_url).close()
     rng = random.Random(7)  # noqa: S311 - reproducible kill points, not a secret
     for _ in range(12):
-        with spawn("crash-writer", str(state_dir)) as writer:
+        with spawn("crash-writer", str(state_dir), ledger_url=ledger_url) as writer:
             send(writer, "go")
             # Let it commit a random number of units, then kill it wherever it is.
             for _ in range(rng.randint(1, 25)):
@@ -132,11 +137,11 @@ def test_sigkill_never_leaves_a_terminal_row_without_its_notice(tmp_path: Path) 
             writer.send_signal(signal.SIGKILL)
             assert writer.wait(30) == -signal.SIGKILL
 
-    conn = sqlite3.connect(state_dir / "ledger.db")
-    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    units = dict(conn.execute("SELECT id, status FROM units").fetchall())
-    notices = conn.execute("SELECT id, status FROM notifications").fetchall()
-    conn.close()
+    with Ledger(state_dir, ledger=ledger_url) as ledger, raw(ledger) as conn:
+        if ledger_url is None:
+            assert tuple(conn.execute("PRAGMA integrity_check").fetchone()) == ("ok",)
+        units = {r[0]: r[1] for r in conn.execute("SELECT id, status FROM units")}
+        notices = [(r[0], r[1]) for r in conn.execute("SELECT id, status FROM notifications")]
     terminal = {(i, s) for i, s in units.items() if is_terminal(Status(s))}
     assert len(terminal) >= 12
     assert len(notices) == len(set(notices))

@@ -13,9 +13,9 @@ and stale attempts, and deliveries. After every step it checks:
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import shutil
-import sqlite3
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,9 +24,16 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
-from tests.ledger.support import ManualClock
+from tests.ledger.support import ManualClock, raw
+from tests.postgres_server import PostgresServer
 from workunits import _ids
 from workunits._errors import IdempotencyConflict, StaleAttempt
 from workunits._ledger import Call, Ledger, NewUnit
@@ -54,8 +61,12 @@ class World:
 
 
 class LedgerProtocol(RuleBasedStateMachine):
-    def __init__(self) -> None:
+    """One example: a fresh state dir, and a fresh database when ``server`` is given."""
+
+    def __init__(self, server: PostgresServer | None = None) -> None:
         super().__init__()
+        self.cleanup = contextlib.ExitStack()
+        self.url = None if server is None else self.cleanup.enter_context(server.database())
         self.dir = Path(tempfile.mkdtemp(prefix="ledger-protocol-"))
         self.clock = ManualClock()
         self.session_no = 1
@@ -63,7 +74,7 @@ class LedgerProtocol(RuleBasedStateMachine):
         self.world = World()
 
     def _open(self) -> Ledger:
-        ledger = Ledger(self.dir / "state", clock=self.clock)
+        ledger = Ledger(self.dir / "state", clock=self.clock, ledger=self.url)
         ledger.open_session(self.session, pid=1)
         return ledger
 
@@ -74,6 +85,7 @@ class LedgerProtocol(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.ledger.close()
         shutil.rmtree(self.dir)
+        self.cleanup.close()
 
     def _pick(self, data: st.DataObject, *statuses: Status) -> str:
         # In submit order: IDs are random, so sorting them would make replays differ.
@@ -196,16 +208,14 @@ class LedgerProtocol(RuleBasedStateMachine):
 
     @invariant()
     def one_unit_per_key(self) -> None:
-        conn = sqlite3.connect(self.ledger.path)
-        keys = dict(conn.execute("SELECT key, id FROM units WHERE key IS NOT NULL").fetchall())
-        conn.close()
+        with raw(self.ledger) as conn:
+            keys = dict(conn.execute("SELECT key, id FROM units WHERE key IS NOT NULL").fetchall())
         assert keys == self.world.by_key
 
     @invariant()
     def one_notice_per_terminal_transition(self) -> None:
-        conn = sqlite3.connect(self.ledger.path)
-        notices = conn.execute("SELECT id, status FROM notifications").fetchall()
-        conn.close()
+        with raw(self.ledger) as conn:
+            notices = [tuple(row) for row in conn.execute("SELECT id, status FROM notifications")]
         terminal = {
             (i, m.status.value) for i, m in self.world.units.items() if is_terminal(m.status)
         }
@@ -216,11 +226,18 @@ class LedgerProtocol(RuleBasedStateMachine):
         assert waiting == terminal - set(self.world.delivered)
 
 
-LedgerProtocol.TestCase.settings = settings(
+SETTINGS = settings(
     max_examples=40,
     database=None,  # no example database left in the work tree
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_ledger_protocol = LedgerProtocol.TestCase
+
+
+@pytest.mark.timeout(300)
+def test_ledger_protocol(backend: str, request: pytest.FixtureRequest) -> None:
+    """The same machine against each backend (PostgreSQL: a new database per example)."""
+    server = request.getfixturevalue("postgres_server") if backend == "postgres" else None
+    # A factory is what Hypothesis calls; its stubs say a class.
+    run_state_machine_as_test(lambda: LedgerProtocol(server), settings=SETTINGS)  # type: ignore[arg-type]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import cloudpickle
 import orjson
 import pytest
 
-from tests.ledger.support import new_unit, start
+from tests.ledger.support import new_unit, raw, start
 from workunits._ledger import Ledger, LedgerTampered
 from workunits._record import WorkRecord
 from workunits._status import Status
@@ -83,10 +82,9 @@ def test_a_tampered_pickle_in_a_row_makes_reading_it_fail(
         result_format="pickle",
         cause=cloudpickle.dumps(RuntimeError("x")),
     )
-    conn = sqlite3.connect(ledger.path, isolation_level=None)
-    evil = cloudpickle.dumps(Toucher(marker))
-    conn.execute(f"UPDATE units SET {column} = ? WHERE id = ?", (evil, record.id))  # noqa: S608
-    conn.close()
+    with raw(ledger) as conn:
+        evil = cloudpickle.dumps(Toucher(marker))
+        conn.execute(f"UPDATE units SET {column} = ? WHERE id = ?", (evil, record.id))  # noqa: S608
     with pytest.raises(LedgerTampered, match=f"unit {record.id}: the stored {column}"):
         ledger.get(record.id)
     with pytest.raises(LedgerTampered):

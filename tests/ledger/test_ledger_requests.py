@@ -60,10 +60,12 @@ def test_requests_a_dead_session_took_are_reopened(ledger: Ledger) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_concurrent_takers_take_each_request_exactly_once(ledger: Ledger, state_dir: Path) -> None:
+def test_concurrent_takers_take_each_request_exactly_once(
+    ledger: Ledger, state_dir: Path, ledger_url: str | None
+) -> None:
     seqs = [ledger.add_request("cancel", "a12345678", {"n": n}) for n in range(150)]
     argvs = [("take", str(state_dir), f"s0000000{n}") for n in range(4)]
-    with spawn_all(argvs) as takers:
+    with spawn_all(argvs, ledger_url) as takers:
         for taker in takers:
             send(taker, "go")
         taken: list[int] = []

@@ -15,6 +15,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
+@pytest.mark.sqlite_only
 def test_a_new_ledger_has_every_table_and_the_current_version(ledger: Ledger) -> None:
     conn = _connect(ledger.path)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.ledger.support import ManualClock, new_unit, read_line, send, spawn_all, start, submit
+from tests.ledger.support import (
+    ManualClock,
+    new_unit,
+    raw,
+    read_line,
+    send,
+    spawn_all,
+    start,
+    submit,
+)
 from workunits import _ids
 from workunits._errors import IdempotencyConflict
 from workunits._ledger import Call, Ledger, LedgerError, NewUnit
@@ -85,11 +93,13 @@ def test_a_malformed_id_never_reaches_the_database(ledger: Ledger) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_concurrent_submits_from_eight_processes_make_one_unit_per_key(tmp_path: Path) -> None:
-    state_dir, keys = tmp_path / "state", 40
+def test_concurrent_submits_from_eight_processes_make_one_unit_per_key(
+    state_dir: Path, ledger_url: str | None
+) -> None:
+    keys = 40
     # The ledger does not exist yet: the workers also race to create it.
     argvs = [("submit", str(state_dir), str(keys), str(seed)) for seed in range(8)]
-    with spawn_all(argvs) as workers:
+    with spawn_all(argvs, ledger_url) as workers:
         for worker in workers:
             send(worker, "go")
         answers = [json.loads(read_line(w)) for w in workers for _ in range(keys)]
@@ -103,9 +113,8 @@ def test_concurrent_submits_from_eight_processes_make_one_unit_per_key(tmp_path:
     created = Counter(a["key"] for a in answers if a["created"])
     assert created == Counter({f"k{i}": 1 for i in range(keys)})
 
-    conn = sqlite3.connect(state_dir / "ledger.db")
-    rows = conn.execute("SELECT key, id FROM units").fetchall()
-    conn.close()
+    with Ledger(state_dir, ledger=ledger_url) as ledger, raw(ledger) as conn:
+        rows = [(r[0], r[1]) for r in conn.execute("SELECT key, id FROM units")]
     assert len(rows) == keys
     assert {key: {work_id} for key, work_id in rows} == ids_by_key
     assert all(_ids.is_valid(work_id) for _, work_id in rows)

@@ -7,7 +7,6 @@ import dataclasses
 import operator
 import os
 import pathlib
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.ledger.support import new_unit
+from tests.ledger.support import new_unit, raw
 from workunits import _ids
 from workunits._errors import SpecError
 from workunits._ledger import (
@@ -60,10 +59,9 @@ def _store(ledger: Ledger, spec: object) -> str:
 
 def _poke(ledger: Ledger, work_id: str, **columns: object) -> None:
     """Change columns behind the ledger's back, as an attacker with the file would."""
-    conn = sqlite3.connect(ledger.path, isolation_level=None)
-    assignments = ", ".join(f"{name} = ?" for name in columns)
-    conn.execute(f"UPDATE units SET {assignments} WHERE id = ?", (*columns.values(), work_id))  # noqa: S608
-    conn.close()
+    with raw(ledger) as conn:
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        conn.execute(f"UPDATE units SET {assignments} WHERE id = ?", (*columns.values(), work_id))  # noqa: S608
 
 
 def test_an_importable_function_is_stored_as_a_reference(ledger: Ledger) -> None:

@@ -82,6 +82,14 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 @click.option(
     "--insecure", is_flag=True, help="Allow plain HTTP on an address that is not loopback."
 )
+@click.option(
+    "--ledger",
+    "ledger_url",
+    metavar="URL",
+    default=None,
+    help="Keep the ledger in PostgreSQL (postgresql://...; the [postgres] extra) instead of "
+    "SQLite in the state dir, which still holds output files, keys and the lock.",
+)
 def serve(  # noqa: PLR0917 - click passes every option by position
     state_dir: Path,
     limits: tuple[str, ...],
@@ -92,6 +100,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     tls_cert: str | None,
     tls_key: str | None,
     insecure: bool,
+    ledger_url: str | None,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -111,6 +120,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
             ledger_sync=ledger_sync,
             preload=imports,  # the zygote imports them too: every unit starts with them
             kinds=kinds,
+            ledger=ledger_url,
         )
         deploy = False
         http = None

@@ -218,6 +218,10 @@ class Database:
                 f"Restore it from a backup, or move the state dir aside to start afresh"
             )
 
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
     def close(self) -> None:
         with self._lock:
             self.conn.close()

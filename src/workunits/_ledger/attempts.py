@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from workunits._errors import InvalidTransition, StaleAttempt, UnknownWork
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Connection, Database
 from workunits._ledger.writes import status_of
 from workunits._retry import Attempt, attempts_from_json, attempts_to_json
 from workunits._status import Status
@@ -66,7 +66,7 @@ def retried_by(db: Database, work_id: str) -> str | None:
     return None if row is None else str(row["id"])
 
 
-def _running(conn: sqlite3.Connection, work_id: str, attempt: int) -> sqlite3.Row:
+def _running(conn: Connection, work_id: str, attempt: int) -> sqlite3.Row:
     row: sqlite3.Row | None = conn.execute(
         "SELECT status, attempt, max_attempts, retry_at, attempts_log FROM units WHERE id = ?",
         (work_id,),

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-import sqlite3
 from collections.abc import Iterable
 
 from workunits._errors import LedgerTampered
 from workunits._ledger import values, valuestore
+from workunits._ledger.backend import Connection
 from workunits._ledger.rows import TERMINAL
 from workunits._ledger.values import Stored
 
@@ -65,7 +65,7 @@ class LargeValues:
         """Remove these files (None and missing ones are skipped); the bytes freed."""
         return sum(self.store.delete(name) for name in names if name is not None)
 
-    def orphans(self, conn: sqlite3.Connection, now: float) -> list[str]:
+    def orphans(self, conn: Connection, now: float) -> list[str]:
         """Files no row refers to whose unit has ended, is gone, or is long past its submit.
 
         ``conn`` is in a read (or write) transaction.

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import sqlite3
 from dataclasses import dataclass
 
 from workunits import _ids, _procid
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import decode_notification
 from workunits._record import Notification
 from workunits._status import Status
@@ -88,7 +87,7 @@ def claim(
     return Claimed(notice, token)
 
 
-def _release_dead(conn: sqlite3.Connection, parent: str | None, now: float) -> None:
+def _release_dead(conn: Connection, parent: str | None, now: float) -> None:
     claimed = conn.execute(
         "SELECT seq, claimed_by, claim_until FROM notifications INDEXED BY notifications_claimed "
         "WHERE parent IS ? AND claimed_by IS NOT NULL AND delivered_at IS NULL",

@@ -18,7 +18,7 @@ from typing import Any, Final
 from workunits import _ids
 from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt, LedgerError, SpecError
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Database
 
 VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
 
@@ -43,12 +43,12 @@ def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: 
     _ids.validate(target)
     data = strictjson.dumps({} if args is None else args, f"{verb} request for {target}")
     with db.write(durable=True) as conn:
-        cursor = conn.execute(
-            "INSERT INTO requests (verb, target, args, created_at) VALUES (?, ?, ?, ?)",
+        row = conn.execute(
+            "INSERT INTO requests (verb, target, args, created_at) VALUES (?, ?, ?, ?) "
+            "RETURNING seq",
             (verb, target, data, now),
-        )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
+        ).fetchone()
+        return int(row[0])
 
 
 def take(db: Database, limit: int, session: str | None, now: float) -> list[Request]:

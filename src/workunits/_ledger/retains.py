@@ -10,12 +10,11 @@ from memory and for expiry in the ledger.
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from collections.abc import Iterable
 
 from workunits import _ids, _procid
 from workunits._errors import SpecError
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Connection, Database
 
 
 def check_lease(lease: object) -> float:
@@ -62,7 +61,7 @@ def held(db: Database, now: float, units: Iterable[str] | None = None) -> set[st
     return retained if units is None else retained.intersection(units)
 
 
-def prune(conn: sqlite3.Connection, now: float) -> None:
+def prune(conn: Connection, now: float) -> None:
     """Delete leases past their deadline or held by a process that has exited."""
     conn.execute("DELETE FROM retains WHERE expires_at <= ?", (now,))
     owners = [str(row[0]) for row in conn.execute("SELECT DISTINCT owner FROM retains")]

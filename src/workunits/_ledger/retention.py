@@ -9,10 +9,8 @@ afterwards.
 
 from __future__ import annotations
 
-import sqlite3
-
 from workunits._ledger import retains
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Connection, Database, Row
 from workunits._ledger.rows import IN_TERMINAL, TERMINAL
 
 # What expiry drops: everything heavy, keeping how the unit ended.
@@ -26,8 +24,8 @@ _DROP = (
 # The value store files the rows being expired refer to, deleted after the commit.
 _FILES = "spec_file, result_file, checkpoint_file"
 _HEAVY_BYTES = (
-    "ifnull(length(spec), 0) + ifnull(length(result), 0) + ifnull(length(cause), 0) "
-    "+ ifnull(length(output_tail), 0) + ifnull(length(checkpoint), 0)"
+    "coalesce(length(spec), 0) + coalesce(length(result), 0) + coalesce(length(cause), 0) "
+    "+ coalesce(length(output_tail), 0) + coalesce(length(checkpoint), 0)"
 )
 
 
@@ -87,7 +85,7 @@ def expire_ended_before(db: Database, now: float, cut: float) -> tuple[list[str]
         return ids, sum(int(r[4]) for r in rows), _files_of(rows)
 
 
-def _files_of(rows: list[sqlite3.Row]) -> list[str]:
+def _files_of(rows: list[Row]) -> list[str]:
     return [str(name) for r in rows for name in (r[1], r[2], r[3]) if name is not None]
 
 
@@ -108,7 +106,7 @@ def forget(db: Database, cut: float) -> int:
     return deleted
 
 
-def _drop_notices_of_expired(conn: sqlite3.Connection) -> None:
+def _drop_notices_of_expired(conn: Connection) -> None:
     """An expired unit's notice goes with it: nobody can act on a unit the ledger forgot."""
     conn.execute(
         "DELETE FROM notifications WHERE id IN "

@@ -11,7 +11,6 @@ raises ``LedgerCorrupt`` naming the unit and the column, never a bare
 from __future__ import annotations
 
 import base64
-import sqlite3
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import orjson
 
 from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt
+from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
 from workunits._retry import Attempt, Retry, attempts_from_json
@@ -282,7 +282,7 @@ class UnitRow:
         )
 
     @classmethod
-    def from_sql(cls, row: sqlite3.Row) -> UnitRow:
+    def from_sql(cls, row: Row) -> UnitRow:
         work_id = row["id"]
         if not isinstance(work_id, str):
             raise LedgerCorrupt(f"a units row has id {work_id!r}, which is not a str")
@@ -335,7 +335,7 @@ class UnitRow:
 class _Columns:
     """Typed access to one row's columns; every failure names the unit and the column."""
 
-    def __init__(self, row: sqlite3.Row, work_id: str) -> None:
+    def __init__(self, row: Row, work_id: str) -> None:
         self._row = row
         self._id = work_id
 

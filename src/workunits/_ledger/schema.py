@@ -291,3 +291,8 @@ def _statements(script: str) -> list[str]:
     """Split a migration into statements (none of ours has ';' inside a literal)."""
     lines = [line.split("--", 1)[0] for line in script.splitlines()]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+# For the PostgreSQL counterpart (postgres_schema), which shares these rules.
+check_version = _check_version
+statements = _statements

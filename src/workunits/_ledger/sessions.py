@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from workunits import _ids
 from workunits._errors import InvalidWorkId, LedgerError
-from workunits._ledger._db import Database
+from workunits._ledger.backend import Database
 from workunits._ledger.rows import UnitRow
 from workunits._status import Status
 
@@ -75,7 +75,7 @@ def live(db: Database, now: float, stale_after: float) -> list[Session]:
     with db.read() as conn:
         rows = conn.execute(
             "SELECT * FROM sessions WHERE ended_at IS NULL AND heartbeat_at >= ? "
-            "ORDER BY started_at",
+            "ORDER BY started_at, id",
             (now - stale_after,),
         ).fetchall()
     return [Session(**dict(row)) for row in rows]

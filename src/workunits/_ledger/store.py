@@ -1,8 +1,14 @@
-"""``Ledger``: the durable store of work units in ``<state_dir>/ledger.db``.
+"""``Ledger``: the durable store of work units, in ``<state_dir>/ledger.db`` or PostgreSQL.
+
+The embedded default is SQLite in the state dir. ``ledger="postgresql://..."``
+keeps the ledger in PostgreSQL instead (``postgres``), while the state dir
+keeps what is local: output files, transcripts, the signing key, the lock.
+Both backends sit behind one seam (``backend``); every method here runs the
+same on either.
 
 Safe to use from several processes at once (SQLite WAL, ``BEGIN IMMEDIATE``
-on every write, a busy timeout) and from several threads of one process (one
-connection behind a lock). Each process opens its own ``Ledger``.
+on every write, a busy timeout; in PostgreSQL an advisory write lock) and
+from several threads of one process. Each process opens its own ``Ledger``.
 
 Durability: submits, terminal writes, checkpoints, requests and session
 open/close are fully synced (``synchronous=FULL``); grouped non-terminal
@@ -54,6 +60,8 @@ from workunits._ledger import (
 )
 from workunits._ledger import backup as backup_mod
 from workunits._ledger._db import DB_FILE, Database
+from workunits._ledger.backend import Database as Backend
+from workunits._ledger.backend import is_url
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
@@ -81,21 +89,32 @@ class Ledger:
         sync: str = "full",
         verify: bool = False,
         large_value: int = valuestore.LARGE_VALUE,
+        ledger: str | None = None,
         _readonly: bool = False,
     ) -> None:
         """``sync="normal"`` trades power-cut durability for latency (see ``_db``).
 
         ``verify=True`` checks the whole file (``PRAGMA quick_check``) before
         anything is written: LedgerCorrupt for a damaged one. A supervisor does.
+        ``ledger``, a ``postgresql://`` URL, keeps the ledger there instead of
+        in the state dir (the ``[postgres]`` extra).
         """
         # open_existing has checked a read-only state dir already; a writer checks here.
         self.state_dir = Path(state_dir) if _readonly else statedir.prepare(state_dir)
         self._clock = clock or SystemClock()
         self._expire_after = expire_after
-        _refuse_an_emptied_ledger(self.state_dir)
-        self._db = Database(
-            self.state_dir, busy_timeout=busy_timeout, sync=sync, readonly=_readonly, verify=verify
-        )
+        self._db: Backend
+        if ledger is not None:
+            self._db = _open_postgres(ledger, busy_timeout=busy_timeout, sync=sync)
+        else:
+            _refuse_an_emptied_ledger(self.state_dir)
+            self._db = Database(
+                self.state_dir,
+                busy_timeout=busy_timeout,
+                sync=sync,
+                readonly=_readonly,
+                verify=verify,
+            )
         try:
             self._key: bytes | None = (
                 values.load_key(self.state_dir)
@@ -141,11 +160,16 @@ class Ledger:
         create: bool,
         clock: Clock | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        ledger: str | None = None,
     ) -> Ledger:
         """``open_existing``, or with ``create`` a new ledger where there is none.
 
         What a client opens: read-only when the state dir is read-only here.
+        With ``ledger`` (a PostgreSQL URL) the ledger is there, created or
+        migrated as a supervisor would, and the state dir is prepared for the key.
         """
+        if ledger is not None:
+            return cls(state_dir, clock=clock, busy_timeout=busy_timeout, ledger=ledger)
         try:
             return cls.open_existing(state_dir, clock=clock, busy_timeout=busy_timeout)
         except NoLedger:
@@ -169,7 +193,15 @@ class Ledger:
 
     @property
     def path(self) -> Path:
+        """The SQLite file; a PostgreSQL ledger has none (LedgerError: see ``where``)."""
+        if not isinstance(self._db, Database):
+            raise LedgerError(f"the ledger {self._db.where} is in PostgreSQL, not in a file")
         return self._db.path
+
+    @property
+    def where(self) -> str:
+        """The ledger as messages name it: its file, or its URL without the password."""
+        return self._db.where
 
     def close(self) -> None:
         self._db.close()
@@ -634,6 +666,11 @@ class Ledger:
 
     def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
         """Write a consistent copy of this live state dir to ``dest`` (see ``_ledger.backup``)."""
+        if not isinstance(self._db, Database):
+            raise LedgerError(
+                f"the ledger {self._db.where} is in PostgreSQL: back it up with pg_dump (or "
+                f"your server's backups), and copy the state dir's files beside it"
+            )
         return backup_mod.backup(self._db, self.state_dir, Path(dest))
 
     def sweep_values(self) -> int:
@@ -769,6 +806,16 @@ class Ledger:
             self._db, current_session, self._clock.now(), stale_after
         )
         return [self._checked(row) for row in found]
+
+
+def _open_postgres(url: str, *, busy_timeout: float, sync: str) -> Backend:
+    if not is_url(url):
+        raise SpecError(
+            f"ledger must be a postgresql:// URL (or None for SQLite in the state dir), got {url!r}"
+        )
+    from workunits._ledger.postgres import PostgresDatabase  # noqa: PLC0415 - optional extra
+
+    return PostgresDatabase(url, busy_timeout=busy_timeout, sync=sync)
 
 
 def _refuse_an_emptied_ledger(state_dir: Path) -> None:

@@ -1,20 +1,21 @@
 """Submits: the idempotency check and the insert, inside one write transaction.
 
-Invariant 12 rests on both running under the same ``BEGIN IMMEDIATE`` lock:
+Invariant 12 rests on both running under the same write lock (``backend``):
 the key is looked up and, when absent, the row inserted before any other
-process can look for the same key.
+process can look for the same key. The insert also does nothing on a
+conflict, and a key found taken then is looked up again: a backend whose
+lock does not cover every writer still makes one unit per key.
 """
 
 from __future__ import annotations
 
-import sqlite3
-
 from workunits._errors import IdempotencyConflict, LedgerError
+from workunits._ledger.backend import Connection
 from workunits._ledger.rows import NewUnit, UnitRow
 
 
 def insert(
-    conn: sqlite3.Connection, new: NewUnit, digest: str
+    conn: Connection, new: NewUnit, digest: str
 ) -> tuple[UnitRow, bool] | IdempotencyConflict:
     """Inside a write transaction: the unit with ``new``'s key, or ``new`` inserted.
 
@@ -31,29 +32,38 @@ def insert(
                 "UPDATE units SET key = NULL WHERE id = ? AND key = ?", (new.retry_of, new.key)
             )
     if new.key is not None:
-        found = conn.execute("SELECT * FROM units WHERE key = ?", (new.key,)).fetchone()
+        found = _by_key(conn, new.key, digest)
         if found is not None:
-            existing = UnitRow.from_sql(found)
-            if existing.spec_hash != digest:
-                return IdempotencyConflict(
-                    f"key {new.key!r} belongs to unit {existing.id} ({existing.kind}, "
-                    f"{existing.shown_status}), submitted with other arguments; use "
-                    f"another key, or resubmit the very same call to get {existing.id}"
-                )
-            return existing, False
-    try:
-        conn.execute(INSERT_UNIT, insert_params(new, digest))
-    except sqlite3.IntegrityError:
-        # The key was checked above under the write lock: only the ID can collide.
-        raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another") from None
-    return UnitRow.fresh(new, digest), True
+            return found
+    if conn.execute(INSERT_UNIT, insert_params(new, digest)).rowcount == 1:
+        return UnitRow.fresh(new, digest), True
+    found = None if new.key is None else _by_key(conn, new.key, digest)
+    if found is None:
+        raise LedgerError(f"unit ID {new.id} is already in the ledger; mint another")
+    return found
+
+
+def _by_key(
+    conn: Connection, key: str, digest: str
+) -> tuple[UnitRow, bool] | IdempotencyConflict | None:
+    found = conn.execute("SELECT * FROM units WHERE key = ?", (key,)).fetchone()
+    if found is None:
+        return None
+    existing = UnitRow.from_sql(found)
+    if existing.spec_hash != digest:
+        return IdempotencyConflict(
+            f"key {key!r} belongs to unit {existing.id} ({existing.kind}, "
+            f"{existing.shown_status}), submitted with other arguments; use "
+            f"another key, or resubmit the very same call to get {existing.id}"
+        )
+    return existing, False
 
 
 INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
     "session, output_path, started_at, spec_file, retry_policy, retry_of, stall_after) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ import orjson
 
 from workunits import _ids
 from workunits._errors import InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
+from workunits._ledger.backend import Connection
 from workunits._ledger.rows import EXTRA_COLUMNS, RECORD_COLUMNS, UnitRow, encode_notification
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
@@ -123,9 +123,7 @@ def prepare(write: Write, result: Stored | None, cause: Stored | None = None) ->
     )
 
 
-def apply(
-    conn: sqlite3.Connection, p: Prepared, *, now: float, expire_after: float
-) -> tuple[Outcome, int]:
+def apply(conn: Connection, p: Prepared, *, now: float, expire_after: float) -> tuple[Outcome, int]:
     """Apply one prepared write; return its outcome and the row's current attempt."""
     current = conn.execute(
         "SELECT status, attempt, parent FROM units WHERE id = ?", (p.work_id,)
@@ -172,7 +170,7 @@ def apply(
     return Outcome.WRITTEN, row_attempt
 
 
-def _insert_notice(conn: sqlite3.Connection, p: Prepared, parent: object, now: float) -> None:
+def _insert_notice(conn: Connection, p: Prepared, parent: object, now: float) -> None:
     notice = p.notification
     if notice is None:
         row = conn.execute("SELECT * FROM units WHERE id = ?", (p.work_id,)).fetchone()
@@ -184,10 +182,10 @@ def _insert_notice(conn: sqlite3.Connection, p: Prepared, parent: object, now: f
         )
     # A notice for a parent that has already ended is born acknowledged (see apply).
     parent_ended = parent is not None and _has_ended(conn, str(parent))
-    # OR IGNORE: one row per (id, status) however often a transition is replayed.
+    # DO NOTHING: one row per (id, status) however often a transition is replayed.
     conn.execute(
-        "INSERT OR IGNORE INTO notifications "
-        "(id, status, parent, payload, created_at, delivered_at) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO notifications (id, status, parent, payload, created_at, delivered_at) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (
             p.work_id,
             notice.status.value,
@@ -199,7 +197,7 @@ def _insert_notice(conn: sqlite3.Connection, p: Prepared, parent: object, now: f
     )
 
 
-def _has_ended(conn: sqlite3.Connection, work_id: str) -> bool:
+def _has_ended(conn: Connection, work_id: str) -> bool:
     row = conn.execute("SELECT status FROM units WHERE id = ?", (work_id,)).fetchone()
     return row is not None and is_terminal(status_of(row["status"], work_id))
 

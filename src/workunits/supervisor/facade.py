@@ -25,6 +25,7 @@ from workunits._clock import Clock, SystemClock
 from workunits._errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
 from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
+from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
@@ -146,6 +147,7 @@ class Supervisor:
         lock_timeout: float = 0.0,
         expire_after: float = DEFAULT_EXPIRE_AFTER,
         ledger_sync: str = "full",
+        ledger: str | None = None,
         ray_address: str | None = None,
         ray_temp_dir: str | os.PathLike[str] | None = None,
         ray_init: Mapping[str, Any] | None = None,
@@ -171,6 +173,10 @@ class Supervisor:
         and ``eviction_grace`` seconds have passed (and no retain holds it);
         past ``max_resident_ended`` ended records, the oldest leave anyway. Reads
         of a unit that left memory are answered from the ledger.
+
+        ``ledger="postgresql://..."`` keeps the ledger in PostgreSQL (the
+        ``[postgres]`` extra); the state dir still holds output files, keys and
+        the lock.
         """
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
@@ -184,6 +190,8 @@ class Supervisor:
         ):
             raise SpecError(f"max_resident_ended must be an int >= 0, got {max_resident_ended!r}")
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
+        if ledger is not None and not is_url(ledger):
+            raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
         self.state_dir = Path(state_dir)  # made absolute and checked by the start-up
         self._shutdown_grace = shutdown_grace
         self._signals = install_signal_handlers
@@ -209,6 +217,7 @@ class Supervisor:
                     max_resident_ended=max_resident_ended,
                     expire_after=expire_after,
                     ledger_sync=ledger_sync,
+                    ledger=ledger,
                     ray=RayRuntime(
                         address=ray_address,
                         temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),

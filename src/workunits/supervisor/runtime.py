@@ -67,6 +67,7 @@ class Options:
     expire_after: float
     ledger_sync: str
     ray: RayRuntime
+    ledger: str | None = None  # a postgresql:// URL; None: SQLite in the state dir
 
 
 class Runtime:
@@ -81,6 +82,7 @@ class Runtime:
             expire_after=options.expire_after,
             sync=options.ledger_sync,
             verify=True,
+            ledger=options.ledger,
         )
         self.session = _ids.mint("s")
         self.reaper = Reaper()

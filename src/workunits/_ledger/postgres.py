@@ -1,0 +1,225 @@
+"""A ledger in PostgreSQL, named by a ``postgresql://`` URL (the ``[postgres]`` extra).
+
+The counterpart of ``_db.Database`` (see ``backend`` for the seam):
+
+- Connections come from a small pool (``psycopg_pool``), so the threads of
+  one process do not queue behind one connection; none crosses a fork.
+- A write transaction starts by taking one transaction-scoped advisory lock,
+  the ledger's write lock: like SQLite's ``BEGIN IMMEDIATE``, every writer
+  runs alone from its first statement, in READ COMMITTED, so each statement
+  sees everything committed before the lock was granted. Waiting for it is
+  bounded by ``lock_timeout`` (the busy timeout). Rows of several
+  supervisors claimed with ``FOR UPDATE SKIP LOCKED`` come later (issue 20).
+- A read is a ``REPEATABLE READ, READ ONLY`` transaction: one snapshot.
+- Durability per transaction: ``synchronous_commit`` is turned off for a
+  non-durable one (the counterpart of ``synchronous=NORMAL``); a crash of the
+  server may lose it, never a durable commit after it.
+- psycopg's errors become workunits errors that say nothing was written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from workunits._errors import LedgerError, LedgerFull, StateDirError
+from workunits._ledger import postgres_schema, postgres_sql
+from workunits._ledger._db import sync_level
+from workunits._ledger.backend import Cursor
+
+if TYPE_CHECKING:
+    import psycopg
+    import psycopg_pool
+
+# The advisory lock every write takes: "wuL1" in ASCII, as SQLite's application_id.
+WRITE_LOCK = 0x77754C31
+POOL_SIZE = 4
+
+
+def _import_driver() -> tuple[Any, Any]:
+    try:
+        import psycopg  # noqa: PLC0415 - the optional [postgres] extra
+        import psycopg_pool  # noqa: PLC0415
+    except ImportError as exc:
+        raise LedgerError(
+            f"a postgresql:// ledger needs psycopg 3 and psycopg-pool ({exc.name} is missing): "
+            f"pip install 'workunits[postgres]'"
+        ) from None
+    return psycopg, psycopg_pool
+
+
+class PgRow(tuple[Any, ...]):
+    """A row by position or by column name, as ``sqlite3.Row`` is."""
+
+    _names: dict[str, int]
+
+    def __new__(cls, values: Sequence[Any], names: dict[str, int]) -> PgRow:
+        row = super().__new__(cls, values)
+        row._names = names
+        return row
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return super().__getitem__(self._names[key])
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: Any) -> Any:
+    description = cursor.description
+    names = {} if description is None else {col.name: i for i, col in enumerate(description)}
+
+    def make(values: Sequence[Any]) -> PgRow:
+        return PgRow(values, names)
+
+    return make
+
+
+class PgConnection:
+    """A psycopg connection that runs the modules' SQLite SQL (``postgres_sql``)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+        return self._conn.execute(postgres_sql.translate(sql), parameters or None)
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor:
+        cursor = self._conn.cursor()
+        cursor.executemany(postgres_sql.translate(sql), parameters)
+        return cursor
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresDatabase:
+    """A pool of connections to one PostgreSQL ledger; safe to share between threads."""
+
+    readonly = False
+
+    def __init__(self, url: str, *, busy_timeout: float, sync: str = "full") -> None:
+        self._durable_off = sync_level(sync) != "FULL"
+        self._where = redacted(url)
+        self._busy_timeout = busy_timeout
+        driver, pool_module = _import_driver()
+        self._errors = driver
+        self._pid = os.getpid()
+        # The pool hands each thread its own connection; this lock guards only `_closed`.
+        self._lock = threading.Lock()
+        self._closed = False
+        lock_ms = max(1, int(busy_timeout * 1000))
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(f"SET lock_timeout = {lock_ms}")
+
+        try:
+            self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(
+                url,
+                min_size=1,
+                max_size=POOL_SIZE,
+                kwargs={"autocommit": True, "row_factory": _row_factory},
+                configure=configure,
+                open=False,
+                name="workunits-ledger",
+            )
+            self._pool.open(wait=True, timeout=busy_timeout)
+        except (driver.Error, pool_module.PoolTimeout) as exc:
+            raise LedgerError(
+                f"cannot connect to the ledger {self._where}: {exc}; check the URL and that "
+                f"the server runs"
+            ) from None
+        try:
+            with self._connection() as conn:
+                postgres_schema.migrate(conn, self._where, WRITE_LOCK)
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.close()
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if os.getpid() != self._pid:
+            raise LedgerError(
+                f"this Ledger was opened in process {self._pid}; a PostgreSQL connection must "
+                f"not cross a fork, so open a new Ledger in process {os.getpid()}"
+            )
+        if self._closed:
+            raise LedgerError(f"the ledger {self._where} was closed")
+        try:
+            with self._pool.connection(timeout=self._busy_timeout) as conn:
+                yield conn
+        except self._errors.Error as exc:
+            raise self._mapped(exc) from exc
+
+    @contextlib.contextmanager
+    def write(self, *, durable: bool) -> Iterator[PgConnection]:
+        if self.readonly:
+            raise StateDirError(f"the ledger {self._where} was opened for reading; nothing written")
+        begin = "BEGIN; "
+        if self._durable_off or not durable:
+            begin += "SET LOCAL synchronous_commit = off; "
+        begin += f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+        with self._connection() as conn, _transaction(conn, begin):
+            yield PgConnection(conn)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[PgConnection]:
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+        with self._connection() as conn, _transaction(conn, begin):
+            yield PgConnection(conn)
+
+    def give_back_space(self) -> None:
+        """Nothing to do: autovacuum reclaims dead rows for reuse; a VACUUM FULL is
+        an operator's call (it locks every table), not the ledger's."""
+
+    def _mapped(self, exc: Exception) -> LedgerError:
+        errors = self._errors.errors
+        if isinstance(exc, errors.DiskFull):
+            return LedgerFull(
+                f"the disk of the ledger {self._where} is full; the transaction was rolled back "
+                f"and nothing was written. Free space there and retry"
+            )
+        if isinstance(exc, errors.LockNotAvailable | errors.QueryCanceled):
+            return LedgerError(
+                f"{self._where} stayed locked by another writer for more than "
+                f"{self._busy_timeout} s; nothing was written. Retry, or raise busy_timeout"
+            )
+        if isinstance(exc, self._errors.OperationalError):
+            return LedgerError(f"lost the ledger {self._where}: {exc}; nothing was written")
+        return LedgerError(f"{self._where}: {exc}")
+
+
+@contextlib.contextmanager
+def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[None]:
+    """``begin`` (one round trip), then COMMIT on success or ROLLBACK on any error."""
+    conn.execute(begin)  # fixed text, no parameters
+    try:
+        yield
+    except BaseException:
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -1,0 +1,40 @@
+"""A supervisor and a client on a PostgreSQL ledger, end to end (real processes, real server)."""
+
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+
+import pytest
+
+import workunits as wu
+from workunits._errors import SpecError
+
+
+def test_a_supervisor_on_postgres_runs_units_a_client_submits(
+    postgres_url: str, state_dir: Path
+) -> None:
+    with wu.Supervisor(state_dir, ledger=postgres_url, install_signal_handlers=False) as sup:
+        own = sup.agent(operator.add, 2, 3)
+        assert sup.result(own.id, timeout=30) == 5
+        with wu.connect(state_dir, ledger=postgres_url) as client:
+            handle = client.shell("echo hello")
+            record = client.wait(handle.id, timeout=30)
+            assert record.status == wu.Status.COMPLETED
+            assert client.get(own.id).status == wu.Status.COMPLETED
+    assert not (state_dir / "ledger.db").exists()  # the ledger lives in PostgreSQL only
+
+
+def test_a_url_given_as_the_state_dir_is_taken_as_the_ledger(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with wu.connect(postgres_url) as client:
+        assert client.ledger.where == postgres_url
+        assert client.state_dir.resolve() == (tmp_path / ".workunits").resolve()
+
+
+def test_a_ledger_that_is_not_a_url_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="postgresql:// URL"):
+        wu.Supervisor(tmp_path / "state", ledger="ledger.db", install_signal_handlers=False)
+    assert not (tmp_path / "state").exists()
