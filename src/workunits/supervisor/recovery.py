@@ -221,7 +221,8 @@ class Recovery:
                 except WorkunitsError as exc:
                     if retryable(exc):
                         what = f"request {request.seq} ({request.verb} {request.target})"
-                        self._mirror.backlog.report(exc, what + ", held for the next tick")
+                        what += ", held and applied first at the next tick"
+                        self._mirror.backlog.report(exc, what, kept=False)
                         return
                     result = {"changed": False, "error": f"{type(exc).__name__}: {exc}"}
                 self._held.popleft()
