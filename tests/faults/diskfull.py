@@ -1,13 +1,13 @@
-"""Two ways to make a live supervisor's ledger writes fail with a real SQLITE_FULL.
+"""Two ways to make a ledger's writes fail with a real SQLITE_FULL.
 
 - ``TmpfsFull``: the state dir lives on a small tmpfs the test mounts (root
   only); filling it with a file makes every write that needs a new block fail
   with ENOSPC, which SQLite reports as SQLITE_FULL.
 - ``PageLimitFull``: where nothing can be mounted, ``PRAGMA max_page_count`` on
-  the supervisor's own connection, set to the pages the ledger has, makes every
-  write that needs a new page fail with SQLITE_FULL. It reaches into the
-  supervisor's ledger connection (under that connection's lock): the one
-  liberty these tests take.
+  the ledger's own connection (a supervisor's: ``ledger_of``), set to the
+  pages it has, makes every write that needs a new page fail with SQLITE_FULL;
+  other connections (a client's) still write. It reaches into the ledger's
+  connection (under that connection's lock): the one liberty these tests take.
 """
 
 from __future__ import annotations
@@ -26,18 +26,24 @@ import pytest
 
 import workunits as wu
 from tests.conftest import eventually
+from workunits._ledger import Ledger
+
+
+def ledger_of(sup: wu.Supervisor) -> Ledger:
+    """The supervisor's own ledger (its actor's connection)."""
+    return sup._runtime.ledger
 
 
 class Filler(Protocol):
-    """What a test does to the disk under a supervisor's state dir."""
+    """What a test does to the disk under a ledger."""
 
     # Bytes each unit should print: a write must need new pages for the page
     # limit to bite, and a tmpfs must not get blocks back when output is removed.
     output_bytes: int
 
-    def fill(self, sup: wu.Supervisor) -> None: ...
+    def fill(self, ledger: Ledger) -> None: ...
 
-    def free(self, sup: wu.Supervisor) -> None: ...
+    def free(self, ledger: Ledger) -> None: ...
 
 
 @contextlib.contextmanager
@@ -69,11 +75,10 @@ class TmpfsFull:
     def __init__(self, point: Path) -> None:
         self._filler = point / "filler"
 
-    def fill(self, sup: wu.Supervisor) -> None:
+    def fill(self, ledger: Ledger) -> None:
         # An empty WAL first: SQLite reuses a WAL's blocks once it restarts it, and
         # a write that needs no new block would land on a full disk.
-        db = sup.state_dir / "ledger.db"
-        with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+        with contextlib.closing(sqlite3.connect(ledger.path, timeout=10)) as conn:
             eventually(
                 lambda: (
                     tuple(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()) == (0, 0, 0)
@@ -87,22 +92,22 @@ class TmpfsFull:
         finally:
             os.close(fd)
 
-    def free(self, sup: wu.Supervisor) -> None:
+    def free(self, ledger: Ledger) -> None:
         self._filler.unlink()
 
 
 class PageLimitFull:
     output_bytes = 16384  # the end's tail and its notice need new pages
 
-    def fill(self, sup: wu.Supervisor) -> None:
-        self._limit(sup, None)
+    def fill(self, ledger: Ledger) -> None:
+        self._limit(ledger, None)
 
-    def free(self, sup: wu.Supervisor) -> None:
-        self._limit(sup, 1_073_741_823)
+    def free(self, ledger: Ledger) -> None:
+        self._limit(ledger, 1_073_741_823)
 
     @staticmethod
-    def _limit(sup: wu.Supervisor, pages: int | None) -> None:
-        db = sup._runtime.ledger._db  # see the module docstring
+    def _limit(ledger: Ledger, pages: int | None) -> None:
+        db = ledger._db  # see the module docstring
         with db._lock:
             if pages is None:
                 db.conn.executescript("PRAGMA incremental_vacuum;")  # no free page to reuse

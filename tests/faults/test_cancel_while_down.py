@@ -22,7 +22,7 @@ import pytest
 
 import workunits as wu
 from tests.conftest import alive, eventually
-from tests.faults.diskfull import PageLimitFull
+from tests.faults.diskfull import PageLimitFull, ledger_of
 from workunits import Reason, Status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,12 +111,12 @@ def test_a_tick_applies_a_cancel_before_the_queued_start_a_landing_end_allows(
         first = unit(sup)
         queued = unit(sup)
         eventually(lambda: _runs(runs) == ["ran"], what="the first unit to run")
-        filler.fill(sup)
+        filler.fill(ledger_of(sup))
         go.touch()
         eventually(lambda: sup.get(first).status == Status.COMPLETED, what="its end in memory")
         assert sup.get(first).durable is False
         assert client.cancel(queued) is True
-        filler.free(sup)
+        filler.free(ledger_of(sup))
         sup.tick()  # takes the cancel and retries the end that frees the slot: in that order
         record = sup.wait(queued, timeout=30)
         assert (record.status, record.reason) == (Status.KILLED, Reason.CANCELLED)

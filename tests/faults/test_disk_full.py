@@ -4,12 +4,14 @@ An end whose ledger write fails is kept and retried every tick: until it lands
 the record shows as not durable, waits and queued starts hold back, no notice
 goes out; once there is room the ends land, each notice comes once, and the
 next supervisor runs nothing again. A submit on a full disk fails at once,
-with LedgerFull. Each test runs on a real tmpfs (root) and under SQLite's page
-limit (anywhere): both give a real SQLITE_FULL (see ``tests.faults.diskfull``).
+with LedgerFull. One unit's writes land in the order they were made. Each
+test runs on a real tmpfs (root) and under SQLite's page limit (anywhere):
+both give a real SQLITE_FULL (see ``tests.faults.diskfull``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import shlex
 from collections.abc import Iterator
@@ -19,9 +21,12 @@ import pytest
 
 import workunits as wu
 from tests.conftest import eventually
-from tests.faults.diskfull import Filler, PageLimitFull, TmpfsFull, tmpfs
+from tests.faults.diskfull import Filler, PageLimitFull, TmpfsFull, ledger_of, tmpfs
+from tests.ledger.support import new_unit
 from workunits import Status
+from workunits._ledger import Ledger, Write
 from workunits.supervisor import durable
+from workunits.supervisor.backlog import Backlog, Pending
 
 
 @pytest.fixture(params=["tmpfs", "page-limit"])
@@ -70,7 +75,7 @@ def test_ends_on_a_full_disk_land_once_there_is_room_and_never_run_again(
         first = [_unit(sup, runs, go, filler.output_bytes) for _ in range(2)]
         queued = _unit(sup, runs, go, filler.output_bytes)  # waits for a slot
         eventually(lambda: _runs(runs) == 2, what="both units to run")
-        filler.fill(sup)
+        filler.fill(ledger_of(sup))
         go.touch()
 
         def ended_in_memory() -> bool:
@@ -88,7 +93,7 @@ def test_ends_on_a_full_disk_land_once_there_is_room_and_never_run_again(
         with pytest.raises(wu.LedgerFull, match="full"):  # a submit is refused, not kept
             sup.shell("true", description="a row that needs new pages " * 1000)
 
-        filler.free(sup)
+        filler.free(ledger_of(sup))
         for work_id in [*first, queued]:
             record = sup.wait(work_id, timeout=30)
             assert (record.status, record.durable) == (Status.COMPLETED, True)
@@ -116,7 +121,7 @@ def test_close_on_a_full_disk_says_what_it_could_not_write(
         try:
             work_id = _unit(sup, runs, go, filler.output_bytes)
             eventually(lambda: _runs(runs) == 1, what="the unit to run")
-            filler.fill(sup)
+            filler.fill(ledger_of(sup))
             go.touch()
             eventually(lambda: sup.get(work_id).status == Status.COMPLETED, what="its end")
         finally:
@@ -128,3 +133,30 @@ def test_close_on_a_full_disk_says_what_it_could_not_write(
     closing = [m for m in messages if "closing with" in m]
     assert len(closing) == 1
     assert f"the end of {work_id}" in closing[0]
+
+
+def test_one_unit_s_writes_land_in_the_order_they_were_made(disk: tuple[Path, Filler]) -> None:
+    """A later write of a unit waits behind its earlier one, even when it could land now."""
+    state, filler = disk
+    with Ledger(state) as ledger:
+        row = new_unit(ledger)  # pending
+        backlog = Backlog(ledger)
+        landed: list[str] = []
+        big = "x" * 20_000  # more than the pages the ledger has free
+        running = Write(row.id, row.attempt, {"status": "running", "progress_message": big})
+        ended = Write(row.id, row.attempt, {"status": "completed", "ended_at": 3.0})
+        filler.fill(ledger)
+        for what, write in (("running", running), ("ended", ended)):
+            done = functools.partial(landed.append, what)
+            backlog.submit([Pending(row.id, what, [write], done=done, status=True)])
+        backlog.retry()
+        assert landed == []
+        assert backlog.status_waiting(row.id)
+        assert ledger.require(row.id).status == Status.PENDING
+
+        filler.free(ledger)
+        backlog.retry()
+        assert landed == ["running", "ended"]
+        assert not backlog.holds(row.id)
+        assert ledger.require(row.id).status == Status.COMPLETED
+        assert [n.id for n in ledger.undelivered(None)] == [row.id]  # its notice, with its end
