@@ -27,6 +27,7 @@ import pytest
 import workunits as wu
 from tests.conftest import eventually
 from workunits._ledger import Ledger
+from workunits._ledger._db import Database
 
 
 def ledger_of(sup: wu.Supervisor) -> Ledger:
@@ -108,6 +109,7 @@ class PageLimitFull:
     @staticmethod
     def _limit(ledger: Ledger, pages: int | None) -> None:
         db = ledger._db  # see the module docstring
+        assert isinstance(db, Database), "the page limit is SQLite's"
         with db._lock:
             if pages is None:
                 db.conn.executescript("PRAGMA incremental_vacuum;")  # no free page to reuse
