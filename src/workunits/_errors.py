@@ -149,7 +149,15 @@ class NotFinished(WorkunitsError, TimeoutError):
     """The unit was still not terminal when the timeout elapsed."""
 
     def __init__(self, record: WorkRecord, timeout: float | None) -> None:
-        super().__init__(f"{record.id} is still {record.status.value} after {timeout} s")
+        if record.durable:
+            message = f"{record.id} is still {record.status.value} after {timeout} s"
+        else:
+            message = (
+                f"{record.id} ended {record.status.value}, but after {timeout} s its end is "
+                f"still not written to the ledger (a failing disk? see the supervisor's log); "
+                f"it is retried until it lands"
+            )
+        super().__init__(message)
         self.record = record
 
 

@@ -34,6 +34,12 @@ class WorkRecord:
     ``output_offset`` is the read position of ``read_output``/``stream``;
     ``output_bytes`` and ``output_tail`` (the raw last 64 KiB) are filled by the
     terminal transition, when the output file itself is removed.
+
+    ``durable`` is False while the ledger does not yet hold this record's
+    status: its write failed (a full disk, an I/O error, a lock held too long)
+    and the supervisor retries it every tick until it lands (invariant 14).
+    Only ``get``/``list`` of a live supervisor show such a record; waits,
+    results and notices hold back until the write lands.
     """
 
     id: str
@@ -75,6 +81,7 @@ class WorkRecord:
     retry_at: float | None = None  # set while it waits between attempts (it stays running)
     retry_of: str | None = None  # the failed unit ``retry(id)`` started this one for
     stall_after: float | None = None  # quiet seconds before its parent gets a StallEvent
+    durable: bool = True  # False while its status waits to be written (see above)
 
     @property
     def shown_status(self) -> str:

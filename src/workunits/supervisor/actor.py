@@ -30,6 +30,7 @@ from typing import Any
 import pykka
 
 from workunits._clock import Clock
+from workunits._errors import LedgerError
 from workunits._ledger import Ledger
 from workunits._record import WorkRecord, replace
 from workunits._status import Reason, Status
@@ -117,6 +118,7 @@ class SupervisorActor(pykka.ThreadingActor):
             clock=clock,
             eviction_grace=eviction_grace,
             fail_asks=self._messaging.fail_asks,
+            kill_children=self._kill_children,
             cascade=self._cascade,
             tell_self=self.actor_ref.tell,
         )
@@ -145,6 +147,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._activity = Activity(units=units, notices=self._notices, clock=clock)
         self._recovery = Recovery(
             ledger=ledger,
+            mirror=self._mirror,
             session=session,
             clock=clock,
             units=units,
@@ -203,11 +206,11 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._mirror.save_checkpoint(work_id, attempt, state)
                 self._activity.saw(work_id)
             case ChildNoticeTaken(work_id, status):
-                self._mirror.ledger.mark_delivered(work_id, Status(status))
+                self._mirror.mark_delivered(work_id, Status(status))
                 self._eviction.acknowledged(work_id)
             case Acknowledged(notice, in_ledger):
                 if not in_ledger:
-                    self._mirror.mark_delivered(notice)
+                    self._mirror.mark_delivered(notice.id, notice.status)
                 self._eviction.acknowledged(notice.id)
             case SpawnChild(parent, request):
                 self._children.spawn(parent, request)
@@ -227,9 +230,9 @@ class SupervisorActor(pykka.ThreadingActor):
         units, control = self._units, self._control
         match request:
             case rq.Get(work_id):
-                request.answer(units.get(work_id))
+                request.answer(self._mirror.marked(units.get(work_id)))
             case rq.ListUnits(status, kind, parent):
-                request.answer(units.list(status, kind, parent))
+                request.answer([self._mirror.marked(r) for r in units.list(status, kind, parent)])
             case rq.ReadOutput(work_id, max_bytes):
                 request.answer(self._output.read(work_id, max_bytes))
             case rq.ReadChunk(work_id, offset, max_bytes):
@@ -321,8 +324,16 @@ class SupervisorActor(pykka.ThreadingActor):
     # -- what the parts leave to the whole ---------------------------------------------
 
     def _tick(self) -> int:
+        """Deadlines; other processes' requests before anything starts; then the ledger's duties.
+
+        Requests first: a cancel sent for a queued unit wins over the start that
+        an end landing now, a retry's next attempt, or an adopted submit would give it.
+        """
         now = self._clock.now()
         evicted = self._control.run_deadlines(now)
+        if not self._closing:
+            self._recovery.apply_requests()
+        self._mirror.retry()  # also while closing: the ends that land then are told
         if not self._closing:
             self._retries.tick()
             self._activity.tick()
@@ -333,12 +344,18 @@ class SupervisorActor(pykka.ThreadingActor):
                 # Acknowledged notices are kept a while (a consumer may look again),
                 # then deleted: the outbox stays as small as what is unread.
                 self._next_outbox_trim = now + OUTBOX_TRIM_EVERY
-                self._mirror.ledger.drop_acknowledged(older_than=OUTBOX_TRIM_EVERY)
+                try:
+                    self._mirror.ledger.drop_acknowledged(older_than=OUTBOX_TRIM_EVERY)
+                except LedgerError as exc:  # tried again at its next time
+                    self._mirror.backlog.report(exc, "the outbox trim", kept=False)
         return evicted
+
+    def _kill_children(self, ended: WorkRecord) -> None:
+        for child in self._units.registry.children(ended.id):
+            self._control.kill_resident(child, Reason.PARENT_ENDED)
 
     def _cascade(self, ended: WorkRecord) -> None:
         """After an end is durable and told: its children are killed, a queued unit starts."""
         self._eviction.ended(ended)
-        for child in self._units.registry.children(ended.id):
-            self._control.kill_resident(child, Reason.PARENT_ENDED)
+        self._kill_children(ended)
         self._starts.start_queued(ended.kind)

@@ -138,7 +138,9 @@ class Control:
             if record is None:
                 continue
             if what is Due.EVICT:
-                evict.append(work_id)
+                # Not before its end has landed: until then memory is all that has it.
+                if self._endings.landed(work_id):
+                    evict.append(work_id)
             elif record.status == Status.RUNNING:
                 slot = self._units.slot(work_id)
                 if what is Due.TIMEOUT:

@@ -9,26 +9,35 @@ ledger's only writer of unit rows (DESIGN §6). What the ledger brings in
   outbox notice commit together (invariant 11). Pids and progress are grouped
   per tick.
 - Writes carry the attempt; the ledger refuses a stale one (invariant 13).
+- No write is dropped (invariant 14): one that fails waits in the ``Backlog``
+  and is retried every tick, in order per unit; until a unit's status lands,
+  ``marked`` shows its record as not durable, and whoever waits for its end
+  hears of it only once it has landed (the ``done`` of ``end``). Submits are
+  not kept: the caller gets the error (a unit starts only once its row is
+  durable). Pids and progress are dropped on a failure: the next report
+  carries them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import Any
 
 from workunits._clock import Clock
 from workunits._errors import LedgerError, UnknownWork, WorkunitsError
-from workunits._ledger import Ledger, NewUnit, UnitRow, Write, WriteOutcome
-from workunits._record import Notification, WorkRecord
+from workunits._ledger import Ledger, NewUnit, UnitRow, Write
+from workunits._record import Notification, WorkRecord, replace
 from workunits._status import Status, is_terminal
 from workunits.actors.base import WorkActor
+from workunits.supervisor.backlog import Backlog, Pending
 from workunits.supervisor.slots import Slot
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 1.0
 EXPIRE_EVERY = 60.0
+CLOSE_RETRY_FOR = 10.0  # seconds close() keeps retrying writes that have not landed
 
 
 class LedgerMirror:
@@ -36,6 +45,7 @@ class LedgerMirror:
         self.ledger = ledger
         self.session = session
         self._clock = clock
+        self.backlog = Backlog(ledger)
         # Slots holding a pid or progress write for the next tick (a unit's end
         # clears both: its terminal write carries them).
         self._grouped: dict[str, Slot] = {}
@@ -86,17 +96,20 @@ class LedgerMirror:
         if old is None:
             return  # the submit wrote the row
         if is_terminal(new.status) and not is_terminal(old.status):
-            self.end([(new, slot)])
+            self.end([(new, slot, _nothing)])
+            return
+        if old.status != new.status:
+            fields: dict[str, Any] = {}
+            if new.status == Status.RUNNING:
+                fields["session"] = self.session
+            write = Write(new, new.attempt, fields)
+            what = f"{new.id} as {new.status.value}"
+            self.backlog.submit([Pending(new.id, what, [write], status=True)])
             return
         try:
-            if old.status != new.status:
-                fields: dict[str, Any] = {}
-                if new.status == Status.RUNNING:
-                    fields["session"] = self.session
-                self.ledger.write(new, attempt=new.attempt, **fields)
-            elif slot is None:
+            if slot is None:
                 return
-            elif old.pid != new.pid and new.pid is not None:
+            if old.pid != new.pid and new.pid is not None:
                 # Shown by ls/show only (signals go through pidfds): grouped per tick.
                 slot.pid = Write(new.id, new.attempt, {"pid": new.pid})
                 self._grouped[new.id] = slot
@@ -113,46 +126,39 @@ class LedgerMirror:
         except WorkunitsError:
             log.exception("ledger: could not record %s (%s)", new.id, new.status.value)
 
-    def end(self, ends: list[tuple[WorkRecord, Slot | None]]) -> None:
+    def end(self, ends: list[tuple[WorkRecord, Slot | None, Callable[[], None]]]) -> None:
         """Write terminal records with their notices: one fully synced transaction.
 
+        Each end's ``done`` runs once its write has landed -- now, or on the
+        retry that lands it (the ``Backlog``), after the unit's earlier writes.
         Each notice is built from the record in hand, not read back from the row
         inside the transaction (that was a third of the write's CPU, profiled).
         """
-        writes: list[Write] = []
-        for new, slot in ends:
+        items: list[Pending] = []
+        suspended: list[Callable[[], None]] = []
+        for new, slot, done in ends:
+            finish = self._finisher(new, slot, done)
             if slot is not None:
                 slot.pid = None  # the terminal write carries the pid
-                if slot.suspended:
-                    continue  # a deploy stopped it: the next session resumes it
-            writes.append(Write(new, new.attempt, notification=Notification.of(new)))
-        if writes:
-            self._write_ends(writes)
-        for new, slot in ends:
+                if slot.suspended:  # a deploy stopped it: the next session resumes it
+                    suspended.append(finish)
+                    continue
+            write = Write(new, new.attempt, notification=Notification.of(new))
+            items.append(Pending(new.id, f"the end of {new.id}", [write], done=finish, status=True))
+        if items:
+            self.backlog.submit(items)
+        for finish in suspended:
+            finish()
+
+    def _finisher(
+        self, record: WorkRecord, slot: Slot | None, done: Callable[[], None]
+    ) -> Callable[[], None]:
+        def finish() -> None:
             if slot is not None and slot.end_requests:
-                self._answer_at_end(new, slot)
+                self._answer_at_end(record, slot)
+            done()
 
-    def _write_ends(self, writes: list[Write]) -> None:
-        outcomes: list[WriteOutcome | None]
-        try:
-            outcomes = list(self.ledger.write_many(writes))
-        except WorkunitsError:
-            if len(writes) == 1:
-                log.exception("ledger: could not record the end of %s", _id_of(writes[0]))
-                outcomes = [None]
-            else:  # one bad row must not cost the others their end: one at a time
-                outcomes = [self._write_one(w) for w in writes]
-        for w, outcome in zip(writes, outcomes, strict=True):
-            if outcome is WriteOutcome.STALE:
-                log.error("ledger: the end of %s was refused: a later attempt owns it", _id_of(w))
-
-    def _write_one(self, w: Write) -> WriteOutcome | None:
-        try:
-            (outcome,) = self.ledger.write_many([w])
-        except WorkunitsError:
-            log.exception("ledger: could not record the end of %s", _id_of(w))
-            return None
-        return outcome
+        return finish
 
     def _answer_at_end(self, record: WorkRecord, slot: Slot) -> None:
         """Finish the cancel and kill requests that waited for ``record``'s terminal write.
@@ -162,24 +168,44 @@ class LedgerMirror:
         and then the request changed nothing. ``changed`` says what happened.
         """
         seqs, slot.end_requests = slot.end_requests, []
+        result = {"changed": record.status == Status.KILLED, "status": record.status.value}
         for seq in seqs:
-            result = {"changed": record.status == Status.KILLED, "status": record.status.value}
-            try:
-                self.ledger.finish_request(seq, result)
-            except WorkunitsError:
-                log.exception("ledger: could not answer request %d", seq)
+            self.finish_request(record.id, seq, result)
+
+    def finish_request(self, work_id: str, seq: int, result: dict[str, Any]) -> None:
+        """Answer request ``seq`` (about ``work_id``) for the process that made it."""
+
+        def finish() -> None:
+            self.ledger.finish_request(seq, result)
+
+        self.backlog.submit([Pending(work_id, f"the answer to request {seq}", call=finish)])
 
     def save_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
-        try:
+        def save() -> None:
             self.ledger.save_checkpoint_encoded(work_id, attempt, state)
-        except WorkunitsError:
-            log.exception("ledger: could not save the checkpoint of %s", work_id)
 
-    def mark_delivered(self, notice: Notification) -> None:
-        try:
-            self.ledger.mark_delivered(notice.id, notice.status)
-        except WorkunitsError:
-            log.exception("ledger: could not mark the notice of %s delivered", notice.id)
+        what = f"a checkpoint of {work_id}"
+        key = f"checkpoint {attempt}"  # a newer one replaces it while both wait
+        self.backlog.submit([Pending(work_id, what, call=save, key=key)])
+
+    def mark_delivered(self, work_id: str, status: Status) -> None:
+        """The notice of ``work_id`` was acknowledged (kept and retried, like any write)."""
+
+        def mark() -> None:
+            self.ledger.mark_delivered(work_id, status)
+
+        what = f"the acknowledgement of the notice of {work_id}"
+        self.backlog.submit([Pending(work_id, what, call=mark)])
+
+    def write_lost(self, work_id: str, writes: list[Write]) -> None:
+        """Recovery's end of a unit not in memory (failed ``lost``), kept until it lands."""
+        self.backlog.submit([Pending(work_id, f"the end of {work_id}", writes, status=True)])
+
+    def marked(self, record: WorkRecord) -> WorkRecord:
+        """``record`` as get/list show it: not durable while its status waits to be written."""
+        if self.backlog.status_waiting(record.id):
+            return replace(record, durable=False)
+        return record
 
     # -- reads that outlive memory ------------------------------------------------
 
@@ -219,16 +245,21 @@ class LedgerMirror:
         progress = [s.progress for s in slots if s.progress is not None]
         for s in slots:
             s.pid = s.progress = None
+        # Dropped when they fail: the next report carries the newer value.
         try:
             if pids:
                 self.ledger.write_many(pids)
-        except WorkunitsError:
-            log.exception("ledger: could not record pids")
+        except WorkunitsError as exc:
+            self.backlog.report(exc, "pids (dropped: shown by ls/show only)", kept=False)
         try:
             if progress:
                 self.ledger.write_progress_batch(progress)
-        except WorkunitsError:
-            log.exception("ledger: could not record progress")
+        except WorkunitsError as exc:
+            self.backlog.report(exc, "progress (dropped: the next report carries it)", kept=False)
+
+    def retry(self) -> None:
+        """Every tick: retry the writes that failed (see ``Backlog``)."""
+        self.backlog.retry()
 
     def periodic(self, now: float) -> None:
         """The session's heartbeat and the retention sweep, each at its own pace."""
@@ -239,12 +270,25 @@ class LedgerMirror:
             if now >= self._next_expire:
                 self._next_expire = now + EXPIRE_EVERY
                 self.ledger.expire()
-        except LedgerError:
-            log.exception("ledger: a periodic duty failed")
+        except LedgerError as exc:
+            self.backlog.report(exc, "the session's heartbeat or the retention sweep", kept=False)
 
     # -- shutdown -------------------------------------------------------------------------
 
     def close(self) -> None:
+        """At stop: land what waits (for up to CLOSE_RETRY_FOR s), end the session, close."""
+        left = self.backlog.drain(CLOSE_RETRY_FOR)
+        if left:
+            more = f"; and {len(left) - 20} more" if len(left) > 20 else ""
+            shown = "; ".join(left[:20]) + more
+            log.error(
+                "ledger: closing with %d writes that did not land within %.0f s, so the "
+                "ledger does not hold them: %s. A unit whose end is missing runs again, or "
+                "fails lost, under the next supervisor",
+                len(left),
+                CLOSE_RETRY_FOR,
+                shown,
+            )
         try:
             self.ledger.close_session(self.session)
         except WorkunitsError:
@@ -252,5 +296,5 @@ class LedgerMirror:
         self.ledger.close()
 
 
-def _id_of(w: Write) -> str:
-    return w.target.id if isinstance(w.target, WorkRecord) else w.target
+def _nothing() -> None:
+    """The ``done`` of an end whose effects the caller has already seen to."""

@@ -15,6 +15,13 @@ flush commits them. Any other message commits the group before it is handled
 (``SupervisorActor.on_receive``), as does stopping, so nothing -- an ask, a
 tick, another unit -- sees an end that is not yet durable. Every method runs
 in the supervisor actor's thread.
+
+An end whose write fails (a full disk, an I/O error) is not dropped: the
+``LedgerMirror`` keeps it and retries it every tick, and only when it lands
+does anyone hear of it, as above (invariant 14). Until then its record is
+terminal in memory (``get`` marks it not durable), its children are killed
+at once (no unit outlives its parent's process, durable or not), and it is
+never evicted.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class TerminalTransition:
         clock: Clock,
         eviction_grace: float,
         fail_asks: Callable[[WorkRecord], None],
+        kill_children: Callable[[WorkRecord], None],
         cascade: Callable[[WorkRecord], None],
         tell_self: Callable[[object], None],
     ) -> None:
@@ -83,17 +91,24 @@ class TerminalTransition:
         self._clock = clock
         self._grace = eviction_grace
         self._fail_asks = fail_asks
+        self._kill_children = kill_children
         # The actor's: kill the ended unit's children, start a queued unit of its kind.
         self._cascade = cascade
         self._tell_self = tell_self
         # Ends made terminal in memory, not yet committed (in report order).
         self._batch: list[_Ended] = []
         self._flush_queued = False  # a FlushEnds is in the inbox
+        # Ends committed whose write has not landed yet; the retry that lands one completes it.
+        self._unlanded: dict[str, _Ended] = {}
 
     @property
     def pending(self) -> bool:
         """Ends are terminal in memory but not yet durable: commit before anything else."""
         return bool(self._batch)
+
+    def landed(self, work_id: str) -> bool:
+        """False while ``work_id``'s end is terminal in memory but not yet in the ledger."""
+        return work_id not in self._unlanded
 
     def report(self, work_id: str, outcome: Outcome) -> None:
         """An EndReport: join the group, which the next FlushEnds (or any other message) commits."""
@@ -157,20 +172,37 @@ class TerminalTransition:
         if not self._batch:
             return
         batch, self._batch = self._batch, []
-        try:
-            self._mirror.end([(e.new, e.slot) for e in batch])
-        except Exception:  # a bug, not a ledger error (those are logged inside)
-            log.exception("supervisor: could not record %d ends", len(batch))
         for ended in batch:
-            # A failure must neither stop the supervisor nor cost the other ends
-            # their effects.
-            try:
-                self._after_end(ended)
-            except Exception:
-                log.exception("supervisor: failed to complete the end of %s", ended.new.id)
+            self._unlanded[ended.new.id] = ended
+        try:
+            self._mirror.end([(e.new, e.slot, self._completer(e)) for e in batch])
+        except Exception:  # a bug, not a ledger error (those are kept or logged inside)
+            log.exception("supervisor: could not record %d ends", len(batch))
+            for ended in batch:
+                self._complete(ended)
+        for ended in batch:
+            if ended.new.id in self._unlanded:  # kept for a retry: its process is gone
+                try:
+                    self._kill_children(ended.new)
+                except Exception:
+                    log.exception("supervisor: failed to end the children of %s", ended.new.id)
+
+    def _completer(self, ended: _Ended) -> Callable[[], None]:
+        return lambda: self._complete(ended)
+
+    def _complete(self, ended: _Ended) -> None:
+        """The end has landed (now, or on a retry): tell everyone (see the module docstring)."""
+        if self._unlanded.pop(ended.new.id, None) is None:
+            return  # completed already
+        # A failure must neither stop the supervisor nor cost the other ends their effects.
+        try:
+            self._after_end(ended)
+        except Exception:
+            log.exception("supervisor: failed to complete the end of %s", ended.new.id)
 
     def _after_end(self, ended: _Ended) -> None:
-        new = ended.new
+        # The record as it is now: a retry may land the end after later changes (a read).
+        new = self._units.registry.find(ended.new.id) or ended.new
         self._fail_asks(new)
         self._units.tell_subscribers(ended.old, new)
         suspended = ended.slot is not None and ended.slot.suspended

@@ -60,7 +60,7 @@ from workunits.supervisor.stream import AsyncOutputStream, OutputStream
 from workunits.supervisor.teammate import TeammateHandle
 from workunits.supervisor.teammate_calls import TeammateCalls
 from workunits.supervisor.tree import render_tree
-from workunits.supervisor.waiters import TerminalWaiters
+from workunits.supervisor.waiters import TerminalWaiters, settled
 
 R = TypeVar("R")
 
@@ -868,7 +868,7 @@ class Supervisor:
         waiter = self._waiters.add(work_id)
         try:
             record = self.get(work_id)
-            if is_terminal(record.status):
+            if settled(record):
                 return record
             if waiter.event.wait(timeout) and waiter.record is not None:
                 return waiter.record
@@ -887,7 +887,7 @@ class Supervisor:
         waiter, fut = self._waiters.add_async(work_id)  # register, then read
         try:
             record = await self._ask_async(rq.Get(work_id))
-            if is_terminal(record.status):
+            if settled(record):
                 return record
             try:
                 async with asyncio.timeout(timeout):

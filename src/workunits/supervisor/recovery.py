@@ -6,12 +6,24 @@ insert pending units (``wu.connect().shell(...)``) and append requests
 ticks. At start, running units of dead sessions are resumed (same ID, next
 attempt, last checkpoint) when their kind says they can be, else they fail
 with reason ``lost``.
+
+Requests first: at start, every queued request is applied before any unit is
+resumed or started, so a cancel sent while no supervisor ran ends its unit
+``killed`` instead of racing its next attempt; at every tick, requests are
+applied (``apply_requests``) before anything new starts.
+
+A ledger failure worth retrying (a full disk, a lock held too long) loses
+nothing here either (invariant 14): a request that could not be applied is
+held and applied first at the next tick, a dead session's unit that could not
+be resumed is tried again at the next tick (unless a held cancel or kill is
+about it), and a pending unit that could not be adopted is adopted later.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +32,9 @@ from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsErro
 from workunits._ledger import Ledger, Request, UnitRow, Write
 from workunits._record import replace
 from workunits._status import Reason, Status, is_terminal
+from workunits.supervisor.backlog import retryable
 from workunits.supervisor.control import Control
+from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.starts import Starts
 from workunits.supervisor.units import Units
 
@@ -28,6 +42,7 @@ log = logging.getLogger(__name__)
 
 ADOPT_BATCH = 256
 REQUESTS_PER_TICK = 64
+_END_VERBS = ("cancel", "kill")
 
 
 class Recovery:
@@ -35,6 +50,7 @@ class Recovery:
         self,
         *,
         ledger: Ledger,
+        mirror: LedgerMirror,
         session: str,
         clock: Clock,
         units: Units,
@@ -51,28 +67,50 @@ class Recovery:
         # A unit its dead session left waiting between attempts continues its
         # retry schedule here (``supervisor.retries``); False: it is lost.
         self._adopt_waiting = adopt_waiting
+        self._mirror = mirror
+        self._recovered = False  # recover() has run: ticks before it leave the ledger alone
+        # Requests taken but not applied: the ledger failed (retried first, in order).
+        self._held: deque[Request] = deque()
+        # Units of dead sessions whose resume the ledger failed: tried again each tick.
+        self._left: set[str] = set()
 
     def recover(self) -> dict[str, list[str]]:
-        """Open the session; resume or fail what dead sessions left running; adopt pending."""
+        """Open the session; apply requests; resume or fail what dead sessions left; adopt."""
         self._ledger.open_session(self._session, os.getpid())
         self._ledger.reopen_requests(self._session)
+        self._recovered = True
+        # Before anything is resumed or started: a cancel sent while no supervisor
+        # ran ends its unit without another attempt (DESIGN §4).
+        self._apply_requests(until_none_left=True)
         resumed: list[str] = []
         lost: list[str] = []
         for row in self._ledger.units_of_dead_sessions(self._session):
-            (resumed if self._resume_or_lose(row) else lost).append(row.id)
-        self._apply_requests()  # before adopting: a cancel sent while no supervisor ran wins
+            outcome = self._resume_or_lose(row)
+            if outcome is not None:
+                (resumed if outcome else lost).append(row.id)
         adopted = self._adopt_pending()
         return {"resumed": resumed, "lost": lost, "adopted": adopted}
 
-    def tick(self) -> None:
-        """Apply other processes' requests, then adopt what they submitted."""
-        try:
+    def apply_requests(self) -> None:
+        """Every tick, before anything starts: apply other processes' requests."""
+        if self._recovered:
             self._apply_requests()
-            self._adopt_pending()
-        except LedgerError:
-            log.exception("ledger: could not take requests or pending units")
 
-    def _resume_or_lose(self, row: UnitRow) -> bool:
+    def tick(self) -> None:
+        """After the requests: resume what the ledger failed to, adopt what others submitted."""
+        if not self._recovered:
+            return
+        try:
+            self._resume_left()
+            self._adopt_pending()
+        except LedgerError as exc:
+            self._mirror.backlog.report(exc, "pending units (adopted at a later tick)", kept=False)
+
+    def _resume_or_lose(self, row: UnitRow) -> bool | None:
+        """Resume (True) or fail ``lost`` (False); None to try again at the next tick."""
+        if self._held_end_for(row.id):
+            self._left.add(row.id)  # its cancel or kill is applied first
+            return None
         if row.retry_at is not None and self._adopt_waiting is not None:
             if self._adopt_waiting(row):
                 return True
@@ -91,9 +129,30 @@ class Recovery:
             if row.resumable:
                 error += f"; all {row.max_attempts} attempts are used"
         except (WorkunitsError, UnknownKind) as exc:
+            if retryable(exc):
+                self._left.add(row.id)
+                what = f"the resume of {row.id} (tried again)"
+                self._mirror.backlog.report(exc, what, kept=False)
+                return None
             error = f"lost: could not resume it: {type(exc).__name__}: {exc}"
         self._lose(row, error)
         return False
+
+    def _resume_left(self) -> None:
+        for work_id in sorted(self._left):
+            self._left.discard(work_id)
+            row = self._ledger.get(work_id)
+            if (
+                row is not None
+                and row.status == Status.RUNNING
+                and row.session != self._session
+                and work_id not in self._units
+                and not self._mirror.backlog.holds(work_id)
+            ):
+                self._resume_or_lose(row)
+
+    def _held_end_for(self, work_id: str) -> bool:
+        return any(r.target == work_id and r.verb in _END_VERBS for r in self._held)
 
     def _lose(self, row: UnitRow, error: str) -> None:
         failed = Write(
@@ -113,22 +172,23 @@ class Recovery:
         batch = [failed]
         if row.status == Status.PENDING:
             batch.insert(0, Write(row.id, row.attempt, {"status": Status.RUNNING.value}))
-        try:
-            self._ledger.write_many(batch)
-        except WorkunitsError:
-            log.exception("ledger: could not record %s as lost", row.id)
+        self._mirror.write_lost(row.id, batch)
 
     def _adopt_pending(self) -> list[str]:
         """Start pending units other processes submitted (or a dead session left)."""
         adopted: list[str] = []
         for row in self._ledger.list(status=Status.PENDING, limit=ADOPT_BATCH):
-            if row.id in self._units:
-                continue
+            if row.id in self._units or self._mirror.backlog.holds(row.id):
+                continue  # in memory, or its lost end is waiting to be written
             try:
                 actor_class = self._units.kinds.actor_class(row.id[0])
                 spec, timeout = actor_class.from_durable(self._ledger.load_spec(row.id))
                 self._ledger.write(row.id, attempt=row.attempt, session=self._session)
             except (WorkunitsError, UnknownKind) as exc:
+                if retryable(exc):  # not the unit's fault: adopted at a later tick
+                    what = f"the adoption of {row.id} (tried again)"
+                    self._mirror.backlog.report(exc, what, kept=False)
+                    break
                 self._lose(row, f"could not start: {type(exc).__name__}: {exc}")
                 continue
             self._starts.admit(
@@ -137,14 +197,39 @@ class Recovery:
             adopted.append(row.id)
         return adopted
 
-    def _apply_requests(self) -> None:
-        for request in self._ledger.take_requests(REQUESTS_PER_TICK, session=self._session):
-            try:
-                result = self._apply(request)
-            except WorkunitsError as exc:
-                result = {"changed": False, "error": f"{type(exc).__name__}: {exc}"}
-            if result is not None:
-                self._ledger.finish_request(request.seq, result)
+    def _apply_requests(self, *, until_none_left: bool = False) -> None:
+        """Apply held requests, then newly taken ones, in order; a batch, or all of them.
+
+        A ledger failure worth retrying holds the request that met it, and those
+        after it, for the next tick: none is lost, and none overtakes another.
+        """
+        while True:
+            if not self._held:
+                try:
+                    taken = self._ledger.take_requests(REQUESTS_PER_TICK, session=self._session)
+                except LedgerError as exc:
+                    what = "other processes' requests (taken at a later tick)"
+                    self._mirror.backlog.report(exc, what, kept=False)
+                    return
+                if not taken:
+                    return
+                self._held.extend(taken)
+            while self._held:
+                request = self._held[0]
+                try:
+                    result = self._apply(request)
+                except WorkunitsError as exc:
+                    if retryable(exc):
+                        what = f"request {request.seq} ({request.verb} {request.target})"
+                        what += ", held and applied first at the next tick"
+                        self._mirror.backlog.report(exc, what, kept=False)
+                        return
+                    result = {"changed": False, "error": f"{type(exc).__name__}: {exc}"}
+                self._held.popleft()
+                if result is not None:
+                    self._mirror.finish_request(request.target, request.seq, result)
+            if not until_none_left:
+                return
 
     def _apply(self, request: Request) -> dict[str, Any] | None:
         """Apply one request; its answer, or None when the unit's end will answer it."""
@@ -152,7 +237,7 @@ class Recovery:
         if target not in self._units:
             return self._apply_to_row(request)
         control = self._control
-        if request.verb in ("cancel", "kill"):
+        if request.verb in _END_VERBS:
             if request.verb == "cancel":
                 changed = control.cancel(target, float(request.args.get("grace", 5.0)))
             else:
@@ -171,8 +256,12 @@ class Recovery:
         """A request for a unit not in memory (evicted, or never started here)."""
         target = request.target
         row = self._ledger.require(target)
-        if row.status == Status.PENDING and request.verb in ("cancel", "kill"):
-            # Never started: it ends without running (pending -> killed).
+        if request.verb in _END_VERBS and (
+            row.status == Status.PENDING
+            or (row.status == Status.RUNNING and row.session != self._session)
+        ):
+            # Never started (pending -> killed), or left running by a dead session
+            # whose zygote killed its process: it ends without another attempt.
             reason = Reason.CANCELLED if request.verb == "cancel" else Reason.KILLED
             self._ledger.write(
                 target,

@@ -29,6 +29,7 @@ from workunits.actors.remote import RemoteActor
 from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import ShellActor
 from workunits.actors.workflow import WorkflowActor
+from workunits.supervisor import durable
 from workunits.supervisor.actor import SupervisorActor, Tick
 from workunits.supervisor.channel import ActorChannel
 from workunits.supervisor.kinds import Kinds
@@ -120,7 +121,8 @@ class Runtime:
         if self._ticker is not None:
             self._ticker.close()
         with contextlib.suppress(pykka.ActorDeadError):
-            self._ref.stop(timeout=self._ask_timeout)
+            # The actor's on_stop may spend CLOSE_RETRY_FOR landing writes that failed.
+            self._ref.stop(timeout=max(self._ask_timeout, durable.CLOSE_RETRY_FOR + 5.0))
         after_actor()
         self.ray.close()
         self.zygote.close()

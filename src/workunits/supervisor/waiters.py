@@ -22,6 +22,15 @@ class Waiter:
     callback: Callable[[WorkRecord], None] | None = None
 
 
+def settled(record: WorkRecord) -> bool:
+    """The record is terminal and its end is in the ledger: a wait may return it.
+
+    A terminal record that is not ``durable`` (its end waits to be written) is
+    not: waiters are woken only when the end lands (invariant 14).
+    """
+    return is_terminal(record.status) and record.durable
+
+
 class TerminalWaiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
