@@ -43,6 +43,7 @@ from workunits._wire.actor_messages import (
     SendFromUnit,
     SpawnChild,
 )
+from workunits._pool import WorkerPool
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.supervisor import requests as rq
@@ -90,6 +91,7 @@ class SupervisorActor(pykka.ThreadingActor):
         session: str,
         concurrency: Mapping[str, int] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
+        pool: WorkerPool | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
@@ -120,7 +122,9 @@ class SupervisorActor(pykka.ThreadingActor):
             cascade=self._cascade,
             tell_self=self.actor_ref.tell,
         )
-        around = Surroundings(state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell)
+        around = Surroundings(
+            state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell, pool
+        )
         self._starts = Starts(
             units=units,
             mirror=self._mirror,
