@@ -195,11 +195,9 @@ class WorkerPool:
 
     def _hand_over(self, worker: _Worker, job: _Job) -> None:
         """Send ``job`` to ``worker`` (assigned under the lock already)."""
-        try:
+        # A worker that is dying refuses the send; its exit ends this unit, as a crash would.
+        with contextlib.suppress(OSError):
             _framing.send(worker.sock, RunUnit(job.call), [job.transcript_fd, job.channel_fd])
-        except OSError:
-            # The worker is dying; its exit ends this unit as a crash under it would.
-            pass
         job.release_fds()  # the worker holds its own copies now
         self._tell_spawned(worker, job)
 

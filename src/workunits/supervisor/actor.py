@@ -31,6 +31,7 @@ import pykka
 
 from workunits._clock import Clock
 from workunits._ledger import Ledger
+from workunits._pool import WorkerPool
 from workunits._record import WorkRecord, replace
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import (
@@ -43,7 +44,6 @@ from workunits._wire.actor_messages import (
     SendFromUnit,
     SpawnChild,
 )
-from workunits._pool import WorkerPool
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.supervisor import requests as rq

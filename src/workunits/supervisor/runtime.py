@@ -18,8 +18,8 @@ import pykka
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._ledger import Ledger
-from workunits._remote.runtime import RayRuntime
 from workunits._pool import WorkerPool
+from workunits._remote.runtime import RayRuntime
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.agent import AgentActor

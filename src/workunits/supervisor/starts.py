@@ -14,11 +14,11 @@ from typing import Any
 from workunits import _ids
 from workunits._clock import Clock
 from workunits._errors import SpecError, SupervisorClosed
+from workunits._pool import WorkerPool
 from workunits._record import Outcome, WorkRecord, replace
 from workunits._retry import Retry, check_retry
 from workunits._status import Status, is_terminal
 from workunits._wire.submits import check_attempts, check_stall_after, check_submit, check_timeout
-from workunits._pool import WorkerPool
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
