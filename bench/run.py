@@ -33,6 +33,7 @@ from pathlib import Path
 import harness
 import loop_lag
 import peer_benches
+import pooled_bench
 import procstat
 import value_benches
 from harness import BenchResult, Pair, Series
@@ -535,6 +536,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     "idle_1000": bench_idle_1000,
     "output_1gib": bench_output_1gib,
     **peer_benches.BENCHES,
+    **pooled_bench.BENCHES,
     **value_benches.BENCHES,
     **loop_lag.BENCHES,
 }

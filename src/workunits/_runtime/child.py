@@ -23,6 +23,7 @@ from workunits import _strictjson as strictjson
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
 from workunits._wire import frames as m
+from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import SpawnCall
 
 EXIT_OK = 0
@@ -30,6 +31,10 @@ EXIT_RAISED = 1
 
 
 def run_unit(call: SpawnCall, transcript_fd: int, channel_fd: int) -> int:
+    if call.kind == WORKER_KIND:  # not a unit: a pooled worker, which runs units itself
+        from workunits._runtime.worker import serve  # noqa: PLC0415 - it imports this module
+
+        return serve(channel_fd, transcript_fd)
     capture = Capture(transcript_fd, call.first_seq, call.transcript_cap)
     channel = socket.socket(fileno=channel_fd)
     devnull = os.open(os.devnull, os.O_RDONLY)

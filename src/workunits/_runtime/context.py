@@ -168,6 +168,12 @@ class UnitContext:
         with contextlib.suppress(OSError):  # the channel is gone: the parent is ending
             self.send(m.NoticeTaken(notice.id, notice.status.value))
 
+    def close_channel(self) -> None:
+        """End the channel (a pooled worker is done with this unit), waking its reader."""
+        with contextlib.suppress(OSError):
+            self._channel.shutdown(socket.SHUT_RDWR)
+        self._channel.close()
+
     def send(self, message: Any) -> None:
         """Send one raw message to this unit's actor (internal channel; prefer the methods)."""
         with self._send_lock:

@@ -137,6 +137,8 @@ class AgentSpec:
     # Transcript bytes before the supervisor kills the unit (reason output-cap). No
     # RLIMIT_FSIZE here, unlike a shell: it would cap every file the agent writes.
     output_cap: int = DEFAULT_OUTPUT_CAP
+    # Run in a long-lived worker of the supervisor's pool instead of a fresh process.
+    reuse: bool = False
 
     @classmethod
     def build(
@@ -148,6 +150,7 @@ class AgentSpec:
         memory_limit: int | None = None,
         idle_priority: bool = False,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        reuse: bool = False,
     ) -> AgentSpec:
         """Pickle the call now, in the caller's thread: a SpecError here registers nothing.
 
@@ -159,6 +162,14 @@ class AgentSpec:
         if not callable(fn):
             raise SpecError(f"an agent runs a callable, got {type(fn).__name__}")
         check_limits(memory_limit, output_cap)
+        if not isinstance(reuse, bool):
+            raise SpecError(f"reuse must be True or False, got {reuse!r}")
+        if reuse and (memory_limit is not None or idle_priority):
+            # Process limits would bind the worker, and every unit it runs after.
+            raise SpecError(
+                "a pooled unit (reuse=True) cannot have a memory limit or idle priority: "
+                "they are limits of a process; drop reuse=True to get a process of its own"
+            )
         try:
             # Code pickled by value keeps its file name: the unit's tracebacks say where.
             payload = dumps_call((fn, tuple(args), dict(kwargs)))
@@ -168,7 +179,8 @@ class AgentSpec:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         limits = Limits(memory=memory_limit, idle_priority=idle_priority)
-        return cls(payload, _name_of(fn), limits, Call(fn, tuple(args), dict(kwargs)), output_cap)
+        call = Call(fn, tuple(args), dict(kwargs))
+        return cls(payload, _name_of(fn), limits, call, output_cap, reuse)
 
 
 _REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)

@@ -87,6 +87,15 @@ class AgentActor(WorkActor):
             raise SpecError(f"an agent unit needs an AgentSpec, got {type(spec).__name__}")
 
     @classmethod
+    def actor_for(cls, spec: Any) -> type[WorkActor]:
+        """A pooled agent (``reuse=True``) runs in a worker of the supervisor's pool."""
+        if cls is AgentActor and isinstance(spec, AgentSpec) and spec.reuse:
+            from workunits.actors.pooled import PooledAgentActor  # noqa: PLC0415 - it imports us
+
+            return PooledAgentActor
+        return cls
+
+    @classmethod
     def to_durable(cls, spec: AgentSpec, timeout: float | None) -> Any:
         """A ledger Call: stored by import reference when the callable has one."""
         return durable.agent_to_durable(spec, timeout)
@@ -146,10 +155,16 @@ class AgentActor(WorkActor):
                 limits=self._limits(),
                 transcript_cap=self.spec.output_cap,
             )
-            self.unit.zygote.spawn_call(call, transcript_fd, theirs.fileno(), TellActor(ref))
+            self._start_process(call, transcript_fd, theirs.fileno(), TellActor(ref))
         finally:
             os.close(transcript_fd)
             theirs.close()
+
+    def _start_process(
+        self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: TellActor
+    ) -> None:
+        """Have the zygote fork the unit's process (a pooled agent hands it to a worker)."""
+        self.unit.zygote.spawn_call(call, transcript_fd, channel_fd, events)
 
     def _limits(self) -> Limits:
         return self.spec.limits

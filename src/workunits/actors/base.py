@@ -29,6 +29,7 @@ from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 
 if TYPE_CHECKING:
+    from workunits._pool import WorkerPool
     from workunits._zygote.client import ZygoteClient
     from workunits._zygote.reaper import Reaper
 
@@ -52,6 +53,7 @@ class UnitBinding:
     report_pid: Callable[[str, int], None]
     report_end: Callable[[str, Outcome], None]
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
+    pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
 
 
 class WorkActor(pykka.ThreadingActor):

@@ -32,6 +32,7 @@ import pykka
 from workunits._clock import Clock
 from workunits._errors import LedgerError
 from workunits._ledger import Ledger
+from workunits._pool import WorkerPool
 from workunits._record import WorkRecord, replace
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import (
@@ -91,6 +92,7 @@ class SupervisorActor(pykka.ThreadingActor):
         session: str,
         concurrency: Mapping[str, int] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
+        pool: WorkerPool | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
@@ -122,7 +124,9 @@ class SupervisorActor(pykka.ThreadingActor):
             cascade=self._cascade,
             tell_self=self.actor_ref.tell,
         )
-        around = Surroundings(state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell)
+        around = Surroundings(
+            state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell, pool
+        )
         self._starts = Starts(
             units=units,
             mirror=self._mirror,

@@ -153,6 +153,7 @@ class Supervisor:
         ray_init: Mapping[str, Any] | None = None,
         kinds: Mapping[str, type[WorkActor]] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
+        pool_size: int = 2,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -177,7 +178,12 @@ class Supervisor:
         ``ledger="postgresql://..."`` keeps the ledger in PostgreSQL (the
         ``[postgres]`` extra); the state dir still holds output files, keys and
         the lock.
+
+        ``pool_size`` is how many worker processes run pooled units
+        (``agent(..., reuse=True)``) at once; they start with the first one.
         """
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise SpecError(f"pool_size must be an int >= 1, got {pool_size!r}")
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
         for kind_name, limit in (concurrency or {}).items():
@@ -218,6 +224,7 @@ class Supervisor:
                     expire_after=expire_after,
                     ledger_sync=ledger_sync,
                     ledger=ledger,
+                    pool_size=pool_size,
                     ray=RayRuntime(
                         address=ray_address,
                         temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),
@@ -370,6 +377,7 @@ class Supervisor:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        reuse: bool = False,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
@@ -383,8 +391,13 @@ class Supervisor:
         checkpoint, up to ``max_attempts`` (default 3) attempts in all.
         ``retry=wu.Retry(...)`` also runs it again, same ID, after an exception
         the policy names (see the guide "retries and progress").
+        ``reuse=True`` runs it in a long-lived worker process of this supervisor's
+        pool (``pool_size``) instead: much faster for short work, but module-level
+        state may carry over between units (see the guide "pooled units").
         """
-        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap)
+        spec = AgentSpec.build(
+            fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap, reuse=reuse
+        )
         return self.submit(
             "a",
             spec,

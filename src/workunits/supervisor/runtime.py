@@ -18,6 +18,7 @@ import pykka
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._ledger import Ledger
+from workunits._pool import WorkerPool
 from workunits._remote.runtime import RayRuntime
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
@@ -69,6 +70,7 @@ class Options:
     ledger_sync: str
     ray: RayRuntime
     ledger: str | None = None  # a postgresql:// URL; None: SQLite in the state dir
+    pool_size: int = 2  # worker processes for pooled units (reuse=True)
 
 
 class Runtime:
@@ -91,6 +93,8 @@ class Runtime:
         # Warm the zygote up in the background (the client's own daemon thread,
         # joined by its close): the first unit then finds it ready.
         self.zygote.start_quietly()
+        # Workers start with the first pooled unit: a supervisor that never asks pays nothing.
+        self.pool = WorkerPool(self.zygote, self.reaper, options.pool_size)
         self._ask_timeout = options.ask_timeout
         self._ref = SupervisorActor.start(
             state_dir=state_dir,
@@ -104,6 +108,7 @@ class Runtime:
             session=self.session,
             concurrency=options.concurrency,
             max_resident_ended=options.max_resident_ended,
+            pool=self.pool,
         )
         self.channel = ActorChannel(self._ref, options.ask_timeout)
         interval = options.tick_interval
@@ -125,5 +130,6 @@ class Runtime:
             self._ref.stop(timeout=max(self._ask_timeout, durable.CLOSE_RETRY_FOR + 5.0))
         after_actor()
         self.ray.close()
+        self.pool.close()
         self.zygote.close()
         self.reaper.close()

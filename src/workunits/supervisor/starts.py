@@ -14,6 +14,7 @@ from typing import Any
 from workunits import _ids
 from workunits._clock import Clock
 from workunits._errors import SpecError, SupervisorClosed
+from workunits._pool import WorkerPool
 from workunits._record import Outcome, WorkRecord, replace
 from workunits._retry import Retry, check_retry
 from workunits._status import Status, is_terminal
@@ -57,6 +58,7 @@ class Surroundings:
     reaper: Reaper
     zygote: ZygoteClient
     tell_supervisor: Callable[[Any], None]  # a tell to the supervisor actor
+    pool: WorkerPool | None = None  # workers for pooled units
 
 
 class Starts:
@@ -236,6 +238,7 @@ class Starts:
             report_pid=lambda wid, pid: tell(PidReport(wid, pid)),
             report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
             tell_supervisor=tell,
+            pool=around.pool,
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry

@@ -1,0 +1,288 @@
+"""The supervisor's pool of worker processes for pooled units (``reuse=True``).
+
+Workers are forked by the zygote like units (own session, parent-death signal,
+containment), and each runs ``_runtime.worker.serve``: one unit at a time,
+handed over its control socket with the unit's transcript and channel. A unit
+hears of its worker as it would of its own process, through the zygote's
+``UnitEvents``: ``spawned`` (a duplicate of the worker's pidfd), then ``exited``
+when the worker reports the unit done (exit code from the unit) or when the
+worker dies under it (its exit status: a crash or a kill fails or kills that
+unit only). A signal for a unit goes to its worker's process group, so a kill
+ends the worker; the next unit gets a new one. Units beyond ``size`` wait here,
+in order, for a free worker.
+
+Threads: ``run`` and ``signal`` come from unit actors, the worker events and
+the workers' frames from the Reaper thread. Neither starts a process on the
+Reaper thread (a zygote start blocks): a worker that must be started for a
+waiting unit is started on a short-lived thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from workunits import _framing, _ids
+from workunits._wire.pool_protocol import WORKER_KIND, RunUnit, UnitDone
+from workunits._wire.zygote_protocol import SpawnCall
+from workunits._zygote.client import UnitEvents, ZygoteClient, ZygoteUnavailable
+from workunits._zygote.reaper import Reaper
+
+WORKER_PREFIX = "p"  # worker ids live in the zygote's table beside unit ids
+
+_Tell = Callable[[UnitEvents], None]  # how a worker's end reaches the unit it ran
+
+
+@dataclass(slots=True)
+class _Job:
+    """One unit handed to the pool; owns duplicates of its two descriptors until sent."""
+
+    call: SpawnCall
+    transcript_fd: int
+    channel_fd: int
+    events: UnitEvents
+    told_spawned: bool = False
+
+    def release_fds(self) -> None:
+        for fd in (self.transcript_fd, self.channel_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.transcript_fd = self.channel_fd = -1
+
+
+@dataclass(slots=True)
+class _Worker:
+    id: str
+    sock: socket.socket
+    reader: _framing.FrameReader = field(default_factory=_framing.FrameReader)
+    pid: int | None = None
+    pidfd: int | None = None
+    job: _Job | None = None  # the unit it runs now
+    alive: bool = True
+    stream_key: int | None = None
+
+
+class WorkerPool:
+    def __init__(self, zygote: ZygoteClient, reaper: Reaper, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got size={size}")
+        self.size = size
+        self._zygote = zygote
+        self._reaper = reaper
+        # Guards _workers, _waiting, _closed and each worker's job, pid, pidfd and
+        # alive. O(1) work only: never held across a send, a spawn or an event call.
+        self._lock = threading.Lock()
+        self._workers: dict[str, _Worker] = {}
+        self._starting = 0  # workers being spawned (they count toward size)
+        self._waiting: deque[_Job] = deque()
+        self._closed = False
+
+    def pids(self) -> list[int]:
+        """The pids of the live workers (for tests and diagnostics)."""
+        with self._lock:
+            return [w.pid for w in self._workers.values() if w.alive and w.pid is not None]
+
+    # -- from unit actors ---------------------------------------------------------
+
+    def run(self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents) -> None:
+        """Run ``call`` on a free worker (or once one is free). The fds stay the caller's."""
+        job = _Job(call, os.dup(transcript_fd), os.dup(channel_fd), events)
+        worker: _Worker | None = None
+        start = False
+        with self._lock:
+            if self._closed:
+                job.release_fds()
+                raise ZygoteUnavailable("the supervisor is closed")
+            worker = self._idle_worker()
+            if worker is not None:
+                worker.job = job
+            else:
+                self._waiting.append(job)
+                start = len(self._workers) + self._starting < self.size
+                if start:
+                    self._starting += 1
+        if worker is not None:
+            self._hand_over(worker, job)
+        elif start:
+            self._start_worker()
+
+    def signal(self, unit_id: str, signum: int) -> None:
+        """Signal the worker running ``unit_id``; a waiting unit is taken out and ended."""
+        target: _Worker | None = None
+        waiting: _Job | None = None
+        with self._lock:
+            for worker in self._workers.values():
+                if worker.alive and worker.job is not None and worker.job.call.unit_id == unit_id:
+                    target = worker
+                    break
+            else:
+                for job in self._waiting:
+                    if job.call.unit_id == unit_id:
+                        waiting = job
+                        break
+                if waiting is not None and signum in (signal.SIGKILL, signal.SIGTERM):
+                    self._waiting.remove(waiting)
+                else:
+                    waiting = None
+        if target is not None:
+            self._zygote.signal(target.id, signum)
+        elif waiting is not None:  # it never ran: it ends as a process killed before it started
+            waiting.release_fds()
+            waiting.events.exited(None, signum)
+
+    def close(self) -> None:
+        """End the workers (they exit at EOF) and the units still waiting."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers.values())
+            waiting, self._waiting = list(self._waiting), deque()
+        for job in waiting:
+            job.release_fds()
+            job.events.spawn_failed("the supervisor closed before a pooled worker was free")
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                worker.sock.shutdown(socket.SHUT_RDWR)
+
+    # -- workers ----------------------------------------------------------------------
+
+    def _idle_worker(self) -> _Worker | None:
+        """A live worker with no unit (lock held)."""
+        for worker in self._workers.values():
+            if worker.alive and worker.job is None:
+                return worker
+        return None
+
+    def _start_worker(self) -> None:
+        """Spawn one worker (``_starting`` was counted under the lock) and give it work."""
+        worker_id = _ids.mint(WORKER_PREFIX)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        worker = _Worker(worker_id, ours)
+        quiet = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            worker.stream_key = self._reaper.watch_stream(
+                ours,
+                lambda data, fds: self._on_frames(worker, data, fds),
+                lambda: None,  # its end is the zygote's Exited, which _WorkerEvents routes
+            )
+            with self._lock:
+                self._workers[worker_id] = worker
+            call = SpawnCall(unit_id=worker_id, kind=WORKER_KIND, payload=b"")
+            self._zygote.spawn_call(call, quiet, theirs.fileno(), _WorkerEvents(self, worker))
+        except (OSError, ZygoteUnavailable) as exc:
+            error = f"could not start a pooled worker: {exc}"
+            self._worker_gone(worker, lambda events: events.spawn_failed(error), start_failed=True)
+            return
+        finally:
+            os.close(quiet)
+            theirs.close()
+            with self._lock:
+                self._starting -= 1
+        self._next_job(worker)
+
+    def _next_job(self, worker: _Worker) -> None:
+        """Give ``worker`` (now free) the first waiting unit, if any."""
+        with self._lock:
+            if not worker.alive or worker.job is not None or not self._waiting:
+                return
+            job = worker.job = self._waiting.popleft()
+        self._hand_over(worker, job)
+
+    def _hand_over(self, worker: _Worker, job: _Job) -> None:
+        """Send ``job`` to ``worker`` (assigned under the lock already)."""
+        # A worker that is dying refuses the send; its exit ends this unit, as a crash would.
+        with contextlib.suppress(OSError):
+            _framing.send(worker.sock, RunUnit(job.call), [job.transcript_fd, job.channel_fd])
+        job.release_fds()  # the worker holds its own copies now
+        self._tell_spawned(worker, job)
+
+    def _tell_spawned(self, worker: _Worker, job: _Job) -> None:
+        with self._lock:
+            pid, pidfd = worker.pid, worker.pidfd
+            if pid is None or pidfd is None or job.told_spawned or worker.job is not job:
+                return
+            job.told_spawned = True
+            dup = os.dup(pidfd)
+        job.events.spawned(pid, dup)
+
+    # -- the Reaper thread -------------------------------------------------------------
+
+    def _on_frames(self, worker: _Worker, data: bytes, fds: list[int]) -> None:
+        for fd in fds:  # a worker has no business sending descriptors
+            os.close(fd)
+        for frame in worker.reader.feed(data):
+            if not isinstance(frame, UnitDone):
+                continue
+            with self._lock:
+                job = worker.job
+                if job is None or job.call.unit_id != frame.unit_id:
+                    continue
+                worker.job = None
+            job.events.exited(frame.code, None)
+            self._next_job(worker)
+
+    def _spawned(self, worker: _Worker, pid: int, pidfd: int) -> None:
+        with self._lock:
+            worker.pid, worker.pidfd = pid, pidfd
+            job = worker.job
+        if job is not None:
+            self._tell_spawned(worker, job)
+
+    def _worker_gone(self, worker: _Worker, tell: _Tell, *, start_failed: bool = False) -> None:
+        """The worker exited, failed to start, or was lost: its unit (only) hears of it.
+
+        A worker that could not start fails one waiting unit when it had none of
+        its own, so retrying for the others always ends.
+        """
+        with self._lock:
+            worker.alive = False
+            self._workers.pop(worker.id, None)
+            job, worker.job = worker.job, None
+            if job is None and start_failed and self._waiting:
+                job = self._waiting.popleft()
+            pidfd, worker.pidfd = worker.pidfd, None
+            restart = bool(self._waiting) and not self._closed
+            if restart:
+                self._starting += 1
+        if pidfd is not None:
+            os.close(pidfd)
+        if worker.stream_key is not None:
+            self._reaper.close_stream(worker.stream_key)
+        with contextlib.suppress(OSError):
+            worker.sock.close()
+        if job is not None:
+            job.release_fds()
+            tell(job.events)
+        if restart:  # not on this (the Reaper) thread: a zygote start blocks
+            threading.Thread(
+                target=self._start_worker, name="workunits-pool-start", daemon=True
+            ).start()
+
+
+class _WorkerEvents:
+    """The zygote's events about one worker (Reaper thread)."""
+
+    __slots__ = ("pool", "worker")
+
+    def __init__(self, pool: WorkerPool, worker: _Worker) -> None:
+        self.pool = pool
+        self.worker = worker
+
+    def spawned(self, pid: int, pidfd: int) -> None:
+        self.pool._spawned(self.worker, pid, pidfd)
+
+    def spawn_failed(self, error: str) -> None:
+        self.pool._worker_gone(
+            self.worker, lambda events: events.spawn_failed(error), start_failed=True
+        )
+
+    def exited(self, exit_code: int | None, signum: int | None) -> None:
+        self.pool._worker_gone(self.worker, lambda events: events.exited(exit_code, signum))
+
+    def lost(self) -> None:
+        self.pool._worker_gone(self.worker, lambda events: events.lost())

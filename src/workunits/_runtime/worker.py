@@ -1,0 +1,109 @@
+"""A pooled worker process: runs units one at a time, each as ``run_unit`` would.
+
+Forked by the zygote like any unit (own session, parent-death signal), then it
+loops: receive ``RunUnit`` with the unit's transcript and channel descriptors on
+the control socket, run the unit with its own capture and context (``run_unit``),
+close the unit's channel, put back what a unit commonly changes (cwd,
+environment, signal handlers, ``sys.stdout``/``sys.stderr``, ``sys.argv``,
+``sys.path``), and report ``UnitDone``. What it cannot put back (module-level
+state, imported modules, threads a unit left running) carries over to the next
+unit: that is what a pooled unit gives up (see the guide).
+
+A unit that ends the process (``os._exit``, a signal, a kill) ends the worker;
+the pool fails that unit only and starts another worker. ``SystemExit`` is a
+return, not an exit: ``run_unit`` turns it into the unit's exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+
+from workunits import _framing
+from workunits._runtime import context as _context
+from workunits._runtime.child import run_unit
+from workunits._wire.pool_protocol import RunUnit, UnitDone
+from workunits._wire.zygote_protocol import SpawnCall
+
+EXIT_CONTROL_CLOSED = 0
+_FDS_PER_UNIT = 2
+
+
+def serve(control_fd: int, quiet_fd: int) -> int:
+    """The worker's loop; returns its exit code once the pool closes the control socket.
+
+    ``quiet_fd`` (the pool gives /dev/null) becomes fds 0, 1 and 2 between units.
+    """
+    for target in (0, 1, 2):
+        os.dup2(quiet_fd, target)
+    os.close(quiet_fd)
+    control = socket.socket(fileno=control_fd)
+    reset = _Reset()
+    reader = _framing.FrameReader()
+    fds: list[int] = []
+    while True:
+        try:
+            data, got, _flags, _addr = socket.recv_fds(control, 1 << 16, 8)
+        except OSError:
+            return EXIT_CONTROL_CLOSED
+        fds.extend(got)
+        if not data:
+            return EXIT_CONTROL_CLOSED  # the pool (or the supervisor) is gone
+        for frame in reader.feed(data):
+            if not isinstance(frame, RunUnit) or len(fds) < _FDS_PER_UNIT:
+                return EXIT_CONTROL_CLOSED  # not our pool talking: stop rather than guess
+            transcript_fd, channel_fd = fds.pop(0), fds.pop(0)
+            code = _run_one(frame.call, transcript_fd, channel_fd)
+            reset.restore()
+            _framing.send(control, UnitDone(frame.call.unit_id, code))
+
+
+def _run_one(call: SpawnCall, transcript_fd: int, channel_fd: int) -> int:
+    ctx: _context.UnitContext | None = None
+    try:
+        code = run_unit(call, transcript_fd, channel_fd)
+        ctx = _context._current
+    finally:
+        _context._current = None
+        os.close(transcript_fd)
+        # Closing the unit's channel is its actor's cue that every frame is in.
+        # shutdown first: the context's reader thread may be blocked reading it.
+        if ctx is not None:
+            ctx.close_channel()
+        else:
+            with contextlib.suppress(OSError):
+                os.close(channel_fd)
+    return code
+
+
+class _Reset:
+    """What a worker puts back after each unit, taken when the worker starts."""
+
+    def __init__(self) -> None:
+        self.cwd = os.getcwd()
+        self.environ = dict(os.environ)
+        self.argv = list(sys.argv)
+        self.path = list(sys.path)
+        self.stdout, self.stderr = sys.stdout, sys.stderr
+        self.handlers = {
+            signum: signal.getsignal(signum)
+            for signum in signal.valid_signals()
+            if signum not in (signal.SIGKILL, signal.SIGSTOP)
+        }
+
+    def restore(self) -> None:
+        with contextlib.suppress(OSError):
+            os.chdir(self.cwd)
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        sys.argv[:] = self.argv
+        sys.path[:] = self.path
+        sys.stdout, sys.stderr = self.stdout, self.stderr
+        for signum, handler in self.handlers.items():
+            if handler is not None and signal.getsignal(signum) is not handler:
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(signum, handler)

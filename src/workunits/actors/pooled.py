@@ -1,0 +1,36 @@
+"""Pooled agent units: an agent run by a long-lived worker of the supervisor's pool.
+
+Everything but the process is an agent's: typed ID, ledger row, transcript,
+channel (progress, checkpoints, cancel, children), one notice. The process is a
+worker that runs one unit at a time (see ``_pool.workers``): a signal for the
+unit goes to the worker, so a kill ends the worker too and the pool starts
+another; a crash of the worker fails the unit it was running, and only that one.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from workunits._errors import WorkunitsError
+from workunits._wire.zygote_protocol import SpawnCall
+from workunits.actors.agent import AgentActor
+from workunits.actors.process_events import TellActor
+
+
+class PooledAgentActor(AgentActor):
+    """An ``a`` unit submitted with ``reuse=True``; its record's kind is ``agent``."""
+
+    kind: ClassVar[str] = "agent"
+
+    def _start_process(
+        self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: TellActor
+    ) -> None:
+        pool = self.unit.pool
+        if pool is None:
+            raise WorkunitsError("this supervisor has no worker pool for reuse=True units")
+        pool.run(call, transcript_fd, channel_fd, events)
+
+    def signal_work(self, signum: int) -> None:
+        pool = self.unit.pool
+        if pool is not None:
+            pool.signal(self.unit.id, signum)

@@ -1,0 +1,185 @@
+"""Pooled units (``agent(..., reuse=True)``): long-lived workers, one unit at a time.
+
+Everything here runs in real worker processes forked by the zygote: reuse is
+shown by the pid a unit reports, a kill and a crash by the worker's death and
+its replacement, and each unit keeps its own record, transcript and one notice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+import workunits as wu
+from workunits._record import Notification
+
+from .conftest import alive, eventually
+
+WAIT = 20.0
+
+# -- bodies run in workers (module-level so they pickle by reference) ------------
+
+
+def whoami(text: str) -> int:
+    print(text)
+    return os.getpid()
+
+
+def wait_for(path: str) -> int:
+    """Block until ``path`` exists (the test's gate), bounded so nothing hangs forever."""
+    deadline = time.monotonic() + WAIT
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.005)
+    return os.getpid()
+
+
+def hard_exit() -> None:
+    os._exit(7)
+
+
+def raise_error() -> None:
+    raise ValueError("pooled failure")
+
+
+def mess_up(where: str) -> None:
+    os.chdir(where)
+    os.environ["WU_POOLED_LEFTOVER"] = "1"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def surroundings() -> tuple[str, str | None, str]:
+    return os.getcwd(), os.environ.get("WU_POOLED_LEFTOVER"), str(signal.getsignal(signal.SIGTERM))
+
+
+def checkpoints_until_cancelled() -> None:
+    ctx = wu.current()
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        ctx.checkpoint({"at": time.monotonic()})
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def psup(state_dir: Path) -> Iterator[wu.Supervisor]:
+    with wu.Supervisor(state_dir, install_signal_handlers=False, pool_size=1) as supervisor:
+        yield supervisor
+
+
+def test_a_pooled_unit_runs_returns_and_keeps_its_output_and_one_notice(
+    psup: wu.Supervisor,
+) -> None:
+    mailbox = psup.notifications()
+    h = psup.agent(whoami, "hello from a worker", reuse=True)
+    assert h.id.startswith("a")
+    record = psup.wait(h.id, timeout=WAIT)
+    assert (record.status, record.kind) == (wu.Status.COMPLETED, "agent")
+    assert psup.result(h.id) == record.pid
+    events = [orjson.loads(line) for line in record.output_tail.splitlines()]
+    types = [e["type"] for e in events]
+    assert types == ["start", "stdout", "result", "end"]
+    assert events[1]["data"] == "hello from a worker\n"
+    notice = mailbox.get(timeout=WAIT)
+    assert isinstance(notice, Notification)
+    assert (notice.id, notice.status) == (h.id, wu.Status.COMPLETED)
+    with pytest.raises(TimeoutError):
+        mailbox.get(timeout=0)
+
+
+def test_one_worker_serves_units_in_turn_and_a_kill_replaces_it(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    first = psup.result(psup.agent(whoami, "one", reuse=True).id, timeout=WAIT)
+    second = psup.result(psup.agent(whoami, "two", reuse=True).id, timeout=WAIT)
+    assert first == second  # the same process ran both
+    gate = tmp_path / "never"
+    stuck = psup.agent(wait_for, str(gate), reuse=True)
+    eventually(lambda: psup.get(stuck.id).pid, what="the unit to reach its worker")
+    assert psup.kill(stuck.id) is True
+    record = psup.wait(stuck.id, timeout=WAIT)
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.KILLED)
+    eventually(lambda: not alive(first), what="the killed unit's worker to die")
+    third = psup.result(psup.agent(whoami, "three", reuse=True).id, timeout=WAIT)
+    assert third != first
+    assert alive(third)
+
+
+def test_a_crash_fails_that_unit_only(state_dir: Path, tmp_path: Path) -> None:
+    with wu.Supervisor(state_dir, install_signal_handlers=False, pool_size=2) as sup:
+        gate = tmp_path / "gate"
+        bystander = sup.agent(wait_for, str(gate), reuse=True)
+        bystander_pid = eventually(lambda: sup.get(bystander.id).pid, what="the bystander")
+        crashed = sup.wait(sup.agent(hard_exit, reuse=True).id, timeout=WAIT)
+        assert (crashed.status, crashed.exit_code) == (wu.Status.FAILED, 7)
+        raised = sup.wait(sup.agent(raise_error, reuse=True).id, timeout=WAIT)
+        assert raised.status is wu.Status.FAILED
+        assert raised.error is not None
+        assert "ValueError: pooled failure" in raised.error
+        with pytest.raises(wu.WorkFailed):
+            sup.result(raised.id)
+        # A raise leaves its worker serving; os._exit took the other one, replaced.
+        assert raised.pid != crashed.pid
+        assert alive(raised.pid or 0)
+        assert not alive(crashed.pid or 0)
+        assert sup.get(bystander.id).status is wu.Status.RUNNING
+        gate.touch()
+        assert sup.result(bystander.id, timeout=WAIT) == bystander_pid
+
+
+def test_a_worker_puts_back_cwd_environment_and_signal_handlers(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    before = psup.result(psup.agent(surroundings, reuse=True).id, timeout=WAIT)
+    psup.result(psup.agent(mess_up, str(tmp_path), reuse=True).id, timeout=WAIT)
+    after = psup.result(psup.agent(surroundings, reuse=True).id, timeout=WAIT)
+    assert after == before
+    assert after[1] is None
+
+
+def test_a_pooled_unit_cancels_at_its_checkpoint(psup: wu.Supervisor) -> None:
+    h = psup.agent(checkpoints_until_cancelled, reuse=True)
+    eventually(lambda: psup.get(h.id).pid, what="the unit to start")
+    worker = psup.get(h.id).pid
+    assert psup.cancel(h.id, grace=WAIT) is True
+    record = psup.wait(h.id, timeout=WAIT)
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.CANCELLED)
+    # It stopped by itself at the checkpoint: its worker lives on for the next unit.
+    assert psup.result(psup.agent(whoami, "next", reuse=True).id, timeout=WAIT) == worker
+
+
+def test_a_unit_waiting_for_a_worker_is_killed_without_running(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    busy = psup.agent(wait_for, str(gate), reuse=True)
+    eventually(lambda: psup.get(busy.id).pid, what="the worker to be busy")
+    queued = psup.agent(whoami, "must not run", reuse=True)
+    assert psup.kill(queued.id) is True
+    record = psup.wait(queued.id, timeout=WAIT)
+    assert record.status is wu.Status.KILLED
+    assert b"must not run" not in record.output_tail
+    gate.touch()
+    assert psup.get(busy.id).status is not wu.Status.KILLED
+    psup.wait(busy.id, timeout=WAIT)
+    assert psup.get(busy.id).status is wu.Status.COMPLETED
+
+
+def test_closing_the_supervisor_ends_its_workers(state_dir: Path) -> None:
+    with wu.Supervisor(state_dir, install_signal_handlers=False, pool_size=2) as sup:
+        pid = sup.result(sup.agent(whoami, "x", reuse=True).id, timeout=WAIT)
+        assert alive(pid)
+    eventually(lambda: not alive(pid), what="the worker to end with its supervisor")
+
+
+def test_process_limits_are_refused_for_pooled_units(psup: wu.Supervisor) -> None:
+    with pytest.raises(wu.SpecError, match="reuse=True"):
+        psup.agent(whoami, "x", reuse=True, memory_limit=1 << 30)
+    with pytest.raises(wu.SpecError, match="pool_size"):
+        wu.Supervisor(".unused", pool_size=0)
