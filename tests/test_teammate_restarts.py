@@ -63,7 +63,8 @@ def test_a_permanent_teammate_comes_back_with_its_id_and_runs_on_start_again(
     assert [a.attempt for a in record.attempts] == [1]
     why = record.attempts[0].describe()
     assert ("crashed on purpose" in why) if crash == "crash" else ("exit code 3" in why)
-    assert record.restart is not None and record.restart.mode == "permanent"
+    assert record.restart is not None
+    assert record.restart.mode == "permanent"
     assert mate.stop(timeout=30) is None  # a stop is asked for: not restarted
     assert sup.get(mate.id).status == wu.Status.COMPLETED
 
@@ -151,9 +152,8 @@ def test_asks_that_meet_a_restart_are_answered_or_fail_naming_it_never_hang(
             assert mate.ask("attempt", timeout=30) == n + 1
             outcomes.add("answered")
         except wu.TeammateRestarted as exc:
-            assert mate.id in str(exc) and "restarted" in str(exc)
-            outcomes.add("restarted")
-    assert outcomes  # each ask ended one of the two ways, within its timeout
+            outcomes.add("restarted" if f"{mate.id} restarted" in str(exc) else str(exc))
+    assert outcomes <= {"answered", "restarted"}  # each one way or the other, in time
     assert sup.get(mate.id).status == wu.Status.RUNNING
 
 
