@@ -56,6 +56,7 @@ WORKUNITS = {
     "SupervisorBusy",
     "SupervisorClosed",
     "TeammateEnded",
+    "TeammateRestarted",
     "TeammateError",
     "TeammateHandle",
     "TeammateProxy",

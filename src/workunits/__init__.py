@@ -35,6 +35,7 @@ from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import SupervisorClosed as SupervisorClosed
 from workunits._errors import TeammateEnded as TeammateEnded
 from workunits._errors import TeammateError as TeammateError
+from workunits._errors import TeammateRestarted as TeammateRestarted
 from workunits._errors import UnknownKind as UnknownKind
 from workunits._errors import UnknownWork as UnknownWork
 from workunits._errors import UnloadableValue as UnloadableValue
@@ -120,6 +121,7 @@ __all__ = [
     "TeammateError",
     "TeammateHandle",
     "TeammateProxy",
+    "TeammateRestarted",
     "UnitContext",
     "UnknownKind",
     "UnknownWork",

@@ -28,7 +28,9 @@ WorkunitsError
 ├── MailboxClosed        the mailbox's supervisor (or unit) is gone and no notice is left
 ├── NoNotification       no notice arrived within the timeout (also a TimeoutError)
 ├── TeammateEnded        a tell/ask to a teammate that has ended or is ending, or an ask
-│                        whose teammate ended before it answered
+│   │                    whose teammate ended before it answered
+│   └── TeammateRestarted  an ask whose teammate's attempt ended and was restarted
+│                          (``restart=``) before it answered: ask again
 ├── AskTimeout           no answer to an ask within its timeout (also a TimeoutError)
 ├── TeammateError        a teammate's handler raised an exception that cannot be
 │                        rebuilt here; carries its type, message and traceback
@@ -283,6 +285,13 @@ class TeammateEnded(WorkunitsError):
 
     Also raised to an asker whose teammate ended before it answered: an ask is
     never left waiting on a unit that cannot answer any more.
+    """
+
+
+class TeammateRestarted(TeammateEnded):
+    """An ask's teammate crashed and was restarted (``restart=``) before it answered.
+
+    The new attempt starts afresh and never saw the ask; asking again reaches it.
     """
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from workunits._status import Reason, Status
 
 if TYPE_CHECKING:
+    from workunits._restart import Restart
     from workunits._retry import Attempt, Retry
 
 TAIL_BYTES = 64 * 1024
@@ -77,6 +78,7 @@ class WorkRecord:
     progress_at: float | None = None
     evidence: Mapping[str, Any] | None = None
     retry: Retry | None = None  # the unit's retry policy
+    restart: Restart | None = None  # a teammate's restart policy (None: temporary)
     attempts: tuple[Attempt, ...] = ()  # earlier attempts that failed and were retried
     retry_at: float | None = None  # set while it waits between attempts (it stays running)
     retry_of: str | None = None  # the failed unit ``retry(id)`` started this one for

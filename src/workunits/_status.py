@@ -23,7 +23,7 @@ class Status(enum.StrEnum):
 
 
 class Reason(enum.StrEnum):
-    """Why a unit ended early (``killed``), or why it was ``failed`` by us (``lost``)."""
+    """Why a unit ended early (``killed``), or why it was ``failed`` by us (``lost``...)."""
 
     KILLED = "killed"
     CANCELLED = "cancelled"
@@ -33,6 +33,8 @@ class Reason(enum.StrEnum):
     PARENT_ENDED = "parent-ended"
     LOST = "lost"
     SHED = "shed"  # load shedding (``Supervisor.shed``): worth resubmitting when load falls
+    # A teammate ended unasked more often than its restart policy allows (``_restart``).
+    RESTART_INTENSITY = "restart-intensity"
 
 
 _TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})

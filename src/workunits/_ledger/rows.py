@@ -23,6 +23,7 @@ from workunits._errors import LedgerCorrupt
 from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
+from workunits._restart import Restart, policy_from_json
 from workunits._retry import Attempt, Retry, attempts_from_json
 from workunits._status import Reason, Status, is_terminal
 
@@ -94,6 +95,13 @@ class NewUnit:
     retry: Retry | None = None
     retry_of: str | None = None  # the failed unit retry(id) starts this one for
     stall_after: float | None = None
+    restart: Restart | None = None  # a teammate's; kept in retry_policy, beside a Retry
+
+    @property
+    def policy_json(self) -> str | None:
+        """The ``retry_policy`` column: the retry or restart policy (a unit has one at most)."""
+        policy = self.retry if self.retry is not None else self.restart
+        return None if policy is None else policy.to_json().decode()
 
     @property
     def status(self) -> Status:
@@ -128,6 +136,7 @@ class NewUnit:
             retry=record.retry,
             retry_of=record.retry_of,
             stall_after=record.stall_after,
+            restart=record.restart,
         )
 
 
@@ -179,6 +188,7 @@ class UnitRow:
     attempts: tuple[Attempt, ...] = ()
     retry_of: str | None = None
     stall_after: float | None = None
+    restart: Restart | None = None
 
     @property
     def expired(self) -> bool:
@@ -234,6 +244,7 @@ class UnitRow:
             progress_at=self.progress_at,
             evidence=self.evidence,
             retry=self.retry,
+            restart=self.restart,
             attempts=self.attempts,
             retry_at=self.retry_at,
             retry_of=self.retry_of,
@@ -279,6 +290,7 @@ class UnitRow:
             retry=new.retry,
             retry_of=new.retry_of,
             stall_after=new.stall_after,
+            restart=new.restart,
         )
 
     @classmethod
@@ -287,6 +299,7 @@ class UnitRow:
         if not isinstance(work_id, str):
             raise LedgerCorrupt(f"a units row has id {work_id!r}, which is not a str")
         c = _Columns(row, work_id)
+        policy = c.parsed("retry_policy", policy_from_json)
         return cls(
             id=work_id,
             kind=c.req("kind", str),
@@ -324,7 +337,8 @@ class UnitRow:
             checkpoint_file=c.opt("checkpoint_file", str),
             progress_at=c.opt("progress_at", float),
             evidence=c.json("progress_evidence"),
-            retry=c.parsed("retry_policy", Retry.from_json),
+            retry=policy if isinstance(policy, Retry) else None,
+            restart=policy if isinstance(policy, Restart) else None,
             retry_at=c.opt("retry_at", float),
             attempts=c.parsed("attempts_log", attempts_from_json) or (),
             retry_of=c.opt("retry_of", str),

@@ -265,7 +265,7 @@ class Ledger:
         written anywhere: an empty spec blob is stored as NULL. Its spec hash
         (from the whole spec) still answers an idempotent resubmit.
         """
-        if new.started_at is not None and not new.resumable and new.retry is None:
+        if new.started_at is not None and not new.resumable and new.policy_json is None:
             spec = dataclasses.replace(new.spec, data=b"", mac=None, versions=None, file=None)
         else:
             spec = self._large.offload(new.spec, purpose="spec", work_id=new.id, durable=True)

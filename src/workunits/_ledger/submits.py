@@ -88,7 +88,7 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.output_path,
         new.started_at,
         new.spec.file,
-        None if new.retry is None else new.retry.to_json().decode(),
+        new.policy_json,
         new.retry_of,
         new.stall_after,
     )

@@ -1,7 +1,8 @@
 """Teammates inside unit processes: the serving loop, and a unit's handle on a child teammate.
 
 ``serve`` is the callable of a ``t`` unit's payload (pickled by reference, so the
-zygote's preloaded copy runs): it builds the instance, then handles messages one
+zygote's preloaded copy runs): it builds the instance, runs its ``on_start()``
+if it has one, then handles messages one
 at a time in the unit's main thread, in the order they were sent, until a stop
 or a cancel. The channel's reader thread only queues them (``ctx.open_inbox``),
 so a long handler never keeps the channel from draining, and ``wu.current()``
@@ -30,6 +31,11 @@ def serve(cls: type[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     ctx = current()
     inbox = ctx.open_inbox()
     instance = cls(*args, **kwargs)
+    # pykka's hook: each attempt runs it (a restarted teammate is built afresh), before
+    # any message -- those sent meanwhile wait in the inbox. If it raises, the attempt fails.
+    on_start = getattr(instance, "on_start", None)
+    if callable(on_start):
+        on_start()
     while True:
         frame = inbox.get()
         # Checked before every message: after a cancel, queued messages are not handled

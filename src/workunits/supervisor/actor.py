@@ -145,7 +145,13 @@ class SupervisorActor(pykka.ThreadingActor):
         )
         self._children = ChildRequests(units, self._starts, self._control)
         self._retries = Retries(
-            units=units, starts=self._starts, ledger=ledger, session=session, clock=clock
+            units=units,
+            starts=self._starts,
+            ledger=ledger,
+            session=session,
+            clock=clock,
+            restarting=self._messaging.restarting,
+            restarted=self._messaging.restarted,
         )
         self._reruns = Reruns(units=units, starts=self._starts, ledger=ledger)
         self._activity = Activity(units=units, notices=self._notices, clock=clock)
@@ -158,6 +164,7 @@ class SupervisorActor(pykka.ThreadingActor):
             starts=self._starts,
             control=self._control,
             adopt_waiting=self._retries.adopt_waiting,
+            adopt_lost=self._retries.adopt_lost,
         )
 
     # -- pykka hooks -------------------------------------------------------------
@@ -198,8 +205,9 @@ class SupervisorActor(pykka.ThreadingActor):
     def _handle_tell(self, message: object) -> None:  # noqa: PLR0912 - a case each
         match message:
             case EndReport(work_id, outcome):
-                if not self._retries.intercept(work_id, outcome):
-                    self._endings.report(work_id, outcome)
+                end = self._retries.intercept(work_id, outcome)
+                if end is not None:
+                    self._endings.report(work_id, end)
             case FlushEnds():
                 self._endings.flush()
             case PidReport(work_id, pid):
@@ -259,7 +267,16 @@ class SupervisorActor(pykka.ThreadingActor):
         units, control = self._units, self._control
         match request:
             case rq.Register(
-                letter, spec, parent, description, timeout, key, max_attempts, retry, stall_after
+                letter,
+                spec,
+                parent,
+                description,
+                timeout,
+                key,
+                max_attempts,
+                retry,
+                stall_after,
+                restart,
             ):
                 request.answer(
                     self._starts.register(
@@ -272,6 +289,7 @@ class SupervisorActor(pykka.ThreadingActor):
                         max_attempts=max_attempts,
                         retry=retry,
                         stall_after=stall_after,
+                        restart=restart,
                     )
                 )
             case rq.RetryUnit(work_id):

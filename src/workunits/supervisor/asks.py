@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,16 @@ class PendingAsks:
             del self._open[target]
         return route
 
-    def pop_all(self, target: str) -> list[Route]:
-        return list(self._open.pop(target, {}).values())
+    def pop_all(self, target: str, keep: Container[int] = ()) -> list[Route]:
+        """Every route open to ``target`` but those whose token is in ``keep``."""
+        routes = self._open.pop(target, {})
+        kept = {token: route for token, route in routes.items() if token in keep}
+        if kept:
+            self._open[target] = kept
+        return [route for token, route in routes.items() if token not in keep]
+
+    def is_open(self, target: str, token: int) -> bool:
+        return token in self._open.get(target, {})
 
     def drain(self) -> list[Route]:
         routes = [route for by_token in self._open.values() for route in by_token.values()]

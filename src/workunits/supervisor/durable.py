@@ -28,6 +28,7 @@ from workunits._clock import Clock
 from workunits._errors import LedgerError, UnknownWork, WorkunitsError
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
 from workunits._record import Notification, WorkRecord, replace
+from workunits._restart import UNBOUNDED_ATTEMPTS
 from workunits._status import Status, is_terminal
 from workunits.actors.base import WorkActor
 from workunits.supervisor.backlog import Backlog, Pending
@@ -76,6 +77,9 @@ class LedgerMirror:
         # supervisor too: one attempt counter serves both (supervisor.retries).
         resumable = actor_class.resumable(durable, stored.format) or record.retry is not None
         attempts = max_attempts if max_attempts is not None else (3 if resumable else 1)
+        if record.restart is not None:
+            # A restart policy keeps the spec too; its intensity, not a count, bounds it.
+            resumable, attempts = True, UNBOUNDED_ATTEMPTS
         new = NewUnit.of(
             record,
             stored,

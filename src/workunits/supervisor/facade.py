@@ -31,6 +31,7 @@ from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
+from workunits._restart import Restart, check_restart
 from workunits._retain import Retain
 from workunits._retry import Retry
 from workunits._status import Reason, Status, is_terminal
@@ -70,6 +71,18 @@ DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
 # the next one being read. 256 KiB keeps that well inside DESIGN section 8's
 # 2 MiB budget and still catches up on a backlog at over 1 GiB/s.
 STREAM_CHUNK = 256 << 10
+
+
+def _restart_policy(
+    restart: str, max_restarts: int, within: float, *, remote: bool
+) -> Restart | None:
+    policy = check_restart(restart, max_restarts, within)
+    if policy is not None and remote:
+        raise SpecError(
+            "restart= is for teammates in their own process here, not remote=True ones "
+            "(Ray restarts its own actors: use Ray's max_restarts)"
+        )
+    return policy
 
 
 def _teammate_spec(
@@ -612,9 +625,13 @@ class Supervisor:
         memory_limit: int | None = None,
         remote: bool = False,
         resources: Mapping[str, float] | None = None,
+        restart: str = "temporary",
+        max_restarts: int = 3,
+        within: float = 60.0,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Like ``teammate`` without blocking the event loop (pickled on a worker thread)."""
+        policy = _restart_policy(restart, max_restarts, within, remote=remote)
         spec = await asyncio.to_thread(
             _teammate_spec,
             cls,
@@ -625,8 +642,9 @@ class Supervisor:
             resources=resources,
         )
         name = spec.name if description is None else description
-        handle = await self.submit_async("t", spec, description=name, timeout=timeout)
-        return TeammateHandle(self, handle.id, cls)
+        request = rq.Register("t", spec, None, name, timeout, restart=policy)
+        record = await self._ask_async(request)
+        return TeammateHandle(self, record.id, cls)
 
     def retry(self, work_id: str) -> WorkHandle:
         """Start a unit that ended ``failed`` or ``killed`` again, as a new unit.
@@ -955,21 +973,33 @@ class Supervisor:
         memory_limit: int | None = None,
         remote: bool = False,
         resources: Mapping[str, float] | None = None,
+        restart: str = "temporary",
+        max_restarts: int = 3,
+        within: float = 60.0,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Create ``cls(*args, **kwargs)`` in its own process as a ``t`` unit.
 
-        It takes messages in ``on_receive(message)`` (and method calls through
-        ``proxy()``) one at a time, until ``stop()``, a cancel or a kill.
+        It runs ``on_start()`` if it has one, then takes messages in
+        ``on_receive(message)`` (and method calls through ``proxy()``) one at a
+        time, until ``stop()``, a cancel or a kill.
         ``remote=True`` puts the instance in a Ray actor (``workunits[ray]``), with
         Ray ``resources`` as for ``remote()``; the handle and its semantics are the same.
+
+        ``restart`` (OTP's restart types): ``"permanent"`` starts it again, same
+        ID, next attempt, ``on_start`` again, after any end nobody asked for;
+        ``"transient"`` only after it ended ``failed``; ``"temporary"`` (default)
+        never. More than ``max_restarts`` restarts within ``within`` seconds and
+        it ends ``failed``, reason ``restart-intensity``. ``stop()``, a cancel
+        or a kill is never restarted.
         """
+        policy = _restart_policy(restart, max_restarts, within, remote=remote)
         spec = _teammate_spec(
             cls, args, kwargs, memory_limit=memory_limit, remote=remote, resources=resources
         )
         name = spec.name if description is None else description
-        handle = self.submit("t", spec, description=name, timeout=timeout)
-        return TeammateHandle(self, handle.id, cls)
+        record = self._ask(rq.Register("t", spec, None, name, timeout, restart=policy))
+        return TeammateHandle(self, record.id, cls)
 
     def monitor(
         self,

@@ -5,6 +5,12 @@ waits: an ask is routed with a token and a *route* (``supervisor.asks``) that
 is called once, when the teammate's actor reports the answer or when the
 teammate ends. So an ask blocks neither this actor nor the teammate's
 WorkActor, and no asker waits on a unit that can no longer answer.
+
+A teammate that restarts (``_restart``) answers no ask of the attempt that
+ended: those fail with TeammateRestarted. What is sent while it restarts is
+held here, in order, and delivered to the next attempt once its actor is up
+(its ``on_start`` runs before the process reads them); if it ends instead,
+the held asks fail with its end. An asker that gives up first is forgotten.
 """
 
 from __future__ import annotations
@@ -13,7 +19,13 @@ from typing import Any
 
 import pykka
 
-from workunits._errors import SpecError, SupervisorClosed, TeammateEnded, WorkunitsError
+from workunits._errors import (
+    SpecError,
+    SupervisorClosed,
+    TeammateEnded,
+    TeammateRestarted,
+    WorkunitsError,
+)
 from workunits._record import WorkRecord
 from workunits._status import Status, is_terminal
 from workunits._wire import frames as m
@@ -42,6 +54,8 @@ class UnitMessaging:
         self._units = units
         self._notices = notices
         self._asks = PendingAsks()
+        # Frames sent to a teammate while it restarts, in order, per teammate.
+        self._held: dict[str, list[m.Deliver]] = {}
 
     # -- tells from WorkActors -----------------------------------------------------
 
@@ -85,12 +99,25 @@ class UnitMessaging:
         slot = self._units.slot(target)
         ref = None if slot is None else slot.actor
         ending = None if slot is None else slot.ending
-        if record.status != Status.RUNNING or ref is None or ending is not None:
+        restarting = record.restart is not None and record.retry_at is not None
+        if (
+            record.status != Status.RUNNING
+            or ending is not None
+            or (ref is None and not restarting)
+        ):
             raise TeammateEnded(f"{target} {_not_taking(record, ending)}")
         token = 0 if reply is None or not ask else self._asks.add(target, reply)
+        frame = m.Deliver(token, message, ask)
+        if ref is None:  # between two attempts: the next one gets it
+            self._held.setdefault(target, []).append(frame)
+            return token
         try:
-            ref.tell(DeliverToUnit(m.Deliver(token, message, ask)))
+            ref.tell(DeliverToUnit(frame))
         except pykka.ActorDeadError:  # it stopped; its end is queued behind this call
+            if record.restart is not None and record.restart.ever:
+                # Its end may be a restart: the next attempt gets it, or its end fails it.
+                self._held.setdefault(target, []).append(frame)
+                return token
             self._asks.pop(target, token)
             raise TeammateEnded(f"{target} has ended; it takes no more messages") from None
         return token
@@ -101,8 +128,37 @@ class UnitMessaging:
 
     # -- ends --------------------------------------------------------------------------
 
+    def restarting(self, work_id: str, why: str) -> None:
+        """A teammate's attempt ended and the next starts: the asks it had fail, naming why.
+
+        Asks held for the next attempt (sent after its actor stopped) stay open.
+        """
+        held = {frame.token for frame in self._held.get(work_id, ())}
+        for route in self._asks.pop_all(work_id, keep=held):
+            again = TeammateRestarted(
+                f"{work_id} restarted before it answered ({why}); its new attempt did not "
+                f"get this ask: ask again"
+            )
+            deliver(route, False, again)
+
+    def restarted(self, work_id: str) -> None:
+        """A teammate's next attempt has its actor: what was held goes to it, in order."""
+        held = self._held.pop(work_id, [])
+        slot = self._units.slot(work_id)
+        ref = None if slot is None else slot.actor
+        if ref is None:
+            return  # it could not start: its end (now committed) fails the held asks
+        for frame in held:
+            if frame.ask and not self._asks.is_open(work_id, frame.token):
+                continue  # its asker gave up waiting
+            try:
+                ref.tell(DeliverToUnit(frame))
+            except pykka.ActorDeadError:
+                return  # this attempt ended already; its end decides for the asks
+
     def fail_asks(self, record: WorkRecord) -> None:
         """Part of the terminal transition: asks still open to this unit fail now."""
+        self._held.pop(record.id, None)  # a held tell has nobody to go to
         for route in self._asks.pop_all(record.id):
             why = TeammateEnded(f"{record.id} ended ({record.describe_end()}) before it answered")
             deliver(route, False, why)

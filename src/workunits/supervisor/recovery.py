@@ -30,7 +30,7 @@ from typing import Any
 from workunits._clock import Clock
 from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsError
 from workunits._ledger import Ledger, Request, UnitRow, Write
-from workunits._record import replace
+from workunits._record import Outcome, replace
 from workunits._status import Reason, Status, is_terminal
 from workunits.supervisor.backlog import retryable
 from workunits.supervisor.control import Control
@@ -57,6 +57,7 @@ class Recovery:
         starts: Starts,
         control: Control,
         adopt_waiting: Callable[[UnitRow], bool] | None = None,
+        adopt_lost: Callable[[UnitRow], Outcome | None] | None = None,
     ) -> None:
         self._ledger = ledger
         self._session = session
@@ -73,6 +74,9 @@ class Recovery:
         self._held: deque[Request] = deque()
         # Units of dead sessions whose resume the ledger failed: tried again each tick.
         self._left: set[str] = set()
+        # A teammate with a restart policy lost while it ran is restarted by its
+        # policy (``supervisor.retries``); otherwise the end to record.
+        self._adopt_lost = adopt_lost
 
     def recover(self) -> dict[str, list[str]]:
         """Open the session; apply requests; resume or fail what dead sessions left; adopt."""
@@ -116,6 +120,16 @@ class Recovery:
                 return True
             self._lose(row, "lost: its retries could not be continued after its supervisor ended")
             return False
+        if (
+            row.restart is not None
+            and self._adopt_lost is not None
+            and row.status == Status.RUNNING
+        ):
+            end = self._adopt_lost(row)
+            if end is None:
+                return True
+            self._lose(row, end.error or "lost", end.reason or Reason.LOST)
+            return False
         try:
             actor_class = self._units.kinds.actor_class(row.id[0])
             durable = self._ledger.load_spec(row.id)
@@ -154,13 +168,13 @@ class Recovery:
     def _held_end_for(self, work_id: str) -> bool:
         return any(r.target == work_id and r.verb in _END_VERBS for r in self._held)
 
-    def _lose(self, row: UnitRow, error: str) -> None:
+    def _lose(self, row: UnitRow, error: str, reason: Reason = Reason.LOST) -> None:
         failed = Write(
             row.id,
             row.attempt,
             {
                 "status": Status.FAILED.value,
-                "reason": Reason.LOST.value,
+                "reason": reason.value,
                 "error": error,
                 "ended_at": self._clock.now(),
             },

@@ -21,6 +21,7 @@ import pykka
 
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
+from workunits._restart import Restart
 from workunits._retry import Retry
 from workunits._status import Reason, Status
 from workunits.actors.base import WorkActor
@@ -62,6 +63,7 @@ class Register(Request[WorkRecord]):
     max_attempts: int | None = None
     retry: Retry | None = None
     stall_after: float | None = None
+    restart: Restart | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,11 @@ class Reruns:
             description=old.description,
             timeout=launch.timeout,
             key=row.key,
-            max_attempts=None if old.retry is not None else row.max_attempts,
+            max_attempts=None if old.retry or old.restart else row.max_attempts,
             retry=old.retry,
             stall_after=old.stall_after,
             retry_of=work_id,
+            restart=old.restart,
         )
 
     def _launch_of(self, work_id: str) -> Launch:

@@ -16,6 +16,7 @@ from workunits._clock import Clock
 from workunits._errors import SpecError, SupervisorClosed
 from workunits._pool import WorkerPool
 from workunits._record import Outcome, WorkRecord, replace
+from workunits._restart import Restart
 from workunits._retry import Retry, check_retry
 from workunits._status import Status, is_terminal
 from workunits._wire.submits import check_attempts, check_stall_after, check_submit, check_timeout
@@ -98,6 +99,7 @@ class Starts:
         retry: Retry | None = None,
         stall_after: float | None = None,
         retry_of: str | None = None,
+        restart: Restart | None = None,
     ) -> WorkRecord:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
@@ -114,6 +116,10 @@ class Starts:
         check_submit(description=description, key=key, max_attempts=max_attempts)
         check_timeout(timeout)
         max_attempts = check_attempts(check_retry(retry), max_attempts)
+        if restart is not None and (retry is not None or max_attempts is not None):
+            raise SpecError("a unit restarts or retries, not both: give restart= or retry=")
+        if restart is not None and not actor_class.accepts_messages:
+            raise SpecError(f"only teammates restart; a {actor_class.kind} unit takes retry=")
         check_stall_after(stall_after)
         if parent is not None:
             parent_record = self._units.lookup(parent)
@@ -133,6 +139,7 @@ class Starts:
             retry=retry,
             retry_of=retry_of,
             stall_after=stall_after,
+            restart=restart,
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
