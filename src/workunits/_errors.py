@@ -30,6 +30,8 @@ WorkunitsError
 ├── TeammateEnded        a tell/ask to a teammate that has ended or is ending, or an ask
 │                        whose teammate ended before it answered
 ├── AskTimeout           no answer to an ask within its timeout (also a TimeoutError)
+├── SignalTimeout        ctx.wait_for(name) saw no such signal within its timeout
+│                        (also a TimeoutError)
 ├── TeammateError        a teammate's handler raised an exception that cannot be
 │                        rebuilt here; carries its type, message and traceback
 ├── NotRunning           (workunits.testing) a scripted unit that has ended takes no
@@ -288,6 +290,13 @@ class TeammateEnded(WorkunitsError):
 
 class AskTimeout(WorkunitsError, TimeoutError):
     """An ask got no answer within its timeout (the teammate may still answer; it is dropped)."""
+
+
+class SignalTimeout(WorkunitsError, TimeoutError):
+    """``ctx.wait_for(name, timeout=...)`` received no signal ``name`` within its timeout.
+
+    A signal sent later is kept for the unit: the next ``wait_for(name)`` receives it.
+    """
 
 
 class NotRunning(WorkunitsError):

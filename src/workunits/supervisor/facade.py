@@ -638,6 +638,20 @@ class Supervisor:
         """
         return WorkHandle(self, self._ask(rq.RetryUnit(work_id)).id)
 
+    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Send the signal ``name`` (a JSON ``value``) to a unit that waits or will wait for it.
+
+        Inside the unit, ``ctx.wait_for(name)`` returns the value. Signals of
+        one name queue in order; one sent before the unit waits is kept in the
+        ledger until it does, across restarts. False, and nothing kept, when
+        the unit has ended; UnknownWork for an ID the ledger does not know.
+        """
+        return self._ask(rq.SignalUnit(work_id, name, value))
+
+    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Like ``signal`` without blocking the event loop."""
+        return await self._ask_async(rq.SignalUnit(work_id, name, value))
+
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
         return self._ask(rq.ResidentIds())

@@ -72,6 +72,15 @@ class RetryUnit(Request[WorkRecord]):
 
 
 @dataclass(frozen=True, slots=True)
+class SignalUnit(Request[bool]):
+    """``signal(id, name, value)``: keep it for the unit and route it (``supervisor.signals``)."""
+
+    work_id: str
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterKind(Request[None]):
     letter: str
     actor_class: type[WorkActor]
