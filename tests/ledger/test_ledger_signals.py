@@ -16,9 +16,9 @@ from .support import new_unit, start
 
 def test_signals_are_kept_in_order_until_consumed_with_a_checkpoint(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger, max_attempts=2).id)
-    seqs = [ledger.send_signal(unit.id, "vote", value) for value in ("a", {"b": 2}, None)]
-    other = ledger.send_signal(new_unit(ledger).id, "vote", "elsewhere")
-    assert all(isinstance(s, int) for s in seqs) and seqs == sorted(seqs)
+    seqs = [_sent(ledger, unit.id, "vote", value) for value in ("a", {"b": 2}, None)]
+    other = _sent(ledger, new_unit(ledger).id, "vote", "elsewhere")
+    assert seqs == sorted(seqs)
     kept = ledger.open_signals(unit.id)
     assert [(s.name, s.value) for s in kept] == [("vote", "a"), ("vote", {"b": 2}), ("vote", None)]
     assert [s.seq for s in ledger.signals_after(0)] == [*seqs, other]
@@ -32,10 +32,10 @@ def test_signals_are_kept_in_order_until_consumed_with_a_checkpoint(ledger: Ledg
 
 def test_a_stale_checkpoint_consumes_nothing(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger, max_attempts=2).id)
-    seq = ledger.send_signal(unit.id, "go", 1)
+    seq = _sent(ledger, unit.id, "go", 1)
     ledger.begin_attempt(unit.id, "s00000001", expected=1)
     with pytest.raises(StaleAttempt):
-        ledger.save_checkpoint_encoded(unit.id, 1, b"{}", consumed=[seq] if seq else [])
+        ledger.save_checkpoint_encoded(unit.id, 1, b"{}", consumed=[seq])
     assert [s.seq for s in ledger.open_signals(unit.id)] == [seq]
 
 
@@ -49,3 +49,9 @@ def test_a_signal_for_an_ended_unit_is_not_kept(ledger: Ledger) -> None:
         ledger.send_signal("a00000000", "go", 1)
     with pytest.raises(SpecError, match="signal name"):
         ledger.send_signal(unit.id, "", 1)
+
+
+def _sent(ledger: Ledger, work_id: str, name: str, value: object) -> int:
+    seq = ledger.send_signal(work_id, name, value)
+    assert seq is not None
+    return seq
