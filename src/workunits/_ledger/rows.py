@@ -94,6 +94,7 @@ class NewUnit:
     retry: Retry | None = None
     retry_of: str | None = None  # the failed unit retry(id) starts this one for
     stall_after: float | None = None
+    not_before: float | None = None  # pending until then
 
     @property
     def status(self) -> Status:
@@ -128,6 +129,7 @@ class NewUnit:
             retry=record.retry,
             retry_of=record.retry_of,
             stall_after=record.stall_after,
+            not_before=record.not_before,
         )
 
 
@@ -179,6 +181,7 @@ class UnitRow:
     attempts: tuple[Attempt, ...] = ()
     retry_of: str | None = None
     stall_after: float | None = None
+    not_before: float | None = None
 
     @property
     def expired(self) -> bool:
@@ -238,6 +241,7 @@ class UnitRow:
             retry_at=self.retry_at,
             retry_of=self.retry_of,
             stall_after=self.stall_after,
+            not_before=self.not_before,
         )
 
     @classmethod
@@ -279,6 +283,7 @@ class UnitRow:
             retry=new.retry,
             retry_of=new.retry_of,
             stall_after=new.stall_after,
+            not_before=new.not_before,
         )
 
     @classmethod
@@ -329,6 +334,7 @@ class UnitRow:
             attempts=c.parsed("attempts_log", attempts_from_json) or (),
             retry_of=c.opt("retry_of", str),
             stall_after=c.opt("stall_after", float),
+            not_before=c.opt("not_before", float),
         )
 
 

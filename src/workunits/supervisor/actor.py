@@ -264,7 +264,16 @@ class SupervisorActor(pykka.ThreadingActor):
         units, control = self._units, self._control
         match request:
             case rq.Register(
-                letter, spec, parent, description, timeout, key, max_attempts, retry, stall_after
+                letter,
+                spec,
+                parent,
+                description,
+                timeout,
+                key,
+                max_attempts,
+                retry,
+                stall_after,
+                not_before,
             ):
                 request.answer(
                     self._starts.register(
@@ -277,6 +286,7 @@ class SupervisorActor(pykka.ThreadingActor):
                         max_attempts=max_attempts,
                         retry=retry,
                         stall_after=stall_after,
+                        not_before=not_before,
                     )
                 )
             case rq.RetryUnit(work_id):
@@ -347,6 +357,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._mirror.retry()  # also while closing: the ends that land then are told
         if not self._closing:
             self._retries.tick()
+            self._starts.start_due()
             self._activity.tick()
             self._mirror.flush_grouped()
             self._recovery.tick()

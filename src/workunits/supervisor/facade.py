@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import datetime
 import os
 import re
 import threading
@@ -344,6 +345,7 @@ class Supervisor:
         key: str | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -363,6 +365,7 @@ class Supervisor:
             key=key,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def agent(
@@ -378,6 +381,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         reuse: bool = False,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
@@ -407,6 +411,7 @@ class Supervisor:
             max_attempts=max_attempts,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def remote(
@@ -418,6 +423,7 @@ class Supervisor:
         timeout: float | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a Ray task, an ``r`` unit (needs ``workunits[ray]``).
@@ -436,6 +442,7 @@ class Supervisor:
             timeout=timeout,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def submit(
@@ -450,6 +457,7 @@ class Supervisor:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Start a unit of any registered kind (by letter) with a kind-specific spec.
 
@@ -458,11 +466,22 @@ class Supervisor:
         IdempotencyConflict. ``retry`` runs failed attempts again (same ID, it
         stays ``running`` between them); ``stall_after`` sends the parent a
         ``StallEvent`` when the unit shows no progress, output or checkpoint
-        for that many seconds.
+        for that many seconds. ``not_before`` (a ``datetime``, or seconds from
+        now) keeps the unit ``pending`` until then; it can be cancelled
+        meanwhile, and the delay is in the ledger, so it outlives a restart.
         """
         record = self._ask(
             rq.Register(
-                kind, spec, parent, description, timeout, key, max_attempts, retry, stall_after
+                kind,
+                spec,
+                parent,
+                description,
+                timeout,
+                key,
+                max_attempts,
+                retry,
+                stall_after,
+                not_before,
             )
         )
         return WorkHandle(self, record.id)
@@ -1031,6 +1050,7 @@ class Supervisor:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
@@ -1049,6 +1069,7 @@ class Supervisor:
             max_attempts=max_attempts,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def shed(self, n: int | None = None) -> builtins.list[str]:

@@ -14,6 +14,7 @@ messages (``supervisor.actor``).
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -62,6 +63,7 @@ class Register(Request[WorkRecord]):
     max_attempts: int | None = None
     retry: Retry | None = None
     stall_after: float | None = None
+    not_before: float | datetime.datetime | None = None  # seconds from now, or a time
 
 
 @dataclass(frozen=True, slots=True)
