@@ -47,6 +47,7 @@ WORKUNITS = {
     "Outcome",
     "Reason",
     "Retry",
+    "SignalTimeout",
     "SpecError",
     "StaleAttempt",
     "StallEvent",

@@ -28,6 +28,7 @@ from workunits._errors import NoNotification as NoNotification
 from workunits._errors import NoSuchMethod as NoSuchMethod
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import NotRetryable as NotRetryable
+from workunits._errors import SignalTimeout as SignalTimeout
 from workunits._errors import SpecError as SpecError
 from workunits._errors import StaleAttempt as StaleAttempt
 from workunits._errors import StateDirError as StateDirError
@@ -109,6 +110,7 @@ __all__ = [
     "Outcome",
     "Reason",
     "Retry",
+    "SignalTimeout",
     "SpecError",
     "StaleAttempt",
     "StallEvent",

@@ -494,6 +494,15 @@ class Client:
         """Ask for a SIGKILL of the unit's process group; False (no request) if it has ended."""
         return self.request("kill", work_id) is not None
 
+    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Send the signal ``name`` (a JSON ``value``) to a unit, as ``Supervisor.signal``.
+
+        Kept in the ledger (fully synced) until the unit consumes it, so it
+        waits there while no supervisor runs; a running supervisor routes it
+        on its next tick. False, and nothing kept, when the unit has ended.
+        """
+        return self.ledger.send_signal(work_id, name, value) is not None
+
     def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
         """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
 
@@ -679,6 +688,10 @@ class Client:
     async def kill_async(self, work_id: str) -> bool:
         """Like ``kill`` without blocking the event loop."""
         return await asyncio.to_thread(self.kill, work_id)
+
+    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Like ``signal`` without blocking the event loop."""
+        return await asyncio.to_thread(self.signal, work_id, name, value)
 
     # -- closing ---------------------------------------------------------------
 

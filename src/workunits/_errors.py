@@ -32,6 +32,8 @@ WorkunitsError
 │   └── TeammateRestarted  an ask whose teammate's attempt ended and was restarted
 │                          (``restart=``) before it answered: ask again
 ├── AskTimeout           no answer to an ask within its timeout (also a TimeoutError)
+├── SignalTimeout        ctx.wait_for(name) saw no such signal within its timeout
+│                        (also a TimeoutError)
 ├── TeammateError        a teammate's handler raised an exception that cannot be
 │                        rebuilt here; carries its type, message and traceback
 ├── NotRunning           (workunits.testing) a scripted unit that has ended takes no
@@ -297,6 +299,13 @@ class TeammateRestarted(TeammateEnded):
 
 class AskTimeout(WorkunitsError, TimeoutError):
     """An ask got no answer within its timeout (the teammate may still answer; it is dropped)."""
+
+
+class SignalTimeout(WorkunitsError, TimeoutError):
+    """``ctx.wait_for(name, timeout=...)`` received no signal ``name`` within its timeout.
+
+    A signal sent later is kept for the unit: the next ``wait_for(name)`` receives it.
+    """
 
 
 class NotRunning(WorkunitsError):

@@ -84,6 +84,7 @@ class WorkRecord:
     retry_of: str | None = None  # the failed unit ``retry(id)`` started this one for
     stall_after: float | None = None  # quiet seconds before its parent gets a StallEvent
     durable: bool = True  # False while its status waits to be written (see above)
+    not_before: float | None = None  # a pending unit starts no earlier (seconds since the epoch)
 
     @property
     def shown_status(self) -> str:

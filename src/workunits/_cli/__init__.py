@@ -11,6 +11,7 @@ One module per group of commands, each registering on the group in ``_app``:
 - ``tail``     output, followed with -f
 - ``waiting``  wait, result
 - ``control``  cancel, kill, gc
+- ``signals``  signal: outside input for a waiting unit
 - ``backup``   a consistent copy of a live state dir
 - ``watch``    the live table
 - ``doctor``   what the machine offers (containment, pidfd, subreaper, fsync)
@@ -23,7 +24,19 @@ shell whether or not a supervisor runs.
 
 from __future__ import annotations
 
-from workunits._cli import backup, control, doctor, inspect, serve, submit, tail, ui, waiting, watch
+from workunits._cli import (
+    backup,
+    control,
+    doctor,
+    inspect,
+    serve,
+    signals,
+    submit,
+    tail,
+    ui,
+    waiting,
+    watch,
+)
 from workunits._cli._app import Exit, cli
 
 __all__ = ["Exit", "cli", "main"]
@@ -34,6 +47,7 @@ _COMMANDS = (
     doctor,
     inspect,
     serve,
+    signals,
     submit,
     tail,
     ui,

@@ -96,6 +96,7 @@ class NewUnit:
     retry_of: str | None = None  # the failed unit retry(id) starts this one for
     stall_after: float | None = None
     restart: Restart | None = None  # a teammate's; kept in retry_policy, beside a Retry
+    not_before: float | None = None  # pending until then
 
     @property
     def policy_json(self) -> str | None:
@@ -137,6 +138,7 @@ class NewUnit:
             retry_of=record.retry_of,
             stall_after=record.stall_after,
             restart=record.restart,
+            not_before=record.not_before,
         )
 
 
@@ -189,6 +191,7 @@ class UnitRow:
     retry_of: str | None = None
     stall_after: float | None = None
     restart: Restart | None = None
+    not_before: float | None = None
 
     @property
     def expired(self) -> bool:
@@ -249,6 +252,7 @@ class UnitRow:
             retry_at=self.retry_at,
             retry_of=self.retry_of,
             stall_after=self.stall_after,
+            not_before=self.not_before,
         )
 
     @classmethod
@@ -291,6 +295,7 @@ class UnitRow:
             retry_of=new.retry_of,
             stall_after=new.stall_after,
             restart=new.restart,
+            not_before=new.not_before,
         )
 
     @classmethod
@@ -343,6 +348,7 @@ class UnitRow:
             attempts=c.parsed("attempts_log", attempts_from_json) or (),
             retry_of=c.opt("retry_of", str),
             stall_after=c.opt("stall_after", float),
+            not_before=c.opt("not_before", float),
         )
 
 

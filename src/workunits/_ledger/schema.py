@@ -163,7 +163,49 @@ ALTER TABLE units ADD COLUMN progress_evidence TEXT;
 CREATE INDEX units_retry_of ON units (retry_of) WHERE retry_of IS NOT NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Outside input and time. A unit waits in `ctx.wait_for(name)` for a signal:
+# `signals` keeps each one sent (by any process, written directly: no request
+# round trip) until the unit's checkpoint after it received it marks it
+# consumed, so a resumed attempt receives those it had not consumed.
+# `not_before`: a unit stays pending until then. `schedules` are cron entries;
+# each firing is a unit keyed by schedule and time (`schedule_firings` records
+# it, or records it missed), so a restart never fires one twice.
+_V5 = """
+CREATE TABLE signals (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused: delivery order
+    unit        TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    value       BLOB NOT NULL,                     -- orjson
+    created_at  REAL NOT NULL,
+    consumed_at REAL
+);
+CREATE INDEX signals_open ON signals (unit, seq) WHERE consumed_at IS NULL;
+ALTER TABLE units ADD COLUMN not_before REAL;
+CREATE TABLE schedules (
+    name        TEXT PRIMARY KEY NOT NULL,
+    cron        TEXT NOT NULL,
+    tz          TEXT NOT NULL,
+    catch_up    TEXT NOT NULL CHECK (catch_up IN ('skip', 'run-once')),
+    letter      TEXT NOT NULL,                     -- the kind of unit each firing starts
+    spec        BLOB NOT NULL,                     -- the unit's durable spec, as units.spec
+    spec_format TEXT NOT NULL CHECK (spec_format IN ('ref', 'pickle', 'json')),
+    spec_mac    BLOB,
+    spec_versions TEXT,
+    options     BLOB NOT NULL,                     -- orjson: description, timeout, ...
+    next_at     REAL NOT NULL,                     -- the next firing due
+    created_at  REAL NOT NULL
+);
+CREATE TABLE schedule_firings (
+    schedule    TEXT NOT NULL,
+    due_at      REAL NOT NULL,
+    unit        TEXT,                              -- NULL for a missed firing
+    outcome     TEXT NOT NULL CHECK (outcome IN ('fired', 'missed')),
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (schedule, due_at)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -24,7 +24,7 @@ import builtins
 import dataclasses
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from workunits._ledger import (
     retains,
     retention,
     sessions,
+    signals,
     statedir,
     submits,
     values,
@@ -65,6 +66,7 @@ from workunits._ledger.backend import is_url
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
+from workunits._ledger.signals import Signal
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
 from workunits._retry import Attempt
@@ -502,12 +504,16 @@ class Ledger:
             work_id, attempt, strictjson.dumps(state, f"checkpoint of {work_id}")
         )
 
-    def save_checkpoint_encoded(self, work_id: str, attempt: int, data: bytes) -> bool:
+    def save_checkpoint_encoded(
+        self, work_id: str, attempt: int, data: bytes, *, consumed: Sequence[int] = ()
+    ) -> bool:
         """Like ``save_checkpoint`` for JSON a unit process already encoded strictly.
 
         The supervisor receives checkpoints as bytes; decoding them only to
         encode them again would cost a round trip per checkpoint. The bytes
-        must parse as JSON (UnstorableValue otherwise).
+        must parse as JSON (UnstorableValue otherwise). ``consumed``: the
+        signals the unit received since its last checkpoint, marked consumed in
+        the same transaction (a resumed attempt will not receive them again).
         """
         _ids.validate(work_id)
         if not isinstance(data, bytes):
@@ -520,9 +526,11 @@ class Ledger:
             raise UnstorableValue(
                 f"checkpoint of {work_id} is not valid JSON ({exc}); nothing was stored"
             ) from None
-        return self._store_checkpoint(work_id, attempt, data)
+        return self._store_checkpoint(work_id, attempt, data, consumed)
 
-    def _store_checkpoint(self, work_id: str, attempt: int, data: bytes) -> bool:
+    def _store_checkpoint(
+        self, work_id: str, attempt: int, data: bytes, consumed: Sequence[int] = ()
+    ) -> bool:
         stored = self._large.offload(
             values.Stored("json", data), purpose="checkpoint", work_id=work_id, durable=True
         )
@@ -542,6 +550,8 @@ class Ledger:
                     "UPDATE units SET checkpoint = ?, checkpoint_file = ? WHERE id = ?",
                     (stored.data, stored.file, work_id),
                 )
+                if consumed:
+                    signals.consume(conn, work_id, consumed, self._clock.now())
         if ended:
             if stored.file not in (None, row["checkpoint_file"]):
                 self._large.delete([stored.file])  # the checkpoint is moot
@@ -781,6 +791,28 @@ class Ledger:
 
     def reopen_requests(self, current_session: str) -> int:
         return requests.reopen(self._db, sessions.validate(current_session))
+
+    # -- signals: outside input units wait for ------------------------------------------
+
+    def send_signal(self, work_id: str, name: str, value: Any = None) -> int | None:
+        """Keep a signal for ``work_id``; its seq, or None when the unit has ended."""
+        return signals.send(self._db, work_id, name, value, self._clock.now())
+
+    def open_signals(self, work_id: str) -> builtins.list[Signal]:
+        """The signals ``work_id`` has not consumed, oldest first."""
+        _ids.validate(work_id)
+        return signals.open_for(self._db, work_id)
+
+    def signals_after(self, seq: int, limit: int = 256) -> builtins.list[Signal]:
+        return signals.after(self._db, seq, limit)
+
+    def last_signal_seq(self) -> int:
+        return signals.last_seq(self._db)
+
+    def consume_signals(self, work_id: str, seqs: Sequence[int]) -> None:
+        """Mark signals consumed without a checkpoint (the unit ended)."""
+        with self._db.write(durable=False) as conn:
+            signals.consume(conn, work_id, seqs, self._clock.now())
 
     # -- sessions ----------------------------------------------------------------------
 

@@ -62,8 +62,9 @@ def _by_key(
 INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
-    "session, output_path, started_at, spec_file, retry_policy, retry_of, stall_after) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "session, output_path, started_at, spec_file, retry_policy, retry_of, stall_after, "
+    "not_before) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
 )
 
 
@@ -91,4 +92,5 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.policy_json,
         new.retry_of,
         new.stall_after,
+        new.not_before,
     )

@@ -8,6 +8,7 @@ runtime has opened it.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import os
@@ -28,6 +29,7 @@ from workunits._errors import (
     Cancelled,
     NoCurrentUnit,
     NotFinished,
+    SignalTimeout,
     SpecError,
     SupervisorClosed,
     WorkunitsError,
@@ -37,6 +39,7 @@ from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._retry import error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
+from workunits._signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
 from workunits._wire.specs import (
@@ -161,6 +164,14 @@ class UnitContext:
         # thread once, or for one non-blocking (MSG_DONTWAIT) poll of the channel.
         self._reader_lock = threading.Lock()
         self._frames = _framing.FrameReader()
+        # Signals (under _cond): per name, (seq, value) in seq order; every seq
+        # this process was given, so one that comes twice (asked for, then
+        # routed) is kept once; the seqs taken since the last checkpoint.
+        self._signals: dict[str, list[tuple[int, Any]]] = {}
+        self._signal_seqs: set[int] = set()
+        self._taken_signals: list[int] = []
+        self._signals_asked = False
+        self._last_progress: tuple[float | None, str, dict[str, Any] | None] = (None, "", None)
 
     # -- the channel ------------------------------------------------------------
 
@@ -236,7 +247,12 @@ class UnitContext:
         for frame in frames:
             if isinstance(frame, m.CancelRequested):
                 self._cancel.set()
+                with self._cond:
+                    self._cond.notify_all()  # a wait_for stops waiting
                 self._wake_inbox()
+            elif isinstance(frame, m.SignalArrived):
+                with self._cond:
+                    self._file_signal(frame)
             elif isinstance(frame, m.Reply):
                 with self._cond:
                     if frame.req in self._abandoned:
@@ -304,6 +320,7 @@ class UnitContext:
         frac = None if fraction is None else float(fraction)
         if evidence:
             strictjson.dumps(evidence, "progress evidence")  # refused here, not in the supervisor
+        self._last_progress = (frac, str(message), evidence or None)
         self.send(m.Progress(frac, str(message), evidence or None))
         extra = {"evidence": evidence} if evidence else {}
         self._transcript.write("progress", fraction=frac, message=str(message), **extra)
@@ -320,7 +337,10 @@ class UnitContext:
             self._save(state)
 
     def _save(self, whole: Any) -> None:
-        self.send(m.Checkpoint(strictjson.dumps(whole, "checkpoint")))
+        with self._cond:
+            consumed = tuple(self._taken_signals)
+            self._taken_signals.clear()
+        self.send(m.Checkpoint(strictjson.dumps(whole, "checkpoint"), consumed))
         self._transcript.write("checkpoint", state=whole)
         self._raise_if_cancelled()
 
@@ -339,6 +359,76 @@ class UnitContext:
         return self._steps.run(
             name, fn, args, kwargs, before=self._raise_if_cancelled, save=self._save, log=log
         )
+
+    # -- signals: outside input ------------------------------------------------------
+
+    def wait_for(self, name: str, timeout: float | None = None) -> Any:
+        """Block until the signal ``name`` arrives; return its value.
+
+        Someone sends it with ``sup.signal(id, name, value)``, ``client.signal``,
+        ``workunits signal ID NAME --value JSON`` or the HTTP API. Signals of
+        one name come in the order they were sent; one sent before this wait,
+        or while no supervisor ran, is kept in the ledger and received here. A
+        signal counts as consumed at this unit's next checkpoint (or its end):
+        a resumed attempt receives again those its last checkpoint did not
+        cover. While it waits the unit's progress message is ``waiting for
+        NAME``. Raises Cancelled at a requested cancel, SignalTimeout after
+        ``timeout`` seconds (the signal, if it comes later, is kept).
+        """
+        check_name(name)
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
+            raise SpecError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        self._raise_if_cancelled()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._ask_for_signals()
+        found, value = self._take_signal(name)
+        if found:
+            return value
+        fraction, message, evidence = self._last_progress
+        self.send(m.Progress(fraction, f"waiting for {name}"))
+        try:
+            with self._cond:
+                while not self._signals.get(name):
+                    if self._cancel.is_set():
+                        raise Cancelled(f"{self.id} was cancelled while waiting for {name}")
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise SignalTimeout(f"no signal {name!r} within {timeout} s")
+                    self._cond.wait(remaining)
+            _, value = self._take_signal(name)
+        finally:
+            with contextlib.suppress(OSError):  # the channel is gone: the unit is ending
+                self.send(m.Progress(fraction, message, evidence))
+        return value
+
+    def _ask_for_signals(self) -> None:
+        """Once per process: the signals this unit has not consumed, from the ledger."""
+        if self._signals_asked:
+            return
+        kept = self._request(lambda req: m.Control(req, "signals", self.id))
+        with self._cond:
+            for frame in kept:
+                self._file_signal(frame)
+            self._signals_asked = True
+
+    def _file_signal(self, frame: m.SignalArrived) -> None:
+        """File one signal (``_cond`` held); a seq already seen is dropped."""
+        if frame.seq in self._signal_seqs:
+            return
+        self._signal_seqs.add(frame.seq)
+        queued = self._signals.setdefault(frame.name, [])
+        bisect.insort(queued, (frame.seq, frame.value), key=lambda item: item[0])
+        self._cond.notify_all()
+
+    def _take_signal(self, name: str) -> tuple[bool, Any]:
+        """(True, value) of the oldest signal ``name`` queued here, or (False, None)."""
+        with self._cond:
+            queued = self._signals.get(name)
+            if not queued:
+                return False, None
+            seq, value = queued.pop(0)
+            self._taken_signals.append(seq)
+        return True, value
 
     def emit(self, event: Mapping[str, Any]) -> None:
         """Append an event of yours to the transcript."""

@@ -67,6 +67,7 @@ class CheckpointReport:
     work_id: str
     attempt: int
     state: bytes
+    consumed: tuple[int, ...] = ()  # signals consumed with this checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +102,10 @@ class ChildEnded:
 
 @dataclass(frozen=True, slots=True)
 class EventToUnit:
-    """An event from one of the unit's monitors, or a child's stall, for its in-process mailbox."""
+    """For the unit's process: a monitor's event or a child's stall (for its in-process
+    mailbox), or a signal it may be waiting for."""
 
-    event: MonitorEvent | StallEvent
+    event: MonitorEvent | StallEvent | m.SignalArrived
 
 
 @dataclass(frozen=True, slots=True)

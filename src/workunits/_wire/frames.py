@@ -28,6 +28,9 @@ class Progress:
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     state: bytes  # orjson
+    # The seqs of signals the unit received since its last checkpoint: consumed
+    # with this one, in its transaction (a resumed attempt gets the rest again).
+    consumed: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,15 @@ class MonitorMatch:
 @dataclass(frozen=True, slots=True)
 class CancelRequested:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class SignalArrived:
+    """A signal for the unit (``ctx.wait_for``); ``seq`` orders and de-duplicates them."""
+
+    seq: int
+    name: str
+    value: Any  # JSON, as it was sent
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ here, with the same ``SpecError``, before any ID is minted.
 
 from __future__ import annotations
 
+import datetime
+
 from workunits._errors import SpecError
 from workunits._retry import Retry
 
@@ -56,3 +58,22 @@ def check_stall_after(stall_after: object) -> float | None:
     ):
         raise SpecError(f"stall_after must be a positive number of seconds, got {stall_after!r}")
     return float(stall_after)
+
+
+def check_not_before(not_before: object, now: float) -> float | None:
+    """When a unit may start, as seconds since the epoch: None (at once), a ``datetime``
+    (a naive one is local time), or a number of seconds from ``now``."""
+    if not_before is None:
+        return None
+    if isinstance(not_before, datetime.datetime):
+        return not_before.timestamp()
+    if (
+        isinstance(not_before, bool)
+        or not isinstance(not_before, int | float)
+        or not 0 <= not_before < float("inf")
+    ):
+        raise SpecError(
+            f"not_before must be a datetime or a number of seconds >= 0 from now, "
+            f"got {not_before!r}"
+        )
+    return now + float(not_before)

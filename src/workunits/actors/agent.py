@@ -212,8 +212,8 @@ class AgentActor(WorkActor):
         match frame:
             case m.Progress(fraction, text, evidence):
                 unit.tell_supervisor(ProgressReport(unit.id, fraction, text, evidence))
-            case m.Checkpoint(state):
-                unit.tell_supervisor(CheckpointReport(unit.id, unit.attempt, state))
+            case m.Checkpoint(state, consumed):
+                unit.tell_supervisor(CheckpointReport(unit.id, unit.attempt, state, consumed))
             case m.Result():
                 self._result = frame
             case m.Error():

@@ -10,7 +10,8 @@ It is made of parts, each taking what it uses in its constructor:
 - ``Notices`` and ``UnitMessaging``: parents' notices, teammates' messages;
 - ``ChildRequests`` and ``Recovery``: what units' processes and the ledger bring in;
 - ``Retries``, ``Reruns`` and ``Activity``: failed attempts run again, ``retry(id)``,
-  stamped progress and stalls.
+  stamped progress and stalls;
+- ``Signals``: outside input that units wait for.
 
 Every method runs in this actor's thread (pykka), so none of it needs locks.
 It never asks another actor anything: WorkActors, the Reaper and the Ticker
@@ -60,6 +61,7 @@ from workunits.supervisor.output import OutputReads
 from workunits.supervisor.recovery import Recovery
 from workunits.supervisor.rerun import Reruns
 from workunits.supervisor.retries import Retries
+from workunits.supervisor.signals import Signals
 from workunits.supervisor.stalls import Activity
 from workunits.supervisor.starts import PidReport, Starts, Surroundings
 from workunits.supervisor.sweep import Deadlines
@@ -155,6 +157,7 @@ class SupervisorActor(pykka.ThreadingActor):
         )
         self._reruns = Reruns(units=units, starts=self._starts, ledger=ledger)
         self._activity = Activity(units=units, notices=self._notices, clock=clock)
+        self._signals = Signals(units=units, ledger=ledger)
         self._recovery = Recovery(
             ledger=ledger,
             mirror=self._mirror,
@@ -214,8 +217,8 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._units.write(work_id, lambda r: replace(r, pid=pid))
             case ProgressReport(work_id, fraction, text, evidence):
                 self._activity.progress(work_id, fraction, text, evidence)
-            case CheckpointReport(work_id, attempt, state):
-                self._mirror.save_checkpoint(work_id, attempt, state)
+            case CheckpointReport(work_id, attempt, state, consumed):
+                self._mirror.save_checkpoint(work_id, attempt, state, consumed)
                 self._activity.saw(work_id)
             case ChildNoticeTaken(work_id, status):
                 self._mirror.mark_delivered(work_id, Status(status))
@@ -226,6 +229,8 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._eviction.acknowledged(notice.id)
             case SpawnChild(parent, request):
                 self._children.spawn(parent, request)
+            case ControlChild(parent, request) if request.op == "signals":
+                self._signals.opened(parent, request.req)
             case ControlChild(parent, request):
                 self._children.control(parent, request)
             case SendFromUnit() | Answered() | MonitorEventReport():
@@ -277,6 +282,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 retry,
                 stall_after,
                 restart,
+                not_before,
             ):
                 request.answer(
                     self._starts.register(
@@ -290,10 +296,13 @@ class SupervisorActor(pykka.ThreadingActor):
                         retry=retry,
                         stall_after=stall_after,
                         restart=restart,
+                        not_before=not_before,
                     )
                 )
             case rq.RetryUnit(work_id):
                 request.answer(self._reruns.retry(work_id))
+            case rq.SignalUnit(work_id, name, value):
+                request.answer(self._signals.send(work_id, name, value))
             case rq.RegisterKind(letter, actor_class):
                 units.kinds.add(letter, actor_class)
                 request.answer(None)
@@ -358,9 +367,11 @@ class SupervisorActor(pykka.ThreadingActor):
         self._mirror.retry()  # also while closing: the ends that land then are told
         if not self._closing:
             self._retries.tick()
+            self._starts.start_due()
             self._activity.tick()
             self._mirror.flush_grouped()
             self._recovery.tick()
+            self._signals.tick()
             self._mirror.periodic(now)
             if now >= self._next_outbox_trim:
                 # Acknowledged notices are kept a while (a consumer may look again),

@@ -184,12 +184,16 @@ class LedgerMirror:
 
         self.backlog.submit([Pending(work_id, f"the answer to request {seq}", call=finish)])
 
-    def save_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
+    def save_checkpoint(
+        self, work_id: str, attempt: int, state: bytes, consumed: tuple[int, ...] = ()
+    ) -> None:
         def save() -> None:
-            self.ledger.save_checkpoint_encoded(work_id, attempt, state)
+            self.ledger.save_checkpoint_encoded(work_id, attempt, state, consumed=consumed)
 
         what = f"a checkpoint of {work_id}"
-        key = f"checkpoint {attempt}"  # a newer one replaces it while both wait
+        # A newer one replaces it while both wait, unless it consumes signals: those
+        # must be marked with the state that took them in, so it is kept.
+        key = f"checkpoint {attempt}" if not consumed else f"checkpoint {attempt} {consumed}"
         self.backlog.submit([Pending(work_id, what, call=save, key=key)])
 
     def mark_delivered(self, work_id: str, status: Status) -> None:

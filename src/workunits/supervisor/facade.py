@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import datetime
 import os
 import re
 import threading
@@ -357,6 +358,7 @@ class Supervisor:
         key: str | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -376,6 +378,7 @@ class Supervisor:
             key=key,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def agent(
@@ -391,6 +394,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         reuse: bool = False,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
@@ -420,6 +424,7 @@ class Supervisor:
             max_attempts=max_attempts,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def remote(
@@ -431,6 +436,7 @@ class Supervisor:
         timeout: float | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a Ray task, an ``r`` unit (needs ``workunits[ray]``).
@@ -449,6 +455,7 @@ class Supervisor:
             timeout=timeout,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def submit(
@@ -463,6 +470,7 @@ class Supervisor:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Start a unit of any registered kind (by letter) with a kind-specific spec.
 
@@ -471,11 +479,22 @@ class Supervisor:
         IdempotencyConflict. ``retry`` runs failed attempts again (same ID, it
         stays ``running`` between them); ``stall_after`` sends the parent a
         ``StallEvent`` when the unit shows no progress, output or checkpoint
-        for that many seconds.
+        for that many seconds. ``not_before`` (a ``datetime``, or seconds from
+        now) keeps the unit ``pending`` until then; it can be cancelled
+        meanwhile, and the delay is in the ledger, so it outlives a restart.
         """
         record = self._ask(
             rq.Register(
-                kind, spec, parent, description, timeout, key, max_attempts, retry, stall_after
+                kind,
+                spec,
+                parent,
+                description,
+                timeout,
+                key,
+                max_attempts,
+                retry,
+                stall_after,
+                not_before=not_before,
             )
         )
         return WorkHandle(self, record.id)
@@ -655,6 +674,20 @@ class Supervisor:
         a unit that did not fail, or whose spec is no longer kept.
         """
         return WorkHandle(self, self._ask(rq.RetryUnit(work_id)).id)
+
+    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Send the signal ``name`` (a JSON ``value``) to a unit that waits or will wait for it.
+
+        Inside the unit, ``ctx.wait_for(name)`` returns the value. Signals of
+        one name queue in order; one sent before the unit waits is kept in the
+        ledger until it does, across restarts. False, and nothing kept, when
+        the unit has ended; UnknownWork for an ID the ledger does not know.
+        """
+        return self._ask(rq.SignalUnit(work_id, name, value))
+
+    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Like ``signal`` without blocking the event loop."""
+        return await self._ask_async(rq.SignalUnit(work_id, name, value))
 
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
@@ -1047,6 +1080,7 @@ class Supervisor:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
@@ -1065,6 +1099,7 @@ class Supervisor:
             max_attempts=max_attempts,
             retry=retry,
             stall_after=stall_after,
+            not_before=not_before,
         )
 
     def shed(self, n: int | None = None) -> builtins.list[str]:

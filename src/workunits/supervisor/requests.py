@@ -14,6 +14,7 @@ messages (``supervisor.actor``).
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -64,6 +65,7 @@ class Register(Request[WorkRecord]):
     retry: Retry | None = None
     stall_after: float | None = None
     restart: Restart | None = None
+    not_before: float | datetime.datetime | None = None  # seconds from now, or a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,15 @@ class RetryUnit(Request[WorkRecord]):
     """``retry(id)``: a new unit with a failed unit's spec (``supervisor.rerun``)."""
 
     work_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SignalUnit(Request[bool]):
+    """``signal(id, name, value)``: keep it for the unit and route it (``supervisor.signals``)."""
+
+    work_id: str
+    name: str
+    value: Any
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ Owned by the SupervisorActor; every method runs in its thread.
 
 from __future__ import annotations
 
+import datetime
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,10 +20,17 @@ from workunits._record import Outcome, WorkRecord, replace
 from workunits._restart import Restart
 from workunits._retry import Retry, check_retry
 from workunits._status import Status, is_terminal
-from workunits._wire.submits import check_attempts, check_stall_after, check_submit, check_timeout
+from workunits._wire.submits import (
+    check_attempts,
+    check_not_before,
+    check_stall_after,
+    check_submit,
+    check_timeout,
+)
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
+from workunits.supervisor.delays import Delays
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, TerminalTransition
 from workunits.supervisor.slots import Launch
@@ -80,6 +88,7 @@ class Starts:
         self._around = around
         self._limits = dict(concurrency or {})  # running units per kind name
         self._queued: dict[str, deque[_Queued]] = {}  # FIFO per kind name
+        self._delays: Delays[_Queued] = Delays()  # pending until their not_before
         self._closing = False
 
     def refuse_new_work(self) -> None:
@@ -100,12 +109,14 @@ class Starts:
         stall_after: float | None = None,
         retry_of: str | None = None,
         restart: Restart | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkRecord:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
         With ``key``, a unit already submitted under it is returned instead,
         whatever its status (IdempotencyConflict if its spec differs). With
         ``retry_of`` (``retry(id)``), the failed unit's key moves to the new one.
+        With ``not_before`` (seconds since the epoch) it stays pending until then.
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
@@ -121,6 +132,7 @@ class Starts:
         if restart is not None and not actor_class.accepts_messages:
             raise SpecError(f"only teammates restart; a {actor_class.kind} unit takes retry=")
         check_stall_after(stall_after)
+        start_at = check_not_before(not_before, self._around.clock.now())
         if parent is not None:
             parent_record = self._units.lookup(parent)
             if is_terminal(parent_record.status):
@@ -140,10 +152,11 @@ class Starts:
             retry_of=retry_of,
             stall_after=stall_after,
             restart=restart,
+            not_before=start_at,
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
-        starts_now = self._has_slot(actor_class.kind)
+        starts_now = self._has_slot(actor_class.kind) and not self._delayed(record)
         existing = self._mirror.submit(
             record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
         )
@@ -173,6 +186,12 @@ class Starts:
         slot = self._units.insert(record)
         slot.adopted = adopted
         slot.launch = Launch(actor_class, spec, timeout)
+        if self._delayed(record):
+            assert record.not_before is not None
+            self._delays.hold(
+                record.not_before, _Queued(record.id, actor_class, spec, timeout, checkpoint)
+            )
+            return
         if not self._has_slot(actor_class.kind):
             queue = self._queued.setdefault(actor_class.kind, deque())
             queue.append(_Queued(record.id, actor_class, spec, timeout, checkpoint))
@@ -181,6 +200,23 @@ class Starts:
             _Queued(record.id, actor_class, spec, timeout, checkpoint),
             running_in_ledger=running_in_ledger,
         )
+
+    def _delayed(self, record: WorkRecord) -> bool:
+        return record.not_before is not None and record.not_before > self._around.clock.now()
+
+    def start_due(self) -> None:
+        """Start (or queue for a slot) the delayed units whose ``not_before`` has come."""
+        self._delays.release_due(self._around.clock.now(), self._start_delayed)
+
+    def _start_delayed(self, unit: _Queued) -> None:
+        record = self._units.registry.find(unit.work_id)
+        if record is None or record.status != Status.PENDING:
+            return  # cancelled (or killed) while it waited
+        kind = unit.actor_class.kind
+        if self._has_slot(kind):
+            self._start(unit)
+        else:
+            self._queued.setdefault(kind, deque()).append(unit)
 
     def hold(self, record: WorkRecord, launch: Launch) -> None:
         """Insert a ``running`` record that waits between attempts (``supervisor.retries``).

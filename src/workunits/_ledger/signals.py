@@ -1,0 +1,99 @@
+"""Signals: outside input a unit waits for (``ctx.wait_for(name)``), kept in the ledger.
+
+Any process sends one by inserting a row (``send``): no request round trip,
+so a signal sent while no supervisor runs waits here. A row is open until the
+unit's first checkpoint (or end) after it received it; ``consume`` marks it
+then, in the checkpoint's own transaction (``store._store_checkpoint``), so a
+resumed attempt receives exactly the signals its checkpoint had not covered.
+Rows keep their ``seq`` order (AUTOINCREMENT, taken under the ledger's write
+lock): signals of one name reach the unit in the order they were sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workunits import _ids
+from workunits import _strictjson as strictjson
+from workunits._errors import UnknownWork
+from workunits._ledger.backend import Connection, Database
+from workunits._ledger.writes import status_of
+from workunits._signalname import check_name
+from workunits._status import is_terminal
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    seq: int
+    unit: str
+    name: str
+    value: Any
+    created_at: float
+
+
+def send(db: Database, unit: str, name: str, value: Any, now: float) -> int | None:
+    """Keep a signal for ``unit``; its seq, or None when the unit has ended (nothing kept).
+
+    UnknownWork when the ledger has no such unit. Fully synced: an approval
+    that was acknowledged must not be lost.
+    """
+    _ids.validate(unit)
+    check_name(name)
+    data = strictjson.dumps(value, f"value of signal {name!r} for {unit}")
+    with db.write(durable=True) as conn:
+        row = conn.execute("SELECT status FROM units WHERE id = ?", (unit,)).fetchone()
+        if row is None:
+            raise UnknownWork(f"no work unit {unit!r} in this ledger")
+        if is_terminal(status_of(row["status"], unit)):
+            return None
+        inserted = conn.execute(
+            "INSERT INTO signals (unit, name, value, created_at) VALUES (?, ?, ?, ?) RETURNING seq",
+            (unit, name, data, now),
+        ).fetchone()
+        return int(inserted[0])
+
+
+def open_for(db: Database, unit: str) -> list[Signal]:
+    """The signals ``unit`` has not consumed, oldest first."""
+    with db.read() as conn:
+        rows = conn.execute(
+            "SELECT * FROM signals WHERE unit = ? AND consumed_at IS NULL ORDER BY seq", (unit,)
+        ).fetchall()
+    return [_decode(row) for row in rows]
+
+
+def after(db: Database, seq: int, limit: int) -> list[Signal]:
+    """Open signals sent after ``seq`` (to any unit), oldest first: what a tick routes."""
+    with db.read() as conn:
+        rows = conn.execute(
+            "SELECT * FROM signals WHERE seq > ? AND consumed_at IS NULL ORDER BY seq LIMIT ?",
+            (seq, limit),
+        ).fetchall()
+    return [_decode(row) for row in rows]
+
+
+def last_seq(db: Database) -> int:
+    with db.read() as conn:
+        row = conn.execute("SELECT coalesce(max(seq), 0) FROM signals").fetchone()
+    return int(row[0])
+
+
+def consume(conn: Connection, unit: str, seqs: Sequence[int], now: float) -> None:
+    """Mark ``seqs`` of ``unit`` consumed, inside the caller's write transaction."""
+    conn.executemany(
+        "UPDATE signals SET consumed_at = ? WHERE seq = ? AND unit = ? AND consumed_at IS NULL",
+        [(now, int(seq), unit) for seq in seqs],
+    )
+
+
+def _decode(row: Any) -> Signal:
+    where = f"signal {row['seq']}"
+    return Signal(
+        seq=int(row["seq"]),
+        unit=row["unit"],
+        name=row["name"],
+        value=strictjson.loads(row["value"], where, "signals.value"),
+        created_at=float(row["created_at"]),
+    )

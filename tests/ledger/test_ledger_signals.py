@@ -1,0 +1,57 @@
+"""Signals in the ledger, on both backends: kept in order, refused for an ended unit,
+consumed with a checkpoint (one transaction), and the rest kept for a later attempt."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from workunits._errors import SpecError, StaleAttempt, UnknownWork
+from workunits._ledger import Ledger
+from workunits._status import Status
+
+from .support import new_unit, start
+
+
+def test_signals_are_kept_in_order_until_consumed_with_a_checkpoint(ledger: Ledger) -> None:
+    unit = start(ledger, new_unit(ledger, max_attempts=2).id)
+    seqs = [_sent(ledger, unit.id, "vote", value) for value in ("a", {"b": 2}, None)]
+    other = _sent(ledger, new_unit(ledger).id, "vote", "elsewhere")
+    assert seqs == sorted(seqs)
+    kept = ledger.open_signals(unit.id)
+    assert [(s.name, s.value) for s in kept] == [("vote", "a"), ("vote", {"b": 2}), ("vote", None)]
+    assert [s.seq for s in ledger.signals_after(0)] == [*seqs, other]
+    assert [s.seq for s in ledger.signals_after(seqs[1])] == [seqs[2], other]
+
+    assert ledger.save_checkpoint_encoded(unit.id, 1, b'{"n": 1}', consumed=seqs[:2])
+    assert [s.seq for s in ledger.open_signals(unit.id)] == [seqs[2]]
+    assert ledger.require(unit.id).checkpoint == b'{"n": 1}'
+    assert ledger.last_signal_seq() == other
+
+
+def test_a_stale_checkpoint_consumes_nothing(ledger: Ledger) -> None:
+    unit = start(ledger, new_unit(ledger, max_attempts=2).id)
+    seq = _sent(ledger, unit.id, "go", 1)
+    ledger.begin_attempt(unit.id, "s00000001", expected=1)
+    with pytest.raises(StaleAttempt):
+        ledger.save_checkpoint_encoded(unit.id, 1, b"{}", consumed=[seq])
+    assert [s.seq for s in ledger.open_signals(unit.id)] == [seq]
+
+
+def test_a_signal_for_an_ended_unit_is_not_kept(ledger: Ledger) -> None:
+    unit = start(ledger, new_unit(ledger).id)
+    ended = dataclasses.replace(unit.to_record(), status=Status.COMPLETED, ended_at=3.0)
+    assert ledger.write(ended, attempt=1)
+    assert ledger.send_signal(unit.id, "go", 1) is None
+    assert ledger.open_signals(unit.id) == []
+    with pytest.raises(UnknownWork):
+        ledger.send_signal("a00000000", "go", 1)
+    with pytest.raises(SpecError, match="signal name"):
+        ledger.send_signal(unit.id, "", 1)
+
+
+def _sent(ledger: Ledger, work_id: str, name: str, value: object) -> int:
+    seq = ledger.send_signal(work_id, name, value)
+    assert seq is not None
+    return seq
