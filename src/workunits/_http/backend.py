@@ -1,14 +1,14 @@
-"""The one place the HTTP layer calls the supervisor: awaitable twins of its calls.
+"""The one place the HTTP layer calls the supervisor: its awaitable ``_async`` twins.
 
-Until ``Supervisor`` has ``_async`` twins of every call, this adapter makes
-them: calls that return quickly (a submit, a get, a kill, one ledger
-transaction) run in the default thread pool with ``asyncio.to_thread``; a wait
-that may be long never holds a thread. A result long-poll awaits
-``Supervisor.wait_async`` (a waiter callback resolves a future on the loop);
-an event follower sleeps on an ``asyncio.Event`` that the supervisor's change
-journal sets (``EventFeed.listen``), with a capped timeout so that output,
-which does not go through the record, is polled with backoff. Switching to
-the supervisor's own ``_async`` twins is a change in this file only.
+Every call with an ``_async`` twin on ``Supervisor`` or ``WorkHandle`` (submits,
+get, list, wait, kill, cancel) awaits it: the supervisor actor answers an
+asyncio future, so no thread waits. What has no twin runs in the default thread
+pool with ``asyncio.to_thread``: pickling a call for a child (``AgentSpec.build``,
+which may import), decoding a result (may unpickle), an event read (files and
+maybe the ledger), and the remote consumers' ledger transactions. An event
+follower sleeps on an ``asyncio.Event`` that the supervisor's change journal
+sets (``EventFeed.listen``), with a capped timeout so that output, which does
+not go through the record, is polled with backoff.
 
 Runs on the server's event loop thread; every supervisor call it makes is one
 the Python API offers, so there is no second path to the registry or ledger.
@@ -28,8 +28,11 @@ from workunits._ledger.values import resolve_ref
 from workunits._record import WorkRecord
 from workunits._status import is_terminal
 from workunits._wire.results import result_of
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
 from workunits.supervisor.events import Cursor, EventBatch
 from workunits.supervisor.facade import Supervisor
+from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.paging import check_limit, page
 from workunits.supervisor.remote_consumers import NoticeClaim
 
 T = TypeVar("T")
@@ -72,18 +75,19 @@ class Backend:
 
     async def _submit(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkRecord:
         started = time.perf_counter()
-        record = await _run(self._submit_now, body, key)
+        handle = await self._submit_now(body, key)
+        record = await handle.get_async()
         self.submit_seconds.append(time.perf_counter() - started)
         return record
 
-    def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkRecord:
+    async def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkHandle:
         sup = self.sup
         if isinstance(body, ShellSubmit):
             cmd: str | list[str] = (
                 body.command if body.command is not None else list(body.argv or [])
             )
             if body.parent is None:
-                handle = sup.shell(
+                return await sup.shell_async(
                     cmd,
                     cwd=body.cwd,
                     env=body.env,
@@ -91,13 +95,10 @@ class Backend:
                     description=body.description,
                     key=key,
                 )
-                return handle.get()
-            from workunits._wire.specs import DEFAULT_OUTPUT_CAP, ShellSpec  # noqa: PLC0415
-
             spec = ShellSpec.build(
                 cmd, cwd=body.cwd, env=body.env, output_cap=DEFAULT_OUTPUT_CAP, on_lost="fail"
             )
-            handle = sup.submit(
+            return await sup.submit_async(
                 "b",
                 spec,
                 description=spec.describe() if body.description is None else body.description,
@@ -105,15 +106,12 @@ class Backend:
                 timeout=body.timeout,
                 key=key,
             )
-            return handle.get()
-        fn = resolve_ref(body.target)
+        fn = await _run(resolve_ref, body.target)  # imports the target's module
         if body.parent is not None:
-            from workunits._wire.specs import AgentSpec  # noqa: PLC0415 - parent-only path
-
-            agent_spec = AgentSpec.build(fn, tuple(body.args), dict(body.kwargs))
-            letter = "a" if body.kind == "agent" else "w"
-            handle = sup.submit(
-                letter,
+            # No twin takes a parent: build the spec as agent_async does, then submit.
+            agent_spec = await _run(AgentSpec.build, fn, tuple(body.args), dict(body.kwargs))
+            return await sup.submit_async(
+                "a" if body.kind == "agent" else "w",
                 agent_spec,
                 description=agent_spec.name if body.description is None else body.description,
                 parent=body.parent,
@@ -121,9 +119,8 @@ class Backend:
                 key=key,
                 max_attempts=body.max_attempts,
             )
-            return handle.get()
-        submit = sup.agent if body.kind == "agent" else sup.workflow
-        handle = submit(
+        submit = sup.agent_async if body.kind == "agent" else sup.workflow_async
+        return await submit(
             fn,
             *body.args,
             description=body.description,
@@ -132,12 +129,11 @@ class Backend:
             max_attempts=body.max_attempts,
             **body.kwargs,
         )
-        return handle.get()
 
     # -- reading ---------------------------------------------------------------------
 
     async def get(self, work_id: str) -> WorkRecord:
-        return await _run(self.sup.get, work_id)
+        return await self.sup.get_async(work_id)
 
     async def list_units(
         self,
@@ -147,10 +143,13 @@ class Backend:
         limit: int,
         after: str | None,
     ) -> builtins.list[WorkRecord]:
-        return await _run(self.sup.list, status, kind, parent, limit=limit, after=after)
+        check_limit(limit)
+        after_record = None if after is None else await self.sup.get_async(after)
+        records = await self.sup.list_async(status, kind, parent)
+        return page(records, limit, after_record)
 
     async def all_records(self) -> builtins.list[WorkRecord]:
-        return await _run(self.sup.list)
+        return await self.sup.list_async()
 
     async def events(self, work_id: str, after: Cursor | None, max_bytes: int) -> EventBatch:
         return await _run(self.sup.events, work_id, after, max_bytes)
@@ -179,15 +178,17 @@ class Backend:
     async def result_of(self, record: WorkRecord) -> Any:
         """The value (may unpickle: a thread), or WorkFailed / WorkKilled / WorkExpired."""
         assert is_terminal(record.status)
+        # result_async would wait for (ask for) the record again: decode the one in
+        # hand on a worker thread, as result_async itself does.
         return await _run(result_of, record)
 
     # -- ending work --------------------------------------------------------------------
 
     async def cancel(self, work_id: str, grace: float) -> bool:
-        return await _run(self.sup.cancel, work_id, grace)
+        return await self.sup.cancel_async(work_id, grace)
 
     async def kill(self, work_id: str) -> bool:
-        return await _run(self.sup.kill, work_id)
+        return await self.sup.kill_async(work_id)
 
     # -- leases and claims ----------------------------------------------------------------
 
