@@ -316,6 +316,27 @@ def test_events_resume_after_a_dropped_connection(api: httpx.Client) -> None:
     assert progress[-1] == 1.0
 
 
+def test_checkpoints_are_events(api: httpx.Client) -> None:
+    unit = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:saver", "args": [3, 0.05]}
+    ).json()
+    assert _result(api, unit["id"]).json()["value"] == 3
+    # From the first cursor, the journal replays every change, checkpoints among them.
+    with api.stream("GET", f"/v1/units/{unit['id']}/events", params={"after": "0-0"}) as r:
+        seen = []
+        for event in _sse(r.iter_lines()):
+            seen.append(event)
+            if event[0] == "end":
+                break
+    checkpoints = [e[2] for e in seen if e[0] == "checkpoint"]
+    assert [c.get("state") for c in checkpoints] == [{"i": 0}, {"i": 1}, {"i": 2}, None]
+    assert all(c["attempt"] == 1 for c in checkpoints)
+    assert checkpoints[-1]["bytes"] > 10_000  # too large to inline: its size only
+    seqs = [int(e[1].split("-")[0]) for e in seen if e[0] in ("status", "checkpoint")]
+    assert seqs == sorted(seqs)
+    assert len(seqs) == len(set(seqs))  # each checkpoint has its own place in the journal
+
+
 def test_events_after_the_end_replay_the_tail_with_a_gap(api: httpx.Client) -> None:
     big = 100_000
     unit = _submit(

@@ -38,3 +38,13 @@ def stamper(n: int, pause: float) -> None:
     for i in range(n):
         ctx.progress((i + 1) / n, repr(time.time()))
         time.sleep(pause)
+
+
+def saver(n: int, pause: float) -> int:
+    """Checkpoint ``{"i": i}`` n times, ``pause`` seconds apart; then one large state."""
+    ctx = wu.current()
+    for i in range(n):
+        ctx.checkpoint({"i": i})
+        time.sleep(pause)
+    ctx.checkpoint({"blob": "x" * 10_000})
+    return n

@@ -165,10 +165,12 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         last_event_id: Annotated[str | None, Header(max_length=64)] = None,
         after: Annotated[str | None, Query(max_length=64)] = None,
     ) -> EventSourceResponse:
-        """Server-Sent Events: status, progress, output, gap and a final end.
+        """Server-Sent Events: status, progress, checkpoint, output, gap and a final end.
 
-        Reconnect with ``Last-Event-ID`` (or ``?after=``) to resume where the last
-        event left off, with nothing lost or repeated.
+        A ``checkpoint`` event names the attempt and the state's size in bytes,
+        with the state itself when it is at most 4 KiB of JSON. Reconnect
+        with ``Last-Event-ID`` (or ``?after=``) to resume where the last event left
+        off, with nothing lost or repeated.
         """
         mark = last_event_id or after
         cursor = None if mark is None else Cursor.parse(mark)

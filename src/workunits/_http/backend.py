@@ -46,7 +46,11 @@ class Backend:
     """Awaitable supervisor calls for one app (one supervisor)."""
 
     def __init__(self, sup: Supervisor) -> None:
+        """Runs in the thread that builds the server, before its loop starts."""
         self.sup = sup
+        # The journal from now on: a follower from the first cursor then sees every
+        # change and checkpoint of units submitted through this server.
+        sup.event_feed  # noqa: B018 - subscribes the feed (blocking: not on the loop)
         # Same-key submits one at a time, so "created" is told apart exactly.
         self._key_locks: dict[str, asyncio.Lock] = {}
         self.submit_seconds: list[float] = []  # drained by the metrics collector

@@ -220,6 +220,7 @@ class SupervisorActor(pykka.ThreadingActor):
             case CheckpointReport(work_id, attempt, state, consumed):
                 self._mirror.save_checkpoint(work_id, attempt, state, consumed)
                 self._activity.saw(work_id)
+                self._units.tell_checkpoint(work_id, attempt, state)
             case ChildNoticeTaken(work_id, status):
                 self._mirror.mark_delivered(work_id, Status(status))
                 self._eviction.acknowledged(work_id)
@@ -310,6 +311,9 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._recovery.recover())
             case rq.Subscribe(subscriber):
                 units.subscribe(subscriber)
+                request.answer(None)
+            case rq.SubscribeCheckpoints(checkpoint_subscriber):
+                units.subscribe_checkpoints(checkpoint_subscriber)
                 request.answer(None)
             case rq.Update(work_id, change):
                 request.answer(units.write(work_id, change)[1])

@@ -5,8 +5,9 @@ view) must not move the record's ``output_offset``, and must be able to go away
 and come back without losing or repeating anything. So an event stream here is
 two independent sequences, and a :class:`Cursor` holds a position in each:
 
-- ``seq``: the unit's *journal* of record changes (status and progress), numbered
-  from 1 per unit, fed by the supervisor actor's change subscription. The
+- ``seq``: the unit's *journal* of record changes (status and progress) and of
+  its saved checkpoints, numbered from 1 per unit, fed by the supervisor actor's
+  change and checkpoint subscriptions. The
   journal keeps the last ``PER_UNIT`` changes of the last ``UNITS`` units;
   a cursor older than that is answered with a fresh ``status`` snapshot (the
   record as it is now), which is also what a follower with no cursor gets first.
@@ -24,9 +25,11 @@ runs in the caller's thread.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +47,8 @@ UNITS = 4096
 """Units whose journal is kept (least recently changed leave first)."""
 CHUNK = 64 << 10
 """Most output bytes one ``events`` call reads."""
+CHECKPOINT_INLINE = 4 << 10
+"""A ``checkpoint`` event carries the state itself up to this many bytes of JSON."""
 
 _CURSOR_RE = re.compile(r"(\d{1,18})-(\d{1,18})")
 
@@ -69,7 +74,8 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class UnitEvent:
-    """One event: ``type`` is status, progress, output, gap or end; ``cursor`` is after it."""
+    """One event: ``type`` is status, progress, checkpoint, output, gap or end; ``cursor``
+    is the position after it."""
 
     type: str
     cursor: Cursor
@@ -137,15 +143,32 @@ class EventFeed:
         )
         if moved and (new.progress is not None or new.progress_message):
             changes.append(("progress", {"value": new.progress, "message": new.progress_message}))
+        self._journal(new.id, changes, new)
+
+    def on_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
+        """Checkpoint subscriber: journal a ``checkpoint`` event; O(size of a small state).
+
+        The event names the attempt and the state's size, and carries the state
+        itself when it is at most ``CHECKPOINT_INLINE`` bytes of JSON.
+        """
+        data: dict[str, Any] = {"attempt": attempt, "bytes": len(state), "at": time.time()}
+        if len(state) <= CHECKPOINT_INLINE:
+            data["state"] = json.loads(state)
+        self._journal(work_id, [("checkpoint", data)], None)
+
+    def _journal(
+        self, work_id: str, changes: list[tuple[str, dict[str, Any]]], last: WorkRecord | None
+    ) -> None:
         with self._lock:
-            journal = self._units.get(new.id)
+            journal = self._units.get(work_id)
             if journal is None:
-                journal = self._units[new.id] = _UnitJournal()
+                journal = self._units[work_id] = _UnitJournal()
                 while len(self._units) > UNITS:
                     self._units.popitem(last=False)
             else:
-                self._units.move_to_end(new.id)
-            journal.last = new
+                self._units.move_to_end(work_id)
+            if last is not None:
+                journal.last = last
             for kind, data in changes:
                 journal.seq += 1
                 journal.changes.append((journal.seq, kind, data))

@@ -916,6 +916,7 @@ class Supervisor:
             if self._feed is None:
                 feed = EventFeed(self.state_dir, self.get)
                 self._ask(rq.Subscribe(feed.on_change))
+                self._ask(rq.SubscribeCheckpoints(feed.on_checkpoint))
                 self._feed = feed
             return self._feed
 

@@ -28,7 +28,7 @@ from workunits._status import Reason, Status
 from workunits.actors.base import WorkActor
 from workunits.supervisor.asks import Route
 from workunits.supervisor.registry import Change
-from workunits.supervisor.units import Subscriber
+from workunits.supervisor.units import CheckpointSubscriber, Subscriber
 
 R = TypeVar("R")
 
@@ -100,6 +100,14 @@ class Subscribe(Request[None]):
     """``subscriber(old, new)`` runs in the actor's thread after every write; it must not block."""
 
     subscriber: Subscriber
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeCheckpoints(Request[None]):
+    """``subscriber(id, attempt, state)`` runs in the actor's thread after each checkpoint
+    is saved; it must not block."""
+
+    subscriber: CheckpointSubscriber
 
 
 # -- reads -------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from workunits.supervisor.slots import Slot
 log = logging.getLogger(__name__)
 
 Subscriber = Callable[[WorkRecord | None, WorkRecord], None]
+CheckpointSubscriber = Callable[[str, int, bytes], None]
+"""``fn(work_id, attempt, state)``: a checkpoint was saved (``state`` is its JSON)."""
 
 
 class Units:
@@ -39,6 +41,7 @@ class Units:
         # Invariant: _slots has exactly the registry's ids (insert and evict change both).
         self._slots: dict[str, Slot] = {}
         self._subscribers: list[Subscriber] = []
+        self._checkpoint_subscribers: list[CheckpointSubscriber] = []
 
     def __contains__(self, work_id: object) -> bool:
         return work_id in self._slots
@@ -111,6 +114,18 @@ class Units:
     def subscribe(self, subscriber: Subscriber) -> None:
         """``subscriber(old, new)`` runs in this thread after every write; it must not block."""
         self._subscribers.append(subscriber)
+
+    def subscribe_checkpoints(self, subscriber: CheckpointSubscriber) -> None:
+        """``subscriber(id, attempt, state)`` runs in this thread after each checkpoint is
+        saved; it must not block. Checkpoints are not record changes, hence their own list."""
+        self._checkpoint_subscribers.append(subscriber)
+
+    def tell_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
+        for subscriber in self._checkpoint_subscribers:
+            try:
+                subscriber(work_id, attempt, state)
+            except Exception:
+                log.exception("checkpoint subscriber %r failed", subscriber)
 
     # -- reads -----------------------------------------------------------------
 
