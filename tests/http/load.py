@@ -26,23 +26,31 @@ class LoadFigures:
     submit_p50_ms: float
     submit_p99_ms: float
     complete_followers: int
+    sse_p50_ms: float
+    """``ctx.progress`` in the followed unit -> the event at a follower, under the load."""
+    sse_p99_ms: float
 
 
 async def _follow(
-    client: httpx.AsyncClient, work_id: str, arrivals: list[float]
+    client: httpx.AsyncClient, work_id: str, lags: list[float]
 ) -> list[tuple[str, dict[str, Any]]]:
+    """Every event until ``end``; ``lags`` gets each live progress event's latency."""
     events: list[tuple[str, dict[str, Any]]] = []
-    event, data = "message", ""
+    event, data, event_id, snapshot = "message", "", "", None
     async with client.stream("GET", f"/v1/units/{work_id}/events", timeout=120) as r:
         async for line in r.aiter_lines():
             if line.startswith("event:"):
                 event = line[6:].strip()
+            elif line.startswith("id:"):
+                event_id = line[3:].strip()
             elif line.startswith("data:"):
                 data += line[5:].strip()
             elif not line and data:
+                now = time.time()
                 events.append((event, json.loads(data)))
-                if event == "progress":
-                    arrivals.append(time.time())
+                snapshot = snapshot or event_id  # the first events: how it was, not news
+                if event == "progress" and event_id != snapshot:
+                    lags.append(now - float(events[-1][1]["message"]))
                 if event == "end":
                     return events
                 event, data = "message", ""
@@ -50,7 +58,7 @@ async def _follow(
 
 
 async def run(
-    url: str, token: str, followers: int, submits: int, concurrency: int = 16
+    url: str, token: str, followers: int, submits: int, *, concurrency: int = 16, lines: int = LINES
 ) -> tuple[LoadFigures, list[list[tuple[str, dict[str, Any]]]], list[str]]:
     headers = {"Authorization": f"Bearer {token}"}
     limits = httpx.Limits(max_connections=followers + concurrency + 4)
@@ -60,13 +68,15 @@ async def run(
         unit = (
             await client.post(
                 "/v1/units",
-                json={"kind": "agent", "target": "tests.http.units:ticker", "args": [LINES, 0.05]},
+                json={
+                    "kind": "agent",
+                    "target": "tests.http.units:ticker",
+                    "args": [lines, 0.05, True],
+                },
             )
         ).json()
-        arrivals: list[list[float]] = [[] for _ in range(followers)]
-        follow = [
-            asyncio.create_task(_follow(client, unit["id"], arrivals[i])) for i in range(followers)
-        ]
+        lags: list[float] = []
+        follow = [asyncio.create_task(_follow(client, unit["id"], lags)) for _ in range(followers)]
         latencies: list[float] = []
         ids: list[str] = []
         queue = list(range(submits))
@@ -92,5 +102,7 @@ async def run(
         submit_p50_ms=1000 * statistics.median(lat),
         submit_p99_ms=1000 * lat[int(0.99 * (len(lat) - 1))],
         complete_followers=sum(1 for s in streams if s and s[-1][0] == "end"),
+        sse_p50_ms=1000 * statistics.median(lags) if lags else float("nan"),
+        sse_p99_ms=1000 * sorted(lags)[int(0.99 * (len(lags) - 1))] if lags else float("nan"),
     )
     return figures, streams, ids

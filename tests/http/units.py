@@ -16,12 +16,15 @@ def boom(message: str) -> None:
     raise ValueError(message)
 
 
-def ticker(n: int, pause: float) -> int:
-    """Print ``line i`` and report progress i/n, n times, ``pause`` seconds apart."""
+def ticker(n: int, pause: float, stamp: bool = False) -> int:
+    """Print ``line i`` and report progress i/n, n times, ``pause`` seconds apart.
+
+    With ``stamp`` each progress message is the wall time it was sent (for latency).
+    """
     ctx = wu.current()
     for i in range(n):
         print(f"line {i}", flush=True)
-        ctx.progress((i + 1) / n, f"step {i + 1}/{n}")
+        ctx.progress((i + 1) / n, repr(time.time()) if stamp else f"step {i + 1}/{n}")
         time.sleep(pause)
     return n
 
