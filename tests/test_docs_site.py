@@ -121,3 +121,16 @@ def test_the_demo_runs(script: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "completed" in done.stdout
+
+
+def test_the_http_reference_page_is_current() -> None:
+    pytest.importorskip("fastapi", reason="the HTTP API needs workunits[http]")
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        http_reference = importlib.import_module("_http_reference")
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    rendered = http_reference.render(http_reference.openapi())
+    assert http_reference.PAGE.read_text(encoding="utf-8") == rendered, (
+        "docs/reference/http.md is stale: run `python docs/_http_reference.py`"
+    )
