@@ -79,9 +79,8 @@ def render(spec: dict[str, Any]) -> str:
                 out.append(f"Body ({media}): {_type(content.get('schema', {}))}\n")
             out.append("| Status | |\n|---|---|")
             for code, response in op.get("responses", {}).items():
-                schemas = [
-                    _type(c["schema"]) for c in response.get("content", {}).values() if "schema" in c
-                ]
+                contents = response.get("content", {}).values()
+                schemas = [_type(c["schema"]) for c in contents if "schema" in c]
                 extra = f" ({', '.join(s for s in schemas if s != 'any')})" if schemas else ""
                 out.append(f"| {code} | {_cell(response.get('description', ''))}{extra} |")
             out.append("")
@@ -92,10 +91,10 @@ def render(spec: dict[str, Any]) -> str:
             out.append(_cell(schema["description"]) + "\n")
         props = schema.get("properties", {})
         if props:
-            required = set(schema.get("required", []))
+            needed = set(schema.get("required", []))
             out.append("| Field | Type | Required | |\n|---|---|---|---|")
             for field, prop in props.items():
-                req = "yes" if field in required else ""
+                req = "yes" if field in needed else ""
                 desc = _cell(prop.get("description", ""))
                 out.append(f"| `{field}` | {_type(prop)} | {req} | {desc} |")
             out.append("")
