@@ -18,7 +18,7 @@ from workunits._ledger import Ledger, LedgerFull
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 256 KiB tmpfs, mounted for this test and always unmounted."""
+    """A 2 MiB tmpfs (room for a fresh ledger), mounted for this test and always unmounted."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tiny tmpfs needs root")
     mount = shutil.which("mount")
@@ -28,7 +28,7 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     point = tmp_path / "tiny"
     point.mkdir()
     done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(point)],
+        [mount, "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(point)],
         capture_output=True,
         text=True,
         check=False,
