@@ -58,16 +58,23 @@ LINGER_MS = 5
 
 
 class Capture:
-    """Owns the transcript descriptor of a unit process; safe from any thread."""
+    """Owns the transcript descriptor of a unit process; safe from any thread.
 
-    def __init__(self, fd: int, first_seq: int = 1, cap: int | None = None) -> None:
-        self._fd = fd
-        self._cap = cap
-        # A resumed attempt appends: its cap counts what earlier attempts wrote.
-        self._size = os.fstat(fd).st_size
-        self._seqs = itertools.count(first_seq)  # next() is one step, even for a re-entrant writer
+    Made in two steps, so a warm process does the first before it knows its
+    unit: ``start`` routes fds 1 and 2 and starts the pump, ``bind`` names the
+    transcript, its first sequence number and its cap, and lets the pump run.
+    """
+
+    def __init__(self) -> None:
+        self._fd = -1  # the transcript, from ``bind``
+        self._cap: int | None = None
+        self._size = 0
+        self._seqs = itertools.count(1)  # next() is one step, even for a re-entrant writer
+        # Set by ``bind``: the pump waits for it, and events made before it wait in _early.
+        self._bound = threading.Event()
+        self._early: list[tuple[str, dict[str, Any]]] = []
         # Re-entrant: a signal handler that prints runs in the thread that may hold it.
-        # Guards the sequence, the size, the batch, the pipes and the cap state.
+        # Guards the sequence, the size, the batch, the pipes, _early and the cap state.
         self._lock = threading.RLock()
         self._batch_stream = ""
         self._batch: list[str] = []
@@ -85,9 +92,11 @@ class Capture:
 
     # -- set-up and tear-down (the unit's main thread) ----------------------------
 
-    def start(self, on_cap: Callable[[], None]) -> None:
-        """Route fds 1 and 2 through pipes, point ``sys.stdout``/``sys.stderr`` here, pump."""
-        self._on_cap = on_cap
+    def start(self) -> None:
+        """Route fds 1 and 2 through pipes, point ``sys.stdout``/``sys.stderr`` here, pump.
+
+        The pump waits for ``bind``; until then nothing reaches a transcript.
+        """
         for target, name in STREAMS:
             read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             os.set_blocking(write_end, True)
@@ -102,6 +111,21 @@ class Capture:
         # than a poll does.
         self._pump = threading.Thread(target=self._run_pump, name="workunits-capture", daemon=True)
         self._pump.start()
+
+    def bind(self, fd: int, first_seq: int, cap: int | None, on_cap: Callable[[], None]) -> None:
+        """Write to the transcript ``fd`` from now on; what came before is written first."""
+        with self._lock:
+            self._fd = fd
+            self._cap = cap
+            # A resumed attempt appends: its cap counts what earlier attempts wrote.
+            self._size = os.fstat(fd).st_size
+            self._seqs = itertools.count(first_seq)
+            self._on_cap = on_cap
+            early, self._early = self._early, []
+            for type_, fields in early:
+                self._write_event(type_, fields)
+        self._bound.set()
+        self._report_cap()
 
     def _text_stream(self, fd: int, name: str) -> io.TextIOWrapper[_StreamSink]:
         raw = _StreamSink(self, fd, name)
@@ -126,6 +150,7 @@ class Capture:
         finally:
             os.close(devnull)
         self._wake()
+        self._bound.set()  # a pump still waiting for its unit has nothing to write: let it end
         if self._pump is not None:
             self._pump.join(timeout)
         with self._lock:
@@ -182,6 +207,7 @@ class Capture:
             pipes.register(fd, select.POLLIN)
         either = select.poll()
         either.register(self._wake_fd, select.POLLIN)
+        self._bound.wait()  # a warm process's pump is started before its unit is known
         for fd in self._pipes:
             either.register(fd, select.POLLIN)
         while True:
@@ -261,6 +287,9 @@ class Capture:
 
     def _write_event(self, type_: str, fields: dict[str, Any]) -> None:
         if self._capped:
+            return
+        if self._fd < 0:  # before ``bind``: numbered and written by it
+            self._early.append((type_, fields))
             return
         # A line the cap refuses leaves a hole in the sequence: nothing follows it.
         event = {"seq": next(self._seqs), "ts": time.time(), "type": type_, **fields}

@@ -1,10 +1,11 @@
 """The body of a unit process: set up capture and context, run the callable, report.
 
-Runs in a process the zygote just forked (single-threaded until we start the
-capture and channel threads). The transcript is written only through the
-``Capture`` (see capture.py), so its lines keep the unit's program order and
-its size stays under the output cap. Returns the exit code; the zygote's child
-code calls ``os._exit`` with it, so nothing inherited from the zygote runs at exit.
+Runs in a process the zygote forked for this unit, or in a warm process it
+forked ahead of demand, which ran ``prepare`` before its unit was known. The
+transcript is written only through the ``Capture`` (see capture.py), so its
+lines keep the unit's program order and its size stays under the output cap.
+Returns the exit code; the zygote's child code calls ``os._exit`` with it, so
+nothing inherited from the zygote runs at exit.
 """
 
 from __future__ import annotations
@@ -30,16 +31,31 @@ EXIT_OK = 0
 EXIT_RAISED = 1
 
 
-def run_unit(call: SpawnCall, transcript_fd: int, channel_fd: int) -> int:
+def prepare() -> Capture:
+    """The part of a unit process's set-up that needs no unit: a warm process does it ahead.
+
+    Standard input from /dev/null; fds 1 and 2 routed to a capture that writes
+    nowhere until ``run_unit`` binds it to the unit's transcript.
+    """
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    capture = Capture()
+    capture.start()
+    return capture
+
+
+def run_unit(
+    call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capture | None = None
+) -> int:
+    """Run the unit ``call`` in this process; ``capture`` is ``prepare()``'s, if it ran."""
     if call.kind == WORKER_KIND:  # not a unit: a pooled worker, which runs units itself
         from workunits._runtime.worker import serve  # noqa: PLC0415 - it imports this module
 
         return serve(channel_fd, transcript_fd)
-    capture = Capture(transcript_fd, call.first_seq, call.transcript_cap)
+    if capture is None:
+        capture = prepare()
     channel = socket.socket(fileno=channel_fd)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
     checkpoint = None if call.checkpoint is None else orjson.loads(call.checkpoint)
     ctx = _context.UnitContext(
         work_id=call.unit_id,
@@ -50,7 +66,12 @@ def run_unit(call: SpawnCall, transcript_fd: int, channel_fd: int) -> int:
         transcript=capture,
     )
     _context._current = ctx
-    capture.start(on_cap=lambda: _report_cap(ctx, call.transcript_cap))
+    capture.bind(
+        transcript_fd,
+        call.first_seq,
+        call.transcript_cap,
+        on_cap=lambda: _report_cap(ctx, call.transcript_cap),
+    )
     capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid())
     try:
         code = _run(call, ctx, capture)

@@ -32,17 +32,49 @@ def set_child_subreaper() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+def set_name(name: bytes) -> None:
+    """Name this process as ``ps`` shows it (at most 15 bytes); a no-op where it cannot."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "wb") as f:
+        f.write(name[:15])
+
+
+def process_name() -> bytes:
+    """This process's name (``comm``), to give it back after ``set_name``."""
+    try:
+        with open("/proc/self/comm", "rb") as f:
+            return f.read().rstrip(b"\n")
+    except OSError:
+        return b""
+
+
 def set_idle_priority() -> None:
-    """SCHED_IDLE where the kernel has it, else the lowest nice value."""
+    """SCHED_IDLE for every thread of this process where the kernel has it, else nice 19.
+
+    Both are per thread on Linux; a warm process has started threads before it
+    learns that its unit is a dream.
+    """
+    for tid in _threads():
+        _set_idle_priority(tid)
+
+
+def _threads() -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]  # the calling thread
+
+
+def _set_idle_priority(tid: int) -> None:
     sched_idle = getattr(os, "SCHED_IDLE", None)
     if sched_idle is not None:
         try:
-            os.sched_setscheduler(0, sched_idle, os.sched_param(0))
+            os.sched_setscheduler(tid, sched_idle, os.sched_param(0))
         except OSError:
             pass
         else:
             return
-    os.nice(19 - os.nice(0))
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, 19)
 
 
 def children(of: int) -> list[int]:

@@ -35,6 +35,7 @@ from workunits._wire.zygote_protocol import (
 )
 from workunits._zygote import payload
 from workunits._zygote.reaper import Reaper
+from workunits._zygote.warm import WarmSettings
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,21 @@ class _Start:
 
 
 class ZygoteClient:
-    def __init__(self, reaper: Reaper, preload: Sequence[str] = (), start_timeout: float = 30.0):
+    def __init__(
+        self,
+        reaper: Reaper,
+        preload: Sequence[str] = (),
+        start_timeout: float = 30.0,
+        warm: WarmSettings | None = None,
+    ):
+        """``warm``: the zygotes' warm processes; None reads them from the environment.
+
+        Raises ``InvalidArgument`` for a bad ``WORKUNITS_WARM_*`` variable (see ``warm``).
+        """
         self._reaper = reaper
         self._preload = tuple(preload)
         self._start_timeout = start_timeout
+        self._warm = WarmSettings.from_environment() if warm is None else warm
         # Guards _current, _all, _starting, _closed and every zygote's ``units`` and
         # ``alive``. Held for O(1) work only: never across a process start, the
         # handshake or a send, since the Reaper takes it for every event it routes.
@@ -157,7 +169,7 @@ class ZygoteClient:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "workunits._zygote", str(theirs.fileno()), *self._preload],
                 pass_fds=(theirs.fileno(),),
-                env=_environment_for_units(),
+                env={**_environment_for_units(), **self._warm.environment()},
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to handle
             )

@@ -91,13 +91,15 @@ class Cgroups:
     Used by the zygote (single-threaded) and, after the zygote is gone, by its
     guard. The zygote moves itself into a unit's cgroup just for the fork or
     spawn, so the child starts inside it (no window in which it could fork
-    outside), then moves back through a descriptor held open for that.
+    outside), then moves back through a descriptor held open for that. A warm
+    process is forked into a directory of its own, which becomes its unit's.
     """
 
     def __init__(self, own: str, root: str) -> None:
         self.own = own
         self.root = root  # holds no process itself, only the units' directories
         self._home = os.open(os.path.join(own, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        self._spares = 0  # warm processes' directories made so far (names them)
 
     @classmethod
     def create(cls, name: str) -> Cgroups | None:
@@ -117,6 +119,18 @@ class Cgroups:
             os.write(fd, b"0")
         finally:
             os.close(fd)
+
+    def spare_dir(self) -> str:
+        """A new directory for a warm process, later its unit's (cgroup v2 renames nothing)."""
+        self._spares += 1
+        path = os.path.join(self.root, f"warm-{self._spares}")
+        with contextlib.suppress(FileExistsError):  # left by a killed spare still dying
+            os.mkdir(path)
+        return path
+
+    def close(self) -> None:
+        """In a forked child: drop the descriptor of our own cgroup (it is the zygote's)."""
+        os.close(self._home)
 
     def leave(self) -> None:
         """Back to our own cgroup: must not fail, so its descriptor is already open."""

@@ -4,7 +4,13 @@ The supervisor process is threaded and must never fork; the zygote is started
 once (exec'd, not forked), has the child runtime preloaded, and forks on
 request, so a fork costs ~1 ms. Each unit process gets its own session and
 process group, SIGKILL as its parent-death signal, default signal handlers and
-its resource limits.
+its resource limits (``unit_process``).
+
+A Python unit is handed to a warm process when one is waiting: forked ahead of
+demand and set up already, it runs exactly that unit and exits, so no process
+ever runs two units (``warm`` sizes the pool, ``spare`` is the process's side).
+The zygote moves a warm process into the unit's cgroup before handing it the
+unit; requests are served before spares are forked.
 
 A unit's end takes every process it started, however it escaped its group:
 with a cgroup per unit (``cgroup.kill``) where we may, else through the chain
@@ -19,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import gc
 import os
 import resource
 import selectors
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workunits import _framing
+from workunits._runtime.child import run_unit
 from workunits._wire.zygote_protocol import (
     Exited,
     Limits,
@@ -42,19 +50,14 @@ from workunits._wire.zygote_protocol import (
     SpawnExec,
     SpawnFailed,
 )
-from workunits._zygote import _linux, guard, keeper, payload
+from workunits._zygote import _linux, guard, keeper, payload, spare, unit_process
 from workunits._zygote.containment import Cgroups
+from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN, RESET_SIGNALS
+from workunits._zygote.warm import Spare, WarmPool, WarmSettings
 
-EXIT_RUNTIME_BROKEN = 70
-_RESET_SIGNALS = (
-    signal.SIGCHLD,
-    signal.SIGTERM,
-    signal.SIGINT,
-    signal.SIGHUP,
-    signal.SIGPIPE,
-    signal.SIGXFSZ,
-    signal.SIGUSR1,
-)
+# A warm process reads its unit as soon as it runs; one that does not within this
+# long is broken (stopped?), and the unit is forked instead.
+HANDOVER_TIMEOUT = 5.0
 
 
 @dataclass(slots=True)
@@ -64,10 +67,16 @@ class Slot:
     unit_id: str
     pid: int
     cgroup: str | None
+    call: bool = False  # a Python unit (what warm processes are kept for)
 
 
 class Zygote:
-    def __init__(self, control: socket.socket, cgroups: Cgroups | None = None) -> None:
+    def __init__(
+        self,
+        control: socket.socket,
+        cgroups: Cgroups | None = None,
+        warm: WarmSettings | None = None,
+    ) -> None:
         self.control = control
         # None: subreaper mode. Unit processes are subreapers, so any other child
         # of ours is an orphan of a unit that has ended, and is killed.
@@ -81,6 +90,10 @@ class Zygote:
         # Invariant: every pid here is a forked, unreaped unit leader.
         self.units: dict[int, Slot] = {}
         self.by_unit: dict[str, Slot] = {}
+        self.calls = 0  # Python units among ``units``
+        # Invariant: every spare here is a forked, unreaped child that has run no unit.
+        self.pool = WarmPool(warm or WarmSettings(0, 1.0))
+        self.selector: selectors.BaseSelector | None = None
         self.parent = os.getppid()
         self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -98,13 +111,16 @@ class Zygote:
         _linux.set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != self.parent:
             return self.shutdown()
-        _framing.send(self.control, Ready(os.getpid()))
-        selector = selectors.DefaultSelector()
+        # What is loaded now is shared with every child for good: their collections
+        # need not visit it (and would copy every page it lies on).
+        gc.freeze()
+        _framing.send(self.control, Ready(os.getpid()), plain=True)
+        self.selector = selector = selectors.DefaultSelector()
         selector.register(self.control, selectors.EVENT_READ, "control")
         selector.register(self.wake_r, selectors.EVENT_READ, "signal")
         while True:
-            # Killed cgroups are removed once their processes are gone; not ours to wait on.
-            for key, _ in selector.select(0.01 if self.dying else None):
+            ready = selector.select(self._timeout())
+            for key, _ in ready:
                 if key.data == "signal":
                     with contextlib.suppress(BlockingIOError):
                         os.read(self.wake_r, 512)
@@ -113,6 +129,18 @@ class Zygote:
                     return self.shutdown()
             if self.dying:
                 self.dying = [path for path in self.dying if not Cgroups.remove(path)]
+            self.age_spares()
+            if not ready and self.pool.short():
+                self.add_spare()  # only when no request waits: they come first
+
+    def _timeout(self) -> float | None:
+        """How long the loop may sleep: not at all while a spare is wanted."""
+        if self.pool.short():
+            return 0.0
+        timeout = self.pool.next_ageing()
+        if self.dying:  # killed cgroups are removed once their processes are gone
+            timeout = 0.01 if timeout is None else min(timeout, 0.01)
+        return timeout
 
     def _on_parent_death_signal(self, signum: int, frame: Any) -> None:
         # PR_SET_PDEATHSIG fires when the forking *thread* exits; only a dead
@@ -178,7 +206,7 @@ class Zygote:
     def refuse(self, unit_id: str, error: str) -> None:
         """Fail one unit that could not start; the zygote and every other unit carry on."""
         with contextlib.suppress(OSError):
-            _framing.send(self.control, SpawnFailed(unit_id, error))
+            _framing.send(self.control, SpawnFailed(unit_id, error), plain=True)
 
     def spawn_exec(self, msg: SpawnExec, output_fd: int) -> None:
         """posix_spawn (vfork-like: no copy of this process) in a new session.
@@ -272,7 +300,7 @@ class Zygote:
                     (os.POSIX_SPAWN_DUP2, output_fd, 2),
                 ],
                 setsid=True,
-                setsigdef=_RESET_SIGNALS,
+                setsigdef=RESET_SIGNALS,
                 setsigmask=(),
             )
         finally:
@@ -284,6 +312,15 @@ class Zygote:
     def spawn_call(
         self, msg: SpawnCall, transcript_fd: int, channel_fd: int, payload_fd: int | None = None
     ) -> None:
+        fds = (
+            [transcript_fd, channel_fd]
+            if payload_fd is None
+            else [transcript_fd, channel_fd, payload_fd]
+        )
+        self.pool.demand(self.calls + 1)
+        while (warm := self.pool.take()) is not None:
+            if self.hand_over(warm, msg, fds):
+                return
         cgroup = None
         try:
             if self.cgroups is None:
@@ -307,8 +344,6 @@ class Zygote:
                 if payload_fd is not None:  # read here, never in the zygote (see payload)
                     msg = dataclasses.replace(msg, payload=payload.read_fd(payload_fd))
                 self.become_unit(msg.limits, subreaper=self.cgroups is None)
-                from workunits._runtime.child import run_unit  # noqa: PLC0415 - preloaded
-
                 code = run_unit(msg, transcript_fd, channel_fd)
             except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
                 code = EXIT_RUNTIME_BROKEN
@@ -318,9 +353,95 @@ class Zygote:
         os.close(channel_fd)
         if payload_fd is not None:
             os.close(payload_fd)
-        self.adopt(pid, msg.unit_id, cgroup)
+        self.adopt(pid, msg.unit_id, cgroup, call=True)
 
-    def adopt(self, pid: int, unit_id: str, cgroup: str | None, shown: int | None = None) -> None:
+    def hand_over(self, warm: Spare, msg: SpawnCall, fds: list[int]) -> bool:
+        """Give the unit to a warm process with its descriptors; False (the spare killed) if
+        that failed, and then the descriptors stay ours.
+
+        In cgroup mode the spare was forked into a cgroup of its own, which
+        becomes the unit's: nothing moves on the way to the unit (moving
+        another process costs a grace period of the kernel's, ~10 ms here).
+        """
+        try:
+            warm.sock.settimeout(HANDOVER_TIMEOUT)
+            data = _framing.encode_plain(msg)
+            sent = socket.send_fds(warm.sock, [data], fds)
+            if sent < len(data):  # sendall(b"") still sends, to a spare that may have read all
+                warm.sock.sendall(data[sent:])
+        except OSError:
+            self.kill_spare(warm)
+            return False
+        finally:
+            warm.sock.close()
+        for fd in fds:
+            os.close(fd)
+        self.adopt(warm.pid, msg.unit_id, warm.cgroup, call=True)
+        return True
+
+    def add_spare(self) -> None:
+        """Fork one warm process (into a new cgroup, in cgroup mode).
+
+        If that fails, stop trying until demand grows.
+        """
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:  # EMFILE: units come first; forked on demand they need fewer
+            self.pool.give_up()
+            return
+        cgroup = None
+        try:
+            if self.cgroups is None:
+                pid = os.fork()
+            else:
+                cgroup = self.cgroups.spare_dir()
+                with self._inside(cgroup):
+                    pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            if cgroup is not None:
+                Cgroups.remove(cgroup)
+            self.pool.give_up()
+            return
+        if pid == 0:  # pragma: no cover - runs in the warm process
+            code = EXIT_RUNTIME_BROKEN
+            try:
+                ours.close()
+                self.forget_zygote()
+                unit_process.detach(self.pid, subreaper=self.cgroups is None)
+                code = spare.run(theirs)
+            except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
+                code = EXIT_RUNTIME_BROKEN
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.pool.add(pid, ours, cgroup)
+
+    def age_spares(self) -> None:
+        """Kill the spares that waited too long unused."""
+        for old in self.pool.aged():
+            self.kill_spare(old)
+
+    def kill_spare(self, warm: Spare) -> None:
+        """Kill a spare taken out of the pool (unreaped, so the pid is still its); reaped as
+        a stranger, its cgroup removed once empty."""
+        warm.sock.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(warm.pid, signal.SIGKILL)
+        if warm.cgroup is not None:
+            Cgroups.kill(warm.cgroup)
+            self.dying.append(warm.cgroup)
+
+    def adopt(
+        self,
+        pid: int,
+        unit_id: str,
+        cgroup: str | None,
+        shown: int | None = None,
+        *,
+        call: bool = False,
+    ) -> None:
         """Hold the unit's leader ``pid``; the supervisor gets its pidfd and ``shown``.
 
         ``shown`` is the pid its record shows: the command's, under a keeper.
@@ -336,37 +457,41 @@ class Zygote:
                 self.dying.append(cgroup)
             self.refuse(unit_id, f"could not start: no pidfd: {describe_start_error(exc)}")
             return
-        slot = Slot(unit_id, pid, cgroup)
+        slot = Slot(unit_id, pid, cgroup, call)
         self.units[pid] = slot
         self.by_unit[unit_id] = slot
+        self.calls += call
         try:
-            _framing.send(self.control, Spawned(unit_id, shown or pid), [pidfd])
+            _framing.send(self.control, Spawned(unit_id, shown or pid), [pidfd], plain=True)
         finally:
             os.close(pidfd)
 
     def become_unit(self, limits: Limits, *, subreaper: bool) -> None:
-        """In the forked child: own session, parent-death signal, clean signals, limits.
+        """In a child forked for a unit: leave the zygote behind, take the unit's limits."""
+        self.forget_zygote()
+        unit_process.detach(self.pid, subreaper=subreaper)
+        unit_process.apply_limits(limits)
 
-        A subreaper unit process keeps its orphans while it lives (subreaper mode).
+    def forget_zygote(self) -> None:
+        """In a forked child: close every descriptor of the zygote's.
+
+        The control socket, the wake-up pipe, the selector, our cgroup's, the
+        spares' sockets and other units' descriptors still in transit: a unit
+        process holds nothing of the zygote's or of another unit.
         """
-        os.setsid()
-        _linux.set_parent_death_signal(signal.SIGKILL)
-        if subreaper:
-            _linux.set_child_subreaper()
-        if os.getppid() != self.pid:
-            os._exit(EXIT_RUNTIME_BROKEN)  # the zygote died between fork and prctl
         signal.set_wakeup_fd(-1)
-        for signum in _RESET_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
         self.control.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
-        if limits.output_cap is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_cap, limits.output_cap))
-        if limits.memory is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
-        if limits.idle_priority:
-            _linux.set_idle_priority()
+        if self.selector is not None:
+            self.selector.close()
+        if self.cgroups is not None:
+            self.cgroups.close()
+        for warm in self.pool:
+            warm.sock.close()
+        for group in self.fd_groups:
+            for fd in group or ():
+                os.close(fd)
 
     # -- exits ------------------------------------------------------------------
 
@@ -383,23 +508,28 @@ class Zygote:
             slot = self.units.pop(pid, None)
             if slot is not None:
                 self.end(slot)
+            else:
+                gone = self.pool.remove(pid)  # a spare died before it had a unit
+                if gone is not None:
+                    self.kill_spare(gone)
             try:
                 _, status = os.waitpid(pid, 0)
             except ChildProcessError:
                 continue
             if self.cgroups is None:
                 # Orphans of ended units (and their orphans, round by round) came back to us.
-                _linux.kill_tree_round(self.pid, spare=self.units.keys())
+                _linux.kill_tree_round(self.pid, spare=self.units.keys() | self.pool.pids())
             if slot is None:
                 continue
             unit_id = slot.unit_id
             self.by_unit.pop(unit_id, None)
+            self.calls -= slot.call
             if os.WIFSIGNALED(status):
                 exit_code, signum = None, os.WTERMSIG(status)
             else:
                 exit_code, signum = os.waitstatus_to_exitcode(status), None
             with contextlib.suppress(OSError):
-                _framing.send(self.control, Exited(unit_id, pid, exit_code, signum))
+                _framing.send(self.control, Exited(unit_id, pid, exit_code, signum), plain=True)
 
     def end(self, slot: Slot) -> None:
         """The unit's leader has exited (unreaped): kill everything the unit started."""
@@ -412,8 +542,8 @@ class Zygote:
                 self.dying.append(slot.cgroup)
 
     def shutdown(self) -> None:
-        """Kill every unit, its cgroup and every orphaned descendant, then exit."""
-        for pid in list(self.units):
+        """Kill every unit, its cgroup, every spare and every orphaned descendant, then exit."""
+        for pid in [*self.units, *self.pool.pids()]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
         if self.cgroups is not None:
@@ -492,6 +622,7 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(control_fd, False)
     # This process stays as the zygote's guard; the child is the zygote.
     _linux.set_child_subreaper()
+    warm = WarmSettings.from_environment()
     cgroups = Cgroups.create(f"workunits-{os.getpid()}")
     guard_pid = os.getpid()
     zygote_pid = os.fork()
@@ -507,7 +638,7 @@ def main(argv: list[str]) -> None:
     for module in argv[2:]:
         __import__(module)
     control = socket.socket(fileno=control_fd)
-    zygote = Zygote(control, cgroups)
+    zygote = Zygote(control, cgroups, warm)
     try:
         zygote.serve()
     finally:  # whatever broke the loop, no unit outlives the zygote
