@@ -91,14 +91,28 @@ def flood(how: str, total: int) -> None:
 
 def flood_the_transcript_itself(total: int) -> None:
     """A hostile unit: writes straight into its transcript, past the capture, then waits."""
-    fds = Path("/proc/self/fd")
     transcript = next(
-        int(fd.name) for fd in fds.iterdir() if os.readlink(fd).endswith(f"{wu.current().id}.jsonl")
+        fd for fd, target in open_files() if target.endswith(f"{wu.current().id}.jsonl")
     )
     line = b'{"type":"stdout","data":"' + b"y" * (64 * KIB) + b'"}\n'
     for _ in range(total // len(line)):
         os.write(transcript, line)
     threading.Event().wait()  # the supervisor's size check kills us
+
+
+def open_files() -> list[tuple[int, str]]:
+    """This process's descriptors and what they name.
+
+    The listing holds the descriptor that read it, closed by the time it is
+    looked at: it (or any other gone meanwhile) is left out.
+    """
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            found.append((int(fd.name), os.readlink(fd)))
+        except FileNotFoundError:
+            continue
+    return found
 
 
 # -- helpers ---------------------------------------------------------------------

@@ -39,6 +39,11 @@ def my_priority() -> tuple[int, int]:
     return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
 
 
+def policies_of_my_threads() -> list[int]:
+    """The scheduling policy of every thread of this process (the capture's pump included)."""
+    return [os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")]
+
+
 def report_pid_then_wait(said: str, gate: str) -> str:
     write_line(said, str(os.getpid()))
     return read_line(gate)
@@ -56,6 +61,15 @@ def test_a_dream_runs_at_idle_priority_and_an_agent_does_not(sup: wu.Supervisor)
     assert sup.get(dream.id).kind == "dream"
     policy, _ = sup.agent(my_priority).result(timeout=10)
     assert policy != SCHED_IDLE
+
+
+@needs_sched_idle
+def test_every_thread_of_a_dream_is_idle_on_a_warm_process_too(sup: wu.Supervisor) -> None:
+    # A warm process starts its threads before it learns its unit is a dream.
+    for _ in range(3):
+        policies = sup.dream(policies_of_my_threads).result(timeout=10)
+        assert len(policies) >= 2
+        assert set(policies) == {SCHED_IDLE}
 
 
 @needs_sched_idle

@@ -25,6 +25,7 @@ import cloudpickle
 import pytest
 
 import workunits as wu
+from workunits._zygote import warm
 
 from ..conftest import eventually
 from . import unprivileged
@@ -78,6 +79,8 @@ def host() -> Iterator[Host]:
     with unprivileged.owned_dir() as base:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+        # The subject is a fork that fails: no warm process forked before the limit.
+        env[warm.PROCESSES_ENV] = "0"
         proc = subprocess.Popen(
             [
                 *prefix,

@@ -1,0 +1,317 @@
+"""Warm single-use processes: a Python unit on one behaves as on a fresh fork.
+
+The zygote keeps spares forked ahead of demand (``WORKUNITS_WARM_PROCESSES``,
+0 turns them off) and hands each Python unit to one, which runs exactly that
+unit and exits. These tests run real supervisors with and without spares:
+no process runs two units, crashes, kills, timeouts and limits end a unit as
+they would on a fork, an unused spare ages out, and spares die with the zygote.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import workunits as wu
+from workunits._errors import InvalidArgument
+from workunits._zygote import _linux, spare, warm
+
+from .conftest import alive, eventually
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# -- bodies (run in unit processes) ------------------------------------------------
+
+
+def my_pid() -> int:
+    return os.getpid()
+
+
+def exit_with(code: int) -> None:
+    os._exit(code)
+
+
+def segfault() -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def wait_forever() -> None:
+    threading.Event().wait()
+
+
+def allocate(size: int) -> int:
+    return len(bytearray(size))
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def zygote_pid(sup: wu.Supervisor) -> int:
+    sup.result(sup.agent(my_pid).id, timeout=30)  # the zygote is up once a unit ran
+    pid = sup._runtime.zygote.pid
+    assert pid is not None
+    return pid
+
+
+def spares(zygote: int) -> set[int]:
+    """The zygote's children that wait for a unit."""
+    found = set()
+    for pid in _linux.children(zygote):
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                if f.read().rstrip(b"\n") == spare.NAME:
+                    found.add(pid)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])
+
+
+def a_spare(zygote: int) -> set[int]:
+    """Wait until the zygote holds at least one spare; all it holds then."""
+    return eventually(lambda: spares(zygote), timeout=20, what="a warm process")
+
+
+@pytest.fixture(params=[0, 2], ids=["forked", "warm"])
+def warm_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setenv(warm.PROCESSES_ENV, str(request.param))
+    return int(request.param)
+
+
+@pytest.fixture
+def wsup(tmp_path: Path, warm_processes: int) -> Iterator[wu.Supervisor]:
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        yield sup
+
+
+# -- one process, one unit ----------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_no_process_runs_two_units(wsup: wu.Supervisor) -> None:
+    sequential = [wsup.result(wsup.agent(my_pid).id, timeout=30) for _ in range(50)]
+    handles = [wsup.agent(my_pid) for _ in range(20)]  # several in flight at once
+    concurrent = [wsup.result(h.id, timeout=30) for h in handles]
+    pids = sequential + concurrent
+    assert len(set(pids)) == len(pids)
+    assert os.getpid() not in pids
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_runs_on_a_process_forked_before_it_was_submitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(warm.PROCESSES_ENV, "2")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        for _ in range(3):
+            ready = a_spare(zygote)
+            pid = sup.result(sup.agent(my_pid).id, timeout=30)
+            assert pid in ready
+            assert not alive(pid)  # it ran its one unit and is gone
+
+
+@pytest.mark.timeout(60)
+def test_with_warm_processes_off_no_spare_is_forked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(warm.PROCESSES_ENV, "0")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        for _ in range(5):
+            assert sup.result(sup.agent(my_pid).id, timeout=30) > 0
+            assert spares(zygote) == set()
+
+
+# -- ends, as on a fresh fork -----------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_crash_fails_the_unit_with_its_cause(wsup: wu.Supervisor) -> None:
+    exited = wsup.wait(wsup.agent(exit_with, 3).id, timeout=30)
+    assert (exited.status, exited.exit_code) == (wu.Status.FAILED, 3)
+    crashed = wsup.wait(wsup.agent(segfault).id, timeout=30)
+    assert (crashed.status, crashed.signal) == (wu.Status.FAILED, signal.SIGSEGV)
+    assert wsup.result(wsup.agent(my_pid).id, timeout=30) > 0  # and the next one runs
+
+
+@pytest.mark.timeout(60)
+def test_kill_and_timeout_end_the_unit(wsup: wu.Supervisor) -> None:
+    killed = wsup.agent(wait_forever)
+    eventually(lambda: wsup.get(killed.id).pid, what="the unit to start")
+    assert wsup.kill(killed.id) is True
+    record = wsup.wait(killed.id, timeout=30)
+    assert (record.status, record.signal) == (wu.Status.KILLED, signal.SIGKILL)
+    timed_out = wsup.wait(wsup.agent(wait_forever, timeout=0.5).id, timeout=30)
+    assert (timed_out.status, timed_out.reason) == (wu.Status.KILLED, wu.Reason.TIMEOUT)
+
+
+@pytest.mark.timeout(60)
+def test_a_memory_limit_holds(wsup: wu.Supervisor) -> None:
+    record = wsup.wait(wsup.agent(allocate, 1 << 30, memory_limit=256 << 20).id, timeout=30)
+    assert record.status is wu.Status.FAILED
+    assert "MemoryError" in (record.error or "")
+    assert wsup.result(wsup.agent(allocate, 1 << 20).id, timeout=30) == 1 << 20
+
+
+# -- the pool's life ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_an_unused_spare_ages_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(warm.PROCESSES_ENV, "2")
+    monkeypatch.setenv(warm.IDLE_ENV, "0.5")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        ready = a_spare(zygote)
+        eventually(lambda: not spares(zygote), timeout=20, what="the spares to age out")
+        assert not any(alive(pid) for pid in ready)
+        # Demand brings them back.
+        assert sup.result(sup.agent(my_pid).id, timeout=30) > 0
+        a_spare(zygote)
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_zygote_takes_its_spares_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(warm.PROCESSES_ENV, "2")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        ready = a_spare(zygote)
+        # The zygote's guard would sweep what it leaves: held stopped, the spares'
+        # own parent-death signal is all that can end them.
+        guard = parent_of(zygote)
+        os.kill(guard, signal.SIGSTOP)
+        try:
+            os.kill(zygote, signal.SIGKILL)
+            for pid in ready:
+                eventually(lambda p=pid: not alive(p), timeout=20, what=f"spare {pid} to die")  # type: ignore[misc]
+        finally:
+            os.kill(guard, signal.SIGCONT)
+        # The next unit gets a new zygote.
+        assert sup.result(sup.agent(my_pid).id, timeout=30) > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        (warm.PROCESSES_ENV, "-1"),
+        (warm.PROCESSES_ENV, "many"),
+        (warm.IDLE_ENV, "0"),
+        (warm.IDLE_ENV, "soon"),
+        (warm.IDLE_ENV, "inf"),
+    ],
+)
+def test_a_bad_setting_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidArgument, match=f"{name}={value!r}"):
+        wu.Supervisor(tmp_path / "state", install_signal_handlers=False)
+
+
+# -- the sizing policy, on an injected clock --------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool(processes: int, idle: float = 10.0) -> tuple[warm.WarmPool, Clock]:
+    clock = Clock()
+    return warm.WarmPool(warm.WarmSettings(processes, idle), clock), clock
+
+
+Fill = Callable[..., list[int]]
+
+
+@pytest.fixture
+def fill() -> Iterator[Fill]:
+    """Add spares (no process behind them) until a pool has what it aims at; their pids."""
+    made: list[socket.socket] = []
+
+    def add(p: warm.WarmPool, first_pid: int = 1000) -> list[int]:
+        pids: list[int] = []
+        while p.short():
+            pid = first_pid + len(pids)
+            ours, theirs = socket.socketpair()
+            made.extend((ours, theirs))
+            p.add(pid, ours)
+            pids.append(pid)
+        return pids
+
+    yield add
+    for sock in made:
+        sock.close()
+
+
+def test_the_pool_starts_with_one_spare_and_grows_to_the_peak_in_flight_capped(fill: Fill) -> None:
+    p, _ = pool(3)
+    assert fill(p) == [1000]
+    p.demand(2)
+    assert len(fill(p, 2000)) == 1
+    p.demand(9)  # more in flight than the cap
+    assert len(fill(p, 3000)) == 1
+    assert len(p) == 3
+    assert pool(0)[0].short() is False  # 0: never a spare
+
+
+def test_spares_are_handed_out_newest_first_and_the_oldest_ages_out(fill: Fill) -> None:
+    p, clock = pool(2, idle=10.0)
+    p.demand(2)
+    old, new = fill(p)
+    clock.now += 5
+    assert p.next_ageing() == 5.0
+    taken = p.take()
+    assert taken is not None
+    assert taken.pid == new
+    assert p.aged() == []
+    clock.now += 5
+    assert [s.pid for s in p.aged()] == [old]
+    assert p.next_ageing() is None
+    assert p.short() is True  # the aim dropped by one, to the one handed out's
+    assert fill(p, 2000) == [2000]
+    assert p.short() is False
+
+
+def test_with_no_demand_every_spare_ages_out_and_none_comes_back(fill: Fill) -> None:
+    p, clock = pool(2, idle=1.0)
+    p.demand(2)
+    fill(p)
+    clock.now += 1
+    assert len(p.aged()) == 2
+    assert not p.short()
+
+
+def test_a_spare_that_cannot_be_made_stops_the_tries_until_demand_grows(fill: Fill) -> None:
+    p, _ = pool(4)
+    p.demand(3)
+    fill(p)  # three
+    p.take()
+    p.give_up()
+    assert not p.short()
+    p.demand(4)
+    assert p.short()
+    died = p.remove(1000)
+    assert died is not None
+    assert died.pid == 1000
+    assert p.remove(1000) is None
