@@ -139,7 +139,13 @@ class Capture:
         return stream
 
     def close(self, timeout: float) -> None:
-        """Flush the streams, let the pipes reach EOF and drain, and stop the pump."""
+        """Flush the streams, let the pipes reach EOF and drain, and stop the pump.
+
+        Pipes that nobody else holds are at EOF at once: this thread drains them,
+        and the pump, which has nothing left to write, is not waited for (a
+        thread switch on the way out of every unit). A pipe that a subprocess
+        still holds is the pump's to drain, for up to ``timeout`` seconds.
+        """
         self._flush_streams()
         self._closing = True
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -149,12 +155,18 @@ class Capture:
                 os.dup2(devnull, target)
         finally:
             os.close(devnull)
-        self._wake()
+        with self._lock:
+            self._drain_pipes()
+            for fd in list(self._pipes):
+                self._read_pipe(fd)  # EOF closes it; anything else means a writer is left
+            if not self._pipes:
+                self._pump = None  # from here on, batches are written as they come
         self._bound.set()  # a pump still waiting for its unit has nothing to write: let it end
+        self._wake()
         if self._pump is not None:
             self._pump.join(timeout)
         with self._lock:
-            self._pump = None  # from here on, batches are written as they come
+            self._pump = None
             self._write_batch()
         self._report_cap()
 
