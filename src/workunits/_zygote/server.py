@@ -58,6 +58,10 @@ from workunits._zygote.warm import Spare, WarmPool, WarmSettings
 # A warm process reads its unit as soon as it runs; one that does not within this
 # long is broken (stopped?), and the unit is forked instead.
 HANDOVER_TIMEOUT = 5.0
+# A unit just handed to a spare is starting, and a short one is already ending: a
+# replacement forked now (the fork, then the spare's set-up) would take a core from
+# it. Replacements wait this long, or until a Python unit ends, whichever is first.
+SPARE_HOLD = 0.005
 
 
 @dataclass(slots=True)
@@ -94,6 +98,8 @@ class Zygote:
         # Invariant: every spare here is a forked, unreaped child that has run no unit.
         self.pool = WarmPool(warm or WarmSettings(0, 1.0))
         self.selector: selectors.BaseSelector | None = None
+        # No spare is forked before this (monotonic) time: see SPARE_HOLD.
+        self.spares_held_until = 0.0
         self.parent = os.getppid()
         self.pid = os.getpid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -130,13 +136,13 @@ class Zygote:
             if self.dying:
                 self.dying = [path for path in self.dying if not Cgroups.remove(path)]
             self.age_spares()
-            if not ready and self.pool.short():
+            if not ready and self.pool.short() and time.monotonic() >= self.spares_held_until:
                 self.add_spare()  # only when no request waits: they come first
 
     def _timeout(self) -> float | None:
         """How long the loop may sleep: not at all while a spare is wanted."""
         if self.pool.short():
-            return 0.0
+            return max(0.0, self.spares_held_until - time.monotonic())
         timeout = self.pool.next_ageing()
         if self.dying:  # killed cgroups are removed once their processes are gone
             timeout = 0.01 if timeout is None else min(timeout, 0.01)
@@ -377,6 +383,7 @@ class Zygote:
         for fd in fds:
             os.close(fd)
         self.adopt(warm.pid, msg.unit_id, warm.cgroup, call=True)
+        self.spares_held_until = time.monotonic() + SPARE_HOLD
         return True
 
     def add_spare(self) -> None:
@@ -524,6 +531,8 @@ class Zygote:
             unit_id = slot.unit_id
             self.by_unit.pop(unit_id, None)
             self.calls -= slot.call
+            if slot.call:
+                self.spares_held_until = 0.0
             if os.WIFSIGNALED(status):
                 exit_code, signum = None, os.WTERMSIG(status)
             else:

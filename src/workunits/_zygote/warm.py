@@ -6,11 +6,12 @@ capture). A Python unit is handed to one; it runs exactly that unit and exits,
 as a freshly forked one would: no process ever runs two units. This module is
 the policy only; ``server`` forks and hands over, ``spare`` runs in the spare.
 
-Sizing: the pool aims at the recent peak of Python units in flight, at most
-``WORKUNITS_WARM_PROCESSES`` (default: the cores this process may use; 0 turns
-warm processes off). Spares are handed out newest first, so the oldest is the
-one that demand has not reached; once it has waited ``WORKUNITS_WARM_IDLE``
-seconds (default 30) it is killed and the aim drops by one. A zygote starts
+Sizing: the pool aims at the recent peak of Python units in flight plus one,
+at most ``WORKUNITS_WARM_PROCESSES`` (default: the cores this process may use;
+0 turns warm processes off). Spares are handed out newest first, so the oldest
+is the one that demand has not reached; once it has waited
+``WORKUNITS_WARM_IDLE`` seconds (default 30) it is killed and the aim drops by
+one. A zygote starts
 with one spare, so the first unit finds it ready.
 """
 
@@ -125,8 +126,13 @@ class WarmPool:
         return {spare.pid for spare in self.spares}
 
     def demand(self, in_flight: int) -> None:
-        """``in_flight`` Python units run now, the one just asked for included."""
-        self.aim = max(self.aim, min(in_flight, self.settings.processes))
+        """``in_flight`` Python units run now, the one just asked for included.
+
+        The aim is one more than that: a spare is replaced only once a unit has
+        ended (see ``server.SPARE_HOLD``), so the next unit finds the one forked
+        earlier ready rather than one still setting up.
+        """
+        self.aim = max(self.aim, min(in_flight + 1, self.settings.processes))
 
     def take(self) -> Spare | None:
         """The newest spare, for a unit; None when there is none."""
