@@ -139,7 +139,11 @@ def answer() -> int:
 
 
 @pytest.mark.timeout(60)
-def test_a_zygote_out_of_descriptors_fails_new_units_only(tmp_path: Path) -> None:
+def test_a_zygote_out_of_descriptors_fails_new_units_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its descriptors are counted exactly: no spare may come or go meanwhile.
+    monkeypatch.setenv(warm.PROCESSES_ENV, "0")
     gate = tmp_path / "gate"
     with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
         running = sup.agent(gated, str(gate))

@@ -40,6 +40,7 @@ from typing import Any
 
 from workunits import _framing
 from workunits._runtime.child import run_unit
+from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (
     Exited,
     Limits,
@@ -71,7 +72,7 @@ class Slot:
     unit_id: str
     pid: int
     cgroup: str | None
-    call: bool = False  # a Python unit (what warm processes are kept for)
+    call: bool = False  # a Python unit, not a pooled worker (what warm processes are for)
 
 
 class Zygote:
@@ -323,10 +324,25 @@ class Zygote:
             if payload_fd is None
             else [transcript_fd, channel_fd, payload_fd]
         )
-        self.pool.demand(self.calls + 1)
-        while (warm := self.pool.take()) is not None:
-            if self.hand_over(warm, msg, fds):
-                return
+        # A pooled worker lives for many units: a fork is no cost worth a spare for it.
+        call = msg.kind != WORKER_KIND
+        if call:
+            self.pool.demand(self.calls + 1)
+            while (warm := self.pool.take()) is not None:
+                if self.hand_over(warm, msg, fds):
+                    return
+        self.fork_call(msg, transcript_fd, channel_fd, payload_fd, call=call)
+
+    def fork_call(
+        self,
+        msg: SpawnCall,
+        transcript_fd: int,
+        channel_fd: int,
+        payload_fd: int | None,
+        *,
+        call: bool,
+    ) -> None:
+        """Fork a process for the unit (no spare was at hand, or it is a pooled worker)."""
         cgroup = None
         try:
             if self.cgroups is None:
@@ -359,7 +375,7 @@ class Zygote:
         os.close(channel_fd)
         if payload_fd is not None:
             os.close(payload_fd)
-        self.adopt(pid, msg.unit_id, cgroup, call=True)
+        self.adopt(pid, msg.unit_id, cgroup, call=call)
 
     def hand_over(self, warm: Spare, msg: SpawnCall, fds: list[int]) -> bool:
         """Give the unit to a warm process with its descriptors; False (the spare killed) if
