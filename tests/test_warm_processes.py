@@ -92,6 +92,12 @@ def a_spare(zygote: int) -> set[int]:
     return eventually(lambda: spares(zygote), timeout=20, what="a warm process")
 
 
+def settle(sup: wu.Supervisor, warm_processes: int) -> None:
+    """With spares on, wait for one: the next unit then runs on a warm process."""
+    if warm_processes:
+        a_spare(zygote_pid(sup))
+
+
 @pytest.fixture(params=[0, 2], ids=["forked", "warm"])
 def warm_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setenv(warm.PROCESSES_ENV, str(request.param))
@@ -148,27 +154,32 @@ def test_with_warm_processes_off_no_spare_is_forked(
 
 
 @pytest.mark.timeout(60)
-def test_a_crash_fails_the_unit_with_its_cause(wsup: wu.Supervisor) -> None:
+def test_a_crash_fails_the_unit_with_its_cause(wsup: wu.Supervisor, warm_processes: int) -> None:
+    settle(wsup, warm_processes)
     exited = wsup.wait(wsup.agent(exit_with, 3).id, timeout=30)
     assert (exited.status, exited.exit_code) == (wu.Status.FAILED, 3)
+    settle(wsup, warm_processes)
     crashed = wsup.wait(wsup.agent(segfault).id, timeout=30)
     assert (crashed.status, crashed.signal) == (wu.Status.FAILED, signal.SIGSEGV)
     assert wsup.result(wsup.agent(my_pid).id, timeout=30) > 0  # and the next one runs
 
 
 @pytest.mark.timeout(60)
-def test_kill_and_timeout_end_the_unit(wsup: wu.Supervisor) -> None:
+def test_kill_and_timeout_end_the_unit(wsup: wu.Supervisor, warm_processes: int) -> None:
+    settle(wsup, warm_processes)
     killed = wsup.agent(wait_forever)
     eventually(lambda: wsup.get(killed.id).pid, what="the unit to start")
     assert wsup.kill(killed.id) is True
     record = wsup.wait(killed.id, timeout=30)
     assert (record.status, record.signal) == (wu.Status.KILLED, signal.SIGKILL)
+    settle(wsup, warm_processes)
     timed_out = wsup.wait(wsup.agent(wait_forever, timeout=0.5).id, timeout=30)
     assert (timed_out.status, timed_out.reason) == (wu.Status.KILLED, wu.Reason.TIMEOUT)
 
 
 @pytest.mark.timeout(60)
-def test_a_memory_limit_holds(wsup: wu.Supervisor) -> None:
+def test_a_memory_limit_holds(wsup: wu.Supervisor, warm_processes: int) -> None:
+    settle(wsup, warm_processes)
     record = wsup.wait(wsup.agent(allocate, 1 << 30, memory_limit=256 << 20).id, timeout=30)
     assert record.status is wu.Status.FAILED
     assert "MemoryError" in (record.error or "")
