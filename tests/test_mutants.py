@@ -1,0 +1,3 @@
+"""Tests that kill mutants `make mutate` found surviving in the lifecycle core."""
+
+from __future__ import annotations
