@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import GRACE
 from workunits import Status, Supervisor, connect
+from workunits.supervisor.eviction import RECHECK
 from workunits.supervisor.sweep import Deadlines, Due, evictable
 from workunits.testing import ManualClock, ScriptedDriver
 
@@ -101,3 +102,135 @@ def test_a_queued_unit_that_starts_is_running_in_the_ledger_too(tmp_path: Path) 
         finally:
             sup.kill(queued.id)
             sup.wait(queued.id, timeout=10)
+
+
+# -- the eviction gate (supervisor/eviction.py) ---------------------------------------
+
+
+def _take(sup: Supervisor, work_id: str) -> None:
+    assert sup.notifications().get(timeout=5).id == work_id
+
+
+def test_a_childs_record_waits_for_its_running_parent_and_goes_when_the_parent_ends(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Kills a gate that forgets children (no parent lookup, or the wrong test on
+    # its status), and an end that does not count its children's notices as
+    # acknowledged at once (they would wait for the next recheck).
+    parent = drive.start()
+    child = drive.start(parent=parent.id)
+    drive.exit(child.id, 0)
+    clock.advance(GRACE * 10)
+    assert msup.tick() == 0, "the running parent may still take its child's notice"
+    assert child.id in msup.resident_ids()
+    drive.exit(parent.id, 0)
+    assert msup.tick() == 1, "nobody is left to take it: it goes at the next tick"
+    assert msup.resident_ids() == {parent.id}
+
+
+def test_a_child_that_outlives_its_evicted_parent_leaves_without_an_acknowledgement(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Kills a gate that reads the status of a parent no longer in memory.
+    parent = drive.start()
+    child = drive.start(parent=parent.id)
+    drive.exit(parent.id, 0)  # its running child is killed: parent-ended
+    assert msup.wait(child.id, timeout=5).status == Status.KILLED
+    _take(msup, parent.id)
+    hold = msup.retain(child.id, lease=1000)
+    clock.advance(GRACE)
+    assert msup.tick() == 1
+    assert msup.resident_ids() == {child.id}
+    assert hold.release()
+    assert msup.tick() == 1
+    assert msup.resident_ids() == set()
+
+
+def test_a_notice_acknowledged_elsewhere_after_the_grace_is_found_at_the_recheck(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Kills a recheck pushed for no unit, for nothing, or in the past.
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE)
+    assert msup.tick() == 0
+    with connect(msup.state_dir) as client:
+        assert client.notifications().get(timeout=5).id == unit.id
+    clock.advance(RECHECK - 0.001)
+    assert msup.tick() == 0
+    clock.advance(0.001)
+    assert msup.tick() == 1
+
+
+def test_a_stale_deadline_of_an_evicted_record_is_ignored(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Kills a candidate filter whose `and` became `or`: the recheck left behind by
+    # an evicted record finds nothing in memory and must be skipped, not read.
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    clock.advance(GRACE)
+    assert msup.tick() == 0  # kept by its notice: a recheck is pushed
+    _take(msup, unit.id)
+    assert msup.tick() == 1
+    clock.advance(RECHECK)
+    assert msup.tick() == 0
+    assert msup.get(unit.id).status == Status.COMPLETED
+
+
+def test_a_release_of_an_evicted_unit_changes_nothing(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Kills a release that reads a record no longer in memory.
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    _take(msup, unit.id)
+    clock.advance(GRACE)
+    assert msup.tick() == 1
+    hold = msup.retain(unit.id, lease=1000)  # a viewer of the ledger's copy
+    assert hold.release()
+    assert msup.tick() == 0
+    assert msup.get(unit.id).status == Status.COMPLETED
+
+
+def _capped(tmp_path: Path, clock: ManualClock) -> Supervisor:
+    return Supervisor(
+        tmp_path / "state",
+        clock=clock,
+        tick_interval=None,
+        install_signal_handlers=False,
+        max_resident_ended=2,
+        eviction_grace=GRACE,
+    )
+
+
+def test_the_cap_evicts_only_what_is_over_it(tmp_path: Path, clock: ManualClock) -> None:
+    # Kills an off-by-one in the cap either way: at the cap nothing goes, one
+    # over it exactly one goes.
+    with _capped(tmp_path, clock) as sup:
+        drive = ScriptedDriver(sup)
+        units = [drive.start() for _ in range(3)]
+        for unit in units[:2]:
+            drive.exit(unit.id, 0)
+        assert sup.tick() == 0
+        drive.exit(units[2].id, 0)
+        assert sup.tick() == 1
+        assert sup.resident_ids() == {units[1].id, units[2].id}
+
+
+def test_a_record_evicted_by_its_rule_no_longer_counts_towards_the_cap(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    # Kills an eviction that leaves the unit in the cap's list of ended records.
+    with _capped(tmp_path, clock) as sup:
+        drive = ScriptedDriver(sup)
+        first = drive.start()
+        drive.exit(first.id, 0)
+        _take(sup, first.id)
+        clock.advance(GRACE)
+        assert sup.tick() == 1
+        later = [drive.start() for _ in range(2)]
+        for unit in later:
+            drive.exit(unit.id, 0)
+        assert sup.tick() == 0
+        assert sup.resident_ids() == {u.id for u in later}
