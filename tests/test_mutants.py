@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import GRACE
 from workunits import Status, Supervisor, connect
+from workunits._claim import Claim
 from workunits.supervisor.eviction import RECHECK
 from workunits.supervisor.sweep import Deadlines, Due, evictable
 from workunits.testing import ManualClock, ScriptedDriver
@@ -234,3 +235,43 @@ def test_a_record_evicted_by_its_rule_no_longer_counts_towards_the_cap(
             drive.exit(unit.id, 0)
         assert sup.tick() == 0
         assert sup.resident_ids() == {u.id for u in later}
+
+
+# -- claims (workunits._claim) --------------------------------------------------------
+
+
+def test_a_claim_settles_once_whichever_way() -> None:
+    # Kills a settle that forgets it settled: a second ack, or a release after an
+    # ack, would hand an acknowledged notice out again.
+    calls: list[str] = []
+
+    def ack() -> bool:
+        calls.append("ack")
+        return True
+
+    def release() -> bool:
+        calls.append("release")
+        return True
+
+    claim = Claim("notice", ack=ack, release=release)
+    assert claim.renew(5.0), "a process-bound claim holds until settled"
+    assert claim.ack()
+    assert not claim.ack()
+    assert not claim.release()
+    assert not claim.renew(5.0)
+    assert calls == ["ack"]
+
+
+def test_a_leased_claim_renews_through_its_lease_and_a_plain_one_settles_as_told() -> None:
+    # Kills a claim that drops its renew: a remote consumer's lease would lapse
+    # while it still works on the notice. And the default settle says it settled.
+    leases: list[float] = []
+
+    def renew(lease: float) -> bool:
+        leases.append(lease)
+        return False  # lost: the lease had lapsed
+
+    leased = Claim("notice", renew=renew)
+    assert not leased.renew(7.5)
+    assert leases == [7.5]
+    assert Claim("event").release() is True  # a monitor event: nothing to hand back
