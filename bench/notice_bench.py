@@ -87,7 +87,8 @@ def measure(state: Path, count: int) -> tuple[float, list[int]]:
     ]
     try:
         for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
         go = time.time()
         for proc in procs:
             assert proc.stdin is not None

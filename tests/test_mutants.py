@@ -166,8 +166,9 @@ def test_a_notice_acknowledged_elsewhere_after_the_grace_is_found_at_the_recheck
 def test_a_stale_deadline_of_an_evicted_record_is_ignored(
     msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
 ) -> None:
-    # Kills a candidate filter whose `and` became `or`: the recheck left behind by
-    # an evicted record finds nothing in memory and must be skipped, not read.
+    # The recheck left behind by an evicted record finds nothing in memory and is
+    # skipped (by run_deadlines, which is why the candidate filter's `and` -> `or`
+    # mutants in Eviction.run are equivalent: it only ever sees resident records).
     unit = drive.start()
     drive.exit(unit.id, 0)
     clock.advance(GRACE)
