@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GRACE
-from workunits import Status, Supervisor, connect
+from workunits import Status, Supervisor, _ids, connect
 from workunits._claim import Claim
+from workunits._errors import InvalidWorkId
 from workunits.supervisor.eviction import RECHECK
 from workunits.supervisor.sweep import Deadlines, Due, evictable
 from workunits.testing import ManualClock, ScriptedDriver
@@ -276,3 +277,20 @@ def test_a_leased_claim_renews_through_its_lease_and_a_plain_one_settles_as_told
     assert not leased.renew(7.5)
     assert leases == [7.5]
     assert Claim("event").release() is True  # a monitor event: nothing to hand back
+
+
+# -- IDs (workunits._ids): bad input says what was wrong ----------------------------------
+
+
+def test_id_errors_say_what_was_given_and_what_is_expected() -> None:
+    with pytest.raises(InvalidWorkId, match=r"one letter a-z, got 'ab'"):
+        _ids.mint("ab")
+    with pytest.raises(InvalidWorkId, match=r"is a str, got int"):
+        _ids.validate(42)
+
+
+@pytest.mark.parametrize("letter", ["ab", "", "B", "1", 7, None])
+def test_a_kind_letter_is_exactly_one_letter_a_to_z(letter: object) -> None:
+    with pytest.raises(InvalidWorkId, match=r"a kind letter is one letter a-z, got "):
+        _ids.validate_letter(letter)
+    assert _ids.validate_letter("q") == "q"
