@@ -12,8 +12,10 @@ import pytest
 from tests.conftest import GRACE
 from workunits import Status, Supervisor, _ids, connect
 from workunits._claim import Claim
-from workunits._errors import InvalidWorkId
+from workunits._errors import InvalidWorkId, UnknownWork
+from workunits._record import WorkRecord
 from workunits.supervisor.eviction import RECHECK
+from workunits.supervisor.registry import Registry
 from workunits.supervisor.sweep import Deadlines, Due, evictable
 from workunits.testing import ManualClock, ScriptedDriver
 
@@ -294,3 +296,29 @@ def test_a_kind_letter_is_exactly_one_letter_a_to_z(letter: object) -> None:
     with pytest.raises(InvalidWorkId, match=r"a kind letter is one letter a-z, got "):
         _ids.validate_letter(letter)
     assert _ids.validate_letter("q") == "q"
+
+
+# -- the registry (supervisor/registry.py) -------------------------------------------
+
+
+def _record(work_id: str, parent: str | None = None) -> WorkRecord:
+    return WorkRecord(work_id, "x", Status.COMPLETED, parent, "", 0.0)
+
+
+def test_removing_records_keeps_the_children_index_exact() -> None:
+    # Kills a remove that leaves the child in its parent's index, or drops the
+    # index while siblings remain: ending a parent would then miss (or invent) children.
+    registry = Registry()
+    parent, first, second = "x00000001", "x00000002", "x00000003"
+    registry.insert(_record(parent))
+    registry.insert(_record(first, parent))
+    registry.insert(_record(second, parent))
+    assert registry.children(parent) == {first, second}
+    assert registry.remove(first).id == first
+    assert registry.children(parent) == {second}
+    registry.remove(second)
+    assert registry.children(parent) == set()
+    registry.remove(parent)
+    assert len(registry) == 0
+    with pytest.raises(UnknownWork, match=r"no work unit 'x00000001' in this supervisor"):
+        registry.get(parent)
