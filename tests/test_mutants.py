@@ -322,3 +322,20 @@ def test_removing_records_keeps_the_children_index_exact() -> None:
     assert len(registry) == 0
     with pytest.raises(UnknownWork, match=r"no work unit 'x00000001' in this supervisor"):
         registry.get(parent)
+
+
+def test_a_unit_a_client_submitted_leaves_without_an_acknowledgement_here(
+    msup: Supervisor, clock: ManualClock
+) -> None:
+    # Kills a gate that forgets adopted units: their notices are the client's, read
+    # from the ledger, so nothing in this process will ever acknowledge them.
+    with connect(msup.state_dir) as client:
+        work_id = client.shell(["true"]).id
+    deadline = time.monotonic() + 20
+    while work_id not in msup.resident_ids() or msup.get(work_id).status != Status.COMPLETED:
+        assert time.monotonic() < deadline, "the supervisor never adopted and ran it"
+        msup.tick()
+        time.sleep(0.01)
+    clock.advance(GRACE)
+    assert msup.tick() == 1
+    assert work_id not in msup.resident_ids()
