@@ -32,6 +32,7 @@ from pathlib import Path
 
 import harness
 import loop_lag
+import notice_bench
 import peer_benches
 import pooled_bench
 import procstat
@@ -539,6 +540,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     **pooled_bench.BENCHES,
     **value_benches.BENCHES,
     **loop_lag.BENCHES,
+    **notice_bench.BENCHES,
 }
 
 

@@ -7,6 +7,7 @@ invariants of ``LifecycleMachine`` (DESIGN §2) are checked after every step.
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import pytest
@@ -44,8 +45,11 @@ class SupervisorMachine(ScriptedLifecycleMachine):
         return self.track(handle)
 
 
+# `make mutate` reruns this for every mutant of the registry: it asks for few examples.
+EXAMPLES = int(os.environ.get("WORKUNITS_MACHINE_EXAMPLES", "50"))
+
 SupervisorMachine.TestCase.settings = settings(
-    max_examples=50,
+    max_examples=EXAMPLES,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -65,7 +69,7 @@ class ShellOnlyMachine(LifecycleMachine):
 
 
 ShellOnlyMachine.TestCase.settings = settings(
-    max_examples=10,
+    max_examples=max(1, EXAMPLES // 5),
     stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, raw, read_line, send, spawn, start
+from workunits._errors import InvalidWorkId
 from workunits._ledger import Ledger
 from workunits._status import Status, is_terminal
 
@@ -82,6 +83,42 @@ def test_a_leased_claim_lapses_unless_renewed(ledger: Ledger, clock: ManualClock
     assert taken is not None
     assert taken.notice.redelivered
     assert not ledger.ack_notice(unit.id, held.token)
+
+
+def test_a_leased_claim_holds_for_its_lease_and_no_longer(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    # The first lease, unrenewed: kills a claim that drops it or counts it backwards.
+    unit = start(ledger, new_unit(ledger).id)
+    ledger.write(unit.id, attempt=1, status="completed")
+    held = ledger.claim_notice(None, owner="lease:http-client-1", lease=10)
+    assert held is not None
+    clock.advance(9.9)
+    assert ledger.claim_notice(None) is None
+    clock.advance(0.1)
+    taken = ledger.claim_notice(None)
+    assert taken is not None
+    assert taken.notice.redelivered
+
+
+def test_a_claim_for_a_malformed_parent_is_refused(ledger: Ledger) -> None:
+    with pytest.raises(InvalidWorkId):
+        ledger.claim_notice("../etc")
+
+
+def test_acknowledged_among_answers_for_every_unit_asked_about(ledger: Ledger) -> None:
+    # Several chunks of 500, each asked (with several marks), none twice.
+    units = [start(ledger, new_unit(ledger).id) for _ in range(3)]
+    for unit in units:
+        ledger.write(unit.id, attempt=1, status="completed")
+    first = ledger.claim_notice(None)
+    assert first is not None
+    assert ledger.ack_notice(first.notice.id, first.token)
+    waiting = [u.id for u in units if u.id != first.notice.id]
+    unknown = [f"a{n:08d}" for n in range(1100)]  # no notice: "already gone"
+    asked = [*unknown, *waiting, first.notice.id]
+    assert ledger.acknowledged_among(asked) == {*unknown, first.notice.id}
+    assert (ledger.outbox_rows(), ledger.outbox_size()) == (3, 2)
 
 
 def test_a_claim_whose_process_died_is_released(
