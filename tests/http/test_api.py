@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -227,6 +229,73 @@ def test_retain_leases(api: httpx.Client) -> None:
     assert api.put(where).status_code == 404
     assert api.delete(two.headers["location"]).status_code == 204
     assert api.post("/v1/units/b00000000/retain").status_code == 404
+
+
+def test_signals_reach_a_waiting_unit_and_refuse_an_ended_one(api: httpx.Client) -> None:
+    unit = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:waiter", "args": ["approve"]}
+    ).json()
+    sent = api.post(f"/v1/units/{unit['id']}/signals", json={"name": "approve", "value": [1, 2]})
+    assert sent.status_code == 202
+    assert sent.json() == {"delivered": True}
+    assert _result(api, unit["id"]).json()["value"] == [1, 2]
+    late = api.post(f"/v1/units/{unit['id']}/signals", json={"name": "approve"})
+    assert (late.status_code, late.json()["title"]) == (409, "WorkEnded")
+    assert late.json()["unit"]["status"] == "completed"
+    unknown = api.post("/v1/units/a00000000/signals", json={"name": "approve"})
+    assert unknown.status_code == 404
+    assert api.post(f"/v1/units/{unit['id']}/signals", json={"value": 1}).status_code == 422
+
+
+def test_retry_starts_a_failed_unit_again_once(api: httpx.Client, tmp_path: Path) -> None:
+    body = {"kind": "agent", "target": "tests.http.units:flaky", "args": [str(tmp_path / "m")]}
+    failed = _submit(api, body).json()
+    assert _result(api, failed["id"]).json()["title"] == "WorkFailed"
+    first = api.post(f"/v1/units/{failed['id']}/retry")
+    assert first.status_code == 201
+    again = first.json()
+    assert first.headers["location"] == f"/v1/units/{again['id']}"
+    assert again["id"] != failed["id"]
+    assert again["retry_of"] == failed["id"]
+    second = api.post(f"/v1/units/{failed['id']}/retry")
+    assert (second.status_code, second.json()["id"]) == (200, again["id"])
+    assert _result(api, again["id"]).json()["value"] == "second time lucky"
+    done = api.post(f"/v1/units/{again['id']}/retry")
+    assert (done.status_code, done.json()["title"]) == (409, "NotRetryable")
+    assert api.post("/v1/units/a00000000/retry").status_code == 404
+
+
+def test_submit_with_a_retry_policy(api: httpx.Client, tmp_path: Path) -> None:
+    marker = tmp_path / "tried"
+    command = f"test -e {marker} || {{ touch {marker}; exit 3; }}"
+    policy = {"max_attempts": 2, "initial": 0, "jitter": False, "exit_codes": [3]}
+    unit = _submit(api, {"kind": "shell", "command": command, "retry": policy}).json()
+    done = _result(api, unit["id"]).json()["unit"]
+    assert (done["status"], done["attempt"]) == ("completed", 2)
+    policy["exit_codes"] = []  # no exit code is retried
+    unit = _submit(api, {"kind": "shell", "command": "exit 3", "retry": policy}).json()
+    ended = _result(api, unit["id"]).json()["unit"]
+    assert (ended["status"], ended["attempt"]) == ("failed", 1)
+    bad = _submit(api, {"kind": "shell", "command": "true", "retry": {"backoff": 0.5}})
+    assert bad.status_code == 422
+
+
+def test_submit_not_before_seconds_or_an_iso_time(api: httpx.Client) -> None:
+    before = time.time()
+    later = _submit(api, {"kind": "shell", "command": "true", "not_before": 3600}).json()
+    assert later["status"] == "pending"
+    assert before + 3600 <= later["not_before"] <= time.time() + 3600
+    due = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2)
+    timed = _submit(api, {"kind": "shell", "command": "true", "not_before": due.isoformat()})
+    assert timed.json()["status"] == "pending"
+    assert timed.json()["not_before"] == pytest.approx(due.timestamp())
+    past = (due - datetime.timedelta(days=1)).isoformat()
+    now = _submit(api, {"kind": "shell", "command": "true", "not_before": past}).json()
+    assert _result(api, now["id"]).status_code == 200  # a time gone by: at once
+    naive = _submit(api, {"kind": "shell", "command": "true", "not_before": "2030-01-01T03:00"})
+    assert naive.status_code == 422  # local to whom? an offset is required
+    for unit in (later, timed.json()):
+        assert api.post(f"/v1/units/{unit['id']}/cancel").json()["changed"] is True
 
 
 def test_notifications_claim_ack_release(api: httpx.Client) -> None:

@@ -51,3 +51,19 @@ def saver(n: int, pause: float) -> int:
         time.sleep(pause)
     ctx.checkpoint({"blob": "x" * 10_000})
     return n
+
+
+def waiter(name: str) -> object:
+    """Return the value of the first signal ``name`` (waits at most 30 s)."""
+    return wu.current().wait_for(name, timeout=30)
+
+
+def flaky(marker: str) -> str:
+    """Fail on the first attempt (no ``marker`` file yet), succeed on the next."""
+    import pathlib  # noqa: PLC0415 - only this body needs it
+
+    path = pathlib.Path(marker)
+    if not path.exists():
+        path.write_text("tried")
+        raise ValueError("first attempt fails")
+    return "second time lucky"

@@ -27,12 +27,14 @@ from workunits._http.backend import Backend
 from workunits._http.models import (
     CancelBody,
     Changed,
+    Delivered,
     Health,
     Lease,
     LeaseBody,
     NoticeOut,
     RenewBody,
     Result,
+    SignalBody,
     Submit,
     TokenBody,
     Unit,
@@ -188,6 +190,39 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         """SIGKILL the unit's process group now."""
         changed = await backend.kill(work_id)
         return Changed(changed=changed, status=(await backend.get(work_id)).status.value)
+
+    @r.post("/{work_id}/signals", status_code=202, response_model=Delivered, responses={409: {}})
+    async def signal(work_id: str, body: SignalBody) -> Response:
+        """Send a signal to the unit's ``ctx.wait_for(name)``.
+
+        Kept in the ledger until the unit takes it, whether it waits now, later,
+        or in a later attempt. 409 once the unit has ended, 410 once it expired.
+        """
+        record = await backend.get(work_id)
+        _refuse_expired(record)
+        if not is_terminal(record.status) and await backend.signal(work_id, body.name, body.value):
+            return JSONResponse(Delivered(delivered=True).model_dump(), 202)
+        ended = await backend.get(work_id)  # it may have ended since the read above
+        return problems.problem(
+            409, "WorkEnded", f"{work_id} has ended: no signal is kept", unit=Unit.of(ended)
+        )
+
+    @r.post(
+        "/{work_id}/retry",
+        status_code=201,
+        response_model=Unit,
+        responses={200: {"model": Unit}, 409: {}},
+    )
+    async def retry(work_id: str) -> JSONResponse:
+        """Start a failed or killed unit again as a new unit (``retry_of`` the old one).
+
+        201 with the new unit; 200 with the same one when it was already retried;
+        409 (NotRetryable) for a unit that did not fail or whose spec is gone.
+        """
+        record = await backend.get(work_id)
+        _refuse_expired(record)
+        again, created = await backend.retry(work_id)
+        return _located(Unit.of(again), 201 if created else 200)
 
     @r.post("/{work_id}/retain", status_code=201, response_model=Lease)
     async def retain(

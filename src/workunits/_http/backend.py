@@ -1,7 +1,7 @@
 """The one place the HTTP layer calls the supervisor: its awaitable ``_async`` twins.
 
 Every call with an ``_async`` twin on ``Supervisor`` or ``WorkHandle`` (submits,
-get, list, wait, kill, cancel) awaits it: the supervisor actor answers an
+get, list, wait, kill, cancel, signal, retry) awaits it: the supervisor actor answers an
 asyncio future, so no thread waits. What has no twin runs in the default thread
 pool with ``asyncio.to_thread``: pickling a call for a child (``AgentSpec.build``,
 which may import), decoding a result (may unpickle), an event read (files and
@@ -85,53 +85,33 @@ class Backend:
         return record
 
     async def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkHandle:
-        sup = self.sup
+        # One path for every kind: build the spec as shell()/agent()/workflow() do,
+        # then submit_async, the twin that takes every option (parent, retry, delay).
+        retry = None if body.retry is None else body.retry.policy()
+        options: dict[str, Any] = {
+            "parent": body.parent,
+            "timeout": body.timeout,
+            "key": key,
+            "retry": retry,
+            "not_before": body.not_before,
+        }
         if isinstance(body, ShellSubmit):
             cmd: str | list[str] = (
                 body.command if body.command is not None else list(body.argv or [])
             )
-            if body.parent is None:
-                return await sup.shell_async(
-                    cmd,
-                    cwd=body.cwd,
-                    env=body.env,
-                    timeout=body.timeout,
-                    description=body.description,
-                    key=key,
-                )
             spec = ShellSpec.build(
                 cmd, cwd=body.cwd, env=body.env, output_cap=DEFAULT_OUTPUT_CAP, on_lost="fail"
             )
-            return await sup.submit_async(
-                "b",
-                spec,
-                description=spec.describe() if body.description is None else body.description,
-                parent=body.parent,
-                timeout=body.timeout,
-                key=key,
-            )
+            description = spec.describe() if body.description is None else body.description
+            return await self.sup.submit_async("b", spec, description=description, **options)
         fn = await _run(resolve_ref, body.target)  # imports the target's module
-        if body.parent is not None:
-            # No twin takes a parent: build the spec as agent_async does, then submit.
-            agent_spec = await _run(AgentSpec.build, fn, tuple(body.args), dict(body.kwargs))
-            return await sup.submit_async(
-                "a" if body.kind == "agent" else "w",
-                agent_spec,
-                description=agent_spec.name if body.description is None else body.description,
-                parent=body.parent,
-                timeout=body.timeout,
-                key=key,
-                max_attempts=body.max_attempts,
-            )
-        submit = sup.agent_async if body.kind == "agent" else sup.workflow_async
-        return await submit(
-            fn,
-            *body.args,
-            description=body.description,
-            timeout=body.timeout,
-            key=key,
+        agent_spec = await _run(AgentSpec.build, fn, tuple(body.args), dict(body.kwargs))
+        return await self.sup.submit_async(
+            "a" if body.kind == "agent" else "w",
+            agent_spec,
+            description=agent_spec.name if body.description is None else body.description,
             max_attempts=body.max_attempts,
-            **body.kwargs,
+            **options,
         )
 
     # -- reading ---------------------------------------------------------------------
@@ -185,6 +165,26 @@ class Backend:
         # result_async would wait for (ask for) the record again: decode the one in
         # hand on a worker thread, as result_async itself does.
         return await _run(result_of, record)
+
+    # -- signals and retries -------------------------------------------------------------
+
+    async def signal(self, work_id: str, name: str, value: Any) -> bool:
+        """Keep the signal for the unit; False when it has ended (nothing kept)."""
+        return await self.sup.signal_async(work_id, name, value)
+
+    async def retry(self, work_id: str) -> tuple[WorkRecord, bool]:
+        """The unit that runs ``work_id`` again, and whether this call started it."""
+        name = f"retry:{work_id}"
+        lock = self._key_locks.setdefault(name, asyncio.Lock())
+        try:
+            async with lock:  # one at a time per unit, so "created" is told apart exactly
+                started = time.time()
+                handle = await self.sup.retry_async(work_id)
+                record = await handle.get_async()
+                return record, record.created_at >= started
+        finally:
+            if not lock.locked() and self._key_locks.get(name) is lock:
+                del self._key_locks[name]
 
     # -- ending work --------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from workunits._record import WorkRecord
+from workunits._retry import Retry
 
 MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
 
@@ -19,10 +20,43 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RetryBody(_Strict):
+    """``wu.Retry``: run a failed unit again, same ID, up to ``max_attempts`` attempts in all.
+
+    The delay before attempt n+1 is ``initial * backoff**(n-1)`` seconds, at most
+    ``max_delay`` (with ``jitter``, a random part of it). ``exit_codes``: the exit
+    codes retried (null: any non-zero one; ``[]``: none). Any exception is retried.
+    """
+
+    max_attempts: Annotated[int, Field(ge=1, le=1000)] = 3
+    backoff: Annotated[float, Field(ge=1)] = 2.0
+    initial: Annotated[float, Field(ge=0)] = 1.0
+    max_delay: Annotated[float, Field(ge=0)] = 300.0
+    jitter: bool = True
+    exit_codes: Annotated[list[int], Field(max_length=256)] | None = None
+
+    def policy(self) -> Retry:
+        codes = None if self.exit_codes is None else tuple(self.exit_codes)
+        return Retry(
+            max_attempts=self.max_attempts,
+            backoff=self.backoff,
+            initial=self.initial,
+            max_delay=self.max_delay,
+            jitter=self.jitter,
+            exit_codes=codes,
+        )
+
+
 class _Options(_Strict):
     description: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
     timeout: Annotated[float, Field(gt=0)] | None = None
     parent: Annotated[str, Field(max_length=64)] | None = None
+    not_before: Annotated[float, Field(ge=0, allow_inf_nan=False)] | AwareDatetime | None = Field(
+        None,
+        description="Stay pending until then: seconds from now, or an ISO 8601 time "
+        "with its offset (e.g. 2026-01-01T03:00:00Z)",
+    )
+    retry: RetryBody | None = None
 
 
 class ShellSubmit(_Options):
@@ -78,6 +112,8 @@ class Unit(BaseModel):
     cause: str | None = Field(description="How it ended, in one line (null while it runs)")
     output_bytes: int
     retain: int
+    retry_of: str | None = Field(None, description="The failed unit this one retries")
+    not_before: float | None = Field(None, description="A pending unit starts no earlier")
 
     @classmethod
     def of(cls, record: WorkRecord) -> Unit:
@@ -102,6 +138,8 @@ class Unit(BaseModel):
             cause=record.describe_end() if ended else None,
             output_bytes=record.output_bytes,
             retain=record.retain,
+            retry_of=record.retry_of,
+            not_before=record.not_before,
         )
 
 
@@ -118,6 +156,19 @@ class Result(BaseModel):
     unit: Unit
     has_value: bool
     value: Any = None
+
+
+class SignalBody(_Strict):
+    """A signal for ``ctx.wait_for(name)`` in the unit: its ``value`` is any JSON."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    value: Any = None
+
+
+class Delivered(BaseModel):
+    """A signal kept in the ledger for the unit, which receives it at its ``wait_for``."""
+
+    delivered: bool
 
 
 class CancelBody(_Strict):

@@ -27,6 +27,7 @@ STATUS_OF: tuple[tuple[type[e.WorkunitsError], int], ...] = (
     (e.UnknownWork, 404),
     (e.UnknownKind, 404),
     (e.IdempotencyConflict, 409),
+    (e.NotRetryable, 409),
     (e.WorkFailed, 409),
     (e.WorkKilled, 409),
     (e.NotFinished, 202),

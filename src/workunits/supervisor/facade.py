@@ -509,9 +509,23 @@ class Supervisor:
         timeout: float | None = None,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Like ``submit`` without blocking the event loop; no thread waits for the answer."""
-        request = rq.Register(kind, spec, parent, description, timeout, key, max_attempts)
+        request = rq.Register(
+            kind,
+            spec,
+            parent,
+            description,
+            timeout,
+            key,
+            max_attempts,
+            retry,
+            stall_after,
+            not_before=not_before,
+        )
         return WorkHandle(self, (await self._ask_async(request)).id)
 
     async def shell_async(
@@ -674,6 +688,10 @@ class Supervisor:
         a unit that did not fail, or whose spec is no longer kept.
         """
         return WorkHandle(self, self._ask(rq.RetryUnit(work_id)).id)
+
+    async def retry_async(self, work_id: str) -> WorkHandle:
+        """Like ``retry`` without blocking the event loop."""
+        return WorkHandle(self, (await self._ask_async(rq.RetryUnit(work_id))).id)
 
     def signal(self, work_id: str, name: str, value: Any = None) -> bool:
         """Send the signal ``name`` (a JSON ``value``) to a unit that waits or will wait for it.
