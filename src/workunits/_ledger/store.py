@@ -51,6 +51,7 @@ from workunits._ledger import (
     requests,
     retains,
     retention,
+    schedules,
     sessions,
     signals,
     statedir,
@@ -806,6 +807,40 @@ class Ledger:
     def signals_after(self, seq: int, limit: int = 256) -> builtins.list[Signal]:
         return signals.after(self._db, seq, limit)
 
+    # -- schedules ---------------------------------------------------------------------
+
+    def put_schedule(self, row: schedules.ScheduleRow) -> None:
+        schedules.put(self._db, row)
+
+    def remove_schedule(self, name: str) -> bool:
+        return schedules.remove(self._db, name)
+
+    def all_schedules(self) -> builtins.list[schedules.ScheduleRow]:
+        return schedules.all_rows(self._db)
+
+    def schedule_listing(self) -> builtins.list[schedules.ScheduleInfo]:
+        """Each schedule with its next due time and latest firing, by name."""
+        return schedules.listing(self._db)
+
+    def record_firing(self, name: str, due_at: float, unit: str | None, next_at: float) -> None:
+        schedules.record(
+            self._db, name, due_at=due_at, unit=unit, next_at=next_at, now=self._clock.now()
+        )
+
+    def schedule_firings(
+        self, name: str | None = None, limit: int = 100
+    ) -> builtins.list[schedules.Firing]:
+        return schedules.firings(self._db, name, limit)
+
+    def schedule_spec(self, row: schedules.ScheduleRow) -> object:
+        """The spec each firing of ``row`` starts, verified against this state dir's key."""
+        return values.decode_spec(
+            row.spec, work_id=_schedule_mac_id(row.name), key=self._signing_key
+        )
+
+    def encode_schedule_spec(self, spec: object, name: str) -> values.Stored:
+        return values.encode_spec(spec, work_id=_schedule_mac_id(name), key=self._signing_key)
+
     def last_signal_seq(self) -> int:
         return signals.last_seq(self._db)
 
@@ -919,3 +954,9 @@ def _progress_params(  # noqa: PLR0917 - the item's own fields
         work_id,
         attempt,
     )
+
+
+def _schedule_mac_id(name: str) -> str:
+    # What a schedule's spec is signed as: no unit ID has a colon, so no unit's
+    # spec can be swapped in for it.
+    return f"schedule:{name}"

@@ -61,6 +61,7 @@ from workunits.supervisor.output import OutputReads
 from workunits.supervisor.recovery import Recovery
 from workunits.supervisor.rerun import Reruns
 from workunits.supervisor.retries import Retries
+from workunits.supervisor.schedules import Schedules
 from workunits.supervisor.signals import Signals
 from workunits.supervisor.stalls import Activity
 from workunits.supervisor.starts import PidReport, Starts, Surroundings
@@ -158,6 +159,9 @@ class SupervisorActor(pykka.ThreadingActor):
         self._reruns = Reruns(units=units, starts=self._starts, ledger=ledger)
         self._activity = Activity(units=units, notices=self._notices, clock=clock)
         self._signals = Signals(units=units, ledger=ledger)
+        self._schedules = Schedules(
+            ledger=ledger, register=self._starts.register, started_at=clock.now()
+        )
         self._recovery = Recovery(
             ledger=ledger,
             mirror=self._mirror,
@@ -304,6 +308,22 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._reruns.retry(work_id))
             case rq.SignalUnit(work_id, name, value):
                 request.answer(self._signals.send(work_id, name, value))
+            case rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options):
+                self._schedules.add(
+                    name,
+                    cron,
+                    letter,
+                    spec,
+                    tz=tz,
+                    catch_up=catch_up,
+                    options=options,
+                    now=self._clock.now(),
+                )
+                request.answer(None)
+            case rq.RemoveSchedule(name):
+                request.answer(self._schedules.remove(name))
+            case rq.ListSchedules():
+                request.answer(self._mirror.ledger.schedule_listing())
             case rq.RegisterKind(letter, actor_class):
                 units.kinds.add(letter, actor_class)
                 request.answer(None)
@@ -376,6 +396,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._mirror.flush_grouped()
             self._recovery.tick()
             self._signals.tick()
+            self._schedules.tick(now)
             self._mirror.periodic(now)
             if now >= self._next_outbox_trim:
                 # Acknowledged notices are kept a while (a consumer may look again),

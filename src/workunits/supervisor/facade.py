@@ -28,6 +28,7 @@ from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
+from workunits._ledger.schedules import ScheduleInfo
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
@@ -707,6 +708,41 @@ class Supervisor:
         """Like ``signal`` without blocking the event loop."""
         return await self._ask_async(rq.SignalUnit(work_id, name, value))
 
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        kind: str,
+        target: Any,
+        *args: Any,
+        tz: str = "UTC",
+        catch_up: str = "skip",
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Start a unit at each time the cron expression ``cron`` names, in time zone ``tz``.
+
+        ``kind`` is ``"shell"`` (``target`` a command, as for ``shell``),
+        ``"agent"`` or ``"workflow"`` (``target`` a callable, called with
+        ``args`` and ``kwargs``). A schedule of the same ``name`` is replaced.
+        It is kept in the ledger: each firing is a unit under the idempotency
+        key ``schedule:<name>:<due time>``, so none fires twice. A firing due
+        while no supervisor ran is recorded as missed; with
+        ``catch_up="run-once"`` the latest missed one runs at the next start.
+        """
+        letter, spec = _scheduled_spec(kind, target, args, kwargs)
+        options: dict[str, Any] = {"description": description, "timeout": timeout}
+        self._ask(rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options))
+
+    def unschedule(self, name: str) -> bool:
+        """Stop the schedule ``name`` (units it started go on); False when there was none."""
+        return self._ask(rq.RemoveSchedule(name))
+
+    def schedules(self) -> builtins.list[ScheduleInfo]:
+        """Each schedule by name: its cron, next due time and latest firing (or miss)."""
+        return self._ask(rq.ListSchedules())
+
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
         return self._ask(rq.ResidentIds())
@@ -1250,3 +1286,16 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _scheduled_spec(
+    kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, Any]:
+    """The letter and spec each firing of a schedule of ``kind`` starts."""
+    if kind == "shell":
+        if args or kwargs:
+            raise SpecError("a shell schedule takes one command: no further arguments")
+        return "b", ShellSpec.build(target, cwd=None, env=None, output_cap=DEFAULT_OUTPUT_CAP)
+    if kind in ("agent", "workflow"):
+        return "a" if kind == "agent" else "w", AgentSpec.build(target, args, kwargs)
+    raise SpecError(f"a schedule's kind is 'shell', 'agent' or 'workflow', got {kind!r}")

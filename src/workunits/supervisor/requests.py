@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import pykka
 
+from workunits._ledger.schedules import ScheduleInfo
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
 from workunits._restart import Restart
@@ -82,6 +83,29 @@ class SignalUnit(Request[bool]):
     work_id: str
     name: str
     value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AddSchedule(Request[None]):
+    """``schedule(name, cron, ...)``: keep it in the ledger (``supervisor.schedules``)."""
+
+    name: str
+    cron: str
+    letter: str
+    spec: Any
+    tz: str
+    catch_up: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveSchedule(Request[bool]):
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListSchedules(Request[list[ScheduleInfo]]):
+    pass
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,176 @@
+"""``Schedules``: cron entries whose firings start units (``sup.schedule``).
+
+Owned by the SupervisorActor; every method runs in its thread. Each schedule
+lives in the ledger (``_ledger.schedules``) with ``next_at``, its next firing
+due; ``tick`` fires what has come due. A firing is a unit submitted under the
+idempotency key ``schedule:<name>:<due time>``, and is recorded with
+``next_at`` moved on in one transaction; a crash between the submit and the
+record submits the same key again after the restart, which returns the unit
+already started: a due time never fires twice.
+
+A firing due while no supervisor ran (before this one started) is missed: it
+is recorded as ``missed``, or with ``catch_up="run-once"`` the latest missed
+one fires now (once, however many were missed) and the others are recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import zoneinfo
+from collections.abc import Callable
+from typing import Any
+
+from croniter import croniter
+
+from workunits._errors import InvalidArgument, WorkunitsError
+from workunits._ledger import Ledger
+from workunits._ledger.schedules import ScheduleRow
+from workunits._record import WorkRecord
+
+log = logging.getLogger(__name__)
+
+CATCH_UP = ("skip", "run-once")
+MISSED_PER_TICK = 1000  # a schedule down for long records its misses over several ticks
+
+Register = Callable[..., WorkRecord]
+
+
+def check_schedule(name: object, cron: object, tz: object, catch_up: object) -> zoneinfo.ZoneInfo:
+    """Validate ``schedule``'s arguments; the time zone its cron is read in."""
+    if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable():
+        raise InvalidArgument(f"a schedule's name must be 1-200 printable characters, got {name!r}")
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise InvalidArgument(
+            f"{cron!r} is not a cron expression: give five fields, minute hour "
+            "day-of-month month day-of-week, e.g. '0 3 * * *' (a sixth is seconds)"
+        )
+    if catch_up not in CATCH_UP:
+        raise InvalidArgument(f"catch_up must be 'skip' or 'run-once', got {catch_up!r}")
+    try:
+        return zoneinfo.ZoneInfo(str(tz))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument(f"unknown time zone {tz!r}: give an IANA name like 'UTC'") from None
+
+
+def next_due(cron: str, tz: str, after: float) -> float:
+    """The first time strictly after ``after`` (seconds since the epoch) ``cron`` names."""
+    start = datetime.datetime.fromtimestamp(after, zoneinfo.ZoneInfo(tz))
+    due: datetime.datetime = croniter(cron, start).get_next(datetime.datetime)
+    return due.timestamp()
+
+
+def firing_key(name: str, due_at: float) -> str:
+    when = datetime.datetime.fromtimestamp(due_at, datetime.UTC).isoformat()
+    return f"schedule:{name}:{when}"
+
+
+class Schedules:
+    def __init__(self, *, ledger: Ledger, register: Register, started_at: float) -> None:
+        self._ledger = ledger
+        self._register = register
+        # Firings due before this supervisor started were missed (none ran then).
+        self._started_at = started_at
+        # Invariant: the ledger's rows as of the last add/remove (only this
+        # supervisor changes them), read once at start.
+        self._rows: dict[str, ScheduleRow] = {}
+        try:
+            self._rows = {row.name: row for row in ledger.all_schedules()}
+        except WorkunitsError:
+            log.exception("ledger: could not read the schedules")
+
+    def add(
+        self,
+        name: str,
+        cron: str,
+        letter: str,
+        spec: Any,
+        *,
+        tz: str,
+        catch_up: str,
+        options: dict[str, Any],
+        now: float,
+    ) -> ScheduleRow:
+        check_schedule(name, cron, tz, catch_up)
+        stored = self._ledger.encode_schedule_spec(spec, name)
+        old = self._rows.get(name)
+        if (
+            old is not None
+            and (old.cron, old.tz, old.catch_up, old.letter, old.options)
+            == (
+                cron,
+                tz,
+                catch_up,
+                letter,
+                options,
+            )
+            and old.spec.data == stored.data
+        ):
+            # The same schedule declared again (as a program does at each start):
+            # it keeps its next due time, so what came due while it was down is
+            # still missed (or caught up), not skipped over.
+            return old
+        row = ScheduleRow(
+            name=name,
+            cron=cron,
+            tz=tz,
+            catch_up=catch_up,
+            letter=letter,
+            spec=stored,
+            options=options,
+            next_at=next_due(cron, tz, now),
+            created_at=now,
+        )
+        self._ledger.put_schedule(row)
+        self._rows[name] = row
+        return row
+
+    def remove(self, name: str) -> bool:
+        self._rows.pop(name, None)
+        return self._ledger.remove_schedule(name)
+
+    def tick(self, now: float) -> None:
+        """Fire (or record as missed) every firing due by ``now``."""
+        for row in [r for r in self._rows.values() if r.next_at <= now]:
+            try:
+                self._catch_up(row, now)
+            except WorkunitsError:
+                log.exception("schedule %s: could not fire; tried again at the next tick", row.name)
+
+    def _catch_up(self, row: ScheduleRow, now: float) -> None:
+        due = row.next_at
+        for _ in range(MISSED_PER_TICK):
+            if due > now:
+                return
+            following = next_due(row.cron, row.tz, due)
+            missed = due < self._started_at
+            last_missed = following > now or following >= self._started_at
+            if missed and not (row.catch_up == "run-once" and last_missed):
+                self._ledger.record_firing(row.name, due, None, following)
+            else:
+                self._fire(row, due, following)
+            row = self._moved(row, following)
+            due = following
+
+    def _fire(self, row: ScheduleRow, due: float, following: float) -> None:
+        spec = self._ledger.schedule_spec(row)
+        options = row.options
+        record = self._register(
+            row.letter,
+            spec,
+            description=options.get("description") or f"{row.name} at {_iso(due)}",
+            timeout=options.get("timeout"),
+            key=firing_key(row.name, due),
+        )
+        self._ledger.record_firing(row.name, due, record.id, following)
+
+    def _moved(self, row: ScheduleRow, next_at: float) -> ScheduleRow:
+        moved = dataclasses.replace(row, next_at=next_at)
+        if self._rows.get(row.name) is row:
+            self._rows[row.name] = moved
+        return moved
+
+
+def _iso(when: float) -> str:
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat()
