@@ -47,6 +47,8 @@ WORKUNITS = {
     "Outcome",
     "Reason",
     "Retry",
+    "ScheduleFiring",
+    "ScheduleInfo",
     "SignalTimeout",
     "SpecError",
     "StaleAttempt",

@@ -61,6 +61,8 @@ from workunits._runtime.context import ChildHandle as ChildHandle
 from workunits._runtime.context import ChildTeammate as ChildTeammate
 from workunits._runtime.context import UnitContext as UnitContext
 from workunits._runtime.context import current as current
+from workunits._schedule import ScheduleFiring as ScheduleFiring
+from workunits._schedule import ScheduleInfo as ScheduleInfo
 from workunits._status import Reason as Reason
 from workunits._status import Status as Status
 from workunits._status import is_terminal as is_terminal
@@ -110,6 +112,8 @@ __all__ = [
     "Outcome",
     "Reason",
     "Retry",
+    "ScheduleFiring",
+    "ScheduleInfo",
     "SignalTimeout",
     "SpecError",
     "StaleAttempt",

@@ -15,6 +15,7 @@ import orjson
 
 from workunits._ledger.backend import Database
 from workunits._ledger.values import Stored
+from workunits._schedule import ScheduleFiring, ScheduleInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +29,6 @@ class ScheduleRow:
     options: dict[str, Any]
     next_at: float
     created_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Firing:
-    schedule: str
-    due_at: float
-    unit: str | None  # None for a missed firing
-    outcome: str  # "fired" or "missed"
-    recorded_at: float
 
 
 def put(db: Database, row: ScheduleRow) -> None:
@@ -117,7 +109,7 @@ def record(
         conn.execute("UPDATE schedules SET next_at = ? WHERE name = ?", (next_at, name))
 
 
-def firings(db: Database, name: str | None = None, limit: int = 100) -> list[Firing]:
+def firings(db: Database, name: str | None = None, limit: int = 100) -> list[ScheduleFiring]:
     """The latest firings first (of one schedule, or of all)."""
     where, args = ("WHERE schedule = ?", (name,)) if name is not None else ("", ())
     with db.read() as conn:
@@ -126,21 +118,11 @@ def firings(db: Database, name: str | None = None, limit: int = 100) -> list[Fir
             (*args, limit),
         ).fetchall()
     return [
-        Firing(r["schedule"], float(r["due_at"]), r["unit"], r["outcome"], float(r["recorded_at"]))
+        ScheduleFiring(
+            r["schedule"], float(r["due_at"]), r["unit"], r["outcome"], float(r["recorded_at"])
+        )
         for r in rows
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleInfo:
-    """A schedule as ``sup.schedules()`` and ``workunits schedules`` show it."""
-
-    name: str
-    cron: str
-    tz: str
-    catch_up: str
-    next_at: float  # the next firing due (seconds since the epoch)
-    last: Firing | None  # the latest firing recorded (fired or missed)
 
 
 def listing(db: Database) -> list[ScheduleInfo]:

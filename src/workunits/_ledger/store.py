@@ -71,6 +71,7 @@ from workunits._ledger.signals import Signal
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
 from workunits._retry import Attempt
+from workunits._schedule import ScheduleFiring, ScheduleInfo
 from workunits._status import Status, is_terminal
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
@@ -818,7 +819,7 @@ class Ledger:
     def all_schedules(self) -> builtins.list[schedules.ScheduleRow]:
         return schedules.all_rows(self._db)
 
-    def schedule_listing(self) -> builtins.list[schedules.ScheduleInfo]:
+    def schedule_listing(self) -> builtins.list[ScheduleInfo]:
         """Each schedule with its next due time and latest firing, by name."""
         return schedules.listing(self._db)
 
@@ -829,7 +830,7 @@ class Ledger:
 
     def schedule_firings(
         self, name: str | None = None, limit: int = 100
-    ) -> builtins.list[schedules.Firing]:
+    ) -> builtins.list[ScheduleFiring]:
         return schedules.firings(self._db, name, limit)
 
     def schedule_spec(self, row: schedules.ScheduleRow) -> object:

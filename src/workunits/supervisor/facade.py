@@ -28,7 +28,6 @@ from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
-from workunits._ledger.schedules import ScheduleInfo
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
@@ -36,6 +35,7 @@ from workunits._remote.runtime import RayRuntime, check_available
 from workunits._restart import Restart, check_restart
 from workunits._retain import Retain
 from workunits._retry import Retry
+from workunits._schedule import ScheduleInfo
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of

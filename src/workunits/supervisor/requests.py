@@ -20,11 +20,11 @@ from typing import Any, Generic, TypeVar
 
 import pykka
 
-from workunits._ledger.schedules import ScheduleInfo
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
 from workunits._restart import Restart
 from workunits._retry import Retry
+from workunits._schedule import ScheduleInfo
 from workunits._status import Reason, Status
 from workunits.actors.base import WorkActor
 from workunits.supervisor.asks import Route
