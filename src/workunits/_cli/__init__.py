@@ -12,6 +12,7 @@ One module per group of commands, each registering on the group in ``_app``:
 - ``waiting``  wait, result
 - ``control``  cancel, kill, gc
 - ``signals``  signal: outside input for a waiting unit
+- ``schedules`` schedules: the cron entries, next due and latest firing
 - ``backup``   a consistent copy of a live state dir
 - ``watch``    the live table
 - ``doctor``   what the machine offers (containment, pidfd, subreaper, fsync)
@@ -29,6 +30,7 @@ from workunits._cli import (
     control,
     doctor,
     inspect,
+    schedules,
     serve,
     signals,
     submit,
@@ -46,6 +48,7 @@ _COMMANDS = (
     control,
     doctor,
     inspect,
+    schedules,
     serve,
     signals,
     submit,
