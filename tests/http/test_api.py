@@ -441,3 +441,37 @@ def test_events_of_bad_ids_are_problems(api: httpx.Client, path: str) -> None:
     r = api.get(path)
     assert r.status_code in (400, 404)
     assert r.headers["content-type"] == PROBLEM
+
+
+# -- schedules -------------------------------------------------------------------------
+
+
+def test_schedules_put_get_list_delete(api: httpx.Client) -> None:
+    body: dict[str, Any] = {
+        "cron": "* * * * * */1",
+        "unit": {"kind": "shell", "command": "echo tick"},
+    }
+    created = api.put("/v1/schedules/tick", json=body)
+    assert created.status_code == 201
+    assert created.headers["location"] == "/v1/schedules/tick"
+    assert (created.json()["cron"], created.json()["catch_up"]) == ("* * * * * */1", "skip")
+    assert api.put("/v1/schedules/tick", json=body).status_code == 200  # the same, kept
+    deadline = time.monotonic() + 20
+    while (got := api.get("/v1/schedules/tick").json())["last"] is None:
+        assert time.monotonic() < deadline, "no firing within 20 s"
+        time.sleep(0.05)
+    assert got["last"]["outcome"] == "fired"
+    assert _result(api, got["last"]["unit"]).json()["unit"]["exit_code"] == 0
+    assert "tick" in [s["name"] for s in api.get("/v1/schedules").json()]
+    assert api.delete("/v1/schedules/tick").status_code == 204
+    gone = api.delete("/v1/schedules/tick")
+    assert (gone.status_code, gone.json()["title"]) == (404, "UnknownSchedule")
+    assert api.get("/v1/schedules/tick").status_code == 404
+    bad = api.put("/v1/schedules/bad", json={**body, "cron": "nightly"})
+    assert (bad.status_code, bad.json()["title"]) == (400, "InvalidArgument")
+    delayed = {**body, "unit": {**body["unit"], "not_before": 5}}
+    assert api.put("/v1/schedules/bad", json=delayed).status_code == 422
+    agent: dict[str, Any] = {"cron": "0 3 * * *", "tz": "Europe/Paris", "catch_up": "run-once"}
+    agent["unit"] = {"kind": "agent", "target": "tests.http.units:add", "args": [1, 2]}
+    assert api.put("/v1/schedules/nightly", json=agent).json()["tz"] == "Europe/Paris"
+    assert api.delete("/v1/schedules/nightly").status_code == 204

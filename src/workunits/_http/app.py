@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import orjson
-from fastapi import APIRouter, Body, FastAPI, Header, Query, Request
+from fastapi import APIRouter, Body, FastAPI, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -28,12 +28,15 @@ from workunits._http.models import (
     CancelBody,
     Changed,
     Delivered,
+    FiringOut,
     Health,
     Lease,
     LeaseBody,
     NoticeOut,
     RenewBody,
     Result,
+    ScheduleBody,
+    ScheduleOut,
     SignalBody,
     Submit,
     TokenBody,
@@ -42,6 +45,7 @@ from workunits._http.models import (
 )
 from workunits._http.security import Guard, token_id
 from workunits._record import WorkRecord
+from workunits._schedule import ScheduleInfo
 from workunits._status import is_terminal
 from workunits.supervisor.events import Cursor, UnitEvent
 from workunits.supervisor.remote_consumers import NoticeClaim
@@ -51,6 +55,7 @@ FOLLOW_MIN = 0.002
 FOLLOW_MAX = 0.1  # output is polled: the longest it waits unseen while a unit is quiet
 EVENT_CHUNK = 64 << 10
 PAGE_MAX = 1000
+ScheduleName = Annotated[str, Path(min_length=1, max_length=200)]
 
 
 def create_app(backend: Backend, token: str, *, tls: bool = False) -> tuple[FastAPI, Guard]:
@@ -69,6 +74,7 @@ def create_app(backend: Backend, token: str, *, tls: bool = False) -> tuple[Fast
     problems.install(app)
     app.include_router(_units(backend))
     app.include_router(_notices(backend, app.state.owner))
+    app.include_router(_schedules(backend))
     app.include_router(metrics.router(backend))
     _view(app)
 
@@ -250,6 +256,63 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         """Release the lease; 404 if it had already gone."""
         if not await backend.release_retain(lease_id):
             return problems.problem(404, "UnknownLease", f"no live retain lease {lease_id}")
+        return Response(status_code=204)
+
+    return r
+
+
+def _schedule_out(info: ScheduleInfo) -> ScheduleOut:
+    last = info.last
+    return ScheduleOut(
+        name=info.name,
+        cron=info.cron,
+        tz=info.tz,
+        catch_up=info.catch_up,
+        next_at=info.next_at,
+        last=None
+        if last is None
+        else FiringOut(due_at=last.due_at, outcome=last.outcome, unit=last.unit),
+    )
+
+
+def _schedules(backend: Backend) -> APIRouter:
+    r = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+
+    @r.get("", response_model=list[ScheduleOut])
+    async def list_schedules() -> list[ScheduleOut]:
+        """Every schedule by name, with its next due time and latest firing."""
+        return [_schedule_out(info) for info in await backend.schedules()]
+
+    @r.get("/{name}", response_model=ScheduleOut)
+    async def get_schedule(name: ScheduleName) -> Response:
+        """One schedule; 404 if there is none of that name."""
+        for info in await backend.schedules():
+            if info.name == name:
+                return JSONResponse(_schedule_out(info).model_dump())
+        return problems.problem(404, "UnknownSchedule", f"no schedule {name!r}")
+
+    @r.put(
+        "/{name}",
+        status_code=201,
+        response_model=ScheduleOut,
+        responses={200: {"model": ScheduleOut}},
+    )
+    async def put_schedule(name: ScheduleName, body: ScheduleBody) -> JSONResponse:
+        """Add the schedule (201) or replace it (200).
+
+        The same schedule put again keeps its next due time, so firings missed
+        while no supervisor ran are still recorded (or caught up).
+        """
+        info, created = await backend.put_schedule(name, body)
+        location = f"/v1/schedules/{quote(name, safe='')}"
+        out = _schedule_out(info).model_dump()
+        return JSONResponse(out, 201 if created else 200, headers={"Location": location})
+
+    @r.delete("/{name}", status_code=204)
+    async def delete_schedule(name: ScheduleName) -> Response:
+        """Stop the schedule (the units it started go on); 404 if there was none."""
+        if not await backend.unschedule(name):
+            return problems.problem(404, "UnknownSchedule", f"no schedule {name!r}")
         return Response(status_code=204)
 
     return r

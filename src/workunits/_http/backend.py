@@ -23,9 +23,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from workunits._errors import NotFinished
-from workunits._http.models import CallSubmit, ShellSubmit
+from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
 from workunits._ledger.values import resolve_ref
 from workunits._record import WorkRecord
+from workunits._schedule import ScheduleInfo
 from workunits._status import is_terminal
 from workunits._wire.results import result_of
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
@@ -185,6 +186,38 @@ class Backend:
         finally:
             if not lock.locked() and self._key_locks.get(name) is lock:
                 del self._key_locks[name]
+
+    # -- schedules ---------------------------------------------------------------------
+
+    async def schedules(self) -> builtins.list[ScheduleInfo]:
+        return await _run(self.sup.schedules)
+
+    async def put_schedule(self, name: str, body: ScheduleBody) -> tuple[ScheduleInfo, bool]:
+        """Add or replace the schedule; it as it is now, and whether it is new."""
+        u = body.unit
+        if isinstance(u, ShellSubmit):
+            kind, target, args, kwargs = "shell", u.command or list(u.argv or []), [], {}
+        else:
+            kind, target, args, kwargs = u.kind, u.target, u.args, u.kwargs
+        known = {s.name for s in await self.schedules()}
+        await _run(
+            self.sup.schedule,
+            name,
+            body.cron,
+            kind,
+            target,
+            *args,
+            tz=body.tz,
+            catch_up=body.catch_up,
+            description=u.description,
+            timeout=u.timeout,
+            **kwargs,
+        )
+        (now,) = [s for s in await self.schedules() if s.name == name]
+        return now, name not in known
+
+    async def unschedule(self, name: str) -> bool:
+        return await _run(self.sup.unschedule, name)
 
     # -- ending work --------------------------------------------------------------------
 

@@ -143,6 +143,47 @@ class Unit(BaseModel):
         )
 
 
+class ScheduleBody(_Strict):
+    """A cron schedule whose firings submit ``unit`` (as ``POST /v1/units`` would).
+
+    ``cron``: minute hour day-of-month month day-of-week (a sixth field is
+    seconds), read in ``tz``. The unit takes no ``parent``, ``retry``,
+    ``not_before``, ``cwd`` or ``env``.
+    """
+
+    cron: Annotated[str, Field(min_length=1, max_length=256)]
+    tz: Annotated[str, Field(min_length=1, max_length=64)] = "UTC"
+    catch_up: Literal["skip", "run-once"] = "skip"
+    unit: Annotated[ShellSubmit | CallSubmit, Field(discriminator="kind")]
+
+    @model_validator(mode="after")
+    def _plain_unit(self) -> ScheduleBody:
+        u = self.unit
+        given = [n for n in ("parent", "retry", "not_before") if getattr(u, n) is not None]
+        if isinstance(u, ShellSubmit):
+            given += [n for n in ("cwd", "env") if getattr(u, n) is not None]
+        if given:
+            raise ValueError(f"a scheduled unit takes no {', '.join(given)}")
+        return self
+
+
+class FiringOut(BaseModel):
+    due_at: float
+    outcome: str = Field(description="fired, or missed (no supervisor ran at its time)")
+    unit: str | None
+
+
+class ScheduleOut(BaseModel):
+    """A schedule: ``next_at`` is its next due time, ``last`` its latest firing (or miss)."""
+
+    name: str
+    cron: str
+    tz: str
+    catch_up: str
+    next_at: float
+    last: FiringOut | None
+
+
 class UnitPage(BaseModel):
     """One page of units; pass ``next`` as ``after`` for the next page (null: no more)."""
 
