@@ -38,3 +38,37 @@ def test_a_ledger_that_is_not_a_url_is_refused_before_anything_is_made(tmp_path:
     with pytest.raises(SpecError, match="postgresql:// URL"):
         wu.Supervisor(tmp_path / "state", ledger="ledger.db", install_signal_handlers=False)
     assert not (tmp_path / "state").exists()
+
+
+def test_schedules_fire_and_record_misses_on_postgres(postgres_url: str, state_dir: Path) -> None:
+    from workunits.testing import ManualClock  # noqa: PLC0415 - only this test
+
+    clock = ManualClock()  # 1_000_000: */10 minutes is first due at 1_000_200
+
+    def opened() -> wu.Supervisor:
+        return wu.Supervisor(
+            state_dir,
+            ledger=postgres_url,
+            clock=clock,
+            tick_interval=None,
+            install_signal_handlers=False,
+        )
+
+    with opened() as sup:
+        sup.schedule("ten", "*/10 * * * *", "shell", "true", catch_up="run-once")
+        clock.set(1_000_200)
+        sup.tick()
+        sup.tick()
+    clock.set(1_001_500)  # two due times pass with no supervisor
+    with opened() as sup:
+        sup.schedule("ten", "*/10 * * * *", "shell", "true", catch_up="run-once")
+        sup.tick()
+        (info,) = sup.schedules()
+        assert info.next_at == 1_002_000
+    with wu.connect(state_dir, ledger=postgres_url) as client:
+        firings = client.ledger.schedule_firings("ten")
+    assert [(f.due_at, f.outcome) for f in firings] == [
+        (1_001_400, "fired"),
+        (1_000_800, "missed"),
+        (1_000_200, "fired"),
+    ]
