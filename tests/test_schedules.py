@@ -111,6 +111,22 @@ def test_firings_missed_while_down_are_recorded_or_run_once(tmp_path: Path) -> N
             }
 
 
+def test_a_firing_submitted_but_not_recorded_before_a_crash_counts_as_fired(
+    tmp_path: Path,
+) -> None:
+    state, clock = tmp_path / "state", ManualClock()
+    with _open(state, clock) as sup:
+        sup.schedule("ten", "*/10 * * * *", "shell", "true")
+        # What a supervisor killed between the firing's submit and its record leaves.
+        unit = sup.shell("true", key="schedule:ten:1970-01-12T13:50:00+00:00").id
+    clock.set(FIRST + 100)
+    with _open(state, clock) as sup:
+        sup.tick()
+    with wu.connect(state) as client:
+        (firing,) = client.ledger.schedule_firings("ten")
+    assert (firing.due_at, firing.outcome, firing.unit) == (FIRST, "fired", unit)
+
+
 @pytest.mark.timeout(120)
 def test_a_sigkilled_supervisor_s_missed_firings_are_kept(tmp_path: Path) -> None:
     state = tmp_path / "state"

@@ -89,6 +89,13 @@ def _bytes(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
 
 
+def unit_under(db: Database, key: str) -> str | None:
+    """The ID of the unit submitted under idempotency ``key``, if any."""
+    with db.read() as conn:
+        row = conn.execute("SELECT id FROM units WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row["id"])
+
+
 def record(
     db: Database,
     name: str,

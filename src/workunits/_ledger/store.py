@@ -823,6 +823,9 @@ class Ledger:
         """Each schedule with its next due time and latest firing, by name."""
         return schedules.listing(self._db)
 
+    def unit_under_key(self, key: str) -> str | None:
+        return schedules.unit_under(self._db, key)
+
     def record_firing(self, name: str, due_at: float, unit: str | None, next_at: float) -> None:
         schedules.record(
             self._db, name, due_at=due_at, unit=unit, next_at=next_at, now=self._clock.now()

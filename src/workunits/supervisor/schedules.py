@@ -147,7 +147,10 @@ class Schedules:
             missed = due < self._started_at
             last_missed = following > now or following >= self._started_at
             if missed and not (row.catch_up == "run-once" and last_missed):
-                self._ledger.record_firing(row.name, due, None, following)
+                # A supervisor that died between a firing's submit and its record
+                # did fire it: its unit is under the firing's key.
+                unit = self._ledger.unit_under_key(firing_key(row.name, due))
+                self._ledger.record_firing(row.name, due, unit, following)
             else:
                 self._fire(row, due, following)
             row = self._moved(row, following)
