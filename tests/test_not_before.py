@@ -101,3 +101,40 @@ def test_a_delay_outlives_a_sigkilled_supervisor(tmp_path: Path) -> None:
         record = sup.wait(work_id, timeout=30)
         assert record.status == wu.Status.COMPLETED
         assert record.output_tail == b"on time\n"
+
+
+def test_a_client_submits_a_delayed_unit_the_supervisor_holds(tmp_path: Path) -> None:
+    # The client's submit writes not_before into the pending row; the supervisor
+    # that adopts the row holds it until then.
+    clock = ManualClock(time.time())
+    state = tmp_path / "state"
+    with (
+        wu.Supervisor(state, clock=clock, tick_interval=None, install_signal_handlers=False) as sup,
+        wu.connect(state, clock=clock) as client,
+    ):
+        unit = client.shell("echo later", not_before=60)
+        assert client.get(unit.id).not_before == clock.now() + 60
+        sup.tick()  # adopts it, and holds it
+        assert sup.get(unit.id).status == wu.Status.PENDING
+        clock.advance(60)
+        sup.tick()
+        record = sup.wait(unit.id, timeout=30)
+        assert record.status == wu.Status.COMPLETED
+        with pytest.raises(wu.SpecError, match="not_before"):
+            client.agent("tests.upgrade_jobs:done", 1, not_before=-5)
+
+
+def test_every_kind_of_submit_takes_not_before(tmp_path: Path) -> None:
+    clock = ManualClock(time.time())
+    with wu.Supervisor(
+        tmp_path / "state", clock=clock, tick_interval=None, install_signal_handlers=False
+    ) as sup:
+        held = [
+            sup.dream(int, not_before=60),
+            sup.monitor(["true"], "x", not_before=60),
+            sup.teammate(dict, not_before=60),
+        ]
+        sup.tick()
+        assert [sup.get(h.id).status for h in held] == [wu.Status.PENDING] * 3
+        for handle in held:
+            assert sup.kill(handle.id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import datetime
 import os
 import threading
 import time
@@ -50,7 +51,7 @@ from workunits._wire.specs import (
     check_limits,
     durable_options,
 )
-from workunits._wire.submits import check_submit, check_timeout
+from workunits._wire.submits import check_not_before, check_submit, check_timeout
 
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient
@@ -191,19 +192,23 @@ class Client:
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
+        not_before: float | datetime.datetime | None = None,
     ) -> ClientHandle:
         """Submit ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
-        It stays ``pending`` until a supervisor adopts it. ``key`` makes the
-        submit idempotent: the same key returns the unit it already names
-        (``handle.created`` is False); the same key with another command raises
-        IdempotencyConflict. ``on_lost="restart"`` runs it again (same ID,
-        next attempt) if its supervisor dies while it runs.
+        It stays ``pending`` until a supervisor adopts it (and, with
+        ``not_before``, a ``datetime`` or seconds from now, until then). ``key``
+        makes the submit idempotent: the same key returns the unit it already
+        names (``handle.created`` is False); the same key with another command
+        raises IdempotencyConflict. ``on_lost="restart"`` runs it again (same
+        ID, next attempt) if its supervisor dies while it runs.
         """
         spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
         durable = shell_to_durable(spec, check_timeout(timeout))
         name = spec.describe() if description is None else description
-        return self._submit("b", "shell", durable, name, key=key, max_attempts=None)
+        return self._submit(
+            "b", "shell", durable, name, key=key, max_attempts=None, not_before=not_before
+        )
 
     def agent(
         self,
@@ -215,9 +220,10 @@ class Client:
         max_attempts: int | None = None,
         memory_limit: int | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
-        """Submit ``fn(*args, **kwargs)`` as an ``a`` unit.
+        """Submit ``fn(*args, **kwargs)`` as an ``a`` unit (pending until ``not_before``, if given).
 
         ``fn`` is an importable callable or an import reference
         ``"package.module:function"``; a reference is not imported here (the
@@ -237,6 +243,7 @@ class Client:
             max_attempts=max_attempts,
             memory_limit=memory_limit,
             output_cap=output_cap,
+            not_before=not_before,
         )
 
     def workflow(
@@ -248,6 +255,7 @@ class Client:
         timeout: float | None = None,
         max_attempts: int | None = None,
         memory_limit: int | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Submit ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
@@ -267,6 +275,7 @@ class Client:
             max_attempts=max_attempts,
             memory_limit=memory_limit,
             output_cap=DEFAULT_OUTPUT_CAP,
+            not_before=not_before,
         )
 
     def _call_unit(
@@ -283,6 +292,7 @@ class Client:
         max_attempts: int | None,
         memory_limit: int | None,
         output_cap: int,
+        not_before: float | datetime.datetime | None = None,
     ) -> ClientHandle:
         if isinstance(fn, str):
             check_limits(memory_limit, output_cap)
@@ -299,7 +309,9 @@ class Client:
             name = spec.name
         if description is not None:
             name = description
-        return self._submit(letter, kind, durable, name, key=key, max_attempts=max_attempts)
+        return self._submit(
+            letter, kind, durable, name, key=key, max_attempts=max_attempts, not_before=not_before
+        )
 
     def _submit(
         self,
@@ -310,8 +322,10 @@ class Client:
         *,
         key: str | None,
         max_attempts: int | None,
+        not_before: float | datetime.datetime | None = None,
     ) -> ClientHandle:
         check_submit(description=description, key=key, max_attempts=max_attempts)
+        start_at = check_not_before(not_before, self._clock.now())
         work_id = _ids.mint(letter)
         stored = self.ledger.encode_spec(durable, work_id)
         resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
@@ -328,6 +342,7 @@ class Client:
             resumable=resumable,
             session=None,
             output_path=str(self.state_dir / "output" / f"{work_id}.out"),
+            not_before=start_at,
         )
         row, created = self.ledger.submit(new)
         return ClientHandle(self, row.id, created=created)
@@ -615,6 +630,7 @@ class Client:
         timeout: float | None = None,
         max_attempts: int | None = None,
         memory_limit: int | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Like ``workflow`` without blocking the event loop."""
@@ -631,6 +647,7 @@ class Client:
             max_attempts=max_attempts,
             memory_limit=memory_limit,
             output_cap=DEFAULT_OUTPUT_CAP,
+            not_before=not_before,
         )
 
     async def get_async(self, work_id: str) -> WorkRecord:

@@ -662,6 +662,7 @@ class Supervisor:
         restart: str = "temporary",
         max_restarts: int = 3,
         within: float = 60.0,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Like ``teammate`` without blocking the event loop (pickled on a worker thread)."""
@@ -676,7 +677,7 @@ class Supervisor:
             resources=resources,
         )
         name = spec.name if description is None else description
-        request = rq.Register("t", spec, None, name, timeout, restart=policy)
+        request = rq.Register("t", spec, None, name, timeout, restart=policy, not_before=not_before)
         record = await self._ask_async(request)
         return TeammateHandle(self, record.id, cls)
 
@@ -1064,6 +1065,7 @@ class Supervisor:
         restart: str = "temporary",
         max_restarts: int = 3,
         within: float = 60.0,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Create ``cls(*args, **kwargs)`` in its own process as a ``t`` unit.
@@ -1086,7 +1088,9 @@ class Supervisor:
             cls, args, kwargs, memory_limit=memory_limit, remote=remote, resources=resources
         )
         name = spec.name if description is None else description
-        record = self._ask(rq.Register("t", spec, None, name, timeout, restart=policy))
+        record = self._ask(
+            rq.Register("t", spec, None, name, timeout, restart=policy, not_before=not_before)
+        )
         return TeammateHandle(self, record.id, cls)
 
     def monitor(
@@ -1097,6 +1101,7 @@ class Supervisor:
         description: str | None = None,
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
         timeout: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines.
 
@@ -1108,7 +1113,7 @@ class Supervisor:
         """
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
         name = spec.name if description is None else description
-        return self.submit("m", spec, description=name, timeout=timeout)
+        return self.submit("m", spec, description=name, timeout=timeout, not_before=not_before)
 
     def dream(
         self,
@@ -1117,12 +1122,13 @@ class Supervisor:
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as an agent at idle CPU priority (a ``d`` unit)."""
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, idle_priority=True)
         name = spec.name if description is None else description
-        return self.submit("d", spec, description=name, timeout=timeout)
+        return self.submit("d", spec, description=name, timeout=timeout, not_before=not_before)
 
     def workflow(
         self,
