@@ -475,3 +475,15 @@ def test_schedules_put_get_list_delete(api: httpx.Client) -> None:
     agent["unit"] = {"kind": "agent", "target": "tests.http.units:add", "args": [1, 2]}
     assert api.put("/v1/schedules/nightly", json=agent).json()["tz"] == "Europe/Paris"
     assert api.delete("/v1/schedules/nightly").status_code == 204
+
+
+def test_a_record_carries_its_progress_evidence_and_when_it_came(api: httpx.Client) -> None:
+    before = time.time()
+    r = _submit(api, {"kind": "agent", "target": "tests.http.units:evidenced"})
+    assert r.status_code == 201
+    assert _result(api, r.json()["id"]).status_code == 200
+    unit = api.get(f"/v1/units/{r.json()['id']}").json()
+    assert unit["evidence"] == {"done": 3, "total": 8}
+    assert unit["progress_message"] == "group 3/8"
+    assert unit["progress_at"] is not None
+    assert unit["progress_at"] >= before

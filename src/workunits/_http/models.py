@@ -114,6 +114,12 @@ class Unit(BaseModel):
     retain: int
     retry_of: str | None = Field(None, description="The failed unit this one retries")
     not_before: float | None = Field(None, description="A pending unit starts no earlier")
+    progress_at: float | None = Field(
+        None, description="When the last progress report arrived (its age shows a stall)"
+    )
+    evidence: dict[str, Any] | None = Field(
+        None, description="The structured evidence of the last progress report"
+    )
 
     @classmethod
     def of(cls, record: WorkRecord) -> Unit:
@@ -140,6 +146,8 @@ class Unit(BaseModel):
             retain=record.retain,
             retry_of=record.retry_of,
             not_before=record.not_before,
+            progress_at=record.progress_at,
+            evidence=None if record.evidence is None else dict(record.evidence),
         )
 
 
