@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,15 @@ def test_the_same_key_prints_the_existing_unit(
     }
     fresh = run("submit", "--", "true")
     assert fresh.stderr == ""
+
+
+def test_submit_not_before_keeps_the_unit_pending_that_long(run: Run, client: wu.Client) -> None:
+    before = time.time()
+    result = run("submit", "-q", "--not-before", "90s", "--", "true")
+    assert result.exit_code == 0
+    row = client.row(result.stdout.strip())
+    assert row.status is wu.Status.PENDING
+    assert row.not_before is not None
+    assert before + 90 <= row.not_before <= time.time() + 90
+    agent = run("submit", "-q", "--not-before", "2m", "--agent", "tests.upgrade_jobs:done")
+    assert client.row(agent.stdout.strip()).not_before is not None

@@ -44,6 +44,11 @@ from workunits._errors import SpecError
 @click.option("--args", "args_json", metavar="JSON", help="The callable's arguments (a list).")
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Its keyword arguments (an object).")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts for a resumable agent.")
+@click.option(
+    "--not-before",
+    metavar="DURATION",
+    help="Keep the unit pending this long before it may start (90s, 15m, 2h).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the ID.")
 @click.option("--json", "as_json", is_flag=True, help="Print the unit as one JSON object.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -61,6 +66,7 @@ def submit(
     args_json: str | None,
     kwargs_json: str | None,
     max_attempts: int | None,
+    not_before: str | None,
     quiet: bool,
     as_json: bool,
     command: tuple[str, ...],
@@ -74,6 +80,7 @@ def submit(
     workunits submit --workflow pkg.mod:nightly --key nightly-2024-06-01
     """
     seconds = None if timeout is None else parse_duration(timeout)
+    delay = None if not_before is None else parse_duration(not_before)
     if ref is not None and workflow_ref is not None:
         raise SpecError("give --agent or --workflow, not both")
     with opened(state_dir, create=True) as client:
@@ -93,6 +100,7 @@ def submit(
                 description=description,
                 timeout=seconds,
                 max_attempts=max_attempts,
+                not_before=delay,
                 **kwargs,
             )
         else:
@@ -108,6 +116,7 @@ def submit(
                 timeout=seconds,
                 description=description,
                 on_lost=on_lost,
+                not_before=delay,
             )
         _report(handle, quiet=quiet, as_json=as_json)
 
