@@ -11,7 +11,7 @@ from workunits._errors import SpecError, StaleAttempt, UnknownWork
 from workunits._ledger import Ledger
 from workunits._status import Status
 
-from .support import new_unit, start
+from .support import new_unit, raw, start
 
 
 def test_signals_are_kept_in_order_until_consumed_with_a_checkpoint(ledger: Ledger) -> None:
@@ -55,3 +55,19 @@ def _sent(ledger: Ledger, work_id: str, name: str, value: object) -> int:
     seq = ledger.send_signal(work_id, name, value)
     assert seq is not None
     return seq
+
+
+def test_an_ended_units_signals_are_consumed_at_its_end_and_go_with_it(ledger: Ledger) -> None:
+    unit = start(ledger, new_unit(ledger).id)
+    _sent(ledger, unit.id, "approval", True)
+    ledger.write(unit.id, attempt=1, status="completed")
+    assert ledger.open_signals(unit.id) == []  # consumed at its end
+    assert _rows(ledger, unit.id) == 1  # kept, consumed, while the unit is
+    ledger.expire_ended_before(cut=float("inf"))
+    assert _rows(ledger, unit.id) == 0  # and gone with it
+
+
+def _rows(ledger: Ledger, work_id: str) -> int:
+    with raw(ledger) as conn:
+        row = conn.execute("SELECT count(*) FROM signals WHERE unit = ?", (work_id,)).fetchone()
+    return int(row[0])

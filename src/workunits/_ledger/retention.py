@@ -112,3 +112,8 @@ def _drop_notices_of_expired(conn: Connection) -> None:
         "DELETE FROM notifications WHERE id IN "
         "(SELECT id FROM units WHERE expired_at IS NOT NULL) OR id NOT IN (SELECT id FROM units)"
     )
+    # Its signals too (consumed at its end at the latest).
+    conn.execute(
+        "DELETE FROM signals WHERE unit IN "
+        "(SELECT id FROM units WHERE expired_at IS NOT NULL) OR unit NOT IN (SELECT id FROM units)"
+    )

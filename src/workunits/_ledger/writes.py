@@ -167,6 +167,12 @@ def apply(conn: Connection, p: Prepared, *, now: float, expire_after: float) -> 
             "WHERE parent = ? AND delivered_at IS NULL",
             (now, p.work_id),
         )
+        # Its signals not yet taken count as consumed at its end: no attempt is left
+        # to receive them (invariant: a resumed attempt gets only unconsumed ones).
+        conn.execute(
+            "UPDATE signals SET consumed_at = ? WHERE unit = ? AND consumed_at IS NULL",
+            (now, p.work_id),
+        )
     return Outcome.WRITTEN, row_attempt
 
 
