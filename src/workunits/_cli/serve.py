@@ -154,12 +154,15 @@ def _drain(supervisor: Supervisor, timeout: float, signals: _Waiter) -> None:
     )
     signals.interrupt_on_next = True
     try:
-        still = supervisor.drain(timeout)
+        # A second signal that came while we said so cuts the drain short too.
+        still = None if signals.second else supervisor.drain(timeout)
     except _SecondSignal:
-        click.echo("workunits serve: a second signal, stopping now", err=True)
-        return
+        still = None
     finally:
         signals.interrupt_on_next = False
+    if still is None:
+        click.echo("workunits serve: a second signal, stopping now", err=True)
+        return
     if still:
         click.echo(f"workunits serve: still running after the drain: {' '.join(still)}", err=True)
 
@@ -224,11 +227,15 @@ class _Waiter:
         # Set while the main thread drains: a further signal raises _SecondSignal
         # there, which ends the drain's wait (an interruptible Event wait).
         self.interrupt_on_next = False
+        # A further signal came before the drain began: the drain is cut short at once.
+        self.second = False
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.received is None:
             self.received = signum
-        elif self.interrupt_on_next:
+            return
+        self.second = True
+        if self.interrupt_on_next:
             self.interrupt_on_next = False
             raise _SecondSignal
 
