@@ -155,6 +155,8 @@ class LoopGuard:
 def guard(tmp_path: Path) -> LoopGuard:
     """Run async code with ``guard.run(main)``: the test fails if the loop's thread blocks."""
     # The exact hooks above catch a blocking call whatever it costs; the step and
-    # lag bounds are a backstop, set high enough that a descheduled loop on a
-    # loaded 2-core machine (what CI shares with the other tests) is not "blocked".
-    return LoopGuard(tmp_path, slow=1.0, max_lag=2.0)
+    # lag bounds are only a backstop against what no hook covers. A loop step was
+    # seen to take 1.4 s on a 2-core machine running the whole suite with no
+    # blocking call the hooks know of (being descheduled, a full GC): the bounds
+    # sit well above that, so the backstop reports hangs, not a busy machine.
+    return LoopGuard(tmp_path, slow=5.0, max_lag=10.0)
