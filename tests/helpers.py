@@ -7,7 +7,6 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable
 
 from workunits import Notification, Supervisor, is_terminal
 
@@ -80,17 +79,3 @@ def as_notice(item: object) -> Notification:
     """A mailbox item that must be a terminal notice (mailboxes may carry other items)."""
     assert isinstance(item, Notification), f"expected a Notification, got {item!r}"
     return item
-
-
-def eventually(check: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
-    """Poll ``check`` with a short, growing pause until it holds; AssertionError after ``timeout``.
-
-    For state another process writes (a ledger row), which offers no event to wait on.
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while not check():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} did not hold within {timeout} s")
-        time.sleep(pause)  # a bounded poll, not a sleep standing in for synchronisation
-        pause = min(pause * 2, 0.05)

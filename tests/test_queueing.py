@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests import upgrade_jobs
-from tests.helpers import eventually
+from tests.conftest import eventually
 from workunits import Reason, Status, Supervisor, connect
 
 

@@ -8,7 +8,7 @@ import threading
 import workunits as wu
 from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
-from tests.helpers import eventually
+from tests.conftest import eventually
 from workunits._cli import Exit
 from workunits._status import Reason, Status
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import workunits as wu
 from tests.cli.live import REPO, Serve, cli_env
-from tests.helpers import eventually
+from tests.conftest import eventually
 
 UNITS = 24
 WAIT = 60.0

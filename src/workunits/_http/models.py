@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from workunits._record import WorkRecord
 from workunits._retry import Retry
+from workunits._status import is_terminal
 
 MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
 
@@ -96,6 +97,7 @@ class Unit(BaseModel):
     id: str
     kind: str
     status: str
+    terminal: bool = Field(False, description="The status is final (completed, failed or killed)")
     expired: bool = False
     parent: str | None
     description: str
@@ -128,6 +130,7 @@ class Unit(BaseModel):
             id=record.id,
             kind=record.kind,
             status=record.status.value,
+            terminal=is_terminal(record.status),
             expired=record.expired_at is not None,
             parent=record.parent,
             description=record.description,

@@ -11,12 +11,11 @@ const api = async (path, opts = {}) => {
 };
 const age = (t) => { const s = Math.max(0, Date.now() / 1000 - t);
   return s < 60 ? `${s.toFixed(0)}s` : s < 3600 ? `${(s / 60).toFixed(0)}m` : `${(s / 3600).toFixed(1)}h`; };
-const ENDED = new Set(["completed", "failed", "killed"]);
 // A running unit's bar and the age of its last report (a stall shows); an ended
 // unit's last percentage would read as work still to do, so it shows none.
 const bar = (u) => {
   if (u.progress == null && !u.progress_message) return "";
-  const ended = ENDED.has(u.status);
+  const ended = u.terminal;  // the server's is_terminal(): no status list here
   const fill = ended || u.progress == null ? "" :
     `<span class="bar"><span style="width:${Math.round(u.progress * 100)}%"></span></span>`;
   const when = !ended && u.progress_at ? `<span class="age">${age(u.progress_at)} ago</span> ` : "";
