@@ -26,7 +26,9 @@ def test_a_delayed_unit_waits_pending_until_its_time(tmp_path: Path) -> None:
     ) as sup:
         unit = sup.shell("echo now", not_before=60)
         due = clock.now() + 60
-        at = datetime.datetime.fromtimestamp(clock.now() + 30, tz=datetime.UTC)
+        # Due a second before the tick: a datetime holds microseconds, and a float time
+        # rounded up past the tick would never come on a manual clock.
+        at = datetime.datetime.fromtimestamp(clock.now() + 29, tz=datetime.UTC)
         other = sup.shell("echo at", not_before=at)
         sup.tick()
         record = sup.get(unit.id)

@@ -183,9 +183,7 @@ class Starts:
         found a slot, as this does in the same call). ``adopted``: the unit came
         from the ledger (a client's submit, or a resume), not from this facade.
         """
-        slot = self._units.insert(record)
-        slot.adopted = adopted
-        slot.launch = Launch(actor_class, spec, timeout)
+        self._insert(record, Launch(actor_class, spec, timeout), adopted=adopted)
         if self._delayed(record):
             assert record.not_before is not None
             self._delays.hold(
@@ -224,7 +222,13 @@ class Starts:
         A restarted supervisor's way in for a unit its dead session left waiting:
         like ``admit``, the registration chokepoint's, but nothing starts yet.
         """
-        self._units.insert(record).launch = launch
+        self._insert(record, launch, adopted=True)
+
+    def _insert(self, record: WorkRecord, launch: Launch, *, adopted: bool) -> None:
+        """The one place a record enters memory (invariant 4), with its slot filled in."""
+        slot = self._units.insert(record)
+        slot.adopted = adopted
+        slot.launch = launch
 
     def _has_slot(self, kind: str) -> bool:
         if self._closing:
