@@ -333,16 +333,25 @@ def test_notifications_claim_ack_release(api: httpx.Client) -> None:
 
 
 def test_metrics(api: httpx.Client) -> None:
-    _submit(api, {"kind": "shell", "command": "true"})
+    unit = _submit(api, {"kind": "shell", "command": "true"}).json()
+    _result(api, unit["id"])  # ended: an end to count, whichever test ran before
     text = api.get("/metrics").text
     for name in (
         "workunits_units{",
         "workunits_http_submits_total",
         "workunits_ends_total{",
         "workunits_ledger_commit_seconds_bucket",
+        "workunits_http_submit_seconds_bucket",
         "workunits_notices_waiting",
     ):
         assert name in text, name
+    # The ledger's own commits, timed where they happen: the submit made some.
+    counted = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("workunits_ledger_commit_seconds_count")
+    )
+    assert float(counted.split()[-1]) > 0
 
 
 # -- events ----------------------------------------------------------------------------

@@ -251,5 +251,9 @@ class Backend:
     async def renew_claim(self, work_id: str, token: str, lease: float) -> bool:
         return await _run(self.sup.remote_consumers.renew, work_id, token, lease)
 
+    def ledger_commit_seconds(self) -> builtins.list[float]:
+        """The supervisor's ledger commits since the last look (O(n) in memory, no I/O)."""
+        return self.sup._runtime.ledger.drain_commit_seconds()
+
     async def notices_waiting(self) -> int:
         return await _run(self.sup.remote_consumers.waiting)

@@ -41,8 +41,14 @@ class _Ends(Collector):
 def router(backend: Backend) -> APIRouter:
     r = APIRouter(tags=["service"])
     latency = Histogram(
+        "workunits_http_submit_seconds",
+        "Submit latency over HTTP (each a fully synced ledger commit)",
+        buckets=BUCKETS,
+        registry=None,
+    )
+    commits = Histogram(
         "workunits_ledger_commit_seconds",
-        "Submit latency over HTTP: one fully synced ledger commit each",
+        "How long each ledger write's COMMIT took (the fsync, when synced)",
         buckets=BUCKETS,
         registry=None,
     )
@@ -69,7 +75,10 @@ def router(backend: Backend) -> APIRouter:
         for seconds in drained:
             latency.observe(seconds)
         submits[0] += len(drained)
+        for seconds in backend.ledger_commit_seconds():
+            commits.observe(seconds)
         registry.register(latency)
+        registry.register(commits)
         registry.register(_Ends(backend.ended_counts(), submits[0]))
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 

@@ -30,7 +30,9 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 import urllib.parse
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,6 +111,9 @@ class Database:
         # wait): it guards the connection itself. Nothing that must stay responsive
         # (the Reaper, a unit's channel) ever takes it.
         self._lock = threading.RLock()
+        # How long each COMMIT took (the fsync, when durable), newest last; bounded,
+        # and drained by whoever reports them (the HTTP API's /metrics).
+        self.commit_seconds: deque[float] = deque(maxlen=4096)
         self._sync = ""
         self.conn = self._connect(immutable=False)
         try:
@@ -246,7 +251,9 @@ class Database:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
+                    started = time.perf_counter()
                     conn.execute("COMMIT")
+                    self.commit_seconds.append(time.perf_counter() - started)
                 finally:
                     # Reached with a transaction open only when something failed:
                     # COMMIT itself, or the body.

@@ -767,6 +767,16 @@ class Ledger:
     def release_retain(self, lease_id: str) -> bool:
         return retains.release(self._db, lease_id)
 
+    def drain_commit_seconds(self) -> builtins.list[float]:
+        """How long each write's COMMIT took since the last call (SQLite; empty elsewhere)."""
+        kept = getattr(self._db, "commit_seconds", None)
+        if kept is None:
+            return []
+        drained = []
+        while kept:
+            drained.append(kept.popleft())
+        return drained
+
     def save_output_offset(self, work_id: str, offset: int) -> None:
         """Keep where the unit's reader stopped (its record is leaving memory)."""
         _ids.validate(work_id)
