@@ -152,6 +152,45 @@ def test_every_submit_twin_runs_its_kind(guard: LoopGuard, tmp_path: Path) -> No
     }
 
 
+def test_the_twins_pass_on_every_option_of_their_sync_twins(
+    guard: LoopGuard, tmp_path: Path
+) -> None:
+    """retry, not_before, reuse, offset and paging reach the unit from the async side too."""
+    quick = wu.Retry(max_attempts=2, initial=0.01, jitter=False)
+
+    async def main() -> dict[str, Any]:
+        async with wu.Supervisor(
+            tmp_path / "state", install_signal_handlers=False, pool_size=1
+        ) as sup:
+            retried = await sup.shell_async("echo try; exit 3", retry=quick)
+            held = await sup.agent_async(add, 1, 2, not_before=3600)
+            pooled = [await sup.agent_async(add, i, i, reuse=True) for i in range(2)]
+            ended = await retried.wait_async(timeout=WAIT)
+            sums = [await h.result_async(timeout=WAIT) for h in pooled]
+            pids = {(await h.get_async()).pid for h in pooled}
+            chunk = await sup.read_output_async(retried.id, offset=0)
+            first = await sup.list_async(limit=1)
+            pending = (await held.get_async()).status
+            await held.cancel_async()
+            return {
+                "retried": (ended.status, ended.attempt),
+                "pending": pending,
+                "sums": sums,
+                "one worker": len(pids),
+                "chunk": (type(chunk).__name__, chunk.start, b"try" in chunk.data),
+                "first page": [r.id for r in first],
+                "oldest": retried.id,
+            }
+
+    out = guard.run(main)
+    assert out["retried"] == (wu.Status.FAILED, 2)
+    assert out["pending"] == wu.Status.PENDING
+    assert out["sums"] == [0, 2]
+    assert out["one worker"] == 1  # both ran in the pool's one worker
+    assert out["chunk"] == ("OutputChunk", 0, True)
+    assert out["first page"] == [out["oldest"]]
+
+
 def test_reads_streams_and_ends_without_blocking(guard: LoopGuard, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
 

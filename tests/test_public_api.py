@@ -196,3 +196,34 @@ def test_a_running_agent_has_loaded_nothing_of_the_supervisor_side(tmp_path: Pat
     # asyncio is allowed to be absent or present in a user's unit; the runtime
     # itself must not bring in the supervisor, the actors, pykka or SQLite.
     assert [m for m in seen if m != "asyncio"] == []
+
+
+def _parameters(fn: object) -> list[tuple[str, object, object]]:
+    import inspect  # noqa: PLC0415 - only these tests
+
+    return [
+        (p.name, p.kind, p.default)
+        for p in inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
+    ]
+
+
+_WITH_TWINS = [
+    workunits.Supervisor,
+    workunits.WorkHandle,
+    workunits.TeammateHandle,
+    workunits.Client,
+    workunits.ClientHandle,
+]
+
+
+@pytest.mark.parametrize("cls", _WITH_TWINS, ids=lambda cls: cls.__name__)
+def test_every_async_twin_takes_what_its_sync_twin_takes(cls: type) -> None:
+    """An option added to ``shell`` and forgotten on ``shell_async`` fails here."""
+    twins = [name for name in dir(cls) if name.endswith("_async") and not name.startswith("_")]
+    assert twins, f"{cls.__name__} has no async twins"
+    for name in twins:
+        sync = getattr(cls, name.removesuffix("_async"), None)
+        assert sync is not None, f"{cls.__name__}.{name} has no sync twin"
+        assert _parameters(getattr(cls, name)) == _parameters(sync), (
+            f"{cls.__name__}.{name} does not take what {name.removesuffix('_async')} takes"
+        )

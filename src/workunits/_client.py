@@ -577,6 +577,7 @@ class Client:
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
+        not_before: float | datetime.datetime | None = None,
     ) -> ClientHandle:
         """Like ``shell`` without blocking the event loop (the synced submit runs on a
         worker thread)."""
@@ -590,6 +591,7 @@ class Client:
             description=description,
             output_cap=output_cap,
             on_lost=on_lost,
+            not_before=not_before,
         )
 
     async def agent_async(
@@ -602,6 +604,7 @@ class Client:
         max_attempts: int | None = None,
         memory_limit: int | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Like ``agent`` without blocking the event loop (pickled and submitted on a
@@ -619,6 +622,7 @@ class Client:
             max_attempts=max_attempts,
             memory_limit=memory_limit,
             output_cap=output_cap,
+            not_before=not_before,
         )
 
     async def workflow_async(

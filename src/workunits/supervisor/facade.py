@@ -540,6 +540,9 @@ class Supervisor:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Like ``shell`` without blocking the event loop."""
         spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
@@ -549,6 +552,9 @@ class Supervisor:
             description=spec.describe() if description is None else description,
             timeout=timeout,
             key=key,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
         )
 
     async def agent_async(
@@ -561,6 +567,10 @@ class Supervisor:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        reuse: bool = False,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``agent`` without blocking the event loop.
@@ -570,7 +580,13 @@ class Supervisor:
         with no thread waiting for its answer.
         """
         spec = await asyncio.to_thread(
-            AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
+            AgentSpec.build,
+            fn,
+            args,
+            kwargs,
+            memory_limit=memory_limit,
+            output_cap=output_cap,
+            reuse=reuse,
         )
         return await self.submit_async(
             "a",
@@ -579,6 +595,9 @@ class Supervisor:
             timeout=timeout,
             key=key,
             max_attempts=max_attempts,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
         )
 
     async def remote_async(
@@ -588,6 +607,9 @@ class Supervisor:
         resources: Mapping[str, float] | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``remote`` without blocking the event loop (pickled on a worker thread)."""
@@ -598,6 +620,9 @@ class Supervisor:
             spec,
             description=spec.name if description is None else description,
             timeout=timeout,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
         )
 
     async def dream_async(
@@ -607,6 +632,7 @@ class Supervisor:
         description: str | None = None,
         timeout: float | None = None,
         memory_limit: int | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``dream`` without blocking the event loop (pickled on a worker thread)."""
@@ -614,7 +640,9 @@ class Supervisor:
             AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit, idle_priority=True
         )
         name = spec.name if description is None else description
-        return await self.submit_async("d", spec, description=name, timeout=timeout)
+        return await self.submit_async(
+            "d", spec, description=name, timeout=timeout, not_before=not_before
+        )
 
     async def workflow_async(
         self,
@@ -625,13 +653,24 @@ class Supervisor:
         memory_limit: int | None = None,
         key: str | None = None,
         max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``workflow`` without blocking the event loop (pickled on a worker thread)."""
         spec = await asyncio.to_thread(AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit)
         name = spec.name if description is None else description
         return await self.submit_async(
-            "w", spec, description=name, timeout=timeout, key=key, max_attempts=max_attempts
+            "w",
+            spec,
+            description=name,
+            timeout=timeout,
+            key=key,
+            max_attempts=max_attempts,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
         )
 
     async def monitor_async(
@@ -642,13 +681,16 @@ class Supervisor:
         description: str | None = None,
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
         timeout: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Like ``monitor`` without blocking the event loop (built on a worker thread)."""
         spec = await asyncio.to_thread(
             MonitorSpec.for_source, source, pattern, rate_limit=rate_limit
         )
         name = spec.name if description is None else description
-        return await self.submit_async("m", spec, description=name, timeout=timeout)
+        return await self.submit_async(
+            "m", spec, description=name, timeout=timeout, not_before=not_before
+        )
 
     async def teammate_async(
         self,
@@ -778,14 +820,7 @@ class Supervisor:
         """
         check_limit(limit)
         after_record = None if after is None else self.get(after)
-        if status is not None:
-            try:
-                status = Status(status)
-            except ValueError:
-                raise SpecError(
-                    f"status must be one of {[s.value for s in Status]}, got {status!r}"
-                ) from None
-        records = self._ask(rq.ListUnits(status, kind, parent))
+        records = self._ask(rq.ListUnits(_status_filter(status), kind, parent))
         if limit is None and after_record is None:
             return records
         return page(records, limit, after_record)
@@ -799,16 +834,17 @@ class Supervisor:
         status: Status | str | None = None,
         kind: str | None = None,
         parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> builtins.list[WorkRecord]:
         """Like ``list`` without blocking the event loop."""
-        if status is not None:
-            try:
-                status = Status(status)
-            except ValueError:
-                raise SpecError(
-                    f"status must be one of {[s.value for s in Status]}, got {status!r}"
-                ) from None
-        return await self._ask_async(rq.ListUnits(status, kind, parent))
+        check_limit(limit)
+        after_record = None if after is None else await self.get_async(after)
+        records = await self._ask_async(rq.ListUnits(_status_filter(status), kind, parent))
+        if limit is None and after_record is None:
+            return records
+        return page(records, limit, after_record)
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
@@ -835,15 +871,10 @@ class Supervisor:
         is still held, and ``chunk.start > offset`` says what the reader missed.
         A unit that has left memory is read from the ledger, where its offset went.
         """
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
-        ):
-            raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
-        if offset is not None:
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-                raise SpecError(f"offset must be an int >= 0, got {offset!r}")
-            return self._ask(rq.ReadChunk(work_id, offset, max_bytes))
-        data, _ = self._ask(rq.ReadOutput(work_id, max_bytes))
+        request = _read_request(work_id, max_bytes, offset)
+        if isinstance(request, rq.ReadChunk):
+            return self._ask(request)
+        data, _ = self._ask(request)
         return data
 
     def stream(self, work_id: str, *, poll: float = 0.05) -> OutputStream:
@@ -871,13 +902,24 @@ class Supervisor:
         finally:
             self._waiters.discard(work_id, waiter)
 
-    async def read_output_async(self, work_id: str, max_bytes: int | None = None) -> bytes:
+    @overload
+    async def read_output_async(
+        self, work_id: str, max_bytes: int | None = None, *, offset: None = None
+    ) -> bytes: ...
+
+    @overload
+    async def read_output_async(
+        self, work_id: str, max_bytes: int | None = None, *, offset: int
+    ) -> OutputChunk: ...
+
+    async def read_output_async(
+        self, work_id: str, max_bytes: int | None = None, *, offset: int | None = None
+    ) -> bytes | OutputChunk:
         """Like ``read_output`` without blocking the event loop."""
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
-        ):
-            raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
-        data, _ = await self._ask_async(rq.ReadOutput(work_id, max_bytes))
+        request = _read_request(work_id, max_bytes, offset)
+        if isinstance(request, rq.ReadChunk):
+            return await self._ask_async(request)
+        data, _ = await self._ask_async(request)
         return data
 
     def stream_async(self, work_id: str, *, poll: float = 0.05) -> AsyncOutputStream:
@@ -1305,3 +1347,29 @@ def _scheduled_spec(
     if kind in ("agent", "workflow"):
         return "a" if kind == "agent" else "w", AgentSpec.build(target, args, kwargs)
     raise SpecError(f"a schedule's kind is 'shell', 'agent' or 'workflow', got {kind!r}")
+
+
+def _status_filter(status: Status | str | None) -> Status | None:
+    if status is None:
+        return None
+    try:
+        return Status(status)
+    except ValueError:
+        raise SpecError(
+            f"status must be one of {[s.value for s in Status]}, got {status!r}"
+        ) from None
+
+
+def _read_request(
+    work_id: str, max_bytes: int | None, offset: int | None
+) -> rq.ReadOutput | rq.ReadChunk:
+    """The request ``read_output`` sends: its arguments checked before anything is read."""
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
+    ):
+        raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    if offset is None:
+        return rq.ReadOutput(work_id, max_bytes)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise SpecError(f"offset must be an int >= 0, got {offset!r}")
+    return rq.ReadChunk(work_id, offset, max_bytes)
