@@ -183,3 +183,67 @@ def test_process_limits_are_refused_for_pooled_units(psup: wu.Supervisor) -> Non
         psup.agent(whoami, "x", reuse=True, memory_limit=1 << 30)
     with pytest.raises(wu.SpecError, match="pool_size"):
         wu.Supervisor(".unused", pool_size=0)
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def test_pool_map_runs_pooled_units_in_order_and_raises_a_failure_in_place(
+    psup: wu.Supervisor,
+) -> None:
+    pool = psup.pool()
+    assert pool.size == 1
+    assert list(pool.map(square, range(5), timeout=WAIT)) == [0, 1, 4, 9, 16]
+    units = [r for r in psup.list(kind="agent") if r.description.startswith("square")]
+    assert len(units) == 5
+    assert len({r.pid for r in units}) == 1  # one worker ran them all
+    results = pool.map(divide_by, [1, 0, 2], timeout=WAIT)
+    assert next(results) == 1.0
+    with pytest.raises(wu.WorkFailed, match="ZeroDivisionError"):
+        next(results)
+
+
+def divide_by(x: int) -> float:
+    return 1 / x
+
+
+def test_leaving_a_pool_map_early_kills_the_units_it_did_not_read(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    gate, never = tmp_path / "gate", str(tmp_path / "never")
+    gate.touch()
+    results = psup.pool().map(wait_for, [str(gate), never, never], timeout=WAIT)
+    units = psup.list(kind="agent")
+    assert len(units) == 3  # all submitted before the first result is read
+    assert isinstance(next(results), int)
+    results.close()  # as a ``break`` out of the loop does
+    ends = [psup.wait(r.id, timeout=WAIT).status for r in units]
+    assert ends == [wu.Status.COMPLETED, wu.Status.KILLED, wu.Status.KILLED]
+
+
+def test_a_pool_map_timeout_counts_for_the_whole_map_and_kills_what_is_left(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    never = str(tmp_path / "never")
+    results = psup.pool().map(wait_for, [never, never], timeout=0.2)
+    with pytest.raises(wu.NotFinished):
+        next(results)
+    ends = [psup.wait(r.id, timeout=WAIT).status for r in psup.list(kind="agent")]
+    assert ends == [wu.Status.KILLED, wu.Status.KILLED]
+
+
+def append_index(path: str, index: int) -> None:
+    with open(path, "a") as log:
+        log.write(f"{index}\n")
+
+
+def test_pooled_units_run_in_the_order_they_were_submitted(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    log = tmp_path / "order"
+    handles = [psup.agent(append_index, str(log), i, reuse=True) for i in range(6)]
+    for h in handles:
+        psup.wait(h.id, timeout=WAIT)
+    # The first units race the first worker's start: none of them may jump the queue.
+    assert log.read_text().split() == [str(i) for i in range(6)]

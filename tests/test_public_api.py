@@ -45,6 +45,7 @@ WORKUNITS = {
     "NotRetryable",
     "Notification",
     "Outcome",
+    "Pool",
     "Reason",
     "Retry",
     "ScheduleFiring",

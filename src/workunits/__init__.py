@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
+    from workunits.supervisor.pool import Pool as Pool
     from workunits.supervisor.teammate import TeammateHandle as TeammateHandle
     from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
 
@@ -110,6 +111,7 @@ __all__ = [
     "NotRetryable",
     "Notification",
     "Outcome",
+    "Pool",
     "Reason",
     "Retry",
     "ScheduleFiring",
@@ -163,6 +165,7 @@ __getattr__, __dir__ = _lazy.exports(
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._mailbox",
+        "Pool": "workunits.supervisor.pool",
         "TeammateHandle": "workunits.supervisor.teammate",
         "TeammateProxy": "workunits.supervisor.teammate",
     },

@@ -93,17 +93,19 @@ class WorkerPool:
     def run(self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents) -> None:
         """Run ``call`` on a free worker (or once one is free). The fds stay the caller's."""
         job = _Job(call, os.dup(transcript_fd), os.dup(channel_fd), events)
-        worker: _Worker | None = None
         start = False
         with self._lock:
             if self._closed:
                 job.release_fds()
                 raise ZygoteUnavailable("the supervisor is closed")
+            # In order: a worker idle now (one just started, before its starter
+            # handed it the first waiting unit) takes the oldest waiting unit,
+            # which is this one only when nothing waits before it.
+            self._waiting.append(job)
             worker = self._idle_worker()
             if worker is not None:
-                worker.job = job
+                job = worker.job = self._waiting.popleft()
             else:
-                self._waiting.append(job)
                 start = len(self._workers) + self._starting < self.size
                 if start:
                     self._starting += 1

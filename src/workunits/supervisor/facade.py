@@ -56,6 +56,7 @@ from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
 from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.paging import check_limit, page
+from workunits.supervisor.pool import Pool
 from workunits.supervisor.remote_consumers import RemoteConsumers
 from workunits.supervisor.runtime import Options, Runtime
 from workunits.supervisor.shutdown import end_all_work
@@ -199,6 +200,7 @@ class Supervisor:
         """
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise SpecError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        self._pool_size = pool_size
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
         for kind_name, limit in (concurrency or {}).items():
@@ -845,6 +847,15 @@ class Supervisor:
         if limit is None and after_record is None:
             return records
         return page(records, limit, after_record)
+
+    def pool(self) -> Pool:
+        """This supervisor's pooled workers as an object: ``agent``, ``agent_async``, ``map``.
+
+        What ``reuse=True`` does, shaped for code written for
+        ``ProcessPoolExecutor``: ``pool.map(fn, items)`` runs one pooled agent
+        unit per item on the ``pool_size`` workers (see the guide "pooled units").
+        """
+        return Pool(self, self._pool_size)
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
