@@ -291,7 +291,10 @@ class HttpClient:
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = timeout
         self._http = _Session(base_url=self.url, headers=self._headers, timeout=timeout)
+        # The connection pool of an ``async with client`` block, bound to its loop;
+        # outside one, each async call has a pool of its own (see _AsyncCalls).
         self._async: httpx.AsyncClient | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
         self._closed = threading.Event()
         self._lease_keeper = LeaseKeeper()  # renews the notice claims held through this client
 
@@ -307,13 +310,18 @@ class HttpClient:
         if self._closed.is_set():
             raise ClientClosed("the client is closed")
 
-    def _aclient(self) -> httpx.AsyncClient:
+    def _aclient(self) -> _AsyncCalls:
         self._check_open()
-        if self._async is None:
-            self._async = _AsyncSession(
-                base_url=self.url, headers=self._headers, timeout=self._timeout
-            )
-        return self._async
+        return _AsyncCalls(self)
+
+    def _shared_async(self) -> httpx.AsyncClient | None:
+        """The ``async with`` block's pool when called on its loop, else None."""
+        if self._async is not None and self._async_loop is asyncio.get_running_loop():
+            return self._async
+        return None
+
+    def _new_async(self) -> httpx.AsyncClient:
+        return _AsyncSession(base_url=self.url, headers=self._headers, timeout=self._timeout)
 
     # -- submitting ----------------------------------------------------------------
 
@@ -789,14 +797,8 @@ class HttpClient:
         self._lease_keeper.close()
         self._closed.set()
         self._http.close()
-        if self._async is not None:
-            client, self._async = self._async, None
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(client.aclose())
-            else:
-                raise RuntimeError("inside an event loop, close with `await client.aclose()`")
+        # An ``async with`` block's pool is closed by its ``__aexit__``; async calls
+        # outside one hold no connection between calls, so nothing is left here.
 
     async def aclose(self) -> None:
         """``close`` on an event loop (closes the async connections too)."""
@@ -804,7 +806,7 @@ class HttpClient:
             await asyncio.to_thread(self._lease_keeper.close)
             self._closed.set()
         self._http.close()
-        if self._async is not None:
+        if self._async is not None and self._shared_async() is not None:
             client, self._async = self._async, None
             await client.aclose()
 
@@ -815,10 +817,50 @@ class HttpClient:
         self.close()
 
     async def __aenter__(self) -> HttpClient:
+        """``async with``: the async calls in the block share one pool of connections."""
+        self._check_open()
+        if self._async is None:
+            self._async, self._async_loop = self._new_async(), asyncio.get_running_loop()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _AsyncCalls:
+    """One async request: on the ``async with`` block's pool, else on a pool of its own.
+
+    A pool of its own is bound to no loop after the call, so a client used from
+    ``asyncio.run`` after ``asyncio.run`` leaves no connection on a closed loop.
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: HttpClient) -> None:
+        self._client = client
+
+    async def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return await self._send("GET", url, **kwargs)
+
+    async def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return await self._send("POST", url, **kwargs)
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        shared = self._client._shared_async()
+        if shared is not None:
+            return await shared.request(method, url, **kwargs)
+        async with self._client._new_async() as http:
+            return await http.request(method, url, **kwargs)
+
+    @asynccontextmanager
+    async def stream(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        shared = self._client._shared_async()
+        if shared is not None:
+            async with shared.stream(method, url, **kwargs) as response:
+                yield response
+            return
+        async with self._client._new_async() as http, http.stream(method, url, **kwargs) as r:
+            yield r
 
 
 def _signalled(response: httpx.Response) -> bool:
