@@ -117,9 +117,16 @@ def test_notices_take_claim_ack_release_and_redelivery(conn: Connected) -> None:
     assert not held.notice.redelivered
     assert held.release()
     assert not held.ack()  # settled already
-    with pytest.raises(RuntimeError, match="acting failed"), notices.take(timeout=30) as notice:
-        assert (notice.id, notice.redelivered) == (first.id, True)
-        raise RuntimeError("acting failed")
+    seen: list[wu.Notification] = []
+
+    def act_then_fail() -> None:
+        with notices.take(timeout=30) as notice:
+            seen.append(notice)
+            raise RuntimeError("acting failed")
+
+    with pytest.raises(RuntimeError, match="acting failed"):
+        act_then_fail()
+    assert [(n.id, n.redelivered) for n in seen] == [(first.id, True)]
     with notices.take(timeout=30) as notice:
         assert (notice.id, notice.redelivered) == (first.id, True)
     # acknowledged: never handed out again, to this consumer or another.
@@ -171,7 +178,8 @@ def test_cancel_and_kill_sync_and_async(conn: Connected) -> None:
     async def kill_one() -> wu.WorkRecord:
         s = await conn.shell_async("sleep 30")
         assert await s.kill_async()
-        return await s.wait_async(timeout=30)
+        record: wu.WorkRecord = await s.wait_async(timeout=30)
+        return record
 
     assert asyncio.run(kill_one()).status is wu.Status.KILLED
     assert not conn.closed
@@ -187,15 +195,16 @@ def test_an_http_claim_is_renewed_while_held_and_given_back_at_close(served: Ser
     try:
         h = holder.shell("true")
         h.wait(timeout=30)
-        claim = _claim_of(holder.notifications(lease=0.5).claim, h.id)
-        # Three leases pass: without renewing, the rival would be handed the notice.
-        until = time.monotonic() + 1.5
+        lease = 2.0  # renewed every third of it: slack for a loaded machine
+        claim = _claim_of(holder.notifications(lease=lease).claim, h.id)
+        # Leases pass: without renewing, the rival would be handed the notice.
+        until = time.monotonic() + 2.5 * lease
         while time.monotonic() < until:
             other = rival.notifications().claim_nowait()
             assert other is None or other.notice.id != h.id, "the held claim lapsed"
             if other is not None:
                 other.ack()
-        assert claim.renew(0.5)
+        assert claim.renew(lease)
         holder.close()  # gives the claim back at once
         back = _claim_of(rival.notifications().claim, h.id)
         assert back.notice.redelivered
