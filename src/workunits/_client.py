@@ -714,6 +714,10 @@ class Client:
         """Like ``signal`` without blocking the event loop."""
         return await asyncio.to_thread(self.signal, work_id, name, value)
 
+    async def retry_async(self, work_id: str) -> ClientHandle:
+        """Like ``retry`` without blocking the event loop."""
+        return await asyncio.to_thread(self.retry, work_id)
+
     # -- closing ---------------------------------------------------------------
 
     def close(self) -> None:

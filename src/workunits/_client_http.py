@@ -1,10 +1,17 @@
 """``wu.connect("http://host:port", token=...)``: the Client calls over the HTTP API.
 
-The same calls as a ledger client (``_client.Client``) -- shell, agent, get,
-list, wait, result, cancel, kill, stream, retain, notifications -- with the
-same results and the same errors: a problem document's ``title`` names the
-Python error and its ``detail`` is that error's message. Each call has an
-``_async`` twin. Needs the ``workunits[http]`` extra (httpx).
+The same calls as a ledger client (``_client.Client``), taking the same
+parameters -- shell, agent, workflow, retry, get, list, wait, result, signal,
+cancel, kill, stream, retain, notifications, closed -- with the same results
+and the same errors: a problem document's ``title`` names the Python error and
+its ``detail`` is that error's message. Each call has an ``_async`` twin where
+the ledger client has one. Needs the ``workunits[http]`` extra (httpx).
+
+Absent, because they are the ledger itself: ``ledger``, ``row``/``rows``/
+``row_async`` (the ledger's full rows), ``request``/``request_result`` (the
+ledger's request queue: use ``cancel``/``kill``, which the server applies at
+once), ``readonly`` and ``supervisor_running`` (a server that answers is its
+supervisor). A test (tests/test_public_api.py) lists them and checks the rest.
 
 Threads: the sync calls share one ``httpx.Client`` (thread-safe); the async
 twins use one ``httpx.AsyncClient``, made on first use, bound to that loop.
@@ -14,20 +21,37 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import datetime
+import os
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from workunits import _errors
-from workunits._errors import NotFinished, SpecError, WorkunitsError
+from workunits import _errors, _ids
+from workunits._client_http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
+from workunits._client_http_stream import HttpOutputStream
+from workunits._errors import ClientClosed, NotFinished, SpecError, WorkunitsError
+from workunits._ledger.retains import check_lease
 from workunits._record import Notification, WorkRecord
+from workunits._retain import Retain
 from workunits._status import Reason, Status
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP
+from workunits._wire.submits import check_not_before
 
 _RECORD_ERRORS = (_errors.WorkFailed, _errors.WorkKilled, _errors.WorkExpired)
 WAIT_SLICE = 30.0  # one long-poll lasts at most this; longer waits repeat it
+LIST_PAGE = 1000  # units asked for per ``GET /v1/units`` page (the server's maximum)
+DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed (as the ledger client's)
 
 
 def record_of(unit: dict[str, Any]) -> WorkRecord:
@@ -62,6 +86,8 @@ def error_of(response: httpx.Response) -> WorkunitsError:
         body = {}
     title = str(body.get("title", ""))
     detail = str(body.get("detail", response.text or response.reason_phrase))
+    if title == "ValidationError":
+        return SpecError(detail)  # the request's arguments, checked by the server's models
     cls = getattr(_errors, title, None)
     if isinstance(cls, type) and issubclass(cls, WorkunitsError):
         unit = body.get("unit")
@@ -98,6 +124,28 @@ def _settle(
     return record_of(body["unit"]), body
 
 
+def _not_before(not_before: float | datetime.datetime | None) -> str | None:
+    """``not_before`` as the API takes it: an ISO 8601 time with its offset (checked here,
+    with the ledger client's message; a naive datetime is local time, as there)."""
+    at = check_not_before(not_before, time.time())
+    return None if at is None else datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat()
+
+
+def _shell_options(
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+    output_cap: int,
+    on_lost: str,
+) -> dict[str, Any]:
+    """The shell-only fields, sent only when not their defaults (older servers lack them)."""
+    return {
+        "cwd": None if cwd is None else os.fspath(cwd),
+        "env": None if env is None else dict(env),
+        "output_cap": None if output_cap == DEFAULT_OUTPUT_CAP else output_cap,
+        "on_lost": None if on_lost == "fail" else on_lost,
+    }
+
+
 def _shell_body(cmd: str | Sequence[str], options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"kind": "shell"}
     if isinstance(cmd, str):
@@ -125,6 +173,26 @@ def _call_body(
     return body
 
 
+def _call_options(  # noqa: PLR0917 - the submit options, passed on in one place
+    description: str | None,
+    timeout: float | None,
+    max_attempts: int | None,
+    memory_limit: int | None,
+    output_cap: int,
+    not_before: float | datetime.datetime | None,
+    kwargs: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "description": description,
+        "timeout": timeout,
+        "max_attempts": max_attempts,
+        "memory_limit": memory_limit,
+        "output_cap": None if output_cap == DEFAULT_OUTPUT_CAP else output_cap,
+        "not_before": _not_before(not_before),
+        "kwargs": kwargs,
+    }
+
+
 class HttpHandle:
     """What ``HttpClient.shell``/``agent`` return: the unit's ID, and ``created``."""
 
@@ -142,43 +210,118 @@ class HttpHandle:
         return self.id
 
     def get(self) -> WorkRecord:
+        """The unit's record (``HttpClient.get``)."""
         return self.client.get(self.id)
 
     def wait(self, timeout: float | None = None) -> WorkRecord:
+        """Block until the unit is terminal (``HttpClient.wait``)."""
         return self.client.wait(self.id, timeout)
 
     def result(self, timeout: float | None = None) -> Any:
+        """The unit's result, or its failure raised (``HttpClient.result``)."""
         return self.client.result(self.id, timeout)
 
     def cancel(self, grace: float = 5.0) -> bool:
+        """Cancel it, SIGKILL after ``grace`` (``HttpClient.cancel``)."""
         return self.client.cancel(self.id, grace)
 
     def kill(self) -> bool:
+        """Kill it (``HttpClient.kill``)."""
         return self.client.kill(self.id)
 
-    def stream(self) -> Iterator[bytes]:
+    def stream(self) -> HttpOutputStream:
+        """The unit's output as it is written (``HttpClient.stream``)."""
         return self.client.stream(self.id)
+
+    async def get_async(self) -> WorkRecord:
+        """Like ``get`` without blocking the event loop."""
+        return await self.client.get_async(self.id)
+
+    async def wait_async(self, timeout: float | None = None) -> WorkRecord:
+        """Like ``wait`` without blocking the event loop."""
+        return await self.client.wait_async(self.id, timeout)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """Like ``result`` without blocking the event loop."""
+        return await self.client.result_async(self.id, timeout)
+
+    async def cancel_async(self, grace: float = 5.0) -> bool:
+        """Like ``cancel`` without blocking the event loop."""
+        return await self.client.cancel_async(self.id, grace)
+
+    async def kill_async(self) -> bool:
+        """Like ``kill`` without blocking the event loop."""
+        return await self.client.kill_async(self.id)
+
+    def stream_async(self) -> HttpOutputStream:
+        """Like ``stream``, for ``async for`` (``HttpClient.stream_async``)."""
+        return self.client.stream_async(self.id)
+
+
+class _Session(httpx.Client):
+    """The sync connection pool: a request after ``close()`` raises ClientClosed."""
+
+    def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        if self.is_closed:
+            raise ClientClosed("the client is closed")
+        return super().send(request, **kwargs)
+
+
+class _AsyncSession(httpx.AsyncClient):
+    """The async connection pool: a request after ``aclose()`` raises ClientClosed."""
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        if self.is_closed:
+            raise ClientClosed("the client is closed")
+        return await super().send(request, **kwargs)
 
 
 class HttpClient:
-    """Work units through a ``workunits serve --http`` API, with the ledger client's calls."""
+    """Work units through a ``workunits serve --http`` API, with the ledger client's calls.
+
+    Every call the ledger client (``wu.connect(state_dir)``) offers is here with
+    the same parameters, except those that are the ledger itself: ``ledger``,
+    ``row``, ``rows``, ``row_async``, ``request``, ``request_result``,
+    ``readonly`` and ``supervisor_running``. Extras: ``shell(parent=...)``,
+    ``notifications(lease=...)``, ``events`` (the raw SSE events) and ``aclose``.
+    """
 
     def __init__(self, url: str, *, token: str, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = timeout
-        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout)
+        self._http = _Session(base_url=self.url, headers=self._headers, timeout=timeout)
+        # The connection pool of an ``async with client`` block, bound to its loop;
+        # outside one, each async call has a pool of its own (see _AsyncCalls).
         self._async: httpx.AsyncClient | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._closed = threading.Event()
+        self._lease_keeper = LeaseKeeper()  # renews the notice claims held through this client
 
     def __repr__(self) -> str:
-        return f"<workunits.HttpClient {self.url!r}>"
+        return f"<workunits.HttpClient {self.url!r}{' closed' if self.closed else ''}>"
 
-    def _aclient(self) -> httpx.AsyncClient:
-        if self._async is None:
-            self._async = httpx.AsyncClient(
-                base_url=self.url, headers=self._headers, timeout=self._timeout
-            )
-        return self._async
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` (or ``aclose()``) was called."""
+        return self._closed.is_set()
+
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise ClientClosed("the client is closed")
+
+    def _aclient(self) -> _AsyncCalls:
+        self._check_open()
+        return _AsyncCalls(self)
+
+    def _shared_async(self) -> httpx.AsyncClient | None:
+        """The ``async with`` block's pool when called on its loop, else None."""
+        if self._async is not None and self._async_loop is asyncio.get_running_loop():
+            return self._async
+        return None
+
+    def _new_async(self) -> httpx.AsyncClient:
+        return _AsyncSession(base_url=self.url, headers=self._headers, timeout=self._timeout)
 
     # -- submitting ----------------------------------------------------------------
 
@@ -187,44 +330,64 @@ class HttpClient:
         cmd: str | Sequence[str],
         *,
         key: str | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        on_lost: str = "fail",
+        not_before: float | datetime.datetime | None = None,
         parent: str | None = None,
     ) -> HttpHandle:
-        """Submit a shell unit (``POST /v1/units``); ``key`` is the Idempotency-Key."""
+        """Submit a shell unit (``POST /v1/units``); ``key`` is the Idempotency-Key.
+
+        As ``Client.shell``; ``parent`` (HTTP only) makes it a child of a unit.
+        """
         options = {
-            "cwd": cwd,
-            "env": env,
+            **_shell_options(cwd, env, output_cap, on_lost),
             "timeout": timeout,
             "description": description,
+            "not_before": _not_before(not_before),
             "parent": parent,
         }
         return self._submit(_shell_body(cmd, options), key)
 
     def agent(
         self,
-        fn: Any,
+        fn: Callable[..., Any] | str,
         *args: Any,
         key: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
         max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> HttpHandle:
         """Submit ``fn`` (importable, or ``"module:qualname"``) with JSON arguments."""
-        options = {
-            "description": description,
-            "timeout": timeout,
-            "max_attempts": max_attempts,
-            "kwargs": kwargs,
-        }
+        options = _call_options(
+            description, timeout, max_attempts, memory_limit, output_cap, not_before, kwargs
+        )
         return self._submit(_call_body("agent", fn, args, options), key)
 
-    def workflow(self, fn: Any, *args: Any, key: str | None = None, **kwargs: Any) -> HttpHandle:
+    def workflow(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        not_before: float | datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> HttpHandle:
         """Submit a workflow (``w``), named like an agent."""
-        return self._submit(_call_body("workflow", fn, args, {"kwargs": kwargs}), key)
+        options = _call_options(
+            description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
+        )
+        return self._submit(_call_body("workflow", fn, args, options), key)
 
     def _submit(self, body: dict[str, Any], key: str | None) -> HttpHandle:
         headers = {} if key is None else {"Idempotency-Key": key}
@@ -232,30 +395,93 @@ class HttpClient:
         return HttpHandle(self, response.json()["id"], created=response.status_code == 201)
 
     async def shell_async(
-        self, cmd: str | Sequence[str], *, key: str | None = None, **options: Any
+        self,
+        cmd: str | Sequence[str],
+        *,
+        key: str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        description: str | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        on_lost: str = "fail",
+        not_before: float | datetime.datetime | None = None,
+        parent: str | None = None,
     ) -> HttpHandle:
         """Like ``shell`` without blocking the event loop."""
+        options = {
+            **_shell_options(cwd, env, output_cap, on_lost),
+            "timeout": timeout,
+            "description": description,
+            "not_before": _not_before(not_before),
+            "parent": parent,
+        }
         return await self._submit_async(_shell_body(cmd, options), key)
 
     async def agent_async(
-        self, fn: Any, *args: Any, key: str | None = None, **kwargs: Any
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        not_before: float | datetime.datetime | None = None,
+        **kwargs: Any,
     ) -> HttpHandle:
         """Like ``agent`` without blocking the event loop."""
-        options = {k: kwargs.pop(k, None) for k in ("description", "timeout", "max_attempts")}
-        options["kwargs"] = kwargs
+        options = _call_options(
+            description, timeout, max_attempts, memory_limit, output_cap, not_before, kwargs
+        )
         return await self._submit_async(_call_body("agent", fn, args, options), key)
+
+    async def workflow_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *args: Any,
+        key: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        not_before: float | datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> HttpHandle:
+        """Like ``workflow`` without blocking the event loop."""
+        options = _call_options(
+            description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
+        )
+        return await self._submit_async(_call_body("workflow", fn, args, options), key)
 
     async def _submit_async(self, body: dict[str, Any], key: str | None) -> HttpHandle:
         headers = {} if key is None else {"Idempotency-Key": key}
         response = _check(await self._aclient().post("/v1/units", json=body, headers=headers))
         return HttpHandle(self, response.json()["id"], created=response.status_code == 201)
 
+    def retry(self, work_id: str) -> HttpHandle:
+        """Start a unit that ended ``failed`` or ``killed`` again, as a new unit
+        (``POST /v1/units/{id}/retry``); a second call returns the same new unit
+        (``created`` False). NotRetryable for a unit that did not fail."""
+        return self._retried(self._http.post(f"/v1/units/{work_id}/retry"))
+
+    async def retry_async(self, work_id: str) -> HttpHandle:
+        """Like ``retry`` without blocking the event loop."""
+        return self._retried(await self._aclient().post(f"/v1/units/{work_id}/retry"))
+
+    def _retried(self, response: httpx.Response) -> HttpHandle:
+        again = _check(response).json()
+        return HttpHandle(self, again["id"], created=response.status_code == 201)
+
     # -- reading ---------------------------------------------------------------------
 
     def get(self, work_id: str) -> WorkRecord:
+        """The unit's record; WorkExpired once its retention ran out (410)."""
         return record_of(_check(self._http.get(f"/v1/units/{work_id}")).json())
 
     async def get_async(self, work_id: str) -> WorkRecord:
+        """Like ``get`` without blocking the event loop."""
         return record_of(_check(await self._aclient().get(f"/v1/units/{work_id}")).json())
 
     def list(
@@ -275,8 +501,32 @@ class HttpClient:
                 )
                 if v
             }
-            params["limit"] = "1000"
+            params["limit"] = str(LIST_PAGE)
             page = _check(self._http.get("/v1/units", params=params)).json()
+            records.extend(record_of(u) for u in page["items"])
+            after = page["next"]
+            if after is None:
+                return records
+
+    async def list_async(
+        self, status: str | None = None, kind: str | None = None, parent: str | None = None
+    ) -> builtins.list[WorkRecord]:
+        """Like ``list`` without blocking the event loop."""
+        records: builtins.list[WorkRecord] = []
+        after: str | None = None
+        while True:
+            params = {
+                k: v
+                for k, v in (
+                    ("status", status),
+                    ("kind", kind),
+                    ("parent", parent),
+                    ("after", after),
+                )
+                if v
+            }
+            params["limit"] = str(LIST_PAGE)
+            page = _check(await self._aclient().get("/v1/units", params=params)).json()
             records.extend(record_of(u) for u in page["items"])
             after = page["next"]
             if after is None:
@@ -338,13 +588,51 @@ class HttpClient:
 
     # -- output ----------------------------------------------------------------------
 
-    def stream(self, work_id: str) -> Iterator[bytes]:
-        """The unit's output bytes, once each, until it ends (follows ``/events``)."""
-        import base64  # noqa: PLC0415
+    def stream(self, work_id: str, *, follow: bool = True) -> HttpOutputStream:
+        """Yield the unit's output from its start, every byte once, until it is terminal.
 
-        for event, data in self.events(work_id):
-            if event == "output":
-                yield data["text"].encode() if "text" in data else base64.b64decode(data["base64"])
+        Follows ``/events`` (resuming after a dropped connection); with
+        ``follow=False``, reads ``/output`` for only what has been written so
+        far. InvalidWorkId / UnknownWork here, not at the first ``next()``.
+        """
+        response = self._http.get(f"/v1/units/{work_id}")
+        if response.status_code != 410:  # an expired unit's tail is still served
+            _check(response)
+        return HttpOutputStream(self, work_id, follow=follow)
+
+    def stream_async(self, work_id: str, *, follow: bool = True) -> HttpOutputStream:
+        """Like ``stream``, for ``async for chunk in client.stream_async(id)``.
+
+        A bad ID raises here; an unknown one at the first step.
+        """
+        _ids.validate(work_id)
+        self._check_open()
+        return HttpOutputStream(self, work_id, follow=follow)
+
+    def _stream_events(
+        self, work_id: str, headers: dict[str, str]
+    ) -> AbstractContextManager[httpx.Response]:
+        """The ``/events`` response, checked (for ``HttpOutputStream``)."""
+        return _checked_stream(
+            self._http.stream("GET", f"/v1/units/{work_id}/events", headers=headers, timeout=None)
+        )
+
+    def _stream_events_async(
+        self, work_id: str, headers: dict[str, str]
+    ) -> AbstractAsyncContextManager[httpx.Response]:
+        return _checked_stream_async(
+            self._aclient().stream(
+                "GET", f"/v1/units/{work_id}/events", headers=headers, timeout=None
+            )
+        )
+
+    def _read_output(self, work_id: str, offset: int, limit: int) -> httpx.Response:
+        params = {"offset": offset, "limit": limit}
+        return _check(self._http.get(f"/v1/units/{work_id}/output", params=params))
+
+    async def _read_output_async(self, work_id: str, offset: int, limit: int) -> httpx.Response:
+        params = {"offset": offset, "limit": limit}
+        return _check(await self._aclient().get(f"/v1/units/{work_id}/output", params=params))
 
     def events(
         self, work_id: str, after: str | None = None
@@ -371,35 +659,66 @@ class HttpClient:
     # -- ending work --------------------------------------------------------------------
 
     def cancel(self, work_id: str, grace: float = 5.0) -> bool:
+        """Cancel (SIGTERM or a cooperative cancel, SIGKILL after ``grace``); False if it
+        had already ended."""
         r = _check(self._http.post(f"/v1/units/{work_id}/cancel", json={"grace": grace}))
         return bool(r.json()["changed"])
 
     def kill(self, work_id: str) -> bool:
+        """SIGKILL the unit's process group; False if it had already ended."""
         return bool(_check(self._http.post(f"/v1/units/{work_id}/kill")).json()["changed"])
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
+        """Like ``cancel`` without blocking the event loop."""
         r = _check(await self._aclient().post(f"/v1/units/{work_id}/cancel", json={"grace": grace}))
         return bool(r.json()["changed"])
 
     async def kill_async(self, work_id: str) -> bool:
+        """Like ``kill`` without blocking the event loop."""
         r = _check(await self._aclient().post(f"/v1/units/{work_id}/kill"))
         return bool(r.json()["changed"])
 
+    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Send the signal ``name`` (a JSON ``value``) to the unit's ``ctx.wait_for(name)``.
+
+        Kept in the ledger until the unit takes it. False, and nothing kept,
+        when the unit has ended (409).
+        """
+        body = {"name": name, "value": value}
+        return _signalled(self._http.post(f"/v1/units/{work_id}/signals", json=body))
+
+    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
+        """Like ``signal`` without blocking the event loop."""
+        body = {"name": name, "value": value}
+        return _signalled(await self._aclient().post(f"/v1/units/{work_id}/signals", json=body))
+
     # -- retain and notices -------------------------------------------------------------
 
-    def retain(self, work_id: str, lease: float = 30.0) -> str:
-        """Retain the unit with a lease; its ID (renew with ``renew_retain``)."""
-        return str(
-            _check(self._http.post(f"/v1/units/{work_id}/retain", json={"lease": lease})).json()[
-                "lease_id"
-            ]
+    def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
+        """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
+
+        As ``Client.retain``: ``renew()`` (a ``PUT``) before it runs out, or
+        ``keep_renewing()``; ``release()`` (a ``DELETE``) or use it as a context
+        manager. It lapses by itself when no longer renewed.
+        """
+        lease = check_lease(lease)
+        response = self._http.post(f"/v1/units/{work_id}/retain", json={"lease": lease})
+        lease_id = str(_check(response).json()["lease_id"])
+        return Retain(
+            work_id,
+            lease_id,
+            lease,
+            renew=lambda seconds: self.renew_retain(work_id, lease_id, seconds),
+            release=lambda: self.release(work_id, lease_id),
         )
 
     def renew_retain(self, work_id: str, lease_id: str, lease: float = 30.0) -> bool:
+        """Renew a retain lease by its ID; False once it lapsed or was released."""
         r = self._http.put(f"/v1/units/{work_id}/retain/{lease_id}", json={"lease": lease})
         return r.status_code == 200
 
     def release(self, work_id: str, lease_id: str) -> bool:
+        """Release a retain lease by its ID; False if it had already gone."""
         return self._http.delete(f"/v1/units/{work_id}/retain/{lease_id}").status_code == 204
 
     def take_notice(
@@ -432,13 +751,36 @@ class HttpClient:
         )
         return notice, n["token"]
 
+    def notifications(self, *, lease: float = DEFAULT_CLAIM_LEASE) -> HttpNotices:
+        """Notices of top-level units as they end; each goes to one consumer, once.
+
+        As ``Client.notifications``: ``take`` / ``get`` / ``claim``. Over HTTP a
+        claim holds for ``lease`` seconds at a time and this client renews it
+        while it is held, so it lasts as long as this process (or ``close()``).
+        """
+        self._check_open()
+        return HttpNotices(self, lease=lease)
+
+    def renew_notice(self, work_id: str, token: str, lease: float = DEFAULT_CLAIM_LEASE) -> bool:
+        """Extend a claim (from ``take_notice``) by ``lease`` seconds; False if it was lost."""
+        response = self._http.put(
+            f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}",
+            json={"token": token, "lease": lease},
+        )
+        if response.status_code == 409:
+            return False
+        _check(response)
+        return True
+
     def ack_notice(self, work_id: str, token: str) -> bool:
+        """Acknowledge a claimed notice; False if the claim was lost."""
         return (
             self._http.post(f"/v1/notifications/{work_id}/ack", json={"token": token}).status_code
             == 200
         )
 
     def release_notice(self, work_id: str, token: str) -> bool:
+        """Give a claimed notice back for redelivery; False if the claim was lost."""
         return (
             self._http.delete(
                 f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}"
@@ -449,19 +791,22 @@ class HttpClient:
     # -- closing ---------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Release the notice claims still held, then close the connections. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._lease_keeper.close()
+        self._closed.set()
         self._http.close()
-        if self._async is not None:
-            client, self._async = self._async, None
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                asyncio.run(client.aclose())
-            else:
-                raise RuntimeError("inside an event loop, close with `await client.aclose()`")
+        # An ``async with`` block's pool is closed by its ``__aexit__``; async calls
+        # outside one hold no connection between calls, so nothing is left here.
 
     async def aclose(self) -> None:
+        """``close`` on an event loop (closes the async connections too)."""
+        if not self._closed.is_set():
+            await asyncio.to_thread(self._lease_keeper.close)
+            self._closed.set()
         self._http.close()
-        if self._async is not None:
+        if self._async is not None and self._shared_async() is not None:
             client, self._async = self._async, None
             await client.aclose()
 
@@ -472,10 +817,77 @@ class HttpClient:
         self.close()
 
     async def __aenter__(self) -> HttpClient:
+        """``async with``: the async calls in the block share one pool of connections."""
+        self._check_open()
+        if self._async is None:
+            self._async, self._async_loop = self._new_async(), asyncio.get_running_loop()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _AsyncCalls:
+    """One async request: on the ``async with`` block's pool, else on a pool of its own.
+
+    A pool of its own is bound to no loop after the call, so a client used from
+    ``asyncio.run`` after ``asyncio.run`` leaves no connection on a closed loop.
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: HttpClient) -> None:
+        self._client = client
+
+    async def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return await self._send("GET", url, **kwargs)
+
+    async def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return await self._send("POST", url, **kwargs)
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        shared = self._client._shared_async()
+        if shared is not None:
+            return await shared.request(method, url, **kwargs)
+        async with self._client._new_async() as http:
+            return await http.request(method, url, **kwargs)
+
+    @asynccontextmanager
+    async def stream(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        shared = self._client._shared_async()
+        if shared is not None:
+            async with shared.stream(method, url, **kwargs) as response:
+                yield response
+            return
+        async with self._client._new_async() as http, http.stream(method, url, **kwargs) as r:
+            yield r
+
+
+def _signalled(response: httpx.Response) -> bool:
+    if response.status_code == 409 and response.json().get("title") == "WorkEnded":
+        return False
+    _check(response)
+    return True
+
+
+@contextmanager
+def _checked_stream(
+    opened: AbstractContextManager[httpx.Response],
+) -> Iterator[httpx.Response]:
+    with opened as response:
+        _check_stream(response)
+        yield response
+
+
+@asynccontextmanager
+async def _checked_stream_async(
+    opened: AbstractAsyncContextManager[httpx.Response],
+) -> AsyncIterator[httpx.Response]:
+    async with opened as response:
+        if response.status_code >= 400:
+            await response.aread()
+            raise error_of(response)
+        yield response
 
 
 def _check_stream(response: httpx.Response) -> None:

@@ -101,12 +101,23 @@ class Backend:
                 body.command if body.command is not None else list(body.argv or [])
             )
             spec = ShellSpec.build(
-                cmd, cwd=body.cwd, env=body.env, output_cap=DEFAULT_OUTPUT_CAP, on_lost="fail"
+                cmd,
+                cwd=body.cwd,
+                env=body.env,
+                output_cap=DEFAULT_OUTPUT_CAP if body.output_cap is None else body.output_cap,
+                on_lost=body.on_lost or "fail",
             )
             description = spec.describe() if body.description is None else body.description
             return await self.sup.submit_async("b", spec, description=description, **options)
         fn = await _run(resolve_ref, body.target)  # imports the target's module
-        agent_spec = await _run(AgentSpec.build, fn, tuple(body.args), dict(body.kwargs))
+        agent_spec = await _run(
+            AgentSpec.build,
+            fn,
+            tuple(body.args),
+            dict(body.kwargs),
+            memory_limit=body.memory_limit,
+            output_cap=DEFAULT_OUTPUT_CAP if body.output_cap is None else body.output_cap,
+        )
         return await self.sup.submit_async(
             "a" if body.kind == "agent" else "w",
             agent_spec,

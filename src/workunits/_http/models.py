@@ -70,6 +70,12 @@ class ShellSubmit(_Options):
     command: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | None = None
     cwd: Annotated[str, Field(max_length=4096)] | None = None
     env: dict[str, str] | None = None
+    output_cap: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Most bytes of output kept (default 5 GiB); more ends it killed"
+    )
+    on_lost: Literal["fail", "restart"] | None = Field(
+        None, description="restart: run it again (same ID) if its supervisor dies while it runs"
+    )
 
     @model_validator(mode="after")
     def _one_command(self) -> ShellSubmit:
@@ -86,6 +92,12 @@ class CallSubmit(_Options):
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
     max_attempts: Annotated[int, Field(ge=1, le=1000)] | None = None
+    memory_limit: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Address-space limit of the unit's process, in bytes"
+    )
+    output_cap: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Most transcript bytes kept (default 5 GiB); more ends it killed"
+    )
 
 
 Submit = Annotated[ShellSubmit | CallSubmit, Field(discriminator="kind")]
@@ -159,7 +171,7 @@ class ScheduleBody(_Strict):
 
     ``cron``: minute hour day-of-month month day-of-week (a sixth field is
     seconds), read in ``tz``. The unit takes no ``parent``, ``retry``,
-    ``not_before``, ``cwd`` or ``env``.
+    ``not_before``, ``cwd``, ``env``, ``on_lost``, ``memory_limit`` or ``output_cap``.
     """
 
     cron: Annotated[str, Field(min_length=1, max_length=256)]
@@ -172,7 +184,10 @@ class ScheduleBody(_Strict):
         u = self.unit
         given = [n for n in ("parent", "retry", "not_before") if getattr(u, n) is not None]
         if isinstance(u, ShellSubmit):
-            given += [n for n in ("cwd", "env") if getattr(u, n) is not None]
+            shell_only = ("cwd", "env", "output_cap", "on_lost")
+            given += [n for n in shell_only if getattr(u, n) is not None]
+        else:
+            given += [n for n in ("memory_limit", "output_cap") if getattr(u, n) is not None]
         if given:
             raise ValueError(f"a scheduled unit takes no {', '.join(given)}")
         return self
