@@ -46,6 +46,7 @@ WorkunitsError
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
     ├── LedgerFull          the state dir's disk is full; nothing was written
     ├── LedgerTampered      a durable value failed its integrity check
+    ├── SessionLost         this supervisor's session lease lapsed and another took it over
     └── ValueVersionMismatch  a pickled value was written by other Python/package versions
 
 Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
@@ -248,6 +249,15 @@ class StateDirError(LedgerError):
     component, a directory of another user, or one that group or others may
     write in. Also a file where the directory should be, a directory this user
     cannot read, and a read-only one given to a writer (a supervisor, a submit).
+    """
+
+
+class SessionLost(LedgerError):
+    """This supervisor's session was taken over: its lease lapsed (it stopped renewing).
+
+    Another supervisor on the same ledger now owns its units (resumed as their
+    next attempt, or ended ``lost``), so every write of this session is refused
+    (fencing, invariant 13). Retrying never helps: the session is over.
     """
 
 

@@ -26,11 +26,15 @@ from workunits._cli import user_code
 from workunits._cli._app import cli, state_option
 from workunits._errors import SpecError
 from workunits._ledger._db import SYNC_MODES
+from workunits._ledger.sessions import DEFAULT_LEASE, MIN_LEASE
 from workunits.supervisor.facade import Supervisor
 
 if TYPE_CHECKING:
     from workunits._http.server import HttpServer
 
+# The exit code when another supervisor took this one's session over: a process
+# manager restarts it (EX_TEMPFAIL), with a fresh session.
+EXIT_SESSION_LOST = 75
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -90,6 +94,16 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="Keep the ledger in PostgreSQL (postgresql://...; the [postgres] extra) instead of "
     "SQLite in the state dir, which still holds output files, keys and the lock.",
 )
+@click.option(
+    "--session-lease",
+    type=click.FloatRange(min=MIN_LEASE),
+    default=DEFAULT_LEASE,
+    show_default=True,
+    metavar="SECONDS",
+    help="With a shared --ledger: after SECONDS without this supervisor's heartbeat, "
+    "another one takes over its units. If that happens while this one still runs "
+    f"(it was stopped), it kills its units' processes and exits {EXIT_SESSION_LOST}.",
+)
 def serve(  # noqa: PLR0917 - click passes every option by position
     state_dir: Path,
     limits: tuple[str, ...],
@@ -101,6 +115,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     tls_key: str | None,
     insecure: bool,
     ledger_url: str | None,
+    session_lease: float,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -121,6 +136,8 @@ def serve(  # noqa: PLR0917 - click passes every option by position
             preload=imports,  # the zygote imports them too: every unit starts with them
             kinds=kinds,
             ledger=ledger_url,
+            session_lease=session_lease,
+            on_session_lost=wait_for_signal.session_lost,
         )
         deploy = False
         http = None
@@ -136,6 +153,13 @@ def serve(  # noqa: PLR0917 - click passes every option by position
                 err=True,
             )
             signum = wait_for_signal()
+            if wait_for_signal.lost:
+                click.echo(
+                    "workunits serve: this supervisor's session was taken over by another "
+                    "(its lease lapsed); its units' processes were killed, exiting",
+                    err=True,
+                )
+                raise SystemExit(EXIT_SESSION_LOST)
             deploy = signum == signal.SIGTERM
             if deploy and drain_timeout > 0:
                 _drain(supervisor, drain_timeout, wait_for_signal)
@@ -201,7 +225,7 @@ def _limits(items: tuple[str, ...]) -> dict[str, int]:
 def _stop_signals() -> Iterator[_Waiter]:
     """Handlers that record the stop signal, and a pipe that wakes the main thread."""
     read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    waiter = _Waiter(read_fd)
+    waiter = _Waiter(read_fd, write_fd)
     previous_fd = signal.set_wakeup_fd(write_fd)
     previous = {signum: signal.signal(signum, waiter.on_signal) for signum in STOP_SIGNALS}
     try:
@@ -221,8 +245,10 @@ class _SecondSignal(Exception):
 class _Waiter:
     """Runs in the main thread: the handler (between bytecodes) and the wait itself."""
 
-    def __init__(self, read_fd: int) -> None:
+    def __init__(self, read_fd: int, write_fd: int) -> None:
         self._read_fd = read_fd
+        self._write_fd = write_fd
+        self.lost = False  # the supervisor's session was taken over (session_lost)
         self.received: int | None = None
         # Set while the main thread drains: a further signal raises _SecondSignal
         # there, which ends the drain's wait (an interruptible Event wait).
@@ -238,6 +264,14 @@ class _Waiter:
         if self.interrupt_on_next:
             self.interrupt_on_next = False
             raise _SecondSignal
+
+    def session_lost(self) -> None:
+        """In the supervisor's actor thread: wake the main thread to exit."""
+        self.lost = True
+        if self.received is None:
+            self.received = signal.SIGINT  # nothing is left to leave for a next run
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write_fd, b"L")
 
     def __call__(self) -> int:
         while self.received is None:

@@ -98,6 +98,7 @@ class Database:
         self._durable_level = sync_level(sync)
         self.path = state_dir / DB_FILE
         self.readonly = readonly
+        self.row_locks = False  # one writer at a time: nothing to lock rows against
         self._busy_timeout = busy_timeout
         if not readonly:
             create_private_file(self.path)

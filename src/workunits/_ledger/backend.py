@@ -67,6 +67,8 @@ class Database(Protocol):
     """One process's access to a ledger; safe to share between its threads."""
 
     readonly: bool
+    # Whether SELECT ... FOR UPDATE SKIP LOCKED exists here (``claims``).
+    row_locks: bool
 
     @property
     def where(self) -> str:

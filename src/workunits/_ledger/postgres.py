@@ -9,7 +9,7 @@ The counterpart of ``_db.Database`` (see ``backend`` for the seam):
   runs alone from its first statement, in READ COMMITTED, so each statement
   sees everything committed before the lock was granted. Waiting for it is
   bounded by ``lock_timeout`` (the busy timeout). Rows of several
-  supervisors claimed with ``FOR UPDATE SKIP LOCKED`` come later (issue 20).
+  supervisors are also claimed with ``FOR UPDATE SKIP LOCKED`` (``claims``).
 - A read is a ``REPEATABLE READ, READ ONLY`` transaction: one snapshot.
 - Durability per transaction: ``synchronous_commit`` is turned off for a
   non-durable one (the counterpart of ``synchronous=NORMAL``); a crash of the
@@ -109,6 +109,7 @@ class PostgresDatabase:
     """A pool of connections to one PostgreSQL ledger; safe to share between threads."""
 
     readonly = False
+    row_locks = True  # SELECT ... FOR UPDATE SKIP LOCKED (see ``claims``)
 
     def __init__(self, url: str, *, busy_timeout: float, sync: str = "full") -> None:
         self._durable_off = sync_level(sync) != "FULL"

@@ -179,7 +179,15 @@ CREATE TABLE schedule_firings (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# Sessions as leases (see schema._V6).
+_V6 = """
+ALTER TABLE sessions ADD COLUMN lease double precision;
+ALTER TABLE sessions ADD COLUMN recovered_by text;
+ALTER TABLE sessions ADD COLUMN recovered_at double precision;
+CREATE INDEX units_session_status ON units (session, status);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

@@ -105,7 +105,11 @@ def record(
     next_at: float,
     now: float,
 ) -> None:
-    """Record one firing (``unit`` None: missed) and move the schedule's ``next_at`` on."""
+    """Record one firing (``unit`` None: missed) and move the schedule's ``next_at`` on.
+
+    ``next_at`` only moves forward: a supervisor recording late never moves
+    it back below where another one has taken it (``advance``).
+    """
     outcome = "missed" if unit is None else "fired"
     with db.write(durable=True) as conn:
         conn.execute(
@@ -113,7 +117,24 @@ def record(
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (schedule, due_at) DO NOTHING",
             (name, due_at, unit, outcome, now),
         )
-        conn.execute("UPDATE schedules SET next_at = ? WHERE name = ?", (next_at, name))
+        conn.execute(
+            "UPDATE schedules SET next_at = ? WHERE name = ? AND next_at < ?",
+            (next_at, name, next_at),
+        )
+
+
+def advance(db: Database, name: str, due_at: float, next_at: float) -> bool:
+    """Take the firing due at ``due_at``: move ``next_at`` from it to ``next_at``.
+
+    A compare-and-set, so among supervisors sharing the ledger exactly one
+    takes each firing (True); the others see False and reread the schedule.
+    """
+    with db.write(durable=True) as conn:
+        cursor = conn.execute(
+            "UPDATE schedules SET next_at = ? WHERE name = ? AND next_at = ?",
+            (next_at, name, due_at),
+        )
+        return cursor.rowcount == 1
 
 
 def firings(db: Database, name: str | None = None, limit: int = 100) -> list[ScheduleFiring]:

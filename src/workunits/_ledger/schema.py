@@ -205,7 +205,19 @@ CREATE TABLE schedule_firings (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# Sessions as leases (several supervisors on one PostgreSQL ledger): each
+# session says how long its lease lasts (NULL: written before leases, and
+# taken by the default), and the session that took it over when it lapsed, so
+# exactly one live supervisor recovers a dead one's units and every later
+# write of the dead one is refused (fencing by session, invariant 13).
+_V6 = """
+ALTER TABLE sessions ADD COLUMN lease REAL;
+ALTER TABLE sessions ADD COLUMN recovered_by TEXT;
+ALTER TABLE sessions ADD COLUMN recovered_at REAL;
+CREATE INDEX units_session_status ON units (session, status);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

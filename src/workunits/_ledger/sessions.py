@@ -1,9 +1,22 @@
-"""Sessions: one row per supervisor run, with a heartbeat.
+"""Sessions: one row per supervisor run, held as a lease it renews.
 
-The supervisor lock (``lock.py``) is what guarantees one live supervisor per
-state dir; the session rows say which run started which unit, so that the
-next run can find the units a dead one left ``running`` and resume or fail
-them (DESIGN §4, recovery).
+The supervisor lock (``lock.py``) guarantees one live supervisor per state
+dir; the session rows say which run owns which unit, so that another run can
+find the units a dead one left and resume or fail them (DESIGN §4, recovery).
+
+Several supervisors may share one (PostgreSQL) ledger, each with its own
+state dir. Then a session is a lease: its heartbeat renews it, and once it
+has not been renewed for ``lease`` seconds any other live supervisor may take
+it over -- one conditional UPDATE on the session row (``recovered_by``), so
+exactly one wins. In the same transaction the winner takes the dead session's
+running units (it resumes or fails them) and hands its pending ones back to
+the cluster (``session`` NULL: any supervisor with a free slot claims them).
+
+Fencing by session (invariant 13, across supervisors): once taken over, a
+session writes nothing more. ``check_not_taken`` runs at the start of every
+write transaction of a supervisor's ledger (``fence``), under the ledger's
+write lock, so a write that follows the takeover in the lock's order is
+refused, and one that precedes it is seen by the winner.
 """
 
 from __future__ import annotations
@@ -11,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workunits import _ids
-from workunits._errors import InvalidWorkId, LedgerError
-from workunits._ledger.backend import Database
+from workunits._errors import InvalidWorkId, LedgerError, SessionLost
+from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import UnitRow
 from workunits._status import Status
 
@@ -24,6 +37,15 @@ class Session:
     started_at: float
     heartbeat_at: float
     ended_at: float | None
+    lease: float | None = None  # None: opened before leases; DEFAULT_LEASE applies
+    recovered_by: str | None = None
+    recovered_at: float | None = None
+
+
+DEFAULT_LEASE = 10.0
+# Heartbeats come four times per lease (and at most each second), between ticks:
+# shorter leases than this lapse on a busy machine while nothing is wrong.
+MIN_LEASE = 0.5
 
 
 def validate(session_id: object) -> str:
@@ -33,19 +55,98 @@ def validate(session_id: object) -> str:
     return value
 
 
-def open_session(db: Database, session_id: str, pid: int, now: float) -> None:
+def open_session(
+    db: Database, session_id: str, pid: int, now: float, lease: float | None = None
+) -> None:
     validate(session_id)
     with db.write(durable=True) as conn:
         if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
             raise LedgerError(f"session {session_id} was opened before; mint a new session ID")
         conn.execute(
-            "INSERT INTO sessions (id, pid, started_at, heartbeat_at) VALUES (?, ?, ?, ?)",
-            (session_id, pid, now, now),
+            "INSERT INTO sessions (id, pid, started_at, heartbeat_at, lease) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (session_id, pid, now, now, lease),
         )
 
 
 def heartbeat(db: Database, session_id: str, now: float) -> None:
-    _touch(db, session_id, "heartbeat_at", now, durable=False)
+    """Renew the session's lease; SessionLost when another supervisor took it over."""
+    validate(session_id)
+    with db.write(durable=False) as conn:
+        cursor = conn.execute(
+            "UPDATE sessions SET heartbeat_at = ? WHERE id = ? AND recovered_by IS NULL",
+            (now, session_id),
+        )
+        if cursor.rowcount != 1:
+            check_not_taken(conn, session_id)
+            raise LedgerError(f"no session {session_id} in the ledger; open_session() first")
+
+
+def check_not_taken(conn: Connection, session_id: str) -> None:
+    """Inside a write transaction: SessionLost if ``session_id`` was taken over."""
+    row = conn.execute(
+        "SELECT recovered_by, recovered_at FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    if row is not None and row["recovered_by"] is not None:
+        raise SessionLost(
+            f"session {session_id} was taken over by session {row['recovered_by']} "
+            f"(its lease lapsed: no heartbeat in time); nothing more it writes is kept. "
+            f"Start a new supervisor"
+        )
+
+
+def take_over(
+    db: Database, me: str, now: float, *, exclusive: bool, default_lease: float = DEFAULT_LEASE
+) -> tuple[list[str], list[UnitRow]]:
+    """Take over every session whose lease lapsed (or that ended); its running units.
+
+    One transaction: the sessions won (a conditional UPDATE, so of two
+    supervisors trying at once exactly one wins each), their running units
+    moved to ``me`` (the caller resumes or fails them: see recovery), and
+    their pending units handed back (``session`` NULL) for any supervisor to
+    claim. ``exclusive``: the caller holds the only supervisor lock there can
+    be (SQLite), so every other session is dead, lease or not, and running
+    units that name no session are taken too.
+    """
+    validate(me)
+    lapsed = (
+        "" if exclusive else " AND (ended_at IS NOT NULL OR heartbeat_at < ? - coalesce(lease, ?))"
+    )
+    params: tuple[object, ...] = (me, now, me)
+    if not exclusive:
+        params += (now, default_lease)
+    with db.write(durable=True) as conn:
+        won = [
+            str(row[0])
+            for row in conn.execute(
+                "UPDATE sessions SET recovered_by = ?, recovered_at = ? "  # noqa: S608 - fixed text
+                f"WHERE id <> ? AND recovered_by IS NULL{lapsed} RETURNING id",
+                params,
+            ).fetchall()
+        ]
+        owners = [*won]
+        rows: list[UnitRow] = []
+        if won or exclusive:
+            marks = ", ".join("?" * len(won)) or "NULL"
+            null_too = " OR session IS NULL" if exclusive else ""
+            rows = [
+                UnitRow.from_sql(row)
+                for row in conn.execute(
+                    f"SELECT * FROM units WHERE status = ? AND (session IN ({marks}){null_too}) "  # noqa: S608
+                    "ORDER BY created_at, id",
+                    (Status.RUNNING.value, *owners),
+                ).fetchall()
+            ]
+            if rows:
+                conn.executemany(
+                    "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in rows]
+                )
+            if won:
+                conn.execute(
+                    f"UPDATE units SET session = NULL WHERE status = ? AND session IN ({marks})",  # noqa: S608
+                    (Status.PENDING.value, *won),
+                )
+    return won, rows
 
 
 def close_session(db: Database, session_id: str, now: float) -> None:

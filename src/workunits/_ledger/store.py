@@ -46,6 +46,7 @@ from workunits._errors import (
 )
 from workunits._ledger import (
     attempts,
+    claims,
     largevalues,
     outbox,
     requests,
@@ -64,6 +65,7 @@ from workunits._ledger import backup as backup_mod
 from workunits._ledger._db import DB_FILE, Database
 from workunits._ledger.backend import Database as Backend
 from workunits._ledger.backend import is_url
+from workunits._ledger.fence import FencedDatabase
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
@@ -198,9 +200,10 @@ class Ledger:
     @property
     def path(self) -> Path:
         """The SQLite file; a PostgreSQL ledger has none (LedgerError: see ``where``)."""
-        if not isinstance(self._db, Database):
+        plain = self._db.inner if isinstance(self._db, FencedDatabase) else self._db
+        if not isinstance(plain, Database):
             raise LedgerError(f"the ledger {self._db.where} is in PostgreSQL, not in a file")
-        return self._db.path
+        return plain.path
 
     @property
     def where(self) -> str:
@@ -678,12 +681,13 @@ class Ledger:
 
     def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
         """Write a consistent copy of this live state dir to ``dest`` (see ``_ledger.backup``)."""
-        if not isinstance(self._db, Database):
+        plain = self._db.inner if isinstance(self._db, FencedDatabase) else self._db
+        if not isinstance(plain, Database):
             raise LedgerError(
                 f"the ledger {self._db.where} is in PostgreSQL: back it up with pg_dump (or "
                 f"your server's backups), and copy the state dir's files beside it"
             )
-        return backup_mod.backup(self._db, self.state_dir, Path(dest))
+        return backup_mod.backup(plain, self.state_dir, Path(dest))
 
     def sweep_values(self) -> int:
         """Delete value store files no row refers to (see ``largevalues``); the bytes freed."""
@@ -841,6 +845,10 @@ class Ledger:
             self._db, name, due_at=due_at, unit=unit, next_at=next_at, now=self._clock.now()
         )
 
+    def advance_schedule(self, name: str, due_at: float, next_at: float) -> bool:
+        """Take one firing of a schedule, a compare-and-set on its due time (``schedules``)."""
+        return schedules.advance(self._db, name, due_at, next_at)
+
     def schedule_firings(
         self, name: str | None = None, limit: int = 100
     ) -> builtins.list[ScheduleFiring]:
@@ -865,8 +873,36 @@ class Ledger:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def open_session(self, session_id: str, pid: int) -> None:
-        sessions.open_session(self._db, session_id, pid, self._clock.now())
+    def open_session(self, session_id: str, pid: int, *, lease: float | None = None) -> None:
+        sessions.open_session(self._db, session_id, pid, self._clock.now(), lease)
+
+    def fence(self, session_id: str) -> None:
+        """From now on every write of this Ledger checks ``session_id`` was not taken over
+        (SessionLost if it was; see ``fence``). A supervisor's, once its session is open."""
+        if not isinstance(self._db, FencedDatabase):
+            self._db = FencedDatabase(self._db, session_id)
+
+    def take_over(
+        self, session_id: str, *, exclusive: bool, default_lease: float = sessions.DEFAULT_LEASE
+    ) -> tuple[builtins.list[str], builtins.list[UnitRow]]:
+        """Sessions whose lease lapsed, taken over by ``session_id``, and their running units
+        (now ``session_id``'s, to resume or fail); see ``sessions.take_over``."""
+        won, rows = sessions.take_over(
+            self._db,
+            session_id,
+            self._clock.now(),
+            exclusive=exclusive,
+            default_lease=default_lease,
+        )
+        return won, [self._checked(row) for row in rows]
+
+    def claim_pending(
+        self, session_id: str, free: Mapping[str, int], batch: int
+    ) -> builtins.list[UnitRow]:
+        """Claim unowned pending units for ``session_id`` (see ``claims``)."""
+        sessions.validate(session_id)
+        rows = claims.claim(self._db, session_id, free, batch, row_locks=self._db.row_locks)
+        return [self._checked(row) for row in rows]
 
     def heartbeat(self, session_id: str) -> None:
         sessions.heartbeat(self._db, session_id, self._clock.now())

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 import pykka
 
 from workunits._clock import Clock
-from workunits._errors import LedgerError
+from workunits._errors import LedgerError, SessionLost
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
 from workunits._record import WorkRecord, replace
@@ -96,12 +96,18 @@ class SupervisorActor(pykka.ThreadingActor):
         concurrency: Mapping[str, int] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
         pool: WorkerPool | None = None,
+        session_lease: float | None = None,
+        shared_ledger: bool = False,
+        on_session_lost: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
         self._closing = False
+        # Our session was taken over (its lease lapsed): see _lose_session.
+        self._session_lost = False
+        self._on_session_lost = on_session_lost
         deadlines = Deadlines()
-        self._mirror = LedgerMirror(ledger, session, clock)
+        self._mirror = LedgerMirror(ledger, session, clock, lease=session_lease)
         self._units = units = Units(kinds, self._mirror)
         self._notices = Notices(units, ledger, clock, tell_self=self.actor_ref.tell)
         self._eviction = Eviction(
@@ -172,6 +178,8 @@ class SupervisorActor(pykka.ThreadingActor):
             control=self._control,
             adopt_waiting=self._retries.adopt_waiting,
             adopt_lost=self._retries.adopt_lost,
+            lease=session_lease,
+            shared=shared_ledger,
         )
 
     # -- pykka hooks -------------------------------------------------------------
@@ -386,6 +394,9 @@ class SupervisorActor(pykka.ThreadingActor):
         """
         now = self._clock.now()
         evicted = self._control.run_deadlines(now)
+        if self._session_lost:
+            self._mirror.retry()  # lets go of what was queued (SessionLost is for good)
+            return evicted
         if not self._closing:
             self._recovery.apply_requests()
         self._mirror.retry()  # also while closing: the ends that land then are told
@@ -397,7 +408,11 @@ class SupervisorActor(pykka.ThreadingActor):
             self._recovery.tick()
             self._signals.tick()
             self._schedules.tick(now)
-            self._mirror.periodic(now)
+            try:
+                self._mirror.periodic(now)
+            except SessionLost as exc:
+                self._lose_session(exc)
+                return evicted
             if now >= self._next_outbox_trim:
                 # Acknowledged notices are kept a while (a consumer may look again),
                 # then deleted: the outbox stays as small as what is unread.
@@ -407,6 +422,50 @@ class SupervisorActor(pykka.ThreadingActor):
                 except LedgerError as exc:  # tried again at its next time
                     self._mirror.backlog.report(exc, "the outbox trim", kept=False)
         return evicted
+
+    def _lose_session(self, exc: SessionLost) -> None:
+        """Our lease lapsed (we were stopped, or cut off) and another supervisor took
+        our session over: it owns our units now, resumed as their next attempt or
+        ended ``lost``, and the ledger refuses every write of ours (fencing).
+
+        What a serious runtime does on losing its lease is stop acting on state
+        that is no longer its own, at once, and stop, as a process that lost its
+        leader lease does: this one's registry, queues and mailboxes describe
+        units owned elsewhere now, and opening a fresh session in the same
+        process would mean rebuilding all of it while the old unit processes
+        die. So: every unit process here is killed without an end being
+        recorded (their slots are ``suspended``, as in a deploy: no terminal
+        write, no notice; the ledger's rows are the new owner's), nothing more
+        starts or is claimed, the ticks leave the ledger alone, and the owner
+        is told (``on_session_lost``: ``workunits serve`` exits with
+        EXIT_SESSION_LOST so its process manager starts a fresh supervisor,
+        with a fresh session). In the actor's thread.
+        """
+        if self._session_lost:
+            return
+        self._session_lost = True
+        log.error(
+            "supervisor: SESSION LOST: %s. Killing this supervisor's %d unit process(es) "
+            "without recording their ends (their new owner resumes or fails them) and "
+            "starting nothing more; start a new supervisor",
+            exc,
+            sum(1 for r in self._units.registry if r.status == Status.RUNNING),
+        )
+        self._starts.refuse_new_work()
+        for record in list(self._units.registry):
+            slot = self._units.slot(record.id)
+            if slot is None or record.status not in (Status.PENDING, Status.RUNNING):
+                continue
+            slot.suspended = True
+            try:
+                self._control.kill_resident(record.id, Reason.SHUTDOWN)
+            except Exception:  # one unit's failure must not keep the others alive
+                log.exception("supervisor: could not kill %s after the session loss", record.id)
+        if self._on_session_lost is not None:
+            try:
+                self._on_session_lost()
+            except Exception:
+                log.exception("supervisor: on_session_lost raised")
 
     def _kill_children(self, ended: WorkRecord) -> None:
         for child in self._units.registry.children(ended.id):

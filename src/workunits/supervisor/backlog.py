@@ -36,6 +36,7 @@ from workunits._errors import (
     LedgerTampered,
     LedgerVersionError,
     NoLedger,
+    SessionLost,
     ValueVersionMismatch,
     WorkunitsError,
 )
@@ -46,7 +47,14 @@ log = logging.getLogger(__name__)
 
 MAX_GROUP = 256  # waiting writes of as many units retried in one transaction
 # Failures no retry mends: the ledger or a value in it is damaged or foreign.
-_FOR_GOOD = (LedgerCorrupt, LedgerTampered, LedgerVersionError, NoLedger, ValueVersionMismatch)
+_FOR_GOOD = (
+    LedgerCorrupt,
+    LedgerTampered,
+    LedgerVersionError,
+    NoLedger,
+    SessionLost,  # taken over: this session writes nothing more, ever
+    ValueVersionMismatch,
+)
 
 
 def retryable(exc: BaseException) -> bool:

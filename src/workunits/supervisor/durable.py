@@ -25,7 +25,7 @@ from collections.abc import Callable, Container
 from typing import Any
 
 from workunits._clock import Clock
-from workunits._errors import LedgerError, UnknownWork, WorkunitsError
+from workunits._errors import LedgerError, SessionLost, UnknownWork, WorkunitsError
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
 from workunits._record import Notification, WorkRecord, replace
 from workunits._restart import UNBOUNDED_ATTEMPTS
@@ -42,8 +42,15 @@ CLOSE_RETRY_FOR = 10.0  # seconds close() keeps retrying writes that have not la
 
 
 class LedgerMirror:
-    def __init__(self, ledger: Ledger, session: str, clock: Clock) -> None:
+    def __init__(
+        self, ledger: Ledger, session: str, clock: Clock, *, lease: float | None = None
+    ) -> None:
         self.ledger = ledger
+        # The heartbeat renews the session's lease: several times per lease, so
+        # one slow tick or a busy ledger does not let it lapse.
+        self._heartbeat_every = (
+            HEARTBEAT_EVERY if lease is None else min(HEARTBEAT_EVERY, lease / 4)
+        )
         self.session = session
         self._clock = clock
         self.backlog = Backlog(ledger)
@@ -270,14 +277,19 @@ class LedgerMirror:
         self.backlog.retry()
 
     def periodic(self, now: float) -> None:
-        """The session's heartbeat and the retention sweep, each at its own pace."""
+        """The session's heartbeat and the retention sweep, each at its own pace.
+
+        Raises SessionLost when the heartbeat finds the session taken over.
+        """
         try:
             if now >= self._next_heartbeat:
-                self._next_heartbeat = now + HEARTBEAT_EVERY
+                self._next_heartbeat = now + self._heartbeat_every
                 self.ledger.heartbeat(self.session)
             if now >= self._next_expire:
                 self._next_expire = now + EXPIRE_EVERY
                 self.ledger.expire()
+        except SessionLost:
+            raise
         except LedgerError as exc:
             self.backlog.report(exc, "the session's heartbeat or the retention sweep", kept=False)
 

@@ -28,6 +28,8 @@ from workunits._ledger import SupervisorLock, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
+from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
+from workunits._ledger.sessions import MIN_LEASE
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
@@ -170,6 +172,8 @@ class Supervisor:
         kinds: Mapping[str, type[WorkActor]] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
         pool_size: int = 2,
+        session_lease: float = DEFAULT_SESSION_LEASE,
+        on_session_lost: Callable[[], None] | None = None,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -195,6 +199,16 @@ class Supervisor:
         ``[postgres]`` extra); the state dir still holds output files, keys and
         the lock.
 
+        Several supervisors, each with its own state dir, may share one
+        PostgreSQL ledger: each claims pending units for its free slots, and
+        holds its session as a lease of ``session_lease`` seconds, renewed by
+        its heartbeat. When a supervisor's lease lapses another one takes its
+        session over and resumes (or fails, reason ``lost``) its units; the
+        ledger then refuses every write of the old session, which kills its unit
+        processes, starts nothing more and calls ``on_session_lost`` (in the
+        actor's thread: keep it short) -- the owner should close it and start
+        a new supervisor.
+
         ``pool_size`` is how many worker processes run pooled units
         (``agent(..., reuse=True)``) at once; they start with the first one.
         """
@@ -212,6 +226,14 @@ class Supervisor:
             or max_resident_ended < 0
         ):
             raise SpecError(f"max_resident_ended must be an int >= 0, got {max_resident_ended!r}")
+        if (
+            isinstance(session_lease, bool)
+            or not isinstance(session_lease, int | float)
+            or not session_lease >= MIN_LEASE
+        ):
+            raise SpecError(
+                f"session_lease must be a number of seconds >= {MIN_LEASE}, got {session_lease!r}"
+            )
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         if ledger is not None and not is_url(ledger):
             raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
@@ -242,6 +264,8 @@ class Supervisor:
                     ledger_sync=ledger_sync,
                     ledger=ledger,
                     pool_size=pool_size,
+                    session_lease=float(session_lease),
+                    on_session_lost=on_session_lost,
                     ray=RayRuntime(
                         address=ray_address,
                         temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),

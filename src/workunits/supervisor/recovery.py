@@ -7,6 +7,16 @@ ticks. At start, running units of dead sessions are resumed (same ID, next
 attempt, last checkpoint) when their kind says they can be, else they fail
 with reason ``lost``.
 
+Several supervisors on one (PostgreSQL) ledger (``shared``): each holds its
+session as a lease (renewed by its heartbeat, ``LedgerMirror.periodic``). At
+start and every TAKEOVER_EVERY seconds of ticks, a supervisor takes over the
+sessions whose lease lapsed (``Ledger.take_over``: exactly one supervisor wins
+each) and recovers their running units as above; their pending units go back
+to the cluster. Pending units nobody owns are claimed (``Ledger.claim_pending``),
+no more of a kind than this supervisor has free slots for, so each is started
+by exactly one supervisor. Alone on a SQLite ledger (its lock held), every
+other session is dead at start, and none can lapse afterwards.
+
 Requests first: at start, every queued request is applied before any unit is
 resumed or started, so a cancel sent while no supervisor ran ends its unit
 ``killed`` instead of racing its next attempt; at every tick, requests are
@@ -41,6 +51,7 @@ from workunits.supervisor.units import Units
 log = logging.getLogger(__name__)
 
 ADOPT_BATCH = 256
+TAKEOVER_EVERY = 1.0  # seconds between looks for lapsed sessions (shared ledgers)
 REQUESTS_PER_TICK = 64
 _END_VERBS = ("cancel", "kill")
 
@@ -58,6 +69,8 @@ class Recovery:
         control: Control,
         adopt_waiting: Callable[[UnitRow], bool] | None = None,
         adopt_lost: Callable[[UnitRow], Outcome | None] | None = None,
+        lease: float | None = None,
+        shared: bool = False,
     ) -> None:
         self._ledger = ledger
         self._session = session
@@ -77,23 +90,46 @@ class Recovery:
         # A teammate with a restart policy lost while it ran is restarted by its
         # policy (``supervisor.retries``); otherwise the end to record.
         self._adopt_lost = adopt_lost
+        # The session's lease (None: the ledger's default); ``shared``: other
+        # supervisors may use this ledger at once, so sessions lapse by lease.
+        self._lease = lease
+        self._shared = shared
+        self._next_takeover = 0.0
+        self._claimed: list[UnitRow] = []  # claimed, not yet started (the ledger failed)
 
     def recover(self) -> dict[str, list[str]]:
         """Open the session; apply requests; resume or fail what dead sessions left; adopt."""
-        self._ledger.open_session(self._session, os.getpid())
+        self._ledger.open_session(self._session, os.getpid(), lease=self._lease)
+        # From here on every write checks this session was not taken over (fence).
+        self._ledger.fence(self._session)
         self._ledger.reopen_requests(self._session)
         self._recovered = True
         # Before anything is resumed or started: a cancel sent while no supervisor
         # ran ends its unit without another attempt (DESIGN §4).
         self._apply_requests(until_none_left=True)
+        resumed, lost = self._take_over(exclusive=not self._shared)
+        adopted = self._adopt_pending()
+        return {"resumed": resumed, "lost": lost, "adopted": adopted}
+
+    def _take_over(self, *, exclusive: bool) -> tuple[list[str], list[str]]:
+        """Take over dead sessions; resume or fail their running units."""
+        self._next_takeover = self._clock.now() + TAKEOVER_EVERY
+        won, rows = self._ledger.take_over(self._session, exclusive=exclusive)
+        if won and self._shared:
+            log.warning(
+                "session %s took over session(s) %s (lease lapsed): %d running unit(s) to "
+                "resume or fail, their pending units back to the cluster",
+                self._session,
+                ", ".join(won),
+                len(rows),
+            )
         resumed: list[str] = []
         lost: list[str] = []
-        for row in self._ledger.units_of_dead_sessions(self._session):
+        for row in rows:
             outcome = self._resume_or_lose(row)
             if outcome is not None:
                 (resumed if outcome else lost).append(row.id)
-        adopted = self._adopt_pending()
-        return {"resumed": resumed, "lost": lost, "adopted": adopted}
+        return resumed, lost
 
     def apply_requests(self) -> None:
         """Every tick, before anything starts: apply other processes' requests."""
@@ -105,6 +141,8 @@ class Recovery:
         if not self._recovered:
             return
         try:
+            if self._shared and self._clock.now() >= self._next_takeover:
+                self._take_over(exclusive=False)
             self._resume_left()
             self._adopt_pending()
         except LedgerError as exc:
@@ -159,7 +197,7 @@ class Recovery:
             if (
                 row is not None
                 and row.status == Status.RUNNING
-                and row.session != self._session
+                and row.session == self._session  # taken over: ours, not in memory
                 and work_id not in self._units
                 and not self._mirror.backlog.holds(work_id)
             ):
@@ -189,19 +227,25 @@ class Recovery:
         self._mirror.write_lost(row.id, batch)
 
     def _adopt_pending(self) -> list[str]:
-        """Start pending units other processes submitted (or a dead session left)."""
+        """Claim and start pending units other processes submitted (or a dead session left)."""
+        free = self._starts.free_slots()
+        if free is None:
+            return []  # closing: nothing more starts here
         adopted: list[str] = []
-        for row in self._ledger.list(status=Status.PENDING, limit=ADOPT_BATCH):
+        # Claimed at an earlier tick, but the ledger failed before they started.
+        rows, self._claimed = self._claimed, []
+        rows += self._ledger.claim_pending(self._session, free, ADOPT_BATCH)
+        for i, row in enumerate(rows):
             if row.id in self._units or self._mirror.backlog.holds(row.id):
                 continue  # in memory, or its lost end is waiting to be written
             try:
                 actor_class = self._units.kinds.actor_class(row.id[0])
                 spec, timeout = actor_class.from_durable(self._ledger.load_spec(row.id))
-                self._ledger.write(row.id, attempt=row.attempt, session=self._session)
             except (WorkunitsError, UnknownKind) as exc:
                 if retryable(exc):  # not the unit's fault: adopted at a later tick
                     what = f"the adoption of {row.id} (tried again)"
                     self._mirror.backlog.report(exc, what, kept=False)
+                    self._claimed = rows[i:]  # claimed already: no one else starts them
                     break
                 self._lose(row, f"could not start: {type(exc).__name__}: {exc}")
                 continue

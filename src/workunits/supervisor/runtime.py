@@ -18,6 +18,7 @@ import pykka
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._ledger import Ledger
+from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._pool import WorkerPool
 from workunits._remote.runtime import RayRuntime
 from workunits._zygote.client import ZygoteClient
@@ -71,6 +72,8 @@ class Options:
     ray: RayRuntime
     ledger: str | None = None  # a postgresql:// URL; None: SQLite in the state dir
     pool_size: int = 2  # worker processes for pooled units (reuse=True)
+    session_lease: float = DEFAULT_LEASE  # seconds without a heartbeat before a takeover
+    on_session_lost: Callable[[], None] | None = None  # in the actor's thread; O(1)
 
 
 class Runtime:
@@ -109,6 +112,11 @@ class Runtime:
             concurrency=options.concurrency,
             max_resident_ended=options.max_resident_ended,
             pool=self.pool,
+            session_lease=options.session_lease,
+            # Other supervisors may share a PostgreSQL ledger (each with its own
+            # state dir and lock); SQLite's is this state dir's alone.
+            shared_ledger=options.ledger is not None,
+            on_session_lost=options.on_session_lost,
         )
         self.channel = ActorChannel(self._ref, options.ask_timeout)
         interval = options.tick_interval

@@ -72,8 +72,9 @@ class Schedules:
         self._register = register
         # Firings due before this supervisor started were missed (none ran then).
         self._started_at = started_at
-        # Invariant: the ledger's rows as of the last add/remove (only this
-        # supervisor changes them), read once at start.
+        # The ledger's rows as of the last add/remove, read once at start; a row
+        # another supervisor on the same ledger moved on is reread when this one
+        # loses a firing to it (``advance_schedule``).
         self._rows: dict[str, ScheduleRow] = {}
         try:
             self._rows = {row.name: row for row in ledger.all_schedules()}
@@ -144,6 +145,13 @@ class Schedules:
             if due > now:
                 return
             following = next_due(row.cron, row.tz, due)
+            # Each firing is taken first, a compare-and-set on the due time: of
+            # several supervisors on one ledger exactly one fires (or records as
+            # missed) it. A supervisor that dies right after taking it loses
+            # that one firing: at most once, never twice.
+            if not self._ledger.advance_schedule(row.name, due, following):
+                self._reread(row.name)
+                return
             missed = due < self._started_at
             last_missed = following > now or following >= self._started_at
             if missed and not (row.catch_up == "run-once" and last_missed):
@@ -155,6 +163,14 @@ class Schedules:
                 self._fire(row, due, following)
             row = self._moved(row, following)
             due = following
+
+    def _reread(self, name: str) -> None:
+        """Another supervisor took a firing: this one's copy of the row is behind."""
+        for found in self._ledger.all_schedules():
+            if found.name == name:
+                self._rows[name] = found
+                return
+        self._rows.pop(name, None)  # removed there
 
     def _fire(self, row: ScheduleRow, due: float, following: float) -> None:
         spec = self._ledger.schedule_spec(row)

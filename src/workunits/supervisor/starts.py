@@ -260,6 +260,17 @@ class Starts:
             _, record = self._units.write(work_id, running)
         self.launch(record, Launch(unit.actor_class, unit.spec, unit.timeout), unit.checkpoint)
 
+    def free_slots(self) -> dict[str, int] | None:
+        """Per kind with a concurrency limit: how many more units could start now,
+        counting those already queued here; None while closing (nothing starts).
+        What this supervisor claims from the cluster's pending units (``claims``)."""
+        if self._closing:
+            return None
+        return {
+            kind: max(0, limit - self._units.running_of(kind) - len(self._queued.get(kind, ())))
+            for kind, limit in self._limits.items()
+        }
+
     def has_slot(self, kind: str) -> bool:
         """A unit of ``kind`` may start now (its kind's concurrency limit allows it)."""
         return self._has_slot(kind)

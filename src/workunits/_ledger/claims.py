@@ -1,0 +1,63 @@
+"""Claims: which supervisor starts a pending unit that no session owns.
+
+Pending rows with no session (``session`` NULL) are the cluster's queue: a
+client's submit (``wu.connect(...).shell(...)``), or the pending units of a
+session that was taken over (``sessions.take_over`` hands them back). A
+supervisor claims some by setting ``session`` to its own; only then does it
+start them, so each is started by exactly one supervisor. It claims no more
+of a kind than it has free slots for (its ``concurrency``), so a busy
+supervisor does not hoard units an idle one could run.
+
+On PostgreSQL the rows are picked with ``FOR UPDATE SKIP LOCKED``. Today every
+write transaction also holds the ledger's advisory write lock (``postgres``),
+so claims are serialised anyway and SKIP LOCKED never skips; the row locks
+make the claim correct on its own, but it stays under the write lock because
+the session fence (``fence``) relies on that lock: a claim outside it could
+commit just after the takeover of its (lapsed) session and leave units owned
+by a session nobody will take over again. Moving claims out would need the
+fence to hold the session row ``FOR SHARE`` against the takeover's UPDATE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from workunits._ledger.backend import Database
+from workunits._ledger.rows import UnitRow
+from workunits._status import Status
+
+_PICK = "SELECT * FROM units WHERE status = ? AND session IS NULL"
+
+
+def claim(
+    db: Database, me: str, free: Mapping[str, int], batch: int, *, row_locks: bool
+) -> list[UnitRow]:
+    """Claim the oldest unowned pending units for session ``me``; return their rows.
+
+    ``free``: kinds with a concurrency limit, and how many more this
+    supervisor can run now (0: none is claimed). Other kinds: up to ``batch``.
+    """
+    lock = " FOR UPDATE SKIP LOCKED" if row_locks else ""
+    limited = sorted(free)
+    picks: list[tuple[str, tuple[object, ...]]] = [
+        (" AND kind = ?", (kind, free[kind])) for kind in limited if free[kind] > 0
+    ]
+    if limited:
+        picks.append((f" AND kind NOT IN ({', '.join('?' * len(limited))})", (*limited, batch)))
+    else:
+        picks.append(("", (batch,)))
+    claimed: list[UnitRow] = []
+    with db.write(durable=True) as conn:
+        # A cheap look first: on most ticks there is nothing to claim.
+        if conn.execute(_PICK + " LIMIT 1", (Status.PENDING.value,)).fetchone() is None:
+            return []
+        for where, params in picks:
+            # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
+            sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"
+            rows = conn.execute(sql, (Status.PENDING.value, *params)).fetchall()
+            claimed.extend(UnitRow.from_sql(row) for row in rows)
+        if claimed:
+            conn.executemany(
+                "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in claimed]
+            )
+    return claimed

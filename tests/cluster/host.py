@@ -1,0 +1,88 @@
+"""Supervisor processes of a cluster test: ``workunits serve`` on one shared ledger.
+
+Specs in the ledger are signed with a state dir's key (``secret.key``), and a
+supervisor refuses a spec it cannot verify; until the key comes from shared
+configuration (``--secret-file``, another branch), every state dir of a
+cluster test holds the same key: ``share_key`` copies one in before the start.
+
+Reusable by the bigger cluster tests: ``Host.start(...)`` runs one serve
+process with its own state dir, ``session`` is read from its banner, and
+``kill``/``stop``/``cont`` send it real signals.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from workunits._ledger.values import KEY_BYTES, KEY_FILE
+
+_SESSION = re.compile(r"session (s[0-9a-z]{8})")
+
+
+def share_key(state: Path, key: bytes) -> None:
+    """Give ``state`` (created, 0700) the cluster's signing key, before anything opens it."""
+    state.mkdir(mode=0o700, exist_ok=True)
+    path = state / KEY_FILE
+    if not path.exists():
+        path.write_bytes(key)
+        path.chmod(0o400)
+
+
+def cluster_key(tmp: Path) -> bytes:
+    """One key for every state dir of a test (made once, in ``tmp``)."""
+    path = tmp / "cluster.key"
+    if not path.exists():
+        path.write_bytes(secrets.token_bytes(KEY_BYTES))
+    return path.read_bytes()
+
+
+@dataclass
+class Host:
+    proc: subprocess.Popen[bytes]
+    state: Path
+    session: str
+    log: Path
+
+    @classmethod
+    def start(
+        cls, state: Path, url: str, *, lease: float = 2.0, limits: tuple[str, ...] = ()
+    ) -> Host:
+        share_key(state, cluster_key(state.parent))
+        log = state.with_suffix(".log")
+        args = [sys.executable, "-m", "workunits._cli", "serve", "--state", str(state)]
+        args += ["--ledger", url, "--session-lease", str(lease)]
+        for item in limits:
+            args += ["-c", item]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = _SESSION.search(log.read_text(errors="replace"))
+            if found:
+                return cls(proc, state, found.group(1), log)
+            if proc.poll() is not None:
+                raise AssertionError(f"serve exited: {log.read_text()}")
+            time.sleep(0.05)
+        proc.kill()
+        raise AssertionError(f"serve did not start: {log.read_text()}")
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.proc.pid, signum)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
