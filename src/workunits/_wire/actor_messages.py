@@ -33,12 +33,6 @@ class Escalate:
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessSpawned:
-    pid: int
-    pidfd: int  # owned by the receiving actor
-
-
-@dataclass(frozen=True, slots=True)
 class ProcessSpawnFailed:
     error: str
 

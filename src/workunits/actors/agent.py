@@ -30,7 +30,6 @@ from workunits._wire.actor_messages import (
     EventToUnit,
     ProcessExited,
     ProcessLost,
-    ProcessSpawned,
     ProcessSpawnFailed,
     ProgressReport,
     ReplyToUnit,
@@ -40,7 +39,7 @@ from workunits._wire.actor_messages import (
 from workunits._wire.specs import AgentSpec, Call
 from workunits._wire.zygote_protocol import Limits, SpawnCall
 from workunits.actors.base import UnitBinding, WorkActor
-from workunits.actors.process_events import TellActor
+from workunits.actors.process_events import ProcessWatch, TellActor
 
 # -- messages to the supervisor on behalf of the unit process ------------------
 
@@ -155,13 +154,13 @@ class AgentActor(WorkActor):
                 limits=self._limits(),
                 transcript_cap=self.spec.output_cap,
             )
-            self._start_process(call, transcript_fd, theirs.fileno(), TellActor(ref))
+            self._start_process(call, transcript_fd, theirs.fileno(), self.process_watch())
         finally:
             os.close(transcript_fd)
             theirs.close()
 
     def _start_process(
-        self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: TellActor
+        self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch
     ) -> None:
         """Have the zygote fork the unit's process (a pooled agent hands it to a worker)."""
         self.unit.zygote.spawn_call(call, transcript_fd, channel_fd, events)
@@ -175,8 +174,6 @@ class AgentActor(WorkActor):
         match message:
             case _FromUnit(frame):
                 self._from_unit(frame)
-            case ProcessSpawned(pid, pidfd):
-                self.adopt_process(pid, pidfd)
             case ProcessExited(exit_code, signum):
                 self._exit = (exit_code, signum)
                 self._close_channel()
@@ -186,8 +183,7 @@ class AgentActor(WorkActor):
                 self._error = m.Error("SpawnFailed", error, "", None)
                 self._close_channel()
                 self._maybe_finish()
-            case ProcessLost():
-                self.kill_orphaned_group()
+            case ProcessLost():  # the watch killed what was left of the group
                 self._ending = self._ending or Reason.LOST
                 self._exit = (None, None)
                 self._close_channel()

@@ -6,15 +6,17 @@ for the work). It starts the work in ``on_start`` (its own thread), answers
 exactly once with ``finish``, after which it stops. It never asks the
 supervisor anything: it only tells, so no ask cycle can deadlock.
 
-Subclasses implement ``launch`` and ``signal_work``; see ``ShellActor``.
+Subclasses implement ``launch`` and ``signal_work``; see ``ShellActor``. A kind
+whose work is a zygote process passes ``process_watch()`` with its spawn
+request: the zygote's events then reach the supervisor without passing
+through this actor when it has nothing to add (``end_on_exit``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import signal
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from workunits._clock import Clock
 from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
+from workunits.actors.process_events import ProcessWatch
 
 if TYPE_CHECKING:
     from workunits._pool import WorkerPool
@@ -50,8 +53,8 @@ class UnitBinding:
     clock: Clock
     reaper: Reaper
     zygote: ZygoteClient
-    report_pid: Callable[[str, int], None]
-    report_end: Callable[[str, Outcome], None]
+    report_pid: Callable[[str, int], None]  # any thread: the record shows the pid
+    report_end: Callable[[str, Outcome], None]  # any thread; use ``finish`` (exactly once)
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
 
@@ -81,9 +84,14 @@ class WorkActor(pykka.ThreadingActor):
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__()
         self.unit = unit
+        # Written in this actor's thread only (first reason wins); read by
+        # ``end_on_exit`` on the Reaper thread, which must see it once we have
+        # signalled the work, so it is set before any signal is sent.
         self._ending: Reason | None = None
         self._finished = False
-        self._pidfd: int | None = None  # the unit process, once it exists
+        # Taken by whoever reports the end (this thread, or the Reaper's ``end_on_exit``).
+        self._end_claim = threading.Lock()
+        self._watch: ProcessWatch | None = None  # this unit's process, if it has one
 
     # -- hooks for subclasses --------------------------------------------------
 
@@ -127,6 +135,23 @@ class WorkActor(pykka.ThreadingActor):
         """Deliver ``signum`` to the work (SIGTERM to ask, SIGKILL to end)."""
         raise NotImplementedError
 
+    def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome | None:
+        """The unit's outcome when its zygote process exits, or None (the default).
+
+        Runs on the Reaper thread, not this actor's: it may read the spec, the
+        binding and the files, and ``self._ending``, nothing this actor changes
+        otherwise. An outcome goes straight to the supervisor (one hop, not
+        two) and this actor is then only told ``ProcessExited`` to stop. None:
+        this actor gets ``ProcessExited`` and reports the end itself, when it has
+        something to add (an agent drains its channel first).
+        """
+        return None
+
+    def process_watch(self) -> ProcessWatch:
+        """The ``events`` to pass to the zygote with a spawn request for this unit."""
+        self._watch = ProcessWatch(self)
+        return self._watch
+
     # -- lifecycle -------------------------------------------------------------
 
     def on_start(self) -> None:
@@ -168,47 +193,26 @@ class WorkActor(pykka.ThreadingActor):
             self.signal_work(signal.SIGKILL)
 
     def finish(self, outcome: Outcome) -> None:
-        """Report the outcome exactly once, then stop this actor."""
+        """Report the outcome exactly once, then stop this actor.
+
+        The outcome is dropped when the end was reported already (by
+        ``end_on_exit`` on the Reaper thread): the first report wins.
+        """
         if self._finished:
             return
         self._finished = True
-        self._release_process()
-        self.unit.report_end(self.unit.id, outcome)
+        if self.claim_end():
+            self.unit.report_end(self.unit.id, outcome)
         self.stop()
 
-    def adopt_process(self, pid: int, pidfd: int) -> None:
-        """The zygote forked our process: keep its pidfd, tell the supervisor its pid."""
-        self._pidfd = pidfd
-        self.unit.report_pid(self.unit.id, pid)
-
-    def kill_orphaned_group(self) -> None:
-        """The zygote died: kill our process group ourselves, through the pidfd.
-
-        A leader that is still alive pins its pid and group id, so the group
-        kill cannot hit a stranger; a dead leader's stragglers were its
-        zygote's to kill.
-        """
-        pidfd = self._pidfd
-        if pidfd is None:
-            return
-        try:
-            signal.pidfd_send_signal(pidfd, 0)
-        except ProcessLookupError:
-            return
-        pid = _pid_of(pidfd)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-
-    def _release_process(self) -> None:
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+    def claim_end(self) -> bool:
+        """True once only, for whoever reports the unit's end (any thread)."""
+        return self._end_claim.acquire(blocking=False)
 
     def on_stop(self) -> None:
-        self._release_process()
+        """Release what the work holds (this actor's thread); subclasses call super()."""
+        if self._watch is not None:
+            self._watch.release()
 
     def on_failure(
         self,
@@ -236,7 +240,8 @@ class WorkActor(pykka.ThreadingActor):
         error = "the unit's actor failed"
         if exception_value is not None:
             error = _describe_error(error, exception_value)
-        self.unit.report_end(self.unit.id, Outcome(Status.FAILED, error=error))
+        if self.claim_end():
+            self.unit.report_end(self.unit.id, Outcome(Status.FAILED, error=error))
 
     def outcome_for_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
         """Map how the process ended to the unit's outcome.
@@ -245,24 +250,16 @@ class WorkActor(pykka.ThreadingActor):
         its exit status: it was cut short, and the race "exited just as we
         killed it" must not flip a cancel into a success or a failure.
         """
-        if self._ending is not None:
-            return Outcome(Status.KILLED, exit_code=exit_code, signal=signum, reason=self._ending)
-        if exit_code == 0:
-            return Outcome(Status.COMPLETED, exit_code=0)
-        return Outcome(Status.FAILED, exit_code=exit_code, signal=signum)
+        return exit_outcome(self._ending, exit_code, signum)
 
 
-def _pid_of(pidfd: int) -> int | None:
-    """The pid a pidfd refers to (from /proc/self/fdinfo), or None once it has exited."""
-    try:
-        with open(f"/proc/self/fdinfo/{pidfd}") as f:
-            for line in f:
-                if line.startswith("Pid:"):
-                    pid = int(line.split()[1])
-                    return pid if pid > 0 else None
-    except (OSError, ValueError):
-        pass
-    return None
+def exit_outcome(ending: Reason | None, exit_code: int | None, signum: int | None) -> Outcome:
+    """``outcome_for_exit`` with the ending reason given (any thread)."""
+    if ending is not None:
+        return Outcome(Status.KILLED, exit_code=exit_code, signal=signum, reason=ending)
+    if exit_code == 0:
+        return Outcome(Status.COMPLETED, exit_code=0)
+    return Outcome(Status.FAILED, exit_code=exit_code, signal=signum)
 
 
 def _describe_error(head: str, exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from typing import ClassVar
 from workunits._errors import WorkunitsError
 from workunits._wire.zygote_protocol import SpawnCall
 from workunits.actors.agent import AgentActor
-from workunits.actors.process_events import TellActor
+from workunits.actors.process_events import ProcessWatch
 
 
 class PooledAgentActor(AgentActor):
@@ -23,7 +23,7 @@ class PooledAgentActor(AgentActor):
     kind: ClassVar[str] = "agent"
 
     def _start_process(
-        self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: TellActor
+        self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch
     ) -> None:
         pool = self.unit.pool
         if pool is None:

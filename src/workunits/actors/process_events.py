@@ -1,22 +1,42 @@
-"""Zygote events as messages to a unit's own actor (the Reaper thread only tells)."""
+"""``ProcessWatch``: how the zygote's events for one unit's process reach whoever needs them.
+
+The zygote client calls a unit's watch on the Reaper thread. Each event goes
+where it is used, with as few tells as possible:
+
+- ``spawned``: the pid goes straight to the supervisor (the record shows it);
+  the pidfd stays here, for the one case that needs it (``lost``);
+- ``exited``: when the kind's ``end_on_exit`` gives the outcome (a shell), the
+  end goes straight to the supervisor, and the unit's actor is then told only
+  to stop; otherwise (an agent still drains its channel) the actor gets
+  ``ProcessExited`` and reports the end itself;
+- ``spawn_failed`` and ``lost`` go to the actor, which ends the unit.
+
+The supervisor hears of the end exactly once whichever way it comes: the
+report is claimed first (``WorkActor.claim_end``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+import signal
+import threading
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
 from workunits._wire.actor_messages import (
     ProcessExited,
     ProcessLost,
-    ProcessSpawned,
     ProcessSpawnFailed,
 )
 
+if TYPE_CHECKING:
+    from workunits.actors.base import WorkActor
+
 
 class TellActor:
-    """``UnitEvents`` for the zygote client: each event becomes a tell to ``ref``."""
+    """Tells to a unit's actor from another thread; False once the actor is gone."""
 
     __slots__ = ("ref",)
 
@@ -30,15 +50,89 @@ class TellActor:
             return False  # the unit was already force-ended at shutdown
         return True
 
+
+class ProcessWatch:
+    """``UnitEvents`` for one unit's process (see the module docstring); Reaper thread only."""
+
+    __slots__ = ("_actor", "_lock", "_pidfd", "_released", "_teller")
+
+    def __init__(self, actor: WorkActor) -> None:
+        self._actor = actor
+        self._teller = TellActor(actor.actor_ref)
+        # Guards _pidfd and _released: the Reaper thread and the actor's (its stop) release.
+        self._lock = threading.Lock()
+        self._pidfd: int | None = None  # the unit process, from spawned until its end
+        self._released = False
+
     def spawned(self, pid: int, pidfd: int) -> None:
-        if not self.tell(ProcessSpawned(pid, pidfd)):
+        with self._lock:
+            keep = not self._released
+            if keep:
+                self._pidfd = pidfd
+        if not keep:  # the actor stopped already (a force-end at shutdown)
             os.close(pidfd)
+            return
+        unit = self._actor.unit
+        unit.report_pid(unit.id, pid)
 
     def spawn_failed(self, error: str) -> None:
-        self.tell(ProcessSpawnFailed(error))
+        self.release()
+        self._teller.tell(ProcessSpawnFailed(error))
 
     def exited(self, exit_code: int | None, signum: int | None) -> None:
-        self.tell(ProcessExited(exit_code, signum))
+        self.release()
+        actor = self._actor
+        outcome = actor.end_on_exit(exit_code, signum)
+        if outcome is not None and actor.claim_end():
+            actor.unit.report_end(actor.unit.id, outcome)  # first: the actor's stop can wait
+        self._teller.tell(ProcessExited(exit_code, signum))
 
     def lost(self) -> None:
-        self.tell(ProcessLost())
+        """The zygote died: kill what is left of the unit's group ourselves, then tell."""
+        self._kill_orphaned_group()
+        self.release()
+        self._teller.tell(ProcessLost())
+
+    def _kill_orphaned_group(self) -> None:
+        """Through the pidfd: a leader that is still alive pins its pid and group id, so
+        the group kill cannot hit a stranger; a dead leader's stragglers were its
+        zygote's to kill."""
+        with self._lock:
+            pidfd = self._pidfd
+            if pidfd is None:
+                return
+            self._kill_group(pidfd)  # under the lock: the pidfd stays open meanwhile
+
+    @staticmethod
+    def _kill_group(pidfd: int) -> None:
+        try:
+            signal.pidfd_send_signal(pidfd, 0)
+        except ProcessLookupError:
+            return
+        pid = _pid_of(pidfd)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+    def release(self) -> None:
+        """Close the pidfd (any thread); a later ``spawned`` closes its own at once."""
+        with self._lock:
+            self._released = True
+            pidfd, self._pidfd = self._pidfd, None
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pid_of(pidfd: int) -> int | None:
+    """The pid a pidfd refers to (from /proc/self/fdinfo), or None once it has exited."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None

@@ -17,16 +17,10 @@ from workunits._errors import SpecError
 from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits._wire import durable
-from workunits._wire.actor_messages import (
-    ProcessExited,
-    ProcessLost,
-    ProcessSpawned,
-    ProcessSpawnFailed,
-)
+from workunits._wire.actor_messages import ProcessExited, ProcessLost, ProcessSpawnFailed
 from workunits._wire.specs import ShellSpec
 from workunits._wire.zygote_protocol import Limits, SpawnExec
-from workunits.actors.base import UnitBinding, WorkActor
-from workunits.actors.process_events import TellActor
+from workunits.actors.base import UnitBinding, WorkActor, exit_outcome
 
 
 class ShellActor(WorkActor):
@@ -76,25 +70,28 @@ class ShellActor(WorkActor):
                 env=self.spec.env,
                 limits=Limits(output_cap=self.spec.output_cap),
             )
-            self.unit.zygote.spawn_exec(request, fd, TellActor(self.actor_ref))
+            self.unit.zygote.spawn_exec(request, fd, self.process_watch())
         finally:
             os.close(fd)
 
     def signal_work(self, signum: int) -> None:
         self.unit.zygote.signal(self.unit.id, signum)
 
+    def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
+        """Reaper thread: the exit says everything, so the end skips this actor."""
+        ending = self._ending
+        if ending is None and (signum == signal.SIGXFSZ or self._reached_cap()):
+            ending = Reason.OUTPUT_CAP
+        return exit_outcome(ending, exit_code, signum)
+
     def on_receive(self, message: Any) -> Any:
         match message:
-            case ProcessSpawned(pid, pidfd):
-                self.adopt_process(pid, pidfd)
             case ProcessSpawnFailed(error):
                 self.finish(Outcome(Status.FAILED, error=error))
             case ProcessExited(exit_code, signum):
-                if self._ending is None and (signum == signal.SIGXFSZ or self._reached_cap()):
-                    self._ending = Reason.OUTPUT_CAP
-                self.finish(self.outcome_for_exit(exit_code, signum))
+                # The Reaper reported the end already (end_on_exit): this only stops us.
+                self.finish(self.end_on_exit(exit_code, signum))
             case ProcessLost():
-                self.kill_orphaned_group()
                 error = "lost: the zygote process that forked this unit died"
                 self.finish(Outcome(Status.FAILED, reason=Reason.LOST, error=error))
             case _:

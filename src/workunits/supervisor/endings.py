@@ -48,7 +48,8 @@ MAX_ENDS_PER_COMMIT = 256  # a longer run of ends is committed in several groups
 
 @dataclass(frozen=True, slots=True)
 class EndReport:
-    """A unit actor reports its unit's end (told from the unit actor's thread)."""
+    """A unit's end: told by its actor, or by the Reaper thread for a kind whose
+    ``end_on_exit`` gives the outcome (a shell), once per unit either way."""
 
     work_id: str
     outcome: Outcome

@@ -40,7 +40,7 @@ from workunits.supervisor.units import Units
 
 @dataclass(frozen=True, slots=True)
 class PidReport:
-    """A unit actor reports its unit's pid (told from the unit actor's thread)."""
+    """A unit's process exists: its pid, told by its ``ProcessWatch`` (the Reaper thread)."""
 
     work_id: str
     pid: int
