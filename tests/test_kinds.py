@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any, ClassVar
 
 import pytest
@@ -20,6 +21,7 @@ from workunits import (
     WorkActor,
     _outputfile,
 )
+from workunits.actors import ProcessExited, ProcessLost, ProcessSpawnFailed, SpawnExec
 from workunits.testing import ScriptedDriver, ScriptedWork
 
 
@@ -170,3 +172,89 @@ def test_a_kind_whose_handler_raises_fails_the_unit_instead_of_hanging_it(
     assert "Traceback" in record.error
     assert record.output_tail == b"before the bug"
     assert sup.notifications().get(timeout=0).id == unit.id
+
+
+class ExitCodeWork(WorkActor):
+    """A kind that runs a command through the zygote, as the guide says, and ends at its exit."""
+
+    kind: ClassVar[str] = "exitcode"
+
+    def launch(self) -> None:
+        fd = _outputfile.create(self.unit.output_path)
+        try:
+            argv = ("sh", "-c", 'echo "$0"; exit 3', "from a user kind")
+            request = SpawnExec(unit_id=self.unit.id, argv=argv, cwd=None, env=None)
+            self.unit.zygote.spawn_exec(request, fd, self.process_watch())
+        finally:
+            os.close(fd)
+
+    def signal_work(self, signum: int) -> None:
+        self.unit.zygote.signal(self.unit.id, signum)
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case ProcessExited(exit_code, signum):
+                self.finish(self.outcome_for_exit(exit_code, signum))
+            case ProcessSpawnFailed(error):
+                self.finish(Outcome(Status.FAILED, error=error))
+            case ProcessLost():
+                self.finish(Outcome(Status.FAILED, error="lost"))
+            case _:
+                return super().on_receive(message)
+        return None
+
+
+class EndsOnTheReaper(ExitCodeWork):
+    """The same command; its outcome is decided by ``end_on_exit``, on the Reaper thread."""
+
+    kind: ClassVar[str] = "reaperend"
+
+    def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
+        where = threading.current_thread().name
+        return Outcome(Status.FAILED, exit_code=exit_code, signal=signum, error=f"ended in {where}")
+
+
+class LaunchesEarly(WorkActor):
+    """Writes the name of the thread its launch ran in, then completes."""
+
+    kind: ClassVar[str] = "early"
+
+    def launch_early(self) -> bool:
+        return True
+
+    def launch(self) -> None:
+        fd = _outputfile.create(self.unit.output_path)
+        try:
+            os.write(fd, threading.current_thread().name.encode())
+        finally:
+            os.close(fd)
+        self.finish(Outcome(Status.COMPLETED, exit_code=0))
+
+    def signal_work(self, signum: int) -> None:
+        self.finish(self.outcome_for_exit(None, signum))
+
+
+def test_a_custom_kind_runs_a_process_through_the_zygote(sup: Supervisor) -> None:
+    sup.register_kind("x", ExitCodeWork)
+    record = sup.wait(sup.submit("x", None).id, WAIT)
+    assert (record.status, record.exit_code) == (Status.FAILED, 3)
+    assert record.output_tail == b"from a user kind\n"
+    assert record.pid is not None  # told by the watch, before the exit
+
+
+def test_end_on_exit_ends_the_unit_from_the_reaper_thread_once(sup: Supervisor) -> None:
+    # The actor also reports an end at ProcessExited (outcome_for_exit): the first
+    # report, the Reaper's, is the one that counts.
+    sup.register_kind("y", EndsOnTheReaper)
+    unit = sup.submit("y", None)
+    record = sup.wait(unit.id, WAIT)
+    assert (record.status, record.exit_code) == (Status.FAILED, 3)
+    assert record.error == "ended in workunits-reaper"
+    assert sup.notifications().get(timeout=WAIT).id == unit.id
+
+
+def test_launch_early_runs_the_launch_in_the_supervisor_thread(sup: Supervisor) -> None:
+    sup.register_kind("q", LaunchesEarly)
+    record = sup.wait(sup.submit("q", None).id, WAIT)
+    assert record.status == Status.COMPLETED
+    assert record.output_tail.startswith(b"SupervisorActor")

@@ -34,18 +34,22 @@ class Escalate:
 
 @dataclass(frozen=True, slots=True)
 class ProcessSpawnFailed:
+    """The zygote could not start the unit's process (told to its actor)."""
+
     error: str
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessExited:
+    """The unit's process exited: its code, or the signal that ended it (told to its actor)."""
+
     exit_code: int | None
     signal: int | None
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessLost:
-    pass
+    """The zygote that forked the unit's process died; the watch killed what was left."""
 
 
 @dataclass(frozen=True, slots=True)

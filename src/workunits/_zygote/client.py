@@ -112,6 +112,12 @@ class ZygoteClient:
         current = self._current
         return None if current is None else current.pid
 
+    @property
+    def ready(self) -> bool:
+        """A zygote is up: a spawn request is sent at once, never waits for a start."""
+        current = self._current
+        return current is not None and current.alive
+
     def start(self) -> None:
         """Start the zygote now rather than at the first spawn; blocks until it is ready."""
         self._ensure()

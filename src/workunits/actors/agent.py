@@ -112,6 +112,11 @@ class AgentActor(WorkActor):
 
     # -- start ------------------------------------------------------------------
 
+    def launch_early(self) -> bool:
+        """Files, a socketpair and one request to a running zygote: quick enough for the
+        supervisor's thread."""
+        return self.unit.zygote.ready
+
     def launch(self) -> None:
         first_seq = 1
         if self.unit.attempt > 1 and os.path.lexists(self._transcript_path):

@@ -14,6 +14,7 @@ through this actor when it has nothing to add (``end_on_exit``).
 
 from __future__ import annotations
 
+import abc
 import logging
 import signal
 import threading
@@ -59,8 +60,26 @@ class UnitBinding:
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
 
 
-class WorkActor(pykka.ThreadingActor):
-    """Base of all kinds. Methods run in this actor's own thread (pykka)."""
+class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
+    """Launch a unit's work as its actor is created, before its thread starts.
+
+    ``pykka.Actor.start`` creates the actor, registers it, then starts its
+    thread and waits for that thread to run. A kind whose ``launch_early()``
+    says so has its work launched in between, in the starting (the
+    supervisor's) thread, so the work does not wait for a thread start; the
+    zygote's events for it queue in the actor's inbox until its thread runs.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        actor = super().__call__(*args, **kwargs)
+        if actor.launch_early():
+            actor._launch_now()
+        return actor
+
+
+class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
+    """Base of all kinds. Methods run in this actor's own thread (pykka), but for
+    ``launch`` when ``launch_early()`` is True (then the supervisor's thread)."""
 
     kind: ClassVar[str] = "work"
     """The kind's name, as it appears in records (``"shell"``, ``"agent"``…)."""
@@ -92,6 +111,8 @@ class WorkActor(pykka.ThreadingActor):
         # Taken by whoever reports the end (this thread, or the Reaper's ``end_on_exit``).
         self._end_claim = threading.Lock()
         self._watch: ProcessWatch | None = None  # this unit's process, if it has one
+        # None: not launched yet (on_start launches); else what launch() raised, if anything.
+        self._launched: tuple[Exception | None] | None = None
 
     # -- hooks for subclasses --------------------------------------------------
 
@@ -128,8 +149,22 @@ class WorkActor(pykka.ThreadingActor):
         return False
 
     def launch(self) -> None:
-        """Start the work. Raise to fail the unit with the exception as its cause."""
+        """Start the work. Raise to fail the unit with the exception as its cause.
+
+        Runs in this actor's thread, or in the supervisor's before that thread
+        starts when ``launch_early()`` is True.
+        """
         raise NotImplementedError
+
+    def launch_early(self) -> bool:
+        """True when ``launch`` may run in the supervisor's thread as the unit starts.
+
+        Only for a launch that never blocks and takes well under a millisecond
+        (the supervisor runs every unit's start): then the work starts without
+        waiting for this actor's thread. False (the default) launches in this
+        actor's own thread, where a launch may take its time.
+        """
+        return False
 
     def signal_work(self, signum: int) -> None:
         """Deliver ``signum`` to the work (SIGTERM to ask, SIGKILL to end)."""
@@ -154,11 +189,21 @@ class WorkActor(pykka.ThreadingActor):
 
     # -- lifecycle -------------------------------------------------------------
 
-    def on_start(self) -> None:
+    def _launch_now(self) -> None:
         try:
             self.launch()
         except Exception as exc:  # noqa: BLE001 - any launch error fails the unit, with its cause
-            self.finish(Outcome(Status.FAILED, error=_describe_error("could not start", exc)))
+            self._launched = (exc,)
+        else:
+            self._launched = (None,)
+
+    def on_start(self) -> None:
+        if self._launched is None:
+            self._launch_now()
+        assert self._launched is not None
+        (error,) = self._launched
+        if error is not None:
+            self.finish(Outcome(Status.FAILED, error=_describe_error("could not start", error)))
 
     def on_receive(self, message: Any) -> Any:
         """Control messages from the supervisor; subclasses handle their own first."""

@@ -22,6 +22,10 @@ class PooledAgentActor(AgentActor):
 
     kind: ClassVar[str] = "agent"
 
+    def launch_early(self) -> bool:
+        """No: handing over to the pool may start a worker process, which takes its time."""
+        return False
+
     def _start_process(
         self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch
     ) -> None:

@@ -65,6 +65,7 @@ class ProcessWatch:
         self._released = False
 
     def spawned(self, pid: int, pidfd: int) -> None:
+        """The process exists: keep its pidfd, tell the supervisor its pid."""
         with self._lock:
             keep = not self._released
             if keep:
@@ -76,10 +77,13 @@ class ProcessWatch:
         unit.report_pid(unit.id, pid)
 
     def spawn_failed(self, error: str) -> None:
+        """The zygote could not start it: the actor gets ``ProcessSpawnFailed``."""
         self.release()
         self._teller.tell(ProcessSpawnFailed(error))
 
     def exited(self, exit_code: int | None, signum: int | None) -> None:
+        """The end straight to the supervisor when ``end_on_exit`` gives it; then
+        ``ProcessExited`` to the actor (to end the unit itself, or only to stop)."""
         self.release()
         actor = self._actor
         outcome = actor.end_on_exit(exit_code, signum)

@@ -49,6 +49,10 @@ class ShellActor(WorkActor):
     def resumable(cls, stored: Any, spec_format: str) -> bool:
         return durable.shell_resumable(stored)
 
+    def launch_early(self) -> bool:
+        """A file and one request to a running zygote: quick enough for the supervisor's thread."""
+        return self.unit.zygote.ready
+
     def launch(self) -> None:
         # A later attempt (a retry, or a restart after its supervisor died) appends
         # to the output its earlier attempts wrote, so a reader's offset stays good;

@@ -6,6 +6,7 @@ Owned by the SupervisorActor; every method runs in its thread.
 from __future__ import annotations
 
 import datetime
+import signal
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -303,8 +304,12 @@ class Starts:
         slot.quiet_since = slot.output_checked_at = now
         slot.stalled = False
         try:
+            # A kind that launches early has its process on the way before this
+            # returns; the thread start that follows is no longer on its path.
             slot.actor = launch.actor_class.start(binding)
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
+            # The work may have been launched already; nobody would own it now.
+            around.zygote.signal(work_id, signal.SIGKILL)
             error = f"could not start the unit: {exc!r}"
             self._endings.end(work_id, Outcome(Status.FAILED, error=error))
             return
