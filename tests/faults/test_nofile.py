@@ -65,3 +65,33 @@ def test_out_of_descriptors_new_units_fail_clearly_and_the_rest_carry_on(
     assert report["completed"] > LIMIT // 2
     assert report["answered_running"] >= report["completed"] - len(others)
     assert report["after"] == "completed"
+
+
+@pytest.mark.parametrize("containment", ["auto", "subreaper"])
+@pytest.mark.timeout(90)
+def test_the_supervisor_raises_its_descriptor_limit_and_units_start_with_the_old_one(
+    tmp_path: Path, containment: str
+) -> None:
+    """Thousands of units need descriptors in the supervisor, but a unit that uses
+    ``select()`` breaks past descriptor 1,023: the raise is the supervisor's alone."""
+    soft = 300
+    env = {**os.environ, "WORKUNITS_CONTAINMENT": containment}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.faults.nofile_units_host", str(tmp_path / "s"), str(soft)],
+        capture_output=True,
+        text=True,
+        timeout=80,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    sup_soft, hard = report["supervisor"]
+    if hard <= soft:
+        pytest.skip(f"the hard RLIMIT_NOFILE ({hard}) leaves nothing to raise")
+    assert sup_soft == hard
+    assert any("raised the soft RLIMIT_NOFILE from 300" in line for line in report["log"])
+    # Forked (agent) or spawned (shell, under a keeper or not): the old soft limit,
+    # and the variable that carried it is not in the unit's environment.
+    assert report["agent"] == [soft, hard]
+    assert report["shell"] == [str(soft), "unset"]

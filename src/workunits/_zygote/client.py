@@ -33,7 +33,7 @@ from workunits._wire.zygote_protocol import (
     SpawnExec,
     SpawnFailed,
 )
-from workunits._zygote import payload
+from workunits._zygote import nofile, payload
 from workunits._zygote.reaper import Reaper
 from workunits._zygote.warm import WarmSettings
 
@@ -175,7 +175,11 @@ class ZygoteClient:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "workunits._zygote", str(theirs.fileno()), *self._preload],
                 pass_fds=(theirs.fileno(),),
-                env={**_environment_for_units(), **self._warm.environment()},
+                env={
+                    **_environment_for_units(),
+                    **self._warm.environment(),
+                    **nofile.environment(),
+                },
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to handle
             )

@@ -51,7 +51,7 @@ from workunits._wire.zygote_protocol import (
     SpawnExec,
     SpawnFailed,
 )
-from workunits._zygote import _linux, guard, keeper, payload, spare, unit_process
+from workunits._zygote import _linux, guard, keeper, nofile, payload, spare, unit_process
 from workunits._zygote.containment import Cgroups
 from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN, RESET_SIGNALS
 from workunits._zygote.warm import Spare, WarmPool, WarmSettings
@@ -297,24 +297,29 @@ class Zygote:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
             if msg.cwd is not None:
                 os.chdir(msg.cwd)
-            return os.posix_spawn(
-                path,
-                list(msg.argv),
-                os.environ if msg.env is None else dict(msg.env),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, output_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, output_fd, 2),
-                ],
-                setsid=True,
-                setsigdef=RESET_SIGNALS,
-                setsigmask=(),
-            )
+            with nofile.lowered_for_spawn():
+                return self._spawn_now(msg, path, output_fd)
         finally:
             if cwd is not None:
                 os.chdir(cwd)
             if cap is not None:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    @staticmethod
+    def _spawn_now(msg: SpawnExec, path: str, output_fd: int) -> int:
+        return os.posix_spawn(
+            path,
+            list(msg.argv),
+            os.environ if msg.env is None else dict(msg.env),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, output_fd, 1),
+                (os.POSIX_SPAWN_DUP2, output_fd, 2),
+            ],
+            setsid=True,
+            setsigdef=RESET_SIGNALS,
+            setsigmask=(),
+        )
 
     def spawn_call(
         self, msg: SpawnCall, transcript_fd: int, channel_fd: int, payload_fd: int | None = None
@@ -648,6 +653,7 @@ def main(argv: list[str]) -> None:
     # This process stays as the zygote's guard; the child is the zygote.
     _linux.set_child_subreaper()
     warm = WarmSettings.from_environment()
+    nofile.take_from_environment()  # before any fork: no child may see the variable
     cgroups = Cgroups.create(f"workunits-{os.getpid()}")
     guard_pid = os.getpid()
     zygote_pid = os.fork()

@@ -15,7 +15,7 @@ import resource
 import signal
 
 from workunits._wire.zygote_protocol import Limits
-from workunits._zygote import _linux
+from workunits._zygote import _linux, nofile
 
 EXIT_RUNTIME_BROKEN = 70
 RESET_SIGNALS = (
@@ -44,6 +44,7 @@ def detach(zygote: int, *, subreaper: bool) -> None:
     signal.set_wakeup_fd(-1)
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
+    nofile.restore_in_child()  # not the supervisor's raised descriptor limit (see nofile)
 
 
 def apply_limits(limits: Limits) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import builtins
 import contextlib
 import datetime
+import logging
 import os
 import re
 import threading
@@ -49,6 +50,7 @@ from workunits._wire.specs import (
     ShellSpec,
     TeammateSpec,
 )
+from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
 from workunits.actors.remote import RemoteSpec
 from workunits.actors.remote_teammate import RemoteTeammateSpec
@@ -69,6 +71,7 @@ from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters, settled
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 DEFAULT_EVICTION_GRACE = 30.0
 DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
@@ -120,13 +123,16 @@ def _on_event_loop_thread() -> bool:
 
 
 def _raise_nofile_limit() -> None:
-    # Each running unit holds a pidfd; allow as many as the hard limit permits.
-    import resource  # noqa: PLC0415 - only needed once, at the first supervisor
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    """Each running unit holds descriptors here (a pidfd, its output file, a channel):
+    raise the soft limit to the hard one, and say so. Units get the old one back."""
+    raised = nofile.raise_for_supervisor()
+    if raised is not None:
+        log.info(
+            "raised the soft RLIMIT_NOFILE from %d to %d (its hard limit) for the "
+            "descriptors running units hold; units start with %d, as before",
+            *raised,
+            raised[0],
+        )
 
 
 class Supervisor:
