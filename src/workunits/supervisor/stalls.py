@@ -61,7 +61,10 @@ class Activity:
     def tick(self) -> None:
         """Look for quiet units with ``stall_after``; tell each one's parent once per spell."""
         now = self._clock.now()
-        for work_id, slot in self._units.slots():
+        for (
+            work_id,
+            slot,
+        ) in self._units.stall_watched():  # those alone: a tick costs nothing per unit without one
             if slot.actor is None:
                 continue  # not running an attempt (pending, waiting for a retry, ended)
             record = self._units.registry.find(work_id)

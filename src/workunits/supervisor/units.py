@@ -40,6 +40,9 @@ class Units:
         self._mirror = mirror
         # Invariant: _slots has exactly the registry's ids (insert and evict change both).
         self._slots: dict[str, Slot] = {}
+        # Invariant: the ids in _slots whose record has ``stall_after`` (it never
+        # changes), so the per-tick stall check visits those alone, not every unit.
+        self._stall_watched: set[str] = set()
         self._subscribers: list[Subscriber] = []
         self._checkpoint_subscribers: list[CheckpointSubscriber] = []
 
@@ -52,12 +55,15 @@ class Units:
         """Only the registration chokepoint (``Starts.admit``) calls this."""
         self.registry.insert(record)
         slot = self._slots[record.id] = Slot()
+        if record.stall_after is not None:
+            self._stall_watched.add(record.id)
         self.emit(None, record)
         return slot
 
     def evict(self, work_id: str) -> None:
         self.registry.remove(work_id)
         slot = self._slots.pop(work_id)
+        self._stall_watched.discard(work_id)
         if slot.read_fd is not None:
             os.close(slot.read_fd)
 
@@ -66,6 +72,10 @@ class Units:
 
     def slots(self) -> Iterator[tuple[str, Slot]]:
         return iter(list(self._slots.items()))
+
+    def stall_watched(self) -> Iterator[tuple[str, Slot]]:
+        """The slots of units submitted with ``stall_after`` (a copy: callers may evict)."""
+        return iter([(work_id, self._slots[work_id]) for work_id in self._stall_watched])
 
     def running_of(self, kind: str) -> int:
         return sum(
