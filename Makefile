@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cks
 
 .PHONY: demo test lint pytest browser static check postgres-server docs docs-build dist-check \
 	dist-run test-pythons \
-	bench bench-quick bench-run bench-remote soak mutate clean
+	bench bench-quick bench-run bench-remote bench-scaling bench-scaling-run soak mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,14 @@ bench-quick:
 
 bench-run: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# How cost grows with live idle units (10 .. 5,000) and ledger rows (10k .. 1M):
+# the table goes into bench/RESULTS.md, the plot to bench/scaling.png (~10 min).
+bench-scaling:
+	@$(MAKE) --no-print-directory bench-scaling-run EXTRAS=test,dev,bench
+
+bench-scaling-run: $(STAMP)
+	$(PY) bench/scaling.py --markdown bench/RESULTS.md --plot bench/scaling.png
 
 # Ten minutes of mixed load (not in CI): units/s, RSS and fds over time.
 soak: $(STAMP)
