@@ -13,7 +13,7 @@ import pytest
 
 import workunits as wu
 from tests.cluster.host import Host, cluster_key, share_key
-from tests.conftest import eventually
+from tests.conftest import alive, eventually
 from workunits._errors import SessionLost
 from workunits._ledger import Ledger
 
@@ -127,6 +127,27 @@ def test_a_stopped_supervisor_loses_its_session_and_its_late_writes_are_refused(
         with pytest.raises(SessionLost):
             late.heartbeat(stopped.session)
     assert other.proc.poll() is None
+
+
+def test_a_kill_from_a_client_is_applied_by_the_supervisor_that_runs_the_unit(
+    tmp_path: Path, postgres_url: str, hosts: list[Host]
+) -> None:
+    owner = Host.start(tmp_path / "s0", postgres_url, lease=LEASE)
+    hosts.append(owner)
+    client = _client(tmp_path, postgres_url)
+    units = [client.shell("sleep 600").id for _ in range(6)]
+    # Running, with its pid on record (pids are written a tick after the start).
+    pids = {unit: eventually(lambda unit=unit: client.get(unit).pid, 20) for unit in units}
+    # Another supervisor asks for requests too: it must leave these to their owner.
+    hosts.append(Host.start(tmp_path / "s1", postgres_url, lease=LEASE))
+    for unit in units:
+        client.kill(unit)
+    for unit in units:
+        record = client.wait(unit, timeout=20)
+        assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.KILLED)
+        pid = pids[unit]
+        # Ended by the supervisor holding its process: the process is gone too.
+        eventually(lambda pid=pid: not alive(pid), 10, what=f"unit {unit}'s process to die")
 
 
 def test_a_key_submitted_through_two_supervisors_at_once_yields_one_unit(

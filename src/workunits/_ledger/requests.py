@@ -19,6 +19,7 @@ from workunits import _ids
 from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt, LedgerError, SpecError
 from workunits._ledger.backend import Database
+from workunits._ledger.sessions import DEFAULT_LEASE
 
 VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
 
@@ -51,17 +52,53 @@ def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: 
         return int(row[0])
 
 
-def take(db: Database, limit: int, session: str | None, now: float) -> list[Request]:
-    """Take up to ``limit`` open requests, oldest first; each is taken by one caller only."""
+# With several supervisors on one ledger, a request goes to the supervisor whose
+# session owns its unit: only that one holds the unit's process. A request whose
+# unit no live session owns (unowned, ended, unknown, or its owner's lease has
+# lapsed) is taken by whoever asks first.
+_ROUTED = (
+    "SELECT r.* FROM requests r LEFT JOIN units u ON u.id = r.target "
+    "LEFT JOIN sessions s ON s.id = u.session "
+    "WHERE r.taken_at IS NULL AND (u.id IS NULL OR u.session IS NULL OR u.session = ? "
+    "OR u.status NOT IN ('pending', 'running') OR s.id IS NULL OR s.ended_at IS NOT NULL "
+    "OR s.recovered_by IS NOT NULL OR s.heartbeat_at < ? - coalesce(s.lease, ?)) "
+    "ORDER BY r.seq LIMIT ?"
+)
+_END_VERBS = ("cancel", "kill")
+
+
+def take(
+    db: Database,
+    limit: int,
+    session: str | None,
+    now: float,
+    *,
+    routed: bool = False,
+    default_lease: float = DEFAULT_LEASE,
+) -> list[Request]:
+    """Take up to ``limit`` open requests, oldest first; each is taken by one caller only.
+
+    ``routed`` (several supervisors share the ledger): only requests this
+    ``session`` may apply, see ``_ROUTED``; a cancel or kill of a pending unit
+    nobody claimed claims it for ``session`` in the same transaction, so no
+    other supervisor starts what this one is about to end.
+    """
     # A supervisor asks on every tick and there is usually nothing: look before
     # paying for a write transaction (its lock and commit) to find that out.
     with db.read() as conn:
         if conn.execute("SELECT 1 FROM requests WHERE taken_at IS NULL LIMIT 1").fetchone() is None:
             return []
     with db.write(durable=False) as conn:
-        rows = conn.execute(
-            "SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq LIMIT ?", (limit,)
-        ).fetchall()
+        if routed and session is not None:
+            rows = conn.execute(_ROUTED, (session, now, default_lease, limit)).fetchall()
+            conn.executemany(
+                "UPDATE units SET session = ? WHERE id = ? AND session IS NULL AND status = ?",
+                [(session, row["target"], "pending") for row in rows if row["verb"] in _END_VERBS],
+            )
+        else:
+            rows = conn.execute(
+                "SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
         conn.executemany(
             "UPDATE requests SET taken_at = ?, taken_by = ? WHERE seq = ?",
             [(now, session, row["seq"]) for row in rows],

@@ -796,8 +796,12 @@ class Ledger:
     def add_request(self, verb: str, target: str, args: dict[str, Any] | None = None) -> int:
         return requests.add(self._db, verb, target, args, self._clock.now())
 
-    def take_requests(self, limit: int, *, session: str | None = None) -> builtins.list[Request]:
-        return requests.take(self._db, limit, session, self._clock.now())
+    def take_requests(
+        self, limit: int, *, session: str | None = None, routed: bool = False
+    ) -> builtins.list[Request]:
+        """Open requests, oldest first; ``routed``: only those ``session`` may apply
+        among several supervisors (``requests.take``)."""
+        return requests.take(self._db, limit, session, self._clock.now(), routed=routed)
 
     def finish_request(self, seq: int, result: Any = None) -> None:
         requests.finish(self._db, seq, result, self._clock.now())

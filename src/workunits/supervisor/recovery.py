@@ -264,7 +264,9 @@ class Recovery:
         while True:
             if not self._held:
                 try:
-                    taken = self._ledger.take_requests(REQUESTS_PER_TICK, session=self._session)
+                    taken = self._ledger.take_requests(
+                        REQUESTS_PER_TICK, session=self._session, routed=self._shared
+                    )
                 except LedgerError as exc:
                     what = "other processes' requests (taken at a later tick)"
                     self._mirror.backlog.report(exc, what, kept=False)
