@@ -20,11 +20,12 @@ the disk bench/ lives on: a tmpfs would make every fsync free.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,14 @@ class BareInserts:
         self._conn.close()
 
 
+@contextlib.contextmanager
+def _deploy_on_exit(sup: wu.Supervisor) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        sup.close(deploy=True)
+
+
 def one_caller(submit: Callable[[], object], count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
@@ -119,6 +128,9 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
         state_dir("submits", where) as base,
         wu.Supervisor(base / "state", eviction_grace=EVICT_SOON) as sup,
         ThreadPoolExecutor(CALLERS) as pool,
+        # Pending units are left to a next session (no terminal write each): a plain
+        # close kills them one synced commit at a time, minutes for this many.
+        _deploy_on_exit(sup),
     ):
         ledger = sup._runtime.ledger  # its commit count, for the note
 

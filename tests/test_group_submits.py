@@ -180,3 +180,13 @@ def test_async_submits_together_share_commits(tmp_path: Path) -> None:
     assert len(set(ids)) == n
     assert _rows(state, ids) == set(ids)
     assert commits < n
+
+
+def test_a_client_s_submit_is_adopted_behind_many_delayed_units(tmp_path: Path) -> None:
+    """The supervisor's own pending units are not what it adopts: they hid clients' submits."""
+    state = tmp_path / "state"
+    with wu.Supervisor(state, install_signal_handlers=False) as sup, wu.connect(state) as client:
+        for _ in range(300):  # more than one tick's adoption batch (256), all older
+            sup.shell(["true"], not_before=LATER)
+        handle = client.shell(["true"])
+        assert sup.wait(handle.id, timeout=30).status == wu.Status.COMPLETED
