@@ -36,6 +36,7 @@ import notice_bench
 import peer_benches
 import pooled_bench
 import procstat
+import submit_bench
 import value_benches
 from harness import BenchResult, Pair, Series
 
@@ -541,6 +542,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     **value_benches.BENCHES,
     **loop_lag.BENCHES,
     **notice_bench.BENCHES,
+    **submit_bench.BENCHES,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import signal
 import time
@@ -137,7 +138,7 @@ def test_a_kill_from_a_client_is_applied_by_the_supervisor_that_runs_the_unit(
     client = _client(tmp_path, postgres_url)
     units = [client.shell("sleep 600").id for _ in range(6)]
     # Running, with its pid on record (pids are written a tick after the start).
-    pids = {unit: eventually(lambda unit=unit: client.get(unit).pid, 20) for unit in units}
+    pids = {unit: eventually(functools.partial(_pid, client, unit), 20) for unit in units}
     # Another supervisor asks for requests too: it must leave these to their owner.
     hosts.append(Host.start(tmp_path / "s1", postgres_url, lease=LEASE))
     for unit in units:
@@ -147,7 +148,15 @@ def test_a_kill_from_a_client_is_applied_by_the_supervisor_that_runs_the_unit(
         assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.KILLED)
         pid = pids[unit]
         # Ended by the supervisor holding its process: the process is gone too.
-        eventually(lambda pid=pid: not alive(pid), 10, what=f"unit {unit}'s process to die")
+        eventually(functools.partial(_gone, pid), 10, what=f"unit {unit}'s process to die")
+
+
+def _pid(client: wu.Client, unit: str) -> int | None:
+    return client.get(unit).pid
+
+
+def _gone(pid: int) -> bool:
+    return not alive(pid)
 
 
 def test_a_key_submitted_through_two_supervisors_at_once_yields_one_unit(

@@ -108,7 +108,7 @@ class PageLimitFull:
 
     @staticmethod
     def _limit(ledger: Ledger, pages: int | None) -> None:
-        db = ledger._db  # see the module docstring
+        db = getattr(ledger._db, "inner", ledger._db)  # see the module docstring; unfenced
         assert isinstance(db, Database), "the page limit is SQLite's"
         with db._lock:
             if pages is None:

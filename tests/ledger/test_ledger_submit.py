@@ -19,7 +19,7 @@ from tests.ledger.support import (
     submit,
 )
 from workunits import _ids
-from workunits._errors import IdempotencyConflict
+from workunits._errors import IdempotencyConflict, SpecError, WorkunitsError
 from workunits._ledger import Call, Ledger, LedgerError, NewUnit
 from workunits._status import Status
 
@@ -129,11 +129,28 @@ def test_submit_many_answers_each_submit_in_one_transaction(ledger: Ledger) -> N
 
     batch = [new("a", (1, 2)), new("a", (1, 2)), new("taken", (9, 9)), new(None, (0, 0))]
     answers = ledger.submit_many(batch)
-    assert not isinstance(answers[0], IdempotencyConflict)
+    assert not isinstance(answers[0], WorkunitsError)
     assert answers[0] == (ledger.require(batch[0].id), True)
     assert answers[1] == (answers[0][0], False)  # the same key within one batch
     assert isinstance(answers[2], IdempotencyConflict)
     assert first.id in str(answers[2])
-    assert not isinstance(answers[3], IdempotencyConflict)
+    assert not isinstance(answers[3], WorkunitsError)
     assert answers[3][1]
     assert len(ledger.list()) == 3
+
+
+def test_submit_many_fails_only_the_submit_whose_text_the_ledger_refuses(ledger: Ledger) -> None:
+    def new(description: str) -> NewUnit:
+        work_id = _ids.mint("a")
+        spec = ledger.encode_spec(Call(max, (1, 2)), work_id)
+        return NewUnit(work_id, "agent", spec, 1.0, description=description)
+
+    batch = [new("fine"), new("bad \udcff bytes"), new("also fine")]
+    answers = ledger.submit_many(batch)
+    assert isinstance(answers[1], SpecError)
+    assert "not UTF-8" in str(answers[1])
+    assert [a[1] for a in (answers[0], answers[2]) if not isinstance(a, WorkunitsError)] == [
+        True,
+        True,
+    ]
+    assert {r.id for r in ledger.list()} == {batch[0].id, batch[2].id}

@@ -16,6 +16,7 @@ it (and is refused).
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Iterator
 
 from workunits._ledger import sessions
@@ -34,6 +35,12 @@ class FencedDatabase:
     @property
     def where(self) -> str:
         return self.inner.where
+
+    @property
+    def commit_seconds(self) -> deque[float] | None:
+        """The inner database's COMMIT times (SQLite's; None elsewhere), for ``/metrics``."""
+        kept: deque[float] | None = getattr(self.inner, "commit_seconds", None)
+        return kept
 
     @contextlib.contextmanager
     def write(self, *, durable: bool) -> Iterator[Connection]:

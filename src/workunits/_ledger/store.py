@@ -43,6 +43,7 @@ from workunits._errors import (
     StaleAttempt,
     UnknownWork,
     UnstorableValue,
+    WorkunitsError,
 )
 from workunits._ledger import (
     attempts,
@@ -233,36 +234,56 @@ class Ledger:
         per key (invariant 12). Fully synced before it returns.
         """
         (answer,) = self.submit_many([new])
-        if isinstance(answer, IdempotencyConflict):
+        if isinstance(answer, WorkunitsError):
             raise answer
         return answer
 
     def submit_many(
         self, batch: Iterable[NewUnit]
-    ) -> builtins.list[tuple[UnitRow, bool] | IdempotencyConflict]:
+    ) -> builtins.list[tuple[UnitRow, bool] | WorkunitsError]:
         """Several submits in one fully synced transaction: one fsync for the group.
 
-        Each answer is what ``submit`` would return, or the IdempotencyConflict
-        it would raise; a conflict does not stop the others. For a supervisor
-        that applies the submits it received during one tick.
+        Each answer is what ``submit`` would return, or the error it would raise
+        for that unit alone (IdempotencyConflict, a SpecError about its text, a
+        LedgerError keeping its large spec): one submit's error does not stop
+        the others. A failure of the transaction itself raises, and then none
+        is in the ledger. For a supervisor's group commit of the submits that
+        arrived together (``supervisor.submits``).
         """
-        prepared = [(self._kept(new), self._check_new(new)) for new in batch]
+        prepared: builtins.list[tuple[NewUnit, str] | WorkunitsError] = []
+        for new in batch:
+            try:
+                prepared.append((self._kept(new), self._check_new(new)))
+            except WorkunitsError as exc:
+                prepared.append(exc)
+        ready = [p for p in prepared if not isinstance(p, WorkunitsError)]
         try:
             with self._db.write(durable=True) as conn:
-                answers = [submits.insert(conn, new, digest) for new, digest in prepared]
+                inserted = [submits.insert(conn, new, digest) for new, digest in ready]
         except BaseException:
-            self._large.delete(new.spec.file for new, _ in prepared)
+            self._large.delete(new.spec.file for new, _ in ready)
             raise
         # A key that found its unit (or conflicted) inserted nothing: its file is no one's.
         self._large.delete(
             new.spec.file
-            for (new, _), a in zip(prepared, answers, strict=True)
+            for (new, _), a in zip(ready, inserted, strict=True)
             if isinstance(a, IdempotencyConflict) or not a[1]
         )
-        return [
-            a if isinstance(a, IdempotencyConflict) or a[1] else (self._checked(a[0]), False)
-            for a in answers
-        ]
+        answers = iter(inserted)
+        out: builtins.list[tuple[UnitRow, bool] | WorkunitsError] = []
+        for p in prepared:
+            if isinstance(p, WorkunitsError):
+                out.append(p)
+                continue
+            a = next(answers)
+            if isinstance(a, IdempotencyConflict) or a[1]:
+                out.append(a)
+                continue
+            try:  # the existing unit, as any read shows it (its spec's seal checked)
+                out.append((self._checked(a[0]), False))
+            except WorkunitsError as exc:
+                out.append(exc)
+        return out
 
     def _kept(self, new: NewUnit) -> NewUnit:
         """``new`` as the row keeps it: a large spec by reference, an unresumable one not at all.

@@ -65,6 +65,7 @@ from workunits.supervisor.schedules import Schedules
 from workunits.supervisor.signals import Signals
 from workunits.supervisor.stalls import Activity
 from workunits.supervisor.starts import PidReport, Starts, Surroundings
+from workunits.supervisor.submits import FlushSubmits, GroupedSubmits
 from workunits.supervisor.sweep import Deadlines
 from workunits.supervisor.units import Units
 
@@ -144,6 +145,9 @@ class SupervisorActor(pykka.ThreadingActor):
             around=around,
             concurrency=concurrency,
         )
+        self._submits = GroupedSubmits(
+            self._starts, idle=self.actor_inbox.empty, tell_self=self.actor_ref.tell
+        )
         self._control = Control(
             units=units,
             endings=self._endings,
@@ -188,10 +192,16 @@ class SupervisorActor(pykka.ThreadingActor):
         """Every message: the facade's asks (``Request``) and everyone's tells.
 
         Ends not yet committed are committed before anything else is handled,
-        so no message sees an end that is not durable (see ``supervisor.endings``).
+        so no message sees an end that is not durable (see ``supervisor.endings``);
+        the facade's submits are committed in groups likewise (``supervisor.submits``).
         """
         if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
             self._endings.commit()
+        if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
+            self._submits.commit()  # the same for submits (see ``supervisor.submits``)
+        if isinstance(message, rq.Register):
+            self._submits.add(message)  # answered once its group's commit is durable
+            return None
         if isinstance(message, rq.Request):
             # Asked: an exception belongs to the asker, and pykka hands it over.
             self._answer(message)
@@ -205,6 +215,7 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         """In this actor's thread, after the last message: commit, then close."""
+        self._submits.drop()  # nothing of it was written, nor started
         self._endings.commit()
         self._mirror.close()
         self._messaging.fail_all_asks()
@@ -225,6 +236,8 @@ class SupervisorActor(pykka.ThreadingActor):
                     self._endings.report(work_id, end)
             case FlushEnds():
                 self._endings.flush()
+            case FlushSubmits():
+                self._submits.flush()
             case PidReport(work_id, pid):
                 self._units.write(work_id, lambda r: replace(r, pid=pid))
             case ProgressReport(work_id, fraction, text, evidence):
@@ -284,34 +297,6 @@ class SupervisorActor(pykka.ThreadingActor):
     def _answer_change(self, request: rq.Request[Any]) -> None:  # noqa: PLR0912, PLR0915 - a case each
         units, control = self._units, self._control
         match request:
-            case rq.Register(
-                letter,
-                spec,
-                parent,
-                description,
-                timeout,
-                key,
-                max_attempts,
-                retry,
-                stall_after,
-                restart,
-                not_before,
-            ):
-                request.answer(
-                    self._starts.register(
-                        letter,
-                        spec,
-                        parent=parent,
-                        description=description,
-                        timeout=timeout,
-                        key=key,
-                        max_attempts=max_attempts,
-                        retry=retry,
-                        stall_after=stall_after,
-                        restart=restart,
-                        not_before=not_before,
-                    )
-                )
             case rq.RetryUnit(work_id):
                 request.answer(self._reruns.retry(work_id))
             case rq.SignalUnit(work_id, name, value):

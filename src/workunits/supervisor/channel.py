@@ -50,6 +50,7 @@ class ActorChannel:
 
     def ask_while_closing(self, request: Request[R]) -> R:
         """``ask`` for ``Supervisor.close()``, which marks the channel closed first."""
+        deadline = time.monotonic() + self._timeout
         try:
             self._ref.ask(request, timeout=self._timeout)
         except pykka.ActorDeadError:
@@ -58,6 +59,9 @@ class ActorChannel:
             raise SupervisorClosed(
                 f"the supervisor actor did not answer within {self._timeout} s"
             ) from None
+        # A deferred request (a submit in a group commit) is answered after that.
+        if not request.wait_settled(max(0.0, deadline - time.monotonic())):
+            raise SupervisorClosed(f"the supervisor actor did not answer within {self._timeout} s")
         return request.answered()
 
     async def ask_async(self, request: Request[R]) -> R:
@@ -144,7 +148,14 @@ class _Relay:
             outcome: tuple[bool, Any]
             try:
                 pending.future.get(timeout=max(0.0, pending.deadline - time.monotonic()))
-                outcome = (True, pending.request.answered())
+                # A deferred request is answered later; asks are answered in order
+                # all the same (any other message commits the group first).
+                left = max(0.0, pending.deadline - time.monotonic())
+                if pending.request.wait_settled(left):
+                    outcome = (True, pending.request.answered())
+                else:
+                    error = f"the supervisor actor did not answer within {self._timeout} s"
+                    outcome = (False, SupervisorClosed(error))
             except pykka.ActorDeadError:
                 outcome = (False, SupervisorClosed("the supervisor is closed"))
             except pykka.Timeout:

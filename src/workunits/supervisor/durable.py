@@ -62,7 +62,7 @@ class LedgerMirror:
 
     # -- writes ---------------------------------------------------------------------
 
-    def submit(  # noqa: PLR0917 - the register call's own arguments, passed on
+    def new_unit(  # noqa: PLR0917 - the register call's own arguments, passed on
         self,
         record: WorkRecord,
         actor_class: type[WorkActor],
@@ -72,8 +72,8 @@ class LedgerMirror:
         max_attempts: int | None,
         *,
         starts_now: bool,
-    ) -> UnitRow | None:
-        """Insert the unit's row (fully synced); the existing row when ``key`` is taken.
+    ) -> NewUnit:
+        """The unit's row, its spec encoded (and sealed): what ``submit_many`` inserts.
 
         With ``starts_now`` the row is inserted ``running`` (this session's); the
         caller's start then writes nothing more (``running_in_ledger``).
@@ -87,7 +87,7 @@ class LedgerMirror:
         if record.restart is not None:
             # A restart policy keeps the spec too; its intensity, not a count, bounds it.
             resumable, attempts = True, UNBOUNDED_ATTEMPTS
-        new = NewUnit.of(
+        return NewUnit.of(
             record,
             stored,
             key=key,
@@ -96,8 +96,19 @@ class LedgerMirror:
             session=self.session,
             started_at=self._clock.now() if starts_now else None,
         )
-        row, created = self.ledger.submit(new)
-        return None if created else row
+
+    def submit_many(self, news: list[NewUnit]) -> list[UnitRow | WorkunitsError | None]:
+        """Insert the rows in one fully synced transaction (a group commit of submits).
+
+        Per row: None when inserted, the existing row when its key is taken, or
+        the error for that submit alone (an idempotency conflict...). A failed
+        transaction raises (LedgerError): then none is written. Submits are not
+        kept for a retry, unlike ends: their callers get the error.
+        """
+        return [
+            a if isinstance(a, WorkunitsError) else (None if a[1] else a[0])
+            for a in self.ledger.submit_many(news)
+        ]
 
     def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: Slot | None) -> None:
         """Mirror a non-terminal change: status; group pid and progress.

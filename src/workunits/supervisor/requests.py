@@ -15,6 +15,7 @@ messages (``supervisor.actor``).
 from __future__ import annotations
 
 import datetime
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -39,13 +40,38 @@ class Request(Generic[R]):
     # The actor's answer, read by the asker once the ask returns (pykka's future
     # orders the write before the read). A list: the request itself stays frozen.
     _reply: list[R] = field(default_factory=list, init=False, repr=False, compare=False)
+    # A deferred request (``defer``) is answered after ``on_receive`` returned --
+    # a submit waits for its group's commit -- with an answer or an error, then
+    # ``settle``; the event orders those writes before the asker's reads.
+    _error: list[BaseException] = field(default_factory=list, init=False, repr=False, compare=False)
+    _later: list[threading.Event] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
     def answer(self, value: R) -> None:
         """In the supervisor actor's thread: the reply to this request."""
         self._reply.append(value)
 
+    def defer(self) -> None:
+        """In the actor's thread, before ``on_receive`` returns: ``settle`` answers it later."""
+        self._later.append(threading.Event())
+
+    def fail(self, error: BaseException) -> None:
+        """In the actor's thread: a deferred request's error, raised in the asker's thread."""
+        self._error.append(error)
+
+    def settle(self) -> None:
+        """In the actor's thread: a deferred request's answer (or error) is in; wake the asker."""
+        self._later[0].set()
+
+    def wait_settled(self, timeout: float) -> bool:
+        """In the asker's thread, after the ask returned: False if still unanswered in time."""
+        return not self._later or self._later[0].wait(timeout)
+
     def answered(self) -> R:
-        """In the asker's thread, after the ask returned."""
+        """In the asker's thread, after the ask returned (and ``wait_settled``)."""
+        if self._error:
+            raise self._error[0]
         if not self._reply:
             raise RuntimeError(f"the supervisor actor did not answer {self!r}")  # a bug
         return self._reply[0]

@@ -15,7 +15,8 @@ from typing import Any
 
 from workunits import _ids
 from workunits._clock import Clock
-from workunits._errors import SpecError, SupervisorClosed
+from workunits._errors import SpecError, SupervisorClosed, WorkunitsError
+from workunits._ledger import NewUnit
 from workunits._pool import WorkerPool
 from workunits._record import Outcome, WorkRecord, replace
 from workunits._restart import Restart
@@ -45,6 +46,18 @@ class PidReport:
 
     work_id: str
     pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A submit validated, with its ID and row, waiting for its group's commit."""
+
+    record: WorkRecord
+    actor_class: type[WorkActor]
+    spec: Any
+    timeout: float | None
+    starts_now: bool  # its row is written ``running``: it takes a slot of its kind
+    new: NewUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,48 @@ class Starts:
         whatever its status (IdempotencyConflict if its spec differs). With
         ``retry_of`` (``retry(id)``), the failed unit's key moves to the new one.
         With ``not_before`` (seconds since the epoch) it stays pending until then.
+        A submit alone in its commit: the facade's go through ``supervisor.submits``.
+        """
+        prepared = self.prepare(
+            letter,
+            spec,
+            parent=parent,
+            description=description,
+            timeout=timeout,
+            key=key,
+            max_attempts=max_attempts,
+            retry=retry,
+            stall_after=stall_after,
+            retry_of=retry_of,
+            restart=restart,
+            not_before=not_before,
+        )
+        (entered,) = self.enter([prepared])
+        if isinstance(entered, BaseException):
+            raise entered
+        return entered
+
+    def prepare(
+        self,
+        letter: str,
+        spec: Any,
+        *,
+        parent: str | None = None,
+        description: str = "",
+        timeout: float | None = None,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        retry_of: str | None = None,
+        restart: Restart | None = None,
+        not_before: float | datetime.datetime | None = None,
+        reserved: int = 0,
+    ) -> Prepared:
+        """Validate a submit and build its row; nothing is written or started yet.
+
+        ``reserved``: slots of its kind that submits prepared before it, in the
+        same group, take if they start at once (they are not running yet).
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
@@ -157,15 +212,33 @@ class Starts:
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
-        starts_now = self._has_slot(actor_class.kind) and not self._delayed(record)
-        existing = self._mirror.submit(
+        starts_now = self._has_slot(actor_class.kind, reserved) and not self._delayed(record)
+        new = self._mirror.new_unit(
             record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
         )
-        if existing is not None:
-            found = self._units.registry.find(existing.id)
-            return found if found is not None else existing.to_record()
-        self.admit(record, actor_class, spec, timeout, running_in_ledger=starts_now)
-        return self._units.registry.get(work_id)
+        return Prepared(record, actor_class, spec, timeout, starts_now, new)
+
+    def enter(self, group: list[Prepared]) -> list[WorkRecord | WorkunitsError]:
+        """Write the rows of ``group`` in one fully synced commit; then admit each new one.
+
+        Nothing is in memory, and nothing starts, before its row is durable. Per
+        submit: its record (the existing unit's when its key was taken), or its
+        own error. A failed commit raises (LedgerError) and admits none.
+        """
+        answers = self._mirror.submit_many([p.new for p in group])
+        out: list[WorkRecord | WorkunitsError] = []
+        for p, answer in zip(group, answers, strict=True):
+            if isinstance(answer, WorkunitsError):
+                out.append(answer)
+            elif answer is not None:  # its key was taken: the unit that has it
+                found = self._units.registry.find(answer.id)
+                out.append(found if found is not None else answer.to_record())
+            else:
+                self.admit(
+                    p.record, p.actor_class, p.spec, p.timeout, running_in_ledger=p.starts_now
+                )
+                out.append(self._units.registry.get(p.record.id))
+        return out
 
     def admit(
         self,
@@ -231,11 +304,11 @@ class Starts:
         slot.adopted = adopted
         slot.launch = launch
 
-    def _has_slot(self, kind: str) -> bool:
+    def _has_slot(self, kind: str, reserved: int = 0) -> bool:
         if self._closing:
             return False  # draining or closing: what is admitted (adopted rows) waits
         limit = self._limits.get(kind)
-        return limit is None or self._units.running_of(kind) < limit
+        return limit is None or self._units.running_of(kind) + reserved < limit
 
     def start_queued(self, kind: str) -> None:
         """A unit of ``kind`` ended: start the next ones waiting, while slots are free."""

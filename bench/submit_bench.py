@@ -1,0 +1,200 @@
+"""Fully synced submits through the supervisor against bare SQLite FULL inserts (DESIGN §8).
+
+    python bench/submit_bench.py [--quick]      (also: bench/run.py --only submits)
+
+Targets: one caller >= 0.9x bare SQLite (WAL, ``synchronous=FULL``, one row of
+the same size per transaction) measured alternately in the same run; 8 threads
+submitting at once >= 10,000/s. Windows alternate (bare, one caller, eight
+callers, ...) so that drift on a shared machine hits all three alike; each
+ratio is the median of the per-window ratios.
+
+The units are ``sup.shell(["true"], not_before=<a day from now>)``: each submit
+takes the same durable path as any other (validated, its row inserted in one
+fully synced transaction, then admitted), but the unit waits ``pending``
+instead of starting, so the figure is the submit path's and not the process
+starts'. Its row keeps its spec (a unit that starts at once and cannot resume
+does not), a few dozen bytes more than most submits write. The state dir is on
+the disk bench/ lives on: a tmpfs would make every fsync free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sqlite3
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import BenchResult, Pair, Series
+from peer_benches import EVICT_SOON, HasQuick, scale, state_dir
+
+import workunits as wu
+
+CALLERS = 8
+ONE_CALLER_RATIO = 0.9  # one caller's rate / the bare insert rate, at least
+MANY_CALLERS_RATE = 10_000  # submits/s from CALLERS threads at once, at least
+LATER = 24 * 3600.0  # not_before: the units never start during the bench
+
+
+def row_bytes(db: Path) -> int:
+    """The bytes of one ``units`` row's values (text, blobs; 8 per number), the largest."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT * FROM units").fetchall()
+    finally:
+        conn.close()
+    sizes = [
+        sum(len(v) if isinstance(v, str | bytes) else 8 for v in row if v is not None)
+        for row in rows
+    ]
+    return max(sizes)
+
+
+class BareInserts:
+    """The peer: one connection, WAL, FULL; one insert of ``size`` bytes per transaction."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = FULL")
+        self._conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v BLOB)")
+        self._value = b"x" * max(1, size - 16)  # the key below is ~16 bytes
+        self._n = 0
+
+    def rate(self, count: int) -> float:
+        conn = self._conn
+        start = time.perf_counter()
+        for _ in range(count):
+            self._n += 1
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (f"key-{self._n:012d}", self._value))
+            conn.execute("COMMIT")
+        return count / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+@contextlib.contextmanager
+def _deploy_on_exit(sup: wu.Supervisor) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        sup.close(deploy=True)
+
+
+def one_caller(submit: Callable[[], object], count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        submit()
+    return count / (time.perf_counter() - start)
+
+
+def many_callers(pool: ThreadPoolExecutor, submit: Callable[[], object], count: int) -> float:
+    """Submits per second from CALLERS threads that start together, ``count`` in all."""
+    each = count // CALLERS
+    ready = threading.Barrier(CALLERS + 1)
+
+    def caller() -> None:
+        ready.wait(30)
+        for _ in range(each):
+            submit()
+
+    futures = [pool.submit(caller) for _ in range(CALLERS)]
+    ready.wait(30)
+    start = time.perf_counter()
+    for f in futures:
+        f.result(300)
+    return each * CALLERS / (time.perf_counter() - start)
+
+
+def bench_submits(cfg: HasQuick) -> BenchResult:
+    result = BenchResult("submits")
+    count = scale(cfg, 400, 2000)
+    windows = scale(cfg, 3, 5)
+    where = Path(__file__).resolve().parent / "results"
+    where.mkdir(parents=True, exist_ok=True)
+    bare: list[float] = []
+    single: list[float] = []
+    eight: list[float] = []
+    commits: list[float] = []  # ledger commits per submit, 8 callers
+    with (
+        state_dir("submits", where) as base,
+        wu.Supervisor(base / "state", eviction_grace=EVICT_SOON) as sup,
+        ThreadPoolExecutor(CALLERS) as pool,
+        # Pending units are left to a next session (no terminal write each): a plain
+        # close kills them one synced commit at a time, minutes for this many.
+        _deploy_on_exit(sup),
+    ):
+        ledger = sup._runtime.ledger  # its commit count, for the note
+
+        def submit() -> object:
+            return sup.shell(["true"], not_before=LATER)
+
+        for _ in range(50):  # warm-up, and rows to size the peer's by
+            submit()
+        size = row_bytes(base / "state" / "ledger.db")
+        peer = BareInserts(base / "bare.db", size)
+        try:
+            peer.rate(200)
+            for _ in range(windows):
+                bare.append(peer.rate(count))
+                single.append(one_caller(submit, count))
+                ledger.drain_commit_seconds()
+                eight.append(many_callers(pool, submit, count))
+                commits.append(len(ledger.drain_commit_seconds()) / count)
+        finally:
+            peer.close()
+    one = Pair(
+        "one caller vs bare SQLite FULL",
+        Series("sup.shell(not_before=later), one caller", single, "/s"),
+        Series(f"bare SQLite WAL FULL insert, one {size}-byte row per commit", bare, "/s"),
+    )
+    result.pairs.append(one)
+    many = Series(f"sup.shell(not_before=later), {CALLERS} threads", eight, "/s")
+    result.series += [one.a, one.b, many]
+    ratio = statistics.median(one.pair_ratios)
+    result.check(
+        "one caller's synced submits / bare SQLite FULL inserts (median of window ratios)",
+        f">= {ONE_CALLER_RATIO}x",
+        -ONE_CALLER_RATIO,
+        -ratio,
+        f"{ratio:.2f}x ({one.a.median:,.0f}/s vs {one.b.median:,.0f}/s)",
+    )
+    rate = statistics.median(eight)
+    result.check(
+        f"synced submits from {CALLERS} threads at once (time per submit)",
+        f"<= {1e6 / MANY_CALLERS_RATE:.1f} us (>= {MANY_CALLERS_RATE:,}/s)",
+        1 / MANY_CALLERS_RATE,
+        1 / rate,
+        f"{rate:,.0f}/s ({rate / one.b.median:.2f}x bare SQLite FULL)",
+    )
+    result.note(
+        f"{count} submits per window, {windows} windows; {CALLERS} threads: "
+        f"{statistics.median(commits):.2f} ledger commits per submit; bare peer row {size} bytes"
+    )
+    return result
+
+
+BENCHES: dict[str, Callable[[Any], BenchResult]] = {"submits": bench_submits}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+
+    class Cfg:
+        quick = args.quick
+
+    print(harness.markdown([bench_submits(Cfg())]))
+
+
+if __name__ == "__main__":
+    main()

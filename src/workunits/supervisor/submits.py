@@ -1,0 +1,135 @@
+"""Group commit of submits: the facade's submits that arrive together share one synced commit.
+
+Owned by the SupervisorActor; every method runs in its thread. As with ends
+(``supervisor.endings``), the fsync of a commit is the supervisor thread's
+largest cost per submit; callers submitting at once (8 threads, an event
+loop's tasks) need not pay one each.
+
+A ``Register`` ask is validated and its row built at once (``Starts.prepare``):
+a bad argument is raised to its caller as before. Its answer is then deferred
+(``Request.defer``) and it joins the group, which is committed, in order:
+
+- at once when nothing else waits in the actor's inbox -- a lone caller pays
+  no extra hop, and the last of a run of submits commits the run;
+- when the group reaches ``MAX_SUBMITS_PER_COMMIT``;
+- at the ``FlushSubmits`` the group's first submit tells the actor;
+- before any other message is handled (``SupervisorActor.on_receive``).
+
+Durability (DESIGN §6) is kept: the group's rows commit in one fully synced
+transaction (``Starts.enter``), and only then is any of its units put in
+memory or started, or any caller answered. A submit's own error (its key
+taken with other arguments, text the ledger refuses) fails that caller
+alone; a failed commit (a full disk) fails every submit of the group with
+the ledger's error, and nothing of it is in memory or started. At stop, a
+group not yet committed is dropped and its callers told the supervisor is
+closed: nothing of it was written.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workunits._errors import SupervisorClosed
+from workunits.supervisor import requests as rq
+from workunits.supervisor.starts import Prepared, Starts
+
+log = logging.getLogger(__name__)
+
+MAX_SUBMITS_PER_COMMIT = 256  # a longer run of submits is committed in several groups
+
+
+@dataclass(frozen=True, slots=True)
+class FlushSubmits:
+    """Told by the supervisor to itself at the first submit of a group: commit the group."""
+
+
+class GroupedSubmits:
+    def __init__(
+        self,
+        starts: Starts,
+        *,
+        idle: Callable[[], bool],
+        tell_self: Callable[[object], None],
+    ) -> None:
+        self._starts = starts
+        self._idle = idle  # nothing waits in the actor's inbox
+        self._tell_self = tell_self
+        # Submits validated, answers deferred, rows not yet written (in arrival order).
+        # Invariant: non-empty only while a FlushSubmits is in the inbox.
+        self._group: list[tuple[rq.Register, Prepared]] = []
+        self._flush_queued = False
+
+    @property
+    def pending(self) -> bool:
+        """Submits wait for their commit: commit before anything else is handled."""
+        return bool(self._group)
+
+    def add(self, request: rq.Register) -> None:
+        """A ``Register`` ask: validate it (errors go to its caller now), then join the group."""
+        kind_taken = sum(1 for _, p in self._group if p.starts_now)
+        prepared = self._starts.prepare(
+            request.letter,
+            request.spec,
+            parent=request.parent,
+            description=request.description,
+            timeout=request.timeout,
+            key=request.key,
+            max_attempts=request.max_attempts,
+            retry=request.retry,
+            stall_after=request.stall_after,
+            restart=request.restart,
+            not_before=request.not_before,
+            reserved=kind_taken,
+        )
+        request.defer()
+        self._group.append((request, prepared))
+        if self._idle() or len(self._group) >= MAX_SUBMITS_PER_COMMIT:
+            self.commit()
+        elif not self._flush_queued:
+            self._flush_queued = True
+            self._tell_self(FlushSubmits())
+
+    def flush(self) -> None:
+        """The FlushSubmits told at the group's first submit has come round."""
+        self._flush_queued = False
+        self.commit()
+
+    def commit(self) -> None:
+        """Write the group's rows (one synced commit), admit its units, answer its callers."""
+        if not self._group:
+            return
+        group, self._group = self._group, []
+        try:
+            entered = self._starts.enter([p for _, p in group])
+        except Exception as exc:  # noqa: BLE001 - the commit failed: every caller hears why
+            for request, _ in group:
+                # Each caller raises its own copy: one exception raised in several
+                # threads at once would share (and garble) its traceback.
+                request.fail(_own_copy(exc))
+                request.settle()
+            return
+        for (request, _), outcome in zip(group, entered, strict=True):
+            if isinstance(outcome, BaseException):
+                request.fail(outcome)
+            else:
+                request.answer(outcome)
+            request.settle()
+
+    def drop(self) -> None:
+        """At stop: nothing of the group was written; its callers hear the supervisor closed."""
+        group, self._group = self._group, []
+        for request, _ in group:
+            request.fail(SupervisorClosed("the supervisor closed before this submit was written"))
+            request.settle()
+
+
+def _own_copy(exc: Exception) -> Exception:
+    try:
+        clone = copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception class copy cannot rebuild
+        return exc
+    clone.__cause__ = exc.__cause__
+    return clone
