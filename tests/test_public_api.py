@@ -51,6 +51,7 @@ WORKUNITS = {
     "Retry",
     "ScheduleFiring",
     "ScheduleInfo",
+    "SessionLost",
     "SignalTimeout",
     "SpecError",
     "StaleAttempt",
