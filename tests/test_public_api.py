@@ -51,6 +51,7 @@ WORKUNITS = {
     "Retry",
     "ScheduleFiring",
     "ScheduleInfo",
+    "SecretFileError",
     "SignalTimeout",
     "SpecError",
     "StaleAttempt",

@@ -31,6 +31,7 @@ from workunits._errors import NotRetryable as NotRetryable
 from workunits._errors import SignalTimeout as SignalTimeout
 from workunits._errors import SpecError as SpecError
 from workunits._errors import StaleAttempt as StaleAttempt
+from workunits._errors import SecretFileError as SecretFileError
 from workunits._errors import StateDirError as StateDirError
 from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import SupervisorClosed as SupervisorClosed
@@ -116,6 +117,7 @@ __all__ = [
     "Retry",
     "ScheduleFiring",
     "ScheduleInfo",
+    "SecretFileError",
     "SignalTimeout",
     "SpecError",
     "StaleAttempt",
