@@ -28,10 +28,10 @@ from workunits._errors import NoNotification as NoNotification
 from workunits._errors import NoSuchMethod as NoSuchMethod
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import NotRetryable as NotRetryable
+from workunits._errors import SecretFileError as SecretFileError
 from workunits._errors import SignalTimeout as SignalTimeout
 from workunits._errors import SpecError as SpecError
 from workunits._errors import StaleAttempt as StaleAttempt
-from workunits._errors import SecretFileError as SecretFileError
 from workunits._errors import StateDirError as StateDirError
 from workunits._errors import SupervisorBusy as SupervisorBusy
 from workunits._errors import SupervisorClosed as SupervisorClosed

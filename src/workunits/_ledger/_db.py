@@ -237,7 +237,7 @@ class Database:
         self,
         *,
         durable: bool,
-        wake: str | None = None,  # noqa: ARG002 - one host, one supervisor: it polls
+        wake: str | None = None,
     ) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction; committed on success, rolled back on any error.
 

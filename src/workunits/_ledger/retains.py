@@ -17,7 +17,6 @@ from workunits import _ids, _procid
 from workunits._errors import SpecError
 from workunits._ledger.backend import Connection, Database
 
-
 _LEASE_ID = re.compile(r"[0-9a-f]{24}", re.ASCII)  # what add() makes
 
 
