@@ -34,6 +34,7 @@ from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._record import WorkRecord
+from workunits._remote_output import RemoteOutput
 from workunits._retain import Retain
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
 from workunits._status import Status, is_terminal
@@ -166,6 +167,8 @@ class Client:
             state_dir, create=create, clock=self._clock, ledger=ledger, secret=self._secret
         )
         self.state_dir: Path = self._ledger.state_dir
+        token = None if self._secret is None else self._secret.token
+        self._remote_output = RemoteOutput(self._ledger, token)
         self._poll = float(poll)
         self._closed = threading.Event()
 
@@ -494,7 +497,14 @@ class Client:
         it for long, so that its row does not expire meanwhile.
         """
         self.row(work_id)  # InvalidWorkId / UnknownWork now, not at the first next()
-        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
+        return OutputStream(
+            self.ledger,
+            work_id,
+            stop=self._closed,
+            poll=self._poll,
+            follow=follow,
+            remote=self._remote_output,
+        )
 
     def notifications(self) -> Notices:
         """Notices of top-level units as they end; each goes to one consumer, once.
@@ -711,7 +721,14 @@ class Client:
         thread; waits are ``asyncio.sleep``. A bad ID raises at the first step.
         """
         _ids.validate(work_id)
-        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
+        return OutputStream(
+            self.ledger,
+            work_id,
+            stop=self._closed,
+            poll=self._poll,
+            follow=follow,
+            remote=self._remote_output,
+        )
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
         """Like ``cancel`` without blocking the event loop."""

@@ -72,6 +72,7 @@ from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
 from workunits._ledger.signals import Signal
+from workunits._ledger.valuestore_db import DatabaseValueStore
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
 from workunits._retry import Attempt
@@ -137,9 +138,13 @@ class Ledger:
         except BaseException:
             self._db.close()
             raise
-        self._large = largevalues.LargeValues(
-            valuestore.FileValueStore(self.state_dir), self._key, large_value
+        # On PostgreSQL every host must read what any host stored: the database keeps it.
+        store: valuestore.ValueStore = (
+            valuestore.FileValueStore(self.state_dir)
+            if isinstance(self._db, Database)
+            else DatabaseValueStore(self._db)
         )
+        self._large = largevalues.LargeValues(store, self._key, large_value)
 
     @classmethod
     def open_existing(
@@ -219,6 +224,11 @@ class Ledger:
         if not isinstance(plain, Database):
             raise LedgerError(f"the ledger {self._db.where} is in PostgreSQL, not in a file")
         return plain.path
+
+    @property
+    def shared(self) -> bool:
+        """True for a PostgreSQL ledger, which hosts other than this one may share."""
+        return not isinstance(self._db, Database)
 
     @property
     def where(self) -> str:
