@@ -128,3 +128,22 @@ def test_closing_the_supervisor_closes_its_listener(postgres_url: str, tmp_path:
         sup.shell("true")
         eventually(lambda: _listener_pids(postgres_url), what="the listener to connect")
     eventually(lambda: not _listener_pids(postgres_url), what="the listener to disconnect")
+
+
+def test_a_kill_reaches_the_supervisor_that_runs_the_unit_not_another(
+    slow_sup: wu.Supervisor, postgres_url: str, tmp_path: Path
+) -> None:
+    units = [slow_sup.shell("sleep 600") for _ in range(4)]
+    for unit in units:
+        eventually(lambda u=unit: slow_sup.get(u.id).status == wu.Status.RUNNING, what="running")
+    # Another supervisor on the ledger, ticking fast: it must leave the requests alone.
+    with (
+        wu.Supervisor(tmp_path / "other", ledger=postgres_url, install_signal_handlers=False),
+        wu.connect(tmp_path / "client", ledger=postgres_url) as client,
+    ):
+        for unit in units:
+            assert client.kill(unit.id) is True
+        for unit in units:
+            # Ended by its own supervisor: its record in memory, its process gone.
+            record = slow_sup.wait(unit.id, timeout=PROMPT * 2)
+            assert record.status == wu.Status.KILLED

@@ -138,6 +138,7 @@ class Ledger:
         except BaseException:
             self._db.close()
             raise
+        self._shared = not isinstance(self._db, Database)  # before a fence wraps it
         # On PostgreSQL every host must read what any host stored: the database keeps it.
         store: valuestore.ValueStore = (
             valuestore.FileValueStore(self.state_dir)
@@ -228,7 +229,7 @@ class Ledger:
     @property
     def shared(self) -> bool:
         """True for a PostgreSQL ledger, which hosts other than this one may share."""
-        return not isinstance(self._db, Database)
+        return self._shared
 
     @property
     def where(self) -> str:

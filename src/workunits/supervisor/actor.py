@@ -465,7 +465,7 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def _woken(self) -> None:
         """What another process added: requests first, as a tick orders them, then the rest."""
-        if self._closing:
+        if self._closing or self._session_lost:
             return
         self._recovery.apply_requests()
         self._recovery.tick()

@@ -30,8 +30,7 @@ from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
-from workunits._ledger.sessions import MIN_LEASE
-from workunits._ledger.sessions import check_advertise
+from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord

@@ -19,8 +19,8 @@ import pykka
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._ledger import Ledger
-from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._ledger.secretfile import SharedSecret
+from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._pool import WorkerPool
 from workunits._remote.runtime import RayRuntime
 from workunits._zygote.client import ZygoteClient
