@@ -134,8 +134,11 @@ def test_a_kill_reaches_the_supervisor_that_runs_the_unit_not_another(
     slow_sup: wu.Supervisor, postgres_url: str, tmp_path: Path
 ) -> None:
     units = [slow_sup.shell("sleep 600") for _ in range(4)]
-    for unit in units:
-        eventually(lambda u=unit: slow_sup.get(u.id).status == wu.Status.RUNNING, what="running")
+
+    def all_running() -> bool:
+        return all(slow_sup.get(u.id).status == wu.Status.RUNNING for u in units)
+
+    eventually(all_running, what="the units to run")
     # Another supervisor on the ledger, ticking fast: it must leave the requests alone.
     with (
         wu.Supervisor(tmp_path / "other", ledger=postgres_url, install_signal_handlers=False),
