@@ -51,6 +51,7 @@ WORKUNITS = {
     "Retry",
     "ScheduleFiring",
     "ScheduleInfo",
+    "SecretFileError",
     "SessionLost",
     "SignalTimeout",
     "SpecError",

@@ -28,6 +28,7 @@ from workunits._errors import NoNotification as NoNotification
 from workunits._errors import NoSuchMethod as NoSuchMethod
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import NotRetryable as NotRetryable
+from workunits._errors import SecretFileError as SecretFileError
 from workunits._errors import SessionLost as SessionLost
 from workunits._errors import SignalTimeout as SignalTimeout
 from workunits._errors import SpecError as SpecError
@@ -117,6 +118,7 @@ __all__ = [
     "Retry",
     "ScheduleFiring",
     "ScheduleInfo",
+    "SecretFileError",
     "SessionLost",
     "SignalTimeout",
     "SpecError",

@@ -30,10 +30,11 @@ from workunits import _ids
 from workunits._clock import Clock, SystemClock
 from workunits._errors import ClientClosed, NotFinished, NotRetryable, SpecError, UnknownWork
 from workunits._follow import Backoff, Notices, OutputStream
-from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._record import WorkRecord
+from workunits._remote_output import RemoteOutput
 from workunits._retain import Retain
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
 from workunits._status import Status, is_terminal
@@ -76,6 +77,7 @@ def connect(
     poll: float = DEFAULT_POLL,
     clock: Clock | None = None,
     ledger: str | None = None,
+    secret_file: str | os.PathLike[str] | None = None,
 ) -> Client: ...
 
 
@@ -92,6 +94,7 @@ def connect(
     token: str | None = None,
     timeout: float = 60.0,
     ledger: str | None = None,
+    secret_file: str | os.PathLike[str] | None = None,
 ) -> Client | HttpClient:
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
 
@@ -101,6 +104,9 @@ def connect(
     ``ledger="postgresql://..."`` (or such a URL in place of ``state_dir``)
     reaches a supervisor whose ledger is in PostgreSQL; the state dir is then
     the one the supervisor keeps its output files and signing key in.
+    ``secret_file`` (default: ``$WORKUNITS_SECRET_FILE``) is the secret every
+    host of a shared ledger is given: it signs and verifies stored specs in
+    place of the state dir's key, and is the token for other hosts' HTTP APIs.
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
     nothing is created (what a reader wants when the path may be a typo); a
@@ -119,7 +125,9 @@ def connect(
         raise SpecError(f"connecting to {state_dir} needs token= (the state dir's http.token)")
     if ledger is None and is_url(state_dir):
         ledger, state_dir = str(state_dir), ".workunits"
-    return Client(state_dir, create=create, poll=poll, clock=clock, ledger=ledger)
+    return Client(
+        state_dir, create=create, poll=poll, clock=clock, ledger=ledger, secret_file=secret_file
+    )
 
 
 async def connect_async(
@@ -149,12 +157,18 @@ class Client:
         poll: float = DEFAULT_POLL,
         clock: Clock | None = None,
         ledger: str | None = None,
+        secret_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
             raise SpecError(f"poll must be a positive number of seconds, got {poll!r}")
         self._clock = clock or SystemClock()
-        self._ledger = Ledger.open(state_dir, create=create, clock=self._clock, ledger=ledger)
+        self._secret = secretfile.resolve(secret_file)
+        self._ledger = Ledger.open(
+            state_dir, create=create, clock=self._clock, ledger=ledger, secret=self._secret
+        )
         self.state_dir: Path = self._ledger.state_dir
+        token = None if self._secret is None else self._secret.token
+        self._remote_output = RemoteOutput(self._ledger, token)
         self._poll = float(poll)
         self._closed = threading.Event()
 
@@ -483,7 +497,14 @@ class Client:
         it for long, so that its row does not expire meanwhile.
         """
         self.row(work_id)  # InvalidWorkId / UnknownWork now, not at the first next()
-        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
+        return OutputStream(
+            self.ledger,
+            work_id,
+            stop=self._closed,
+            poll=self._poll,
+            follow=follow,
+            remote=self._remote_output,
+        )
 
     def notifications(self) -> Notices:
         """Notices of top-level units as they end; each goes to one consumer, once.
@@ -700,7 +721,14 @@ class Client:
         thread; waits are ``asyncio.sleep``. A bad ID raises at the first step.
         """
         _ids.validate(work_id)
-        return OutputStream(self.ledger, work_id, stop=self._closed, poll=self._poll, follow=follow)
+        return OutputStream(
+            self.ledger,
+            work_id,
+            stop=self._closed,
+            poll=self._poll,
+            follow=follow,
+            remote=self._remote_output,
+        )
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
         """Like ``cancel`` without blocking the event loop."""

@@ -42,6 +42,8 @@ WorkunitsError
     ├── NoLedger            the state dir has no ledger, and the caller asked not to create one
     ├── StateDirError       the state dir is unsafe (a symlink, not ours, writable by others),
     │                       not a directory, unreadable, or read-only for a writer
+    ├── SecretFileError     the shared secret file is unsafe (readable by others),
+    │                       unreadable or too short
     ├── LedgerVersionError  the ledger file was written by a newer schema
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
     ├── LedgerFull          the state dir's disk is full; nothing was written
@@ -271,6 +273,13 @@ class LedgerCorrupt(LedgerError):
 
 class LedgerFull(LedgerError):
     """The disk holding the state dir is full; the transaction was rolled back."""
+
+
+class SecretFileError(LedgerError):
+    """The shared secret file (``--secret-file``, ``WORKUNITS_SECRET_FILE``) cannot be used.
+
+    The message names the file and what to do; nothing was read from it.
+    """
 
 
 class LedgerTampered(LedgerError):

@@ -21,6 +21,7 @@ from workunits._claim import Claim, NoticeSource
 from workunits._errors import ClientClosed, LedgerError, NoNotification
 from workunits._ledger import Ledger, UnitRow
 from workunits._record import Notification
+from workunits._remote_output import RemoteOutput
 from workunits._status import is_terminal
 
 # Two chunks alive at a time (the caller's and the next) keeps memory flat
@@ -93,6 +94,7 @@ class OutputStream(Iterator[bytes]):
         poll: float,
         follow: bool = True,
         chunk: int = STREAM_CHUNK,
+        remote: RemoteOutput | None = None,
     ) -> None:
         self.id = work_id
         self.follow = follow
@@ -104,6 +106,8 @@ class OutputStream(Iterator[bytes]):
         self._fd: int | None = None
         self._path: str | None = None
         self._open = True
+        # Live output on another host comes through its supervisor (``_remote_output``).
+        self._remote = remote
 
     def __next__(self) -> bytes:
         while (data := self.look()) is None:
@@ -156,7 +160,10 @@ class OutputStream(Iterator[bytes]):
         if self._fd is None:
             self._open_source(row)
             if self._fd is None:
-                return b""
+                # Not on this host: a running unit of another host is read through
+                # its supervisor; an ended one's tail comes from the ledger.
+                url = None if ended or self._remote is None else self._remote.url_for(row)
+                return b"" if url is None else self._read_elsewhere(url)
         data = _outputfile.read_delta(self._fd, self.offset, self._chunk)
         if not data and not ended and self._replaced():
             # A restarted shell attempt writes a fresh file at the same path.
@@ -174,6 +181,13 @@ class OutputStream(Iterator[bytes]):
             if fd is not None:
                 self._fd, self._path = fd, path
                 return
+
+    def _read_elsewhere(self, url: str) -> bytes:
+        """A running unit of another state dir: through its supervisor's HTTP API."""
+        assert self._remote is not None
+        data = self._remote.read(url, self.id, self.offset, self._chunk)
+        self.offset += len(data)
+        return data
 
     def _replaced(self) -> bool:
         assert self._fd is not None

@@ -52,7 +52,9 @@ class Served:
                 self.stop()
                 raise RuntimeError(f"serve --http did not start:\n{self.log.read_text()}")
             time.sleep(0.02)  # polling a log file with a deadline, not a sleep-then-assert
-        self.token = (state_dir / "http.token").read_text().strip()
+        # With --secret-file the token is the shared secret's, and no http.token is made.
+        token_file = state_dir / "http.token"
+        self.token = token_file.read_text().strip() if token_file.exists() else ""
         self.auth = {"Authorization": f"Bearer {self.token}"}
 
     def stop(self) -> None:

@@ -25,6 +25,7 @@ import click
 from workunits._cli import user_code
 from workunits._cli._app import cli, state_option
 from workunits._errors import SpecError
+from workunits._ledger import secretfile
 from workunits._ledger._db import SYNC_MODES
 from workunits._ledger.sessions import DEFAULT_LEASE, MIN_LEASE
 from workunits.supervisor.facade import Supervisor
@@ -104,6 +105,22 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     "another one takes over its units. If that happens while this one still runs "
     f"(it was stopped), it kills its units' processes and exits {EXIT_SESSION_LOST}.",
 )
+@click.option(
+    "--advertise",
+    metavar="URL",
+    default=None,
+    help="The http(s):// URL other hosts reach this --http API at, kept in the ledger's "
+    "session row so their clients read live output through it (default: the --http address).",
+)
+@click.option(
+    "--secret-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar="WORKUNITS_SECRET_FILE",
+    help="A file (mode 600) holding the secret every host of a shared ledger is given: it "
+    "signs stored specs and is the HTTP token, in place of the state dir's own "
+    "[env: WORKUNITS_SECRET_FILE].",
+)
 def serve(  # noqa: PLR0917 - click passes every option by position
     state_dir: Path,
     limits: tuple[str, ...],
@@ -116,6 +133,8 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     insecure: bool,
     ledger_url: str | None,
     session_lease: float,
+    advertise: str | None,
+    secret_file: Path | None,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -126,6 +145,9 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     and SIGHUP end every running unit (reason shutdown).
     """
     concurrency = _limits(limits)
+    if advertise is not None and http_bind is None:
+        raise SpecError("--advertise names where the --http API is reached: give --http too")
+    secret = secretfile.resolve(secret_file)
     kinds = user_code.import_all(imports)
     with _stop_signals() as wait_for_signal:
         supervisor = Supervisor(
@@ -138,12 +160,15 @@ def serve(  # noqa: PLR0917 - click passes every option by position
             ledger=ledger_url,
             session_lease=session_lease,
             on_session_lost=wait_for_signal.session_lost,
+            secret_file=secret_file,
         )
         deploy = False
         http = None
         try:
             if http_bind is not None:
-                http = _start_http(supervisor, http_bind, tls_cert, tls_key, insecure)
+                token = None if secret is None else secret.token
+                http = _start_http(supervisor, http_bind, tls_cert, tls_key, insecure, token)
+                supervisor.advertise(advertise or http.url)
             caps = ", ".join(f"{kind} {n}" for kind, n in sorted(concurrency.items()))
             unsynced = "; ledger not fsynced" if ledger_sync == "normal" else ""
             click.echo(
@@ -191,8 +216,13 @@ def _drain(supervisor: Supervisor, timeout: float, signals: _Waiter) -> None:
         click.echo(f"workunits serve: still running after the drain: {' '.join(still)}", err=True)
 
 
-def _start_http(
-    sup: Supervisor, bind: str, tls_cert: str | None, tls_key: str | None, insecure: bool
+def _start_http(  # noqa: PLR0917 - serve's own options, passed on
+    sup: Supervisor,
+    bind: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    insecure: bool,
+    token: str | None,
 ) -> HttpServer:
     try:
         from workunits._http.server import HttpServer, parse_bind  # noqa: PLC0415 - optional extra
@@ -201,7 +231,9 @@ def _start_http(
             f"--http needs the http extra: pip install 'workunits[http]' ({exc})"
         ) from None
     host, port = parse_bind(bind)
-    server = HttpServer(sup, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure)
+    server = HttpServer(
+        sup, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure, token=token
+    )
     url = server.start()
     click.echo(f"workunits serve: HTTP API at {url} (workunits ui opens the web view)", err=True)
     return server

@@ -58,7 +58,9 @@ class HttpServer:
         tls_cert: str | None = None,
         tls_key: str | None = None,
         insecure: bool = False,
+        token: str | None = None,
     ) -> None:
+        """``token``: the shared secret file's (``secretfile``); else the state dir's own."""
         if (tls_cert is None) != (tls_key is None):
             raise SpecError("--tls-cert and --tls-key go together")
         tls = tls_cert is not None
@@ -68,7 +70,8 @@ class HttpServer:
                 "TLS: give --tls-cert and --tls-key, or --insecure if the network is trusted"
             )
         self._state_dir = Path(sup.state_dir)
-        token = load_or_create_token(self._state_dir)
+        if token is None:
+            token = load_or_create_token(self._state_dir)
         self.app, self.guard = create_app(Backend(sup), token, tls=tls)
         config = uvicorn.Config(
             self.guard,

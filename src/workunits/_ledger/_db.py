@@ -233,11 +233,17 @@ class Database:
             self.conn.close()
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool) -> Iterator[sqlite3.Connection]:
+    def write(
+        self,
+        *,
+        durable: bool,
+        wake: str | None = None,
+    ) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction; committed on success, rolled back on any error.
 
         ``durable`` selects ``synchronous=FULL`` for this transaction (NORMAL
-        when the ledger was opened with ``sync="normal"``).
+        when the ledger was opened with ``sync="normal"``). ``wake`` is for
+        PostgreSQL's listening supervisors (``backend``); SQLite has none.
         """
         with self._lock:
             self._check_process()

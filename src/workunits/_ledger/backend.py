@@ -29,6 +29,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# The LISTEN/NOTIFY channel that wakes supervisors on a PostgreSQL ledger.
+WAKE_CHANNEL = "workunits_wake"
 
 
 def is_url(target: object) -> bool:
@@ -75,10 +77,17 @@ class Database(Protocol):
         """The ledger, as error messages name it (a file, or a URL without its password)."""
         ...
 
-    def write(self, *, durable: bool) -> AbstractContextManager[Connection]:
+    def write(
+        self, *, durable: bool, wake: str | None = None
+    ) -> AbstractContextManager[Connection]:
         """A transaction holding the write lock; committed on success, rolled back on error.
 
         ``durable``: the commit survives a power cut (else only a process crash).
+        ``wake``: this transaction adds work for a supervisor (a request, a signal,
+        a pending unit); on PostgreSQL it also sends ``wake`` (``<what>:<id>``) on
+        the ``WAKE_CHANNEL``, delivered when it commits, so listening supervisors
+        act now instead of at their next tick (``postgres_listen``). SQLite
+        ignores it: its one supervisor polls the file it shares one host with.
         """
         ...
 

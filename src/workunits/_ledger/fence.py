@@ -43,8 +43,8 @@ class FencedDatabase:
         return kept
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool) -> Iterator[Connection]:
-        with self.inner.write(durable=durable) as conn:
+    def write(self, *, durable: bool, wake: str | None = None) -> Iterator[Connection]:
+        with self.inner.write(durable=durable, wake=wake) as conn:
             sessions.check_not_taken(conn, self.session)
             yield conn
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from workunits._errors import LedgerError, LedgerFull, StateDirError
 from workunits._ledger import postgres_schema, postgres_sql
 from workunits._ledger._db import sync_level
-from workunits._ledger.backend import Cursor
+from workunits._ledger.backend import WAKE_CHANNEL, Cursor
 
 if TYPE_CHECKING:
     import psycopg
@@ -94,6 +95,16 @@ class PgConnection:
         cursor = self._conn.cursor()
         cursor.executemany(postgres_sql.translate(sql), parameters)
         return cursor
+
+
+_PAYLOAD = re.compile(r"[a-z]+:[0-9a-z]{1,64}", re.ASCII)
+
+
+def _checked_payload(wake: str) -> str:
+    """``wake`` when it is ``<what>:<id>``; it goes into SQL text, so nothing else passes."""
+    if _PAYLOAD.fullmatch(wake) is None:
+        raise LedgerError(f"a wake payload is <what>:<id> in lower-case ASCII, got {wake!r}")
+    return wake
 
 
 def redacted(url: str) -> str:
@@ -176,12 +187,16 @@ class PostgresDatabase:
             raise self._mapped(exc) from exc
 
     @contextlib.contextmanager
-    def write(self, *, durable: bool) -> Iterator[PgConnection]:
+    def write(self, *, durable: bool, wake: str | None = None) -> Iterator[PgConnection]:
         if self.readonly:
             raise StateDirError(f"the ledger {self._where} was opened for reading; nothing written")
         begin = "BEGIN; "
         if self._durable_off or not durable:
             begin += "SET LOCAL synchronous_commit = off; "
+        if wake is not None:
+            # Sent when the transaction commits, never if it rolls back; in the
+            # begin statement so it costs no round trip of its own.
+            begin += f"NOTIFY {WAKE_CHANNEL}, '{_checked_payload(wake)}'; "
         begin += f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
         with self._connection() as conn, _transaction(conn, begin):
             yield PgConnection(conn)

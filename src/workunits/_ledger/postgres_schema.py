@@ -187,7 +187,19 @@ ALTER TABLE sessions ADD COLUMN recovered_at double precision;
 CREATE INDEX units_session_status ON units (session, status);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# The URL a session's HTTP API is reached at (`serve --advertise`), and the
+# large values (specs, results, checkpoints over the threshold) every host
+# must read: in the database, not in one host's state dir (valuestore_db).
+_V7 = """
+ALTER TABLE sessions ADD COLUMN url text;
+CREATE TABLE large_values (
+    name        text PRIMARY KEY NOT NULL,        -- <unit>.<purpose>.<hmac>
+    data        bytea NOT NULL,
+    created_at  double precision NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

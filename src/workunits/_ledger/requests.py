@@ -43,7 +43,7 @@ def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: 
         raise SpecError(f"{verb!r} is not a request verb; one of {', '.join(VERBS)}")
     _ids.validate(target)
     data = strictjson.dumps({} if args is None else args, f"{verb} request for {target}")
-    with db.write(durable=True) as conn:
+    with db.write(durable=True, wake=f"unit:{target}") as conn:
         row = conn.execute(
             "INSERT INTO requests (verb, target, args, created_at) VALUES (?, ?, ?, ?) "
             "RETURNING seq",

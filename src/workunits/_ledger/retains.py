@@ -9,12 +9,15 @@ from memory and for expiry in the ledger.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterable
 
 from workunits import _ids, _procid
 from workunits._errors import SpecError
 from workunits._ledger.backend import Connection, Database
+
+_LEASE_ID = re.compile(r"[0-9a-f]{24}", re.ASCII)  # what add() makes
 
 
 def check_lease(lease: object) -> float:
@@ -28,7 +31,7 @@ def add(db: Database, unit: str, owner: str, now: float, lease: float) -> str:
     """Retain ``unit`` for ``owner`` until ``now + lease``; return the lease's ID."""
     _ids.validate(unit)
     lease_id = secrets.token_hex(12)
-    with db.write(durable=False) as conn:
+    with db.write(durable=False, wake=f"unit:{unit}") as conn:
         conn.execute(
             "INSERT INTO retains (lease_id, unit, owner, expires_at) VALUES (?, ?, ?, ?)",
             (lease_id, unit, owner, now + check_lease(lease)),
@@ -48,7 +51,9 @@ def renew(db: Database, lease_id: str, now: float, lease: float) -> bool:
 
 def release(db: Database, lease_id: str) -> bool:
     """End the lease now; False if it was already gone."""
-    with db.write(durable=False) as conn:
+    # A release may let its unit leave memory and expire: its supervisor hears of it now.
+    wake = f"lease:{lease_id}" if _LEASE_ID.fullmatch(lease_id) else None
+    with db.write(durable=False, wake=wake) as conn:
         return conn.execute("DELETE FROM retains WHERE lease_id = ?", (lease_id,)).rowcount == 1
 
 

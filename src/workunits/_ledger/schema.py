@@ -217,7 +217,14 @@ ALTER TABLE sessions ADD COLUMN recovered_at REAL;
 CREATE INDEX units_session_status ON units (session, status);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# The URL a session's HTTP API is reached at (`serve --advertise`), for reads of
+# live output from other hosts. (PostgreSQL's migration 7 also adds the table of
+# large values every host reads; SQLite's stay in the state dir's files.)
+_V7 = """
+ALTER TABLE sessions ADD COLUMN url TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -21,10 +21,11 @@ refused, and one that precedes it is seen by the winner.
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 
 from workunits import _ids
-from workunits._errors import InvalidWorkId, LedgerError, SessionLost
+from workunits._errors import InvalidWorkId, LedgerError, SessionLost, SpecError
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import UnitRow
 from workunits._status import Status
@@ -40,6 +41,8 @@ class Session:
     lease: float | None = None  # None: opened before leases; DEFAULT_LEASE applies
     recovered_by: str | None = None
     recovered_at: float | None = None
+    # Where the session's HTTP API is reached from other hosts (``serve --advertise``).
+    url: str | None = None
 
 
 DEFAULT_LEASE = 10.0
@@ -55,6 +58,28 @@ def validate(session_id: object) -> str:
     return value
 
 
+def check_advertise(url: object) -> str:
+    """``url`` when it is an ``http(s)://host[:port]`` base URL; SpecError otherwise."""
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+    ):
+        raise SpecError(
+            f"advertise must be the http(s)://host:port this supervisor's HTTP API is reached "
+            f"at from other hosts (no user, query or fragment), got {url!r}"
+        )
+    try:
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        raise SpecError(f"advertise has a port that is not a number: {url!r}") from None
+    return str(url).rstrip("/")
+
+
 def open_session(
     db: Database, session_id: str, pid: int, now: float, lease: float | None = None
 ) -> None:
@@ -67,6 +92,17 @@ def open_session(
             "VALUES (?, ?, ?, ?, ?)",
             (session_id, pid, now, now, lease),
         )
+
+
+def advertise(db: Database, session_id: str, url: str) -> None:
+    """Record where ``session_id``'s HTTP API is reached from other hosts."""
+    validate(session_id)
+    with db.write(durable=True) as conn:
+        cursor = conn.execute(
+            "UPDATE sessions SET url = ? WHERE id = ?", (check_advertise(url), session_id)
+        )
+        if cursor.rowcount != 1:
+            raise LedgerError(f"no session {session_id} in the ledger; open_session() first")
 
 
 def heartbeat(db: Database, session_id: str, now: float) -> None:

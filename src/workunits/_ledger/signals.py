@@ -42,7 +42,7 @@ def send(db: Database, unit: str, name: str, value: Any, now: float) -> int | No
     _ids.validate(unit)
     check_name(name)
     data = strictjson.dumps(value, f"value of signal {name!r} for {unit}")
-    with db.write(durable=True) as conn:
+    with db.write(durable=True, wake=f"unit:{unit}") as conn:
         row = conn.execute("SELECT status FROM units WHERE id = ?", (unit,)).fetchone()
         if row is None:
             raise UnknownWork(f"no work unit {unit!r} in this ledger")

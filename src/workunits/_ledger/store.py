@@ -54,6 +54,7 @@ from workunits._ledger import (
     retains,
     retention,
     schedules,
+    secretfile,
     sessions,
     signals,
     statedir,
@@ -71,6 +72,7 @@ from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
 from workunits._ledger.signals import Signal
+from workunits._ledger.valuestore_db import DatabaseValueStore
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
 from workunits._retry import Attempt
@@ -97,6 +99,7 @@ class Ledger:
         verify: bool = False,
         large_value: int = valuestore.LARGE_VALUE,
         ledger: str | None = None,
+        secret: secretfile.SharedSecret | None = None,
         _readonly: bool = False,
     ) -> None:
         """``sync="normal"`` trades power-cut durability for latency (see ``_db``).
@@ -104,7 +107,9 @@ class Ledger:
         ``verify=True`` checks the whole file (``PRAGMA quick_check``) before
         anything is written: LedgerCorrupt for a damaged one. A supervisor does.
         ``ledger``, a ``postgresql://`` URL, keeps the ledger there instead of
-        in the state dir (the ``[postgres]`` extra).
+        in the state dir (the ``[postgres]`` extra). ``secret`` (a shared secret
+        file, ``secretfile``) signs and verifies stored values in place of the
+        state dir's own key: what every host on one shared ledger needs.
         """
         # open_existing has checked a read-only state dir already; a writer checks here.
         self.state_dir = Path(state_dir) if _readonly else statedir.prepare(state_dir)
@@ -124,16 +129,23 @@ class Ledger:
             )
         try:
             self._key: bytes | None = (
-                values.load_key(self.state_dir)
+                secret.spec_key
+                if secret is not None
+                else values.load_key(self.state_dir)
                 if _readonly
                 else values.load_or_create_key(self.state_dir)
             )
         except BaseException:
             self._db.close()
             raise
-        self._large = largevalues.LargeValues(
-            valuestore.FileValueStore(self.state_dir), self._key, large_value
+        self._shared = not isinstance(self._db, Database)  # before a fence wraps it
+        # On PostgreSQL every host must read what any host stored: the database keeps it.
+        store: valuestore.ValueStore = (
+            valuestore.FileValueStore(self.state_dir)
+            if isinstance(self._db, Database)
+            else DatabaseValueStore(self._db)
         )
+        self._large = largevalues.LargeValues(store, self._key, large_value)
 
     @classmethod
     def open_existing(
@@ -142,6 +154,7 @@ class Ledger:
         *,
         clock: Clock | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        secret: secretfile.SharedSecret | None = None,
     ) -> Ledger:
         """Open the ledger of ``state_dir``; NoLedger when there is none (nothing is created).
 
@@ -157,7 +170,9 @@ class Ledger:
                 f"{checked} holds no workunits ledger (no {DB_FILE}); check the state "
                 f"dir, or start one with `workunits serve --state {checked}`"
             )
-        return cls(checked, clock=clock, busy_timeout=busy_timeout, _readonly=not writable)
+        return cls(
+            checked, clock=clock, busy_timeout=busy_timeout, secret=secret, _readonly=not writable
+        )
 
     @classmethod
     def open(
@@ -168,6 +183,7 @@ class Ledger:
         clock: Clock | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         ledger: str | None = None,
+        secret: secretfile.SharedSecret | None = None,
     ) -> Ledger:
         """``open_existing``, or with ``create`` a new ledger where there is none.
 
@@ -176,13 +192,17 @@ class Ledger:
         migrated as a supervisor would, and the state dir is prepared for the key.
         """
         if ledger is not None:
-            return cls(state_dir, clock=clock, busy_timeout=busy_timeout, ledger=ledger)
+            return cls(
+                state_dir, clock=clock, busy_timeout=busy_timeout, ledger=ledger, secret=secret
+            )
         try:
-            return cls.open_existing(state_dir, clock=clock, busy_timeout=busy_timeout)
+            return cls.open_existing(
+                state_dir, clock=clock, busy_timeout=busy_timeout, secret=secret
+            )
         except NoLedger:
             if not create:
                 raise
-        return cls(state_dir, clock=clock, busy_timeout=busy_timeout)
+        return cls(state_dir, clock=clock, busy_timeout=busy_timeout, secret=secret)
 
     @property
     def _signing_key(self) -> bytes:
@@ -207,6 +227,11 @@ class Ledger:
         return plain.path
 
     @property
+    def shared(self) -> bool:
+        """True for a PostgreSQL ledger, which hosts other than this one may share."""
+        return self._shared
+
+    @property
     def where(self) -> str:
         """The ledger as messages name it: its file, or its URL without the password."""
         return self._db.where
@@ -222,7 +247,7 @@ class Ledger:
 
     # -- submit and read ---------------------------------------------------------
 
-    def submit(self, new: NewUnit) -> tuple[UnitRow, bool]:
+    def submit(self, new: NewUnit, *, wake: bool = True) -> tuple[UnitRow, bool]:
         """Insert ``new`` (``pending``, or ``running`` when it has ``started_at``), or return
         the unit that already has its key.
 
@@ -232,14 +257,18 @@ class Ledger:
         IdempotencyConflict. Check and insert are one ``BEGIN IMMEDIATE``
         transaction, so concurrent submits from several processes make one unit
         per key (invariant 12). Fully synced before it returns.
+
+        ``wake=False``: a supervisor's own unit, which no other supervisor should
+        adopt; otherwise a pending unit wakes the supervisors listening on a
+        PostgreSQL ledger (``backend``).
         """
-        (answer,) = self.submit_many([new])
+        (answer,) = self.submit_many([new], wake=wake)
         if isinstance(answer, WorkunitsError):
             raise answer
         return answer
 
     def submit_many(
-        self, batch: Iterable[NewUnit]
+        self, batch: Iterable[NewUnit], *, wake: bool = True
     ) -> builtins.list[tuple[UnitRow, bool] | WorkunitsError]:
         """Several submits in one fully synced transaction: one fsync for the group.
 
@@ -257,8 +286,10 @@ class Ledger:
             except WorkunitsError as exc:
                 prepared.append(exc)
         ready = [p for p in prepared if not isinstance(p, WorkunitsError)]
+        pending = [new.id for new, _ in ready if new.started_at is None]
+        woken = None if not (wake and pending) else f"unit:{pending[0]}"
         try:
-            with self._db.write(durable=True) as conn:
+            with self._db.write(durable=True, wake=woken) as conn:
                 inserted = [submits.insert(conn, new, digest) for new, digest in ready]
         except BaseException:
             self._large.delete(new.spec.file for new, _ in ready)
@@ -928,6 +959,10 @@ class Ledger:
         sessions.validate(session_id)
         rows = claims.claim(self._db, session_id, free, batch, row_locks=self._db.row_locks)
         return [self._checked(row) for row in rows]
+
+    def advertise(self, session_id: str, url: str) -> None:
+        """Record the URL ``session_id``'s HTTP API is reached at (``serve --advertise``)."""
+        sessions.advertise(self._db, session_id, url)
 
     def heartbeat(self, session_id: str) -> None:
         sessions.heartbeat(self._db, session_id, self._clock.now())

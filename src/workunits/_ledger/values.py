@@ -347,7 +347,9 @@ def _verify(stored: Stored, purpose: str, work_id: str, key: bytes) -> None:
     if stored.mac is None or not hmac.compare_digest(expected, stored.mac):
         raise LedgerTampered(
             f"unit {work_id}: the stored {purpose} fails its integrity check (HMAC); it was "
-            f"changed outside workunits or signed with another state dir's key, and was not used"
+            f"changed outside workunits or signed with another state dir's key, and was not used. "
+            f"Hosts sharing one ledger must share one key: give each supervisor and client the "
+            f"same secret file (--secret-file, WORKUNITS_SECRET_FILE)"
         )
 
 

@@ -79,6 +79,15 @@ class Tick:
     """From the Ticker: deadlines, the sweep and the ledger's periodic duties."""
 
 
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """From the ledger's listener (PostgreSQL): a request, signal or pending unit was added.
+
+    Applied at once instead of at the next tick; the tick still polls, so a
+    wake-up lost on the way costs only latency.
+    """
+
+
 class SupervisorActor(pykka.ThreadingActor):
     use_daemon_thread = True  # a safety net only; Supervisor.close() stops it
 
@@ -263,6 +272,8 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._messaging.between_units(message)
             case Tick():
                 self._tick()
+            case Wake():
+                self._woken()
             case _:
                 log.warning("supervisor: unexpected message %r", message)
 
@@ -451,6 +462,14 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._on_session_lost()
             except Exception:
                 log.exception("supervisor: on_session_lost raised")
+
+    def _woken(self) -> None:
+        """What another process added: requests first, as a tick orders them, then the rest."""
+        if self._closing or self._session_lost:
+            return
+        self._recovery.apply_requests()
+        self._recovery.tick()
+        self._signals.tick()
 
     def _kill_children(self, ended: WorkRecord) -> None:
         for child in self._units.registry.children(ended.id):

@@ -107,7 +107,7 @@ class LedgerMirror:
         """
         return [
             a if isinstance(a, WorkunitsError) else (None if a[1] else a[0])
-            for a in self.ledger.submit_many(news)
+            for a in self.ledger.submit_many(news, wake=False)  # in memory here already
         ]
 
     def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: Slot | None) -> None:

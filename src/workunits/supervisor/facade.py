@@ -25,12 +25,12 @@ from typing import Any, TypeVar, overload
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
 from workunits._errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
-from workunits._ledger import SupervisorLock, statedir
+from workunits._ledger import SupervisorLock, secretfile, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
-from workunits._ledger.sessions import MIN_LEASE
+from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
@@ -180,6 +180,8 @@ class Supervisor:
         pool_size: int = 2,
         session_lease: float = DEFAULT_SESSION_LEASE,
         on_session_lost: Callable[[], None] | None = None,
+        secret_file: str | os.PathLike[str] | None = None,
+        advertise: str | None = None,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -215,6 +217,12 @@ class Supervisor:
         actor's thread: keep it short) -- the owner should close it and start
         a new supervisor.
 
+        ``secret_file`` (default: ``$WORKUNITS_SECRET_FILE``) holds the secret
+        every host of a shared ledger is given: the key that signs stored specs
+        (in place of the state dir's ``secret.key``) and the HTTP API's token.
+        ``advertise`` is the URL other hosts reach this supervisor's HTTP API
+        at (``serve --advertise``), kept in its session row.
+
         ``pool_size`` is how many worker processes run pooled units
         (``agent(..., reuse=True)``) at once; they start with the first one.
         """
@@ -243,6 +251,9 @@ class Supervisor:
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         if ledger is not None and not is_url(ledger):
             raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
+        secret = secretfile.resolve(secret_file)  # refused before the state dir is touched
+        if advertise is not None:
+            advertise = check_advertise(advertise)
         self.state_dir = Path(state_dir)  # made absolute and checked by the start-up
         self._shutdown_grace = shutdown_grace
         self._signals = install_signal_handlers
@@ -272,6 +283,8 @@ class Supervisor:
                     pool_size=pool_size,
                     session_lease=float(session_lease),
                     on_session_lost=on_session_lost,
+                    secret=secret,
+                    advertise=advertise,
                     ray=RayRuntime(
                         address=ray_address,
                         temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),
@@ -316,6 +329,8 @@ class Supervisor:
         channel.ask(rq.Subscribe(self._waiters.on_change))
         # What a dead session left: resumed and lost units, adopted pending ones.
         self.recovered: dict[str, list[str]] = channel.ask(rq.Recover())
+        if options.advertise is not None:
+            self.advertise(options.advertise)
 
     def _run_pending_start(self) -> bool:
         """Run the deferred start-up if it has not run; True if this call ran it."""
@@ -1127,6 +1142,16 @@ class Supervisor:
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
             raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
         return await self._ask_async(rq.Cancel(work_id, float(grace)))
+
+    def advertise(self, url: str) -> None:
+        """Record in this session's row the URL its HTTP API is reached at from other hosts.
+
+        A client on the same PostgreSQL ledger in another host reads a running
+        unit's output through it (``serve`` does this with ``--advertise``, or
+        its ``--http`` address). SpecError unless an ``http(s)://host:port`` URL.
+        """
+        self._ensure_started()
+        self._runtime.ledger.advertise(self.session, check_advertise(url))
 
     # -- time ------------------------------------------------------------------
 

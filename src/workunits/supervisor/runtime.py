@@ -12,12 +12,14 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pykka
 
 from workunits import _ids, _outputfile
 from workunits._clock import Clock
 from workunits._ledger import Ledger
+from workunits._ledger.secretfile import SharedSecret
 from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._pool import WorkerPool
 from workunits._remote.runtime import RayRuntime
@@ -32,10 +34,13 @@ from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_loca
 from workunits.actors.shell import ShellActor
 from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor import durable
-from workunits.supervisor.actor import SupervisorActor, Tick
+from workunits.supervisor.actor import SupervisorActor, Tick, Wake
 from workunits.supervisor.channel import ActorChannel
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.ticker import Ticker
+
+if TYPE_CHECKING:
+    from workunits._ledger.postgres_listen import WakeListener
 
 
 def builtin_kinds(ray: RayRuntime, extra: Mapping[str, type[WorkActor]]) -> Kinds:
@@ -74,6 +79,14 @@ class Options:
     pool_size: int = 2  # worker processes for pooled units (reuse=True)
     session_lease: float = DEFAULT_LEASE  # seconds without a heartbeat before a takeover
     on_session_lost: Callable[[], None] | None = None  # in the actor's thread; O(1)
+    secret: SharedSecret | None = None  # the hosts' shared key and token (secret_file=)
+    advertise: str | None = None  # the URL this supervisor's HTTP API is reached at
+
+
+def _listener(url: str, wake: Callable[[], None]) -> WakeListener:
+    from workunits._ledger.postgres_listen import WakeListener  # noqa: PLC0415 - optional
+
+    return WakeListener(url, wake)
 
 
 class Runtime:
@@ -89,6 +102,7 @@ class Runtime:
             sync=options.ledger_sync,
             verify=True,
             ledger=options.ledger,
+            secret=options.secret,
         )
         self.session = _ids.mint("s")
         self.reaper = Reaper()
@@ -121,6 +135,12 @@ class Runtime:
         self.channel = ActorChannel(self._ref, options.ask_timeout)
         interval = options.tick_interval
         self._ticker = None if interval is None else Ticker(interval, self._tick)
+        # On PostgreSQL, other processes' requests wake the actor at once.
+        self.listener = None if options.ledger is None else _listener(options.ledger, self._wake)
+
+    def _wake(self) -> None:
+        """In the listener's thread: a tell, never a wait."""
+        self.channel.tell(Wake())
 
     def _tick(self) -> None:
         """In the Ticker's thread: a tell, never a wait."""
@@ -133,6 +153,8 @@ class Runtime:
         """
         if self._ticker is not None:
             self._ticker.close()
+        if self.listener is not None:
+            self.listener.close()
         with contextlib.suppress(pykka.ActorDeadError):
             # The actor's on_stop may spend CLOSE_RETRY_FOR landing writes that failed.
             self._ref.stop(timeout=max(self._ask_timeout, durable.CLOSE_RETRY_FOR + 5.0))
