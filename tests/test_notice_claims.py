@@ -13,6 +13,7 @@ import pytest
 import workunits as wu
 from tests.ledger.support import new_unit, start
 from workunits._ledger import Ledger
+from workunits.testing import ManualClock, ScriptedDriver
 
 
 def _ended_roots(state_dir: Path, n: int) -> list[str]:
@@ -111,3 +112,22 @@ def test_a_claim_acknowledged_later_from_the_claim_object(tmp_path: Path) -> Non
         assert held.release()
         assert not held.ack()  # settled by the release
         assert notices.get(timeout=5).id == a
+
+
+def test_the_supervisor_hands_back_a_dead_consumers_claims_without_a_new_claim(
+    msup: wu.Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # A remote consumer claims an application notice, then stops renewing. Nobody
+    # claims again, yet the notice must count as waiting once the lease lapses:
+    # the supervisor's periodic duties release it.
+    unit = drive.start()
+    drive.exit(unit.id, 0)
+    with Ledger.open_existing(msup.state_dir, clock=clock) as ledger:
+        held = ledger.claim_notice(None, owner="lease:http-client", lease=5)
+    assert held is not None
+    assert held.notice.id == unit.id
+    notices = msup.notifications()
+    assert len(notices) == 0
+    clock.advance(5)
+    msup.tick()
+    assert len(notices) == 1

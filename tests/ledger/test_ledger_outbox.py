@@ -183,3 +183,27 @@ def test_sigkill_never_leaves_a_terminal_row_without_its_notice(
     assert len(terminal) >= 12
     assert len(notices) == len(set(notices))
     assert set(notices) == terminal
+
+
+def test_a_dead_claim_is_released_by_a_claim_for_any_parent_or_the_periodic_sweep(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    # A consumer of a parent's notices that dies must not hold them until someone
+    # claims for that same parent: any claim, or the sweep, hands them back.
+    parent = start(ledger, new_unit(ledger).id)
+    children = [start(ledger, new_unit(ledger, parent=parent.id).id) for _ in range(2)]
+    for child in children:
+        ledger.write(child.id, attempt=1, status="completed")
+    held = [ledger.claim_notice(parent.id, owner="lease:gone", lease=5) for _ in children]
+    assert all(h is not None for h in held)
+    assert ledger.unclaimed_count(parent.id) == 0
+    clock.advance(5)
+    assert ledger.claim_notice(None) is None  # the root has nothing of its own...
+    assert ledger.unclaimed_count(parent.id) == 2  # ...but its claim released the child's
+    again = ledger.claim_notice(parent.id, owner="lease:gone-too", lease=5)
+    assert again is not None
+    assert again.notice.redelivered
+    assert ledger.release_dead_claims() == 0  # its lease runs
+    clock.advance(5)
+    assert ledger.release_dead_claims() == 1
+    assert ledger.unclaimed_count(parent.id) == 2

@@ -13,8 +13,9 @@ process, takes a notice in two steps:
    consumer in any process receives it again. ``release`` hands it back.
 
 A claim whose process has exited, or whose lease has lapsed, is released by
-the next ``claim`` for that parent, and the notice is delivered again with
-``redelivered`` set: at-least-once delivery with a stable ID (the unit's),
+the next ``claim`` (for any parent: a dead consumer of one parent's notices
+must not wait for a claim on that same parent) or by the supervisor's periodic
+``release_dead``, and the notice is delivered again with ``redelivered`` set: at-least-once delivery with a stable ID (the unit's),
 exactly-once for consumers that acknowledge after acting.
 """
 
@@ -67,7 +68,7 @@ def claim(
     # NORMAL sync: a claim lost to a power cut only means the notice is
     # delivered again, which the contract allows.
     with db.write(durable=False) as conn:
-        _release_dead(conn, parent, now)
+        _release_dead(conn, now)
         row = conn.execute(
             "SELECT seq, id, payload, deliveries FROM notifications "
             "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL "
@@ -87,11 +88,17 @@ def claim(
     return Claimed(notice, token)
 
 
-def _release_dead(conn: Connection, parent: str | None, now: float) -> None:
+def release_dead(db: Database, now: float) -> int:
+    """Hand back every claim whose process has exited or whose lease has lapsed; how many."""
+    with db.write(durable=False) as conn:
+        return _release_dead(conn, now)
+
+
+def _release_dead(conn: Connection, now: float) -> int:
+    # Every parent's: the partial index holds only the claims still open, a few rows.
     claimed = conn.execute(
         "SELECT seq, claimed_by, claim_until FROM notifications INDEXED BY notifications_claimed "
-        "WHERE parent IS ? AND claimed_by IS NOT NULL AND delivered_at IS NULL",
-        (parent,),
+        "WHERE claimed_by IS NOT NULL AND delivered_at IS NULL"
     ).fetchall()
     dead = [
         (row["seq"],)
@@ -103,6 +110,7 @@ def _release_dead(conn: Connection, parent: str | None, now: float) -> None:
         conn.executemany(
             "UPDATE notifications SET claimed_by = NULL, claim_until = NULL WHERE seq = ?", dead
         )
+    return len(dead)
 
 
 def ack(db: Database, work_id: str, token: str, now: float) -> bool:

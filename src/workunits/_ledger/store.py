@@ -775,6 +775,10 @@ class Ledger:
         now = self._clock.now()
         return outbox.claim(self._db, parent, owner or _procid.this_process(), now, lease)
 
+    def release_dead_claims(self) -> int:
+        """Hand back the claims of consumers that died (process gone, lease lapsed); how many."""
+        return outbox.release_dead(self._db, self._clock.now())
+
     def ack_notice(self, work_id: str, token: str) -> bool:
         """Acknowledge a claimed notice; False if the claim was lost (it lapsed or was released)."""
         return outbox.ack(self._db, work_id, token, self._clock.now())

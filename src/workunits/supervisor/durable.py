@@ -288,7 +288,8 @@ class LedgerMirror:
         self.backlog.retry()
 
     def periodic(self, now: float) -> None:
-        """The session's heartbeat and the retention sweep, each at its own pace.
+        """The session's heartbeat and the retention sweep (with the claims of dead
+        consumers handed back), each at its own pace.
 
         Raises SessionLost when the heartbeat finds the session taken over.
         """
@@ -299,6 +300,7 @@ class LedgerMirror:
             if now >= self._next_expire:
                 self._next_expire = now + EXPIRE_EVERY
                 self.ledger.expire()
+                self.ledger.release_dead_claims()
         except SessionLost:
             raise
         except LedgerError as exc:
