@@ -12,8 +12,9 @@ import pytest
 from tests.conftest import GRACE
 from workunits import Status, Supervisor, _ids, connect
 from workunits._claim import Claim
-from workunits._errors import InvalidWorkId, UnknownWork
+from workunits._errors import InvalidWorkId, MailboxClosed, UnknownWork
 from workunits._record import WorkRecord
+from workunits.supervisor import requests as rq
 from workunits.supervisor.eviction import RECHECK
 from workunits.supervisor.registry import Registry
 from workunits.supervisor.sweep import Deadlines, Due, evictable
@@ -339,3 +340,32 @@ def test_a_unit_a_client_submitted_leaves_without_an_acknowledgement_here(
     clock.advance(GRACE)
     assert msup.tick() == 1
     assert work_id not in msup.resident_ids()
+
+
+def test_the_cap_passes_over_a_record_a_stream_holds(tmp_path: Path, clock: ManualClock) -> None:
+    # Kills a cap that takes any record (``or`` for ``and`` on ``retain == 0``): the
+    # oldest record is being streamed, so the cap takes the next oldest instead.
+    with _capped(tmp_path, clock) as sup:
+        drive = ScriptedDriver(sup)
+        units = [drive.start() for _ in range(3)]
+        stream = sup.stream(units[0].id)
+        for unit in units:
+            drive.exit(unit.id, 0)
+        assert sup.tick() == 1
+        assert sup.resident_ids() == {units[0].id, units[2].id}
+        stream.close()
+
+
+def test_an_evicted_parent_s_own_mailbox_is_closed(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Kills an eviction that forgets the unit's notice but not its mailbox as a
+    # parent: a reader holding that mailbox would wait for ever, and it would stay.
+    parent = drive.start()
+    box = msup._ask(rq.MailboxOf(parent.id))
+    drive.exit(parent.id, 0)
+    _take(msup, parent.id)
+    clock.advance(GRACE)
+    assert msup.tick() == 1
+    with pytest.raises(MailboxClosed):
+        box.get(timeout=0)
