@@ -15,8 +15,9 @@ process, takes a notice in two steps:
 A claim whose process has exited, or whose lease has lapsed, is released by
 the next ``claim`` (for any parent: a dead consumer of one parent's notices
 must not wait for a claim on that same parent) or by the supervisor's periodic
-``release_dead``, and the notice is delivered again with ``redelivered`` set: at-least-once delivery with a stable ID (the unit's),
-exactly-once for consumers that acknowledge after acting.
+``release_dead``, and the notice is delivered again with ``redelivered``
+set: at-least-once delivery with a stable ID (the unit's), exactly-once for
+consumers that acknowledge after acting.
 """
 
 from __future__ import annotations

@@ -1,0 +1,273 @@
+"""``Mailbox`` on its own: what it holds in memory, what it asks its source, how it
+waits, in threads and in an event loop (the supervisor's tests reach it through
+the actor, where most of these paths are hard to steer)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from workunits._claim import Claim
+from workunits._errors import MailboxClosed, NoNotification
+from workunits._mailbox import Mailbox
+from workunits._record import MailboxItem, MonitorEvent, Notification
+from workunits._status import Status
+
+CLOSED = "the supervisor is closed and the mailbox is empty"
+WAIT = 10.0  # bounds a wait that should end at once; only a broken mailbox reaches it
+
+
+def _notice(work_id: str = "x00000001") -> Notification:
+    return Notification(
+        id=work_id,
+        kind="shell",
+        status=Status.COMPLETED,
+        exit_code=0,
+        signal=None,
+        error=None,
+        reason=None,
+        description="",
+        output_tail=b"",
+        ended_at=1.0,
+    )
+
+
+def _event() -> MonitorEvent:
+    return MonitorEvent(id="m00000001", line="ERROR: disk full", at=1.0)
+
+
+def _later(act: Callable[[], None], delay: float = 0.1) -> threading.Thread:
+    """Run ``act`` in a thread once ``delay`` s have passed (the consumer is waiting by then)."""
+    thread = threading.Timer(delay, act)
+    thread.start()
+    return thread
+
+
+class _Source:
+    """A source holding claims from elsewhere, counting how often it is asked."""
+
+    def __init__(self, *held: Claim[MailboxItem] | None) -> None:
+        self.held = list(held)
+        self.asked = 0
+        self.on_ask: Callable[[], None] | None = None
+
+    def __call__(self) -> Claim[MailboxItem] | None:
+        self.asked += 1
+        if self.on_ask is not None:
+            self.on_ask()
+        return self.held.pop(0) if self.held else None
+
+
+# -- in memory -------------------------------------------------------------------
+
+
+def test_a_notice_held_in_memory_is_acknowledged_through_on_ack() -> None:
+    acked: list[Notification] = []
+    box = Mailbox("p00000001", on_ack=acked.append)
+    notice = _notice()
+    box.put(notice)
+    assert len(box) == 1
+    held = box.claim(timeout=0)
+    assert held.notice == notice
+    assert acked == []  # not before the consumer says so
+    assert held.ack() is True
+    assert acked == [notice]
+    assert len(box) == 0
+
+
+def test_a_released_notice_comes_back_first_marked_redelivered() -> None:
+    box = Mailbox("p00000001", on_ack=lambda _: None)
+    first, second = _notice("x00000001"), _notice("x00000002")
+    box.put(first)
+    box.put(second)
+    held = box.claim(timeout=0)
+    assert held.release() is True
+    again = box.claim(timeout=0)
+    assert again.notice.id == first.id
+    assert isinstance(again.notice, Notification)
+    assert again.notice.redelivered
+    assert not first.redelivered  # a copy: the one handed out first is unchanged
+    assert box.claim(timeout=0).notice == second
+
+
+def test_a_monitor_event_is_handed_out_but_never_acknowledged() -> None:
+    acked: list[Notification] = []
+    box = Mailbox("p00000001", on_ack=acked.append)
+    event = _event()
+    box.put(event)
+    held = box.claim(timeout=0)
+    assert held.notice == event
+    assert held.ack() is True
+    assert acked == []
+    box.put(event)
+    assert box.claim(timeout=0).release() is True
+    assert len(box) == 0  # a monitor event handed back is not delivered again
+
+
+def test_without_on_ack_an_acknowledgement_still_settles_the_claim() -> None:
+    box = Mailbox(None)
+    box.put(_notice())
+    held = box.claim(timeout=0)
+    assert held.ack() is True
+    assert held.ack() is False
+
+
+def test_claim_nowait_takes_what_memory_holds_before_asking_the_source() -> None:
+    from_source = Claim[MailboxItem](_notice("x00000009"))
+    source = _Source(from_source)
+    box = Mailbox(None, source=source)
+    notice = _notice("x00000001")
+    box.put(notice)
+    held = box.claim_nowait()
+    assert held is not None
+    assert held.notice == notice
+    assert source.asked == 0
+    assert box.claim_nowait() is from_source
+    assert box.claim_nowait() is None
+    assert source.asked == 2
+
+
+def test_get_nowait_takes_an_item_or_says_there_is_none() -> None:
+    acked: list[Notification] = []
+    box = Mailbox("p00000001", on_ack=acked.append)
+    assert box.get_nowait() is None
+    notice = _notice()
+    box.put(notice)
+    assert box.get_nowait() == notice
+    assert acked == [notice]
+    assert box.get_nowait() is None
+
+
+def test_len_counts_memory_and_what_the_source_has_waiting() -> None:
+    box = Mailbox(None)
+    assert len(box) == 0
+    box.put(_notice())
+    assert len(box) == 1
+    sourced = Mailbox(None, source=_Source(), waiting=lambda: 3)
+    sourced.put(_notice())
+    assert len(sourced) == 4
+
+
+# -- waiting (threads) -------------------------------------------------------------
+
+
+def test_claim_waits_for_a_notice_put_later() -> None:
+    box = Mailbox("p00000001")
+    notice = _notice()
+    _later(lambda: box.put(notice))
+    assert box.claim(timeout=WAIT).notice == notice
+
+
+def test_claim_without_a_timeout_waits_for_a_notice_put_later() -> None:
+    box = Mailbox("p00000001")
+    notice = _notice()
+    _later(lambda: box.put(notice))
+    assert box.claim().notice == notice
+
+
+def test_claim_times_out_after_its_timeout_not_before() -> None:
+    box = Mailbox("p00000001")
+    started = time.monotonic()
+    with pytest.raises(NoNotification, match=r"^no notification within 0\.2 s$"):
+        box.claim(timeout=0.2)
+    assert time.monotonic() - started >= 0.2
+
+
+def test_a_closed_empty_mailbox_says_so_but_first_hands_out_what_it_holds() -> None:
+    box = Mailbox("p00000001")
+    notice = _notice()
+    box.put(notice)
+    box.close()
+    assert box.claim(timeout=0).notice == notice
+    with pytest.raises(MailboxClosed, match=f"^{CLOSED}$"):
+        box.claim(timeout=WAIT)
+
+
+def test_a_wake_during_a_source_ask_is_not_lost() -> None:
+    # The source is asked, finds nothing, and a notice is written (wake) before the
+    # consumer waits: it must ask again at once, not a poll later. A wake before
+    # that one makes sure the count moves on each wake, not only the first.
+    later = Claim[MailboxItem](_notice())
+    source = _Source(None, later)
+    box = Mailbox(None, source=source, poll=60)
+    box.wake()
+    source.on_ask = box.wake
+    assert box.claim(timeout=2).notice == later.notice
+    assert source.asked == 2
+
+
+def test_a_waiting_consumer_asks_the_source_again_every_poll() -> None:
+    # A notice handed back by a consumer elsewhere comes with no wake.
+    later = Claim[MailboxItem](_notice())
+    source = _Source(None, None, later)
+    box = Mailbox(None, source=source, poll=0.05)
+    assert box.claim(timeout=WAIT).notice == later.notice
+    assert source.asked == 3
+
+
+# -- waiting (an event loop) ------------------------------------------------------------
+
+
+def test_async_claim_takes_what_memory_holds() -> None:
+    box = Mailbox("p00000001")
+    notice = _notice()
+    box.put(notice)
+    held = asyncio.run(box.claim_async(timeout=WAIT))
+    assert held.notice == notice
+
+
+def test_async_claim_waits_for_a_notice_put_from_another_thread() -> None:
+    box = Mailbox("p00000001")
+    notice = _notice()
+
+    async def main() -> Claim[MailboxItem]:
+        _later(lambda: box.put(notice))
+        return await box.claim_async(timeout=WAIT)
+
+    assert asyncio.run(main()).notice == notice
+
+
+def test_async_claim_times_out_with_no_notification() -> None:
+    box = Mailbox("p00000001")
+    with pytest.raises(NoNotification, match=r"^no notification within 0\.1 s$"):
+        asyncio.run(box.claim_async(timeout=0.1))
+
+
+def test_async_claim_on_a_closed_empty_mailbox_says_so() -> None:
+    box = Mailbox("p00000001")
+    box.close()
+    with pytest.raises(MailboxClosed, match=f"^{CLOSED}$"):
+        asyncio.run(box.claim_async(timeout=WAIT))
+
+
+def test_async_claim_asks_the_source_again_every_poll() -> None:
+    later = Claim[MailboxItem](_notice())
+    source = _Source(None, None, later)
+    box = Mailbox(None, source=source, poll=0.05)
+    held = asyncio.run(box.claim_async(timeout=WAIT))
+    assert held.notice == later.notice
+    assert source.asked == 3
+
+
+def test_get_async_acknowledges_in_memory_and_from_the_source() -> None:
+    acked: list[Notification] = []
+    box = Mailbox("p00000001", on_ack=acked.append)
+    notice = _notice()
+    box.put(notice)
+    assert asyncio.run(box.get_async(timeout=WAIT)) == notice
+    assert acked == [notice]
+
+    settled: list[str] = []
+
+    def ack() -> bool:
+        settled.append("ack")
+        return True
+
+    from_source = Claim[MailboxItem](_notice("x00000002"), ack=ack)
+    sourced = Mailbox(None, source=_Source(from_source))
+    assert asyncio.run(sourced.get_async(timeout=WAIT)).id == "x00000002"
+    assert settled == ["ack"]
