@@ -271,3 +271,52 @@ def test_get_async_acknowledges_in_memory_and_from_the_source() -> None:
     sourced = Mailbox(None, source=_Source(from_source))
     assert asyncio.run(sourced.get_async(timeout=WAIT)).id == "x00000002"
     assert settled == ["ack"]
+
+
+def test_a_mailbox_says_whose_it_is() -> None:
+    assert Mailbox("p00000001").owner == "p00000001"
+    assert Mailbox(None).owner is None
+
+
+def test_by_default_a_waiting_consumer_asks_the_source_again_within_half_a_second() -> None:
+    # A notice a consumer elsewhere hands back reaches a waiting one within the
+    # default poll (0.5 s), well inside this 1.25 s timeout.
+    later = Claim[MailboxItem](_notice())
+    box = Mailbox(None, source=_Source(None, later))
+    assert box.claim(timeout=1.25).notice == later.notice
+
+
+def test_a_notice_put_while_the_source_is_asked_is_taken_at_once() -> None:
+    # The put lands between the consumer's look at memory and its wait: it must
+    # not wait (for the poll, or its timeout) with a notice in hand.
+    source = _Source()
+    box = Mailbox(None, source=source, poll=60)
+    notice = _notice()
+    source.on_ask = lambda: box.put(notice) if source.asked == 1 else None
+    started = time.monotonic()
+    assert box.claim(timeout=5).notice == notice
+    assert time.monotonic() - started < 2.5
+
+
+def test_a_consumer_waiting_on_an_empty_source_asks_it_once_per_poll() -> None:
+    # Not in a spin: between asks it waits for a poll (or a put, a wake, a close).
+    source = _Source()
+    box = Mailbox(None, source=source, poll=0.1)
+    with pytest.raises(NoNotification):
+        box.claim(timeout=0.35)
+    assert 2 <= source.asked <= 6
+
+
+def test_a_timeout_shorter_than_the_poll_is_kept() -> None:
+    box = Mailbox(None, source=_Source(), poll=60)
+    started = time.monotonic()
+    with pytest.raises(NoNotification):
+        box.claim(timeout=0.2)
+    assert time.monotonic() - started < 5
+
+
+def test_claim_without_a_timeout_asks_the_source_every_poll() -> None:
+    later = Claim[MailboxItem](_notice())
+    source = _Source(None, later)
+    box = Mailbox(None, source=source, poll=0.05)
+    assert box.claim().notice == later.notice
