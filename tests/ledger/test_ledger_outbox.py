@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, raw, read_line, send, spawn, start
-from workunits._errors import InvalidWorkId
+from workunits._errors import InvalidWorkId, LedgerCorrupt
 from workunits._ledger import Ledger
 from workunits._status import Status, is_terminal
 
@@ -207,3 +207,14 @@ def test_a_dead_claim_is_released_by_a_claim_for_any_parent_or_the_periodic_swee
     clock.advance(5)
     assert ledger.release_dead_claims() == 1
     assert ledger.unclaimed_count(parent.id) == 2
+
+
+def test_a_corrupt_notice_is_reported_with_its_unit(ledger: Ledger) -> None:
+    unit = start(ledger, new_unit(ledger).id)
+    ledger.write(unit.id, attempt=1, status="completed")
+    with raw(ledger) as conn:
+        conn.execute("UPDATE notifications SET payload = ? WHERE id = ?", (b"{}", unit.id))
+    with pytest.raises(LedgerCorrupt, match=f"^unit {unit.id}: column notifications.payload"):
+        ledger.undelivered(None)
+    with pytest.raises(LedgerCorrupt, match=f"^unit {unit.id}: column notifications.payload"):
+        ledger.claim_notice(None)

@@ -184,16 +184,6 @@ def acknowledged_among(db: Database, work_ids: list[str]) -> set[str]:
     return set(work_ids) - waiting
 
 
-def is_acknowledged(db: Database, work_id: str) -> bool:
-    """Whether the unit's notice has been acknowledged (False while none exists)."""
-    _ids.validate(work_id)
-    with db.read() as conn:
-        row = conn.execute(
-            "SELECT 1 FROM notifications WHERE id = ? AND delivered_at IS NOT NULL", (work_id,)
-        ).fetchone()
-    return row is not None
-
-
 def unclaimed_count(db: Database, parent: str | None) -> int:
     """Notices of ``parent`` that wait for a consumer (neither claimed nor acknowledged)."""
     with db.read() as conn:

@@ -790,9 +790,6 @@ class Ledger:
     def renew_claim(self, work_id: str, token: str, lease: float) -> bool:
         return outbox.renew(self._db, work_id, token, self._clock.now(), retains.check_lease(lease))
 
-    def notice_acknowledged(self, work_id: str) -> bool:
-        return outbox.is_acknowledged(self._db, work_id)
-
     def acknowledged_among(self, work_ids: Iterable[str]) -> set[str]:
         """Of these ended units, those whose notice is acknowledged (or already deleted)."""
         return outbox.acknowledged_among(self._db, list(work_ids))
