@@ -218,3 +218,17 @@ def test_a_corrupt_notice_is_reported_with_its_unit(ledger: Ledger) -> None:
         ledger.undelivered(None)
     with pytest.raises(LedgerCorrupt, match=f"^unit {unit.id}: column notifications.payload"):
         ledger.claim_notice(None)
+
+
+def test_acknowledged_among_asks_about_the_ids_at_every_chunk_edge(ledger: Ledger) -> None:
+    # Unread notices placed at the edges of the chunks of 500: kills a loop that
+    # steps past an ID (a step of 501 over slices of 500 never asks about the 501st).
+    waiting = []
+    for _ in range(4):
+        unit = start(ledger, new_unit(ledger).id)
+        ledger.write(unit.id, attempt=1, status="completed")
+        waiting.append(unit.id)
+    asked = [f"a{n:08d}" for n in range(1200)]
+    for index, work_id in zip((499, 500, 1000, 1001), waiting, strict=True):
+        asked.insert(index, work_id)
+    assert ledger.acknowledged_among(asked) == set(asked) - set(waiting)
