@@ -232,3 +232,22 @@ def test_acknowledged_among_asks_about_the_ids_at_every_chunk_edge(ledger: Ledge
     for index, work_id in zip((499, 500, 1000, 1001), waiting, strict=True):
         asked.insert(index, work_id)
     assert ledger.acknowledged_among(asked) == set(asked) - set(waiting)
+
+
+def test_acknowledged_notices_are_deleted_once_older_than_asked_and_no_sooner(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    units = [start(ledger, new_unit(ledger).id) for _ in range(2)]
+    for unit in units:
+        ledger.write(unit.id, attempt=1, status="completed")
+    held = ledger.claim_notice(None)
+    assert held is not None
+    assert ledger.ack_notice(held.notice.id, held.token)
+    clock.advance(10)
+    assert ledger.drop_acknowledged(older_than=10) == 0  # exactly 10 s old: kept
+    clock.advance(0.5)
+    assert ledger.drop_acknowledged(older_than=10) == 1
+    assert ledger.outbox_rows() == 1  # the unread one stays, however old
+    assert [n.id for n in ledger.undelivered(None)] == [
+        u.id for u in units if u.id != held.notice.id
+    ]
