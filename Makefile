@@ -96,8 +96,6 @@ bench-quick:
 bench-run: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# How cost grows with live idle units (10 .. 5,000) and ledger rows (10k .. 1M):
-# the table goes into bench/RESULTS.md, the plot to bench/scaling.png (~10 min).
 # Issue 20: PostgreSQL against SQLite and DBOS, failover and kill latency in a cluster
 # (starts its own PostgreSQL server; ~2 min). The table goes by hand into bench/RESULTS.md.
 bench-cluster:
@@ -106,6 +104,8 @@ bench-cluster:
 bench-cluster-run: $(STAMP)
 	$(PY) bench/failover_bench.py
 
+# How cost grows with live idle units (10 .. 5,000) and ledger rows (10k .. 1M):
+# the table goes into bench/RESULTS.md, the plot to bench/scaling.png (~10 min).
 bench-scaling:
 	@$(MAKE) --no-print-directory bench-scaling-run EXTRAS=test,dev,bench
 
