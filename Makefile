@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cks
 
 .PHONY: demo test lint pytest browser static check postgres-server docs docs-build dist-check \
 	dist-run test-pythons \
-	bench bench-quick bench-run bench-remote bench-scaling bench-scaling-run soak mutate clean
+	bench bench-quick bench-run bench-remote bench-scaling bench-scaling-run bench-cluster bench-cluster-run soak mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,14 @@ bench-quick:
 
 bench-run: $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Issue 20: PostgreSQL against SQLite and DBOS, failover and kill latency in a cluster
+# (starts its own PostgreSQL server; ~2 min). The table goes by hand into bench/RESULTS.md.
+bench-cluster:
+	@$(MAKE) --no-print-directory bench-cluster-run EXTRAS=test,dev,bench,postgres
+
+bench-cluster-run: $(STAMP)
+	$(PY) bench/failover_bench.py
 
 # How cost grows with live idle units (10 .. 5,000) and ledger rows (10k .. 1M):
 # the table goes into bench/RESULTS.md, the plot to bench/scaling.png (~10 min).

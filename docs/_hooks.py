@@ -15,8 +15,10 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 def on_files(files: Files, config: Any) -> Files:
-    """Add ``benchmarks.md`` and ``RESULTS.png`` (its image, linked relatively) to the site."""
+    """Add ``benchmarks.md`` and its images (``RESULTS.png``, ``scaling.png``, linked
+    relatively) to the site."""
     text = (BENCH / "RESULTS.md").read_text(encoding="utf-8")
     files.append(File.generated(config, "benchmarks.md", content=text))
-    files.append(File.generated(config, "RESULTS.png", abs_src_path=str(BENCH / "RESULTS.png")))
+    for image in ("RESULTS.png", "scaling.png"):
+        files.append(File.generated(config, image, abs_src_path=str(BENCH / image)))
     return files

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,21 +54,28 @@ class Host:
 
     @classmethod
     def start(
-        cls, state: Path, url: str, *, lease: float = 2.0, limits: tuple[str, ...] = ()
+        cls,
+        state: Path,
+        url: str,
+        *,
+        lease: float = 2.0,
+        limits: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
     ) -> Host:
         share_key(state, cluster_key(state.parent))
         log = state.with_suffix(".log")
+        seen = len(_SESSION.findall(log.read_text(errors="replace"))) if log.exists() else 0
         args = [sys.executable, "-m", "workunits._cli", "serve", "--state", str(state)]
         args += ["--ledger", url, "--session-lease", str(lease)]
         for item in limits:
             args += ["-c", item]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        with log.open("ab") as out:  # "a": a restart on the same state dir keeps the first log
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            found = _SESSION.search(log.read_text(errors="replace"))
-            if found:
-                return cls(proc, state, found.group(1), log)
+            found = _SESSION.findall(log.read_text(errors="replace"))
+            if len(found) > seen:
+                return cls(proc, state, found[-1], log)
             if proc.poll() is not None:
                 raise AssertionError(f"serve exited: {log.read_text()}")
             time.sleep(0.05)
@@ -86,3 +94,42 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def marked_env(marker: str) -> dict[str, str]:
+    """The environment of a cluster test's processes: ``marker`` in it, and the
+    worktree importable (units import ``tests.cluster.bodies`` by reference).
+
+    Every process they start inherits it -- zygotes, units, and whatever a
+    unit starts -- so ``survivors`` finds them however they escaped.
+    """
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, WORKUNITS_CLUSTER_MARK=marker)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
+    return env
+
+
+def survivors(marker: str, pids: set[int]) -> list[str]:
+    """Live processes carrying ``marker`` in their environment, or whose pid,
+    process group or session is one of ``pids`` (units call ``setsid``, so a
+    unit's pid names its group and session): ``pid cmdline`` each."""
+    needle = f"WORKUNITS_CLUSTER_MARK={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # gone meanwhile, or another user's
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        state, pgid, sid = fields[0], int(fields[2]), int(fields[3])
+        if state in (b"Z", b"X"):
+            continue
+        ours = needle in environ.split(b"\0")
+        if ours or {int(entry.name), pgid, sid} & pids:
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name} {command}")
+    return found

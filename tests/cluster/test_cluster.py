@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import itertools
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -13,10 +15,11 @@ from pathlib import Path
 import pytest
 
 import workunits as wu
-from tests.cluster.host import Host, cluster_key, share_key
+from tests.cluster.host import Host, cluster_key, marked_env, share_key
 from tests.conftest import alive, eventually
 from workunits._errors import SessionLost
 from workunits._ledger import Ledger
+from workunits._ledger.postgres import PostgresDatabase
 
 LEASE = 2.0
 
@@ -203,3 +206,39 @@ def test_each_schedule_firing_is_taken_by_one_supervisor(tmp_path: Path, postgre
         assert results == [True, False]
         assert b.advance_schedule("nightly", 200.0, 300.0)
         assert [r.next_at for r in a.all_schedules()] == [300.0]
+
+
+def test_a_writer_frozen_inside_its_transaction_does_not_hold_the_cluster_s_writes(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # Every write takes the ledger's one write lock: a supervisor stopped while
+    # holding it stalled every other writer, the takeover of its own session too.
+    busy = 3.0
+    frozen = subprocess.Popen(
+        [sys.executable, "-m", "tests.cluster.frozen_writer", postgres_url, str(busy)],
+        stdout=subprocess.PIPE,
+        env=marked_env("frozen"),
+    )
+    try:
+        assert frozen.stdout is not None
+        assert frozen.stdout.readline() == b"in\n"
+        eventually(lambda: _stopped(frozen.pid), 10, what="the writer to stop")
+        db = PostgresDatabase(postgres_url, busy_timeout=busy)
+        try:
+            # Granted once the server ends the frozen writer's session (idle in
+            # its transaction for longer than half the busy timeout).
+            with db.write(durable=True) as conn:
+                conn.execute("SELECT 1")
+        finally:
+            db.close()
+    finally:
+        frozen.kill()
+        frozen.wait(10)
+        if frozen.stdout is not None:
+            frozen.stdout.close()
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2 :].split()[0] == b"T"

@@ -8,7 +8,16 @@ The counterpart of ``_db.Database`` (see ``backend`` for the seam):
   the ledger's write lock: like SQLite's ``BEGIN IMMEDIATE``, every writer
   runs alone from its first statement, in READ COMMITTED, so each statement
   sees everything committed before the lock was granted. Waiting for it is
-  bounded by ``lock_timeout`` (the busy timeout). Rows of several
+  bounded by ``lock_timeout`` (the busy timeout). A holder that stops
+  talking inside its transaction (a process SIGSTOPped, swapped out, paused
+  in a debugger) would hold every writer of the cluster, the takeover of
+  its own session included; so the server ends a session idle inside a
+  transaction for ``idle_limit`` (``idle_in_transaction_session_timeout``;
+  default half the busy timeout, so before its waiters give up; a
+  supervisor sets a quarter of its session lease, so that the stall lapses
+  no live supervisor's lease), rolling it back and freeing the lock. The
+  frozen process, once it runs again, finds its connection gone: the write
+  fails as a lost ledger, and is retried on a new connection. Rows of several
   supervisors are also claimed with ``FOR UPDATE SKIP LOCKED`` (``claims``).
 - A read is a ``REPEATABLE READ, READ ONLY`` transaction: one snapshot.
 - Durability per transaction: ``synchronous_commit`` is turned off for a
@@ -122,7 +131,9 @@ class PostgresDatabase:
     readonly = False
     row_locks = True  # SELECT ... FOR UPDATE SKIP LOCKED (see ``claims``)
 
-    def __init__(self, url: str, *, busy_timeout: float, sync: str = "full") -> None:
+    def __init__(
+        self, url: str, *, busy_timeout: float, sync: str = "full", idle_limit: float | None = None
+    ) -> None:
         self._durable_off = sync_level(sync) != "FULL"
         self._where = redacted(url)
         self._busy_timeout = busy_timeout
@@ -133,9 +144,11 @@ class PostgresDatabase:
         self._lock = threading.Lock()
         self._closed = False
         lock_ms = max(1, int(busy_timeout * 1000))
+        idle_ms = max(1, lock_ms // 2 if idle_limit is None else int(idle_limit * 1000))
 
         def configure(conn: psycopg.Connection[Any]) -> None:
             conn.execute(f"SET lock_timeout = {lock_ms}")
+            conn.execute(f"SET idle_in_transaction_session_timeout = {idle_ms}")
 
         try:
             self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(

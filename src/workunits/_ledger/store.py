@@ -100,6 +100,7 @@ class Ledger:
         large_value: int = valuestore.LARGE_VALUE,
         ledger: str | None = None,
         secret: secretfile.SharedSecret | None = None,
+        idle_limit: float | None = None,
         _readonly: bool = False,
     ) -> None:
         """``sync="normal"`` trades power-cut durability for latency (see ``_db``).
@@ -110,6 +111,9 @@ class Ledger:
         in the state dir (the ``[postgres]`` extra). ``secret`` (a shared secret
         file, ``secretfile``) signs and verifies stored values in place of the
         state dir's own key: what every host on one shared ledger needs.
+        ``idle_limit``: how long
+        the server lets one of its connections sit idle inside a transaction
+        before ending it (default half ``busy_timeout``; see ``postgres``).
         """
         # open_existing has checked a read-only state dir already; a writer checks here.
         self.state_dir = Path(state_dir) if _readonly else statedir.prepare(state_dir)
@@ -117,7 +121,9 @@ class Ledger:
         self._expire_after = expire_after
         self._db: Backend
         if ledger is not None:
-            self._db = _open_postgres(ledger, busy_timeout=busy_timeout, sync=sync)
+            self._db = _open_postgres(
+                ledger, busy_timeout=busy_timeout, sync=sync, idle_limit=idle_limit
+            )
         else:
             _refuse_an_emptied_ledger(self.state_dir)
             self._db = Database(
@@ -986,14 +992,16 @@ class Ledger:
         return [self._checked(row) for row in found]
 
 
-def _open_postgres(url: str, *, busy_timeout: float, sync: str) -> Backend:
+def _open_postgres(
+    url: str, *, busy_timeout: float, sync: str, idle_limit: float | None
+) -> Backend:
     if not is_url(url):
         raise SpecError(
             f"ledger must be a postgresql:// URL (or None for SQLite in the state dir), got {url!r}"
         )
     from workunits._ledger.postgres import PostgresDatabase  # noqa: PLC0415 - optional extra
 
-    return PostgresDatabase(url, busy_timeout=busy_timeout, sync=sync)
+    return PostgresDatabase(url, busy_timeout=busy_timeout, sync=sync, idle_limit=idle_limit)
 
 
 def _refuse_an_emptied_ledger(state_dir: Path) -> None:

@@ -103,6 +103,10 @@ class Runtime:
             verify=True,
             ledger=options.ledger,
             secret=options.secret,
+            # Frozen inside a write, this supervisor holds every writer of the
+            # cluster (their heartbeats too): the server ends that within a
+            # quarter of the lease, so no live session's lease lapses meanwhile.
+            idle_limit=options.session_lease / 4,
         )
         self.session = _ids.mint("s")
         self.reaper = Reaper()
