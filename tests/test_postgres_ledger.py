@@ -72,3 +72,17 @@ def test_schedules_fire_and_record_misses_on_postgres(postgres_url: str, state_d
         (1_000_800, "missed"),
         (1_000_200, "fired"),
     ]
+
+
+def test_root_notices_on_postgres_are_claimed_once_across_processes(
+    postgres_url: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """The supervisor's own mailbox claims in PostgreSQL (there is no ledger file here)."""
+    with wu.Supervisor(state_dir, ledger=postgres_url, install_signal_handlers=False) as sup:
+        handle = sup.agent(operator.add, 1, 1)
+        with sup.notifications().take(timeout=30) as notice:
+            assert notice.id == handle.id
+            assert notice.status == wu.Status.COMPLETED
+        with wu.connect(tmp_path / "client", ledger=postgres_url) as client:
+            with pytest.raises(wu.NoNotification):
+                client.notifications().get(timeout=0.5)  # acknowledged: never again

@@ -145,6 +145,8 @@ class Ledger:
             self._db.close()
             raise
         self._shared = not isinstance(self._db, Database)  # before a fence wraps it
+        self._url = ledger
+        self._secret = secret
         # On PostgreSQL every host must read what any host stored: the database keeps it.
         store: valuestore.ValueStore = (
             valuestore.FileValueStore(self.state_dir)
@@ -209,6 +211,17 @@ class Ledger:
             if not create:
                 raise
         return cls(state_dir, clock=clock, busy_timeout=busy_timeout, secret=secret)
+
+    def sibling(self, *, clock: Clock | None = None) -> Ledger:
+        """Another connection to this same ledger (its file or its URL, its secret),
+        for a thread that must not queue behind this one's connection."""
+        return Ledger.open(
+            self.state_dir,
+            create=False,
+            clock=clock or self._clock,
+            ledger=self._url,
+            secret=self._secret,
+        )
 
     @property
     def _signing_key(self) -> bytes:

@@ -114,7 +114,7 @@ class Notices:
         with self._claims_lock:
             closed = self._closed
             if not closed and self._claims is None:
-                self._claims = Ledger.open_existing(self._ledger.state_dir, clock=self._clock)
+                self._claims = self._ledger.sibling(clock=self._clock)
             claims = self._claims
         if claims is not None:
             try:
@@ -123,7 +123,7 @@ class Notices:
                 if not self._closed:
                     raise
                 # closed under us: use a connection of our own, below
-        with Ledger.open_existing(self._ledger.state_dir, clock=self._clock) as own:
+        with self._ledger.sibling(clock=self._clock) as own:
             return call(own)
 
     def _acknowledged_here(self, notice: Notification) -> None:
