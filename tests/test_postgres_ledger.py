@@ -83,6 +83,8 @@ def test_root_notices_on_postgres_are_claimed_once_across_processes(
         with sup.notifications().take(timeout=30) as notice:
             assert notice.id == handle.id
             assert notice.status == wu.Status.COMPLETED
-        with wu.connect(tmp_path / "client", ledger=postgres_url) as client:
-            with pytest.raises(wu.NoNotification):
-                client.notifications().get(timeout=0.5)  # acknowledged: never again
+        with (
+            wu.connect(tmp_path / "client", ledger=postgres_url) as client,
+            pytest.raises(wu.NoNotification),
+        ):
+            client.notifications().get(timeout=0.5)  # acknowledged: never again

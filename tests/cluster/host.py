@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workunits._ledger.values import KEY_BYTES, KEY_FILE
 
-_SESSION = re.compile(r"session (s[0-9a-z]{8})")
+_SESSION = re.compile(r"\(pid \d+, session (s[0-9a-z]{8})")  # the banner's, no other line's
 
 
 def share_key(state: Path, key: bytes) -> None:
@@ -71,7 +71,7 @@ class Host:
             args += ["-c", item]
         with log.open("ab") as out:  # "a": a restart on the same state dir keeps the first log
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a start under the chaos test's load on 2 cores
         while time.monotonic() < deadline:
             found = _SESSION.findall(log.read_text(errors="replace"))
             if len(found) > seen:

@@ -405,7 +405,8 @@ class SupervisorActor(pykka.ThreadingActor):
             self._signals.tick()
             self._schedules.tick(now)
             try:
-                self._mirror.periodic(now)
+                if self._recovery.recovered:  # a tick may come before the session row exists
+                    self._mirror.periodic(now)
             except SessionLost as exc:
                 self._lose_session(exc)
                 return evicted

@@ -97,6 +97,11 @@ class Recovery:
         self._next_takeover = 0.0
         self._claimed: list[UnitRow] = []  # claimed, not yet started (the ledger failed)
 
+    @property
+    def recovered(self) -> bool:
+        """The session is open (``recover`` has run): its heartbeat has a row to renew."""
+        return self._recovered
+
     def recover(self) -> dict[str, list[str]]:
         """Open the session; apply requests; resume or fail what dead sessions left; adopt."""
         self._ledger.open_session(self._session, os.getpid(), lease=self._lease)
