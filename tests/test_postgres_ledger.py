@@ -81,6 +81,7 @@ def test_root_notices_on_postgres_are_claimed_once_across_processes(
     with wu.Supervisor(state_dir, ledger=postgres_url, install_signal_handlers=False) as sup:
         handle = sup.agent(operator.add, 1, 1)
         with sup.notifications().take(timeout=30) as notice:
+            assert isinstance(notice, wu.Notification)
             assert notice.id == handle.id
             assert notice.status == wu.Status.COMPLETED
         with (
