@@ -142,6 +142,7 @@ class SupervisorActor(pykka.ThreadingActor):
             kill_children=self._kill_children,
             cascade=self._cascade,
             tell_self=self.actor_ref.tell,
+            idle=self.actor_inbox.empty,
         )
         around = Surroundings(
             state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell, pool
