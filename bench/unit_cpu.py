@@ -18,12 +18,12 @@ import argparse
 import cProfile
 import json
 import os
+import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import procstat
@@ -51,7 +51,7 @@ def profiled_supervisor(path: str | None) -> Iterator[None]:
         finally:
             profile.disable()
 
-    SupervisorActor._actor_loop = loop  # type: ignore[method-assign]
+    SupervisorActor._actor_loop = loop  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -71,10 +71,25 @@ def _user_system(tid: int) -> tuple[float, float]:
     return int(fields[11]) / procstat._CLK_TCK, int(fields[12]) / procstat._CLK_TCK
 
 
+def _switches_by_thread() -> dict[int, int]:
+    """Voluntary context switches of each live thread, by native thread ID."""
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{name}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        out[int(name)] = int(line.split()[1])
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return out
+
+
 def measure(fn: Callable[[], object], reps: int) -> dict[str, Any]:
     names = {t.native_id: _family(t.name) for t in threading.enumerate() if t.native_id}
     sup_tid = next(tid for tid, name in names.items() if name == "SupervisorActor")
     sup0 = _user_system(sup_tid)
+    vcs0 = _switches_by_thread()
     before, cpu0, cs0 = (
         procstat.thread_cpu_seconds(),
         procstat.cpu_seconds(),
@@ -85,6 +100,7 @@ def measure(fn: Callable[[], object], reps: int) -> dict[str, Any]:
         fn()
     wall = time.perf_counter() - start
     sup1 = _user_system(sup_tid)
+    vcs1 = _switches_by_thread()
     after, cpu1, cs1 = (
         procstat.thread_cpu_seconds(),
         procstat.cpu_seconds(),
@@ -95,6 +111,11 @@ def measure(fn: Callable[[], object], reps: int) -> dict[str, Any]:
         if tid in before and tid in after:
             per[name] = per.get(name, 0.0) + after[tid] - before[tid]
     total = cpu1 - cpu0
+    switches: dict[str, float] = {}
+    for tid, name in names.items():
+        if tid in vcs0 and tid in vcs1:
+            switches[name] = switches.get(name, 0.0) + (vcs1[tid] - vcs0[tid]) / reps
+    switches["ended threads"] = (cs1[0] - cs0[0]) / reps - sum(switches.values())
     per["ended threads"] = max(0.0, total - sum(per.values()))
     return {
         "cpu_us": total / reps * 1e6,
@@ -104,8 +125,21 @@ def measure(fn: Callable[[], object], reps: int) -> dict[str, Any]:
         "supervisor_thread_user_system_us": [
             round((sup1[i] - sup0[i]) / reps * 1e6) for i in (0, 1)
         ],
+        "vcsw_by_thread": {k: round(v, 2) for k, v in switches.items() if v},
         "by_thread_us": {k: round(v / reps * 1e6) for k, v in per.items() if v},
     }
+
+
+def _summary(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The windows' figures, and their minimum and median (the least disturbed by other load)."""
+    out: dict[str, Any] = {"windows": windows}
+    for key in ("cpu_us", "vcsw", "ivcsw", "wall_ms"):
+        values = sorted(w[key] for w in windows)
+        out[key] = statistics.median(values)
+        out[f"{key}_min"] = values[0]
+    for key in ("supervisor_thread_user_system_us",):
+        out[key] = [statistics.median(w[key][i] for w in windows) for i in (0, 1)]
+    return out
 
 
 def main() -> int:
@@ -113,6 +147,7 @@ def main() -> int:
     parser.add_argument("--kinds", default="shell,agent,pooled")
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--windows", type=int, default=1, help="split the reps in windows")
     parser.add_argument("--rate", action="store_true")
     parser.add_argument("--profile")
     parser.add_argument("--sync", default="full", help="ledger_sync: full (the default) or normal")
@@ -132,7 +167,8 @@ def main() -> int:
             call = calls[kind]
             for _ in range(args.warmup):
                 call()
-            out[kind] = measure(call, args.reps)
+            windows = [measure(call, args.reps // args.windows) for _ in range(args.windows)]
+            out[kind] = windows[0] if args.windows == 1 else _summary(windows)
         if args.rate:
             pooled = calls["pooled"]
             out["pooled_rate_2_in_flight"] = [two_in_flight(pooled, 400) for _ in range(3)]

@@ -12,10 +12,10 @@ which profiling showed is the supervisor thread's largest cost per unit). An
 end that finds nothing else waiting in the actor's inbox commits at once (a
 lone end pays no extra message); otherwise the first ``EndReport`` of a group
 makes the actor tell itself ``FlushEnds``, the ends that arrive before that
-flush is handled join the group, and the flush commits them. Any other message commits the group before it is handled
-(``SupervisorActor.on_receive``), as does stopping, so nothing -- an ask, a
-tick, another unit -- sees an end that is not yet durable. Every method runs
-in the supervisor actor's thread.
+flush is handled join the group, and the flush commits them. Any other
+message commits the group before it is handled (``SupervisorActor.on_receive``),
+as does stopping, so nothing -- an ask, a tick, another unit -- sees an end
+that is not yet durable. Every method runs in the supervisor actor's thread.
 
 An end whose write fails (a full disk, an I/O error) is not dropped: the
 ``LedgerMirror`` keeps it and retries it every tick, and only when it lands
