@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from tests.conftest import eventually
 from tests.helpers import WAIT
@@ -51,7 +52,15 @@ def _idle_now(sup: Supervisor) -> bool:
     return threads.idle() > 0
 
 
-def _loop_then_wait(started: threading.Event, release: threading.Event) -> Any:
+def _note_then_set(ran: list[threading.Thread], done: threading.Event) -> Callable[[], None]:
+    def loop() -> None:
+        ran.append(threading.current_thread())
+        done.set()
+
+    return loop
+
+
+def _loop_then_wait(started: threading.Event, release: threading.Event) -> Callable[[], None]:
     def loop() -> None:
         started.set()
         release.wait(WAIT)
@@ -65,7 +74,7 @@ def test_a_waiting_thread_takes_the_next_loop_and_close_ends_it() -> None:
     done = threading.Event()
     threads.run(lambda: ran.append(threading.current_thread()), "first")
     eventually(lambda: threads.idle() == 1, WAIT)
-    threads.run(lambda: (ran.append(threading.current_thread()), done.set()), "second")
+    threads.run(_note_then_set(ran, done), "second")
     assert done.wait(WAIT)
     assert ran[0] is ran[1]
     assert ran[1].name == "second"
@@ -107,7 +116,7 @@ def test_a_loop_that_raises_does_not_cost_its_thread() -> None:
     threads.run(broken, "broken")
     eventually(lambda: threads.idle() == 1, WAIT)
     done = threading.Event()
-    threads.run(lambda: (ran.append(threading.current_thread()), done.set()), "next")
+    threads.run(_note_then_set(ran, done), "next")
     assert done.wait(WAIT)
     assert ran[0] is ran[1]
     threads.close()
