@@ -10,7 +10,7 @@ from typing import ClassVar
 from tests.conftest import eventually
 from tests.helpers import WAIT
 from workunits import Outcome, Status, Supervisor, WorkActor, _outputfile
-from workunits.actors.threads import ActorThreads
+from workunits.actors.threads import JOIN_FOR, ActorThreads
 
 # The thread each RecordsItsThread unit's actor started in, in order (this process).
 _seen: list[threading.Thread] = []
@@ -129,3 +129,17 @@ def test_close_from_outside_leaves_no_thread_behind() -> None:
     eventually(lambda: threads.count() == threads.idle(), WAIT)
     threads.close()
     assert threads.count() == 0
+
+
+def test_close_does_not_wait_for_a_thread_still_running_an_actor() -> None:
+    threads = ActorThreads(idle_for=WAIT)
+    started, release = threading.Event(), threading.Event()
+    threads.run(_loop_then_wait(started, release), "still running")
+    assert started.wait(WAIT)
+    closing = threading.Thread(target=threads.close)
+    closing.start()
+    closing.join(JOIN_FOR / 2)  # close() would wait the whole JOIN_FOR on a busy thread
+    assert not closing.is_alive()
+    assert threads.count() == 1
+    release.set()  # the actor stops: its thread exits, it does not wait for another
+    eventually(lambda: threads.count() == 0, WAIT)

@@ -12,9 +12,9 @@ are handled on that thread meanwhile.
 
 A thread waits at most ``IDLE_FOR`` seconds for its next actor, and at most
 ``MAX_IDLE`` threads wait at once (a burst of ended units leaves no crowd of
-threads behind). ``close`` (the runtime's, after every actor has stopped)
-ends the waiting threads and joins them. Threads are daemons, as pykka's own
-are: a safety net only.
+threads behind). ``close`` (the runtime's, last) ends the waiting threads and
+joins them; a thread still running an actor exits when that actor stops.
+Threads are daemons, as pykka's own are: a safety net only.
 
 Invariant (under ``_lock``): ``_idle`` + the loops queued in ``_handoff`` =
 the threads waiting in ``_wait_for_loop``; a loop is queued only for a
@@ -52,6 +52,7 @@ class ActorThreads:
         self._idle = 0  # threads waiting that no queued loop is meant for
         self._closed = False
         self._threads: set[threading.Thread] = set()
+        self._busy: set[threading.Thread] = set()  # running an actor's loop now
 
     def run(self, loop: _Loop, name: str) -> None:
         """Run ``loop`` (an actor's whole life) on a waiting thread, or on a new one."""
@@ -63,24 +64,31 @@ class ActorThreads:
         thread = threading.Thread(target=self._serve, args=(loop,), name=name, daemon=True)
         with self._lock:
             self._threads.add(thread)
+            self._busy.add(thread)
         thread.start()
 
     def _serve(self, first: _Loop) -> None:
         """A thread's life: its first actor's loop, then the next ones handed to it."""
         loop = first
+        me = threading.current_thread()
         try:
             while True:
+                with self._lock:
+                    self._busy.add(me)
                 try:
                     loop()
                 except BaseException:  # pykka's loop handles its own; this is a bug
                     log.exception("an actor's loop raised")
+                with self._lock:
+                    self._busy.discard(me)
                 job = self._wait_for_loop()
                 if job is None:
                     return
                 loop, threading.current_thread().name = job
         finally:
             with self._lock:
-                self._threads.discard(threading.current_thread())
+                self._threads.discard(me)
+                self._busy.discard(me)
 
     def _wait_for_loop(self) -> _Job | None:
         """The next actor's loop for this thread, or None: it exits."""
@@ -109,11 +117,16 @@ class ActorThreads:
             return len(self._threads)
 
     def close(self) -> None:
-        """End the waiting threads and join them (after every actor has stopped)."""
+        """End the waiting threads and join them.
+
+        A thread still running an actor (one on its way out, or one that
+        outlives the supervisor by design) is not waited for: it exits when
+        its actor stops.
+        """
         with self._lock:
             self._closed = True
             waiting, self._idle = self._idle, 0
-            threads = list(self._threads)
+            threads = list(self._threads - self._busy)
         for _ in range(waiting):
             self._handoff.put(None)
         current = threading.current_thread()
