@@ -31,6 +31,7 @@ from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 from workunits.actors.process_events import ProcessWatch
+from workunits.actors.threads import ActorThreads
 
 if TYPE_CHECKING:
     from workunits._pool import WorkerPool
@@ -58,6 +59,7 @@ class UnitBinding:
     report_end: Callable[[str, Outcome], None]  # any thread; use ``finish`` (exactly once)
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
+    threads: ActorThreads | None = None  # reused threads for actor loops; None: a new one
 
 
 class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
@@ -196,6 +198,20 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
             self._launched = (exc,)
         else:
             self._launched = (None,)
+
+    def _start_actor_loop(self) -> None:
+        """pykka's hook for an actor type: where the actor's loop runs.
+
+        On a thread of the supervisor's ``ActorThreads`` (reused from an ended
+        unit, see ``actors.threads``) when the binding has them, else on a new
+        thread as ``pykka.ThreadingActor`` does. Either way the loop has that
+        thread to itself until the actor stops.
+        """
+        threads = self.unit.threads
+        if threads is None:
+            super()._start_actor_loop()
+        else:
+            threads.run(self._actor_loop, threads.thread_name(type(self)))
 
     def on_start(self) -> None:
         if self._launched is None:

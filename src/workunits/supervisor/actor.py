@@ -48,6 +48,7 @@ from workunits._wire.actor_messages import (
 )
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
+from workunits.actors.threads import ActorThreads
 from workunits.supervisor import requests as rq
 from workunits.supervisor.children import ChildRequests
 from workunits.supervisor.control import Control
@@ -106,6 +107,7 @@ class SupervisorActor(pykka.ThreadingActor):
         concurrency: Mapping[str, int] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
         pool: WorkerPool | None = None,
+        threads: ActorThreads | None = None,
         session_lease: float | None = None,
         shared_ledger: bool = False,
         on_session_lost: Callable[[], None] | None = None,
@@ -142,9 +144,10 @@ class SupervisorActor(pykka.ThreadingActor):
             kill_children=self._kill_children,
             cascade=self._cascade,
             tell_self=self.actor_ref.tell,
+            idle=self.actor_inbox.empty,
         )
         around = Surroundings(
-            state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell, pool
+            state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell, pool, threads
         )
         self._starts = Starts(
             units=units,

@@ -8,13 +8,14 @@ parent gets its one notice, its children are killed, a queued unit of its
 kind starts.
 
 Ends reported back to back by unit actors commit as one group (one fsync,
-which profiling showed is the supervisor thread's largest cost per unit): the
-first ``EndReport`` of a group makes the actor tell itself ``FlushEnds``;
-the ends that arrive before that flush is handled join the group, and the
-flush commits them. Any other message commits the group before it is handled
-(``SupervisorActor.on_receive``), as does stopping, so nothing -- an ask, a
-tick, another unit -- sees an end that is not yet durable. Every method runs
-in the supervisor actor's thread.
+which profiling showed is the supervisor thread's largest cost per unit). An
+end that finds nothing else waiting in the actor's inbox commits at once (a
+lone end pays no extra message); otherwise the first ``EndReport`` of a group
+makes the actor tell itself ``FlushEnds``, the ends that arrive before that
+flush is handled join the group, and the flush commits them. Any other
+message commits the group before it is handled (``SupervisorActor.on_receive``),
+as does stopping, so nothing -- an ask, a tick, another unit -- sees an end
+that is not yet durable. Every method runs in the supervisor actor's thread.
 
 An end whose write fails (a full disk, an I/O error) is not dropped: the
 ``LedgerMirror`` keeps it and retries it every tick, and only when it lands
@@ -84,6 +85,7 @@ class TerminalTransition:
         kill_children: Callable[[WorkRecord], None],
         cascade: Callable[[WorkRecord], None],
         tell_self: Callable[[object], None],
+        idle: Callable[[], bool],
     ) -> None:
         self._units = units
         self._mirror = mirror
@@ -96,6 +98,7 @@ class TerminalTransition:
         # The actor's: kill the ended unit's children, start a queued unit of its kind.
         self._cascade = cascade
         self._tell_self = tell_self
+        self._idle = idle  # nothing waits in the actor's inbox: nothing to group with
         # Ends made terminal in memory, not yet committed (in report order).
         self._batch: list[_Ended] = []
         self._flush_queued = False  # a FlushEnds is in the inbox
@@ -114,9 +117,11 @@ class TerminalTransition:
     def report(self, work_id: str, outcome: Outcome) -> None:
         """An EndReport: join the group, which the next FlushEnds (or any other message) commits."""
         self._make_terminal(work_id, outcome)
-        if len(self._batch) >= MAX_ENDS_PER_COMMIT:
+        if not self._batch:
+            return
+        if len(self._batch) >= MAX_ENDS_PER_COMMIT or (not self._flush_queued and self._idle()):
             self.commit()
-        elif self._batch and not self._flush_queued:
+        elif not self._flush_queued:
             self._flush_queued = True
             self._tell_self(FlushEnds())
 

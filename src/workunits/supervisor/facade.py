@@ -1085,9 +1085,11 @@ class Supervisor:
         _ids.validate(work_id)
         waiter = self._waiters.add(work_id)
         try:
-            record = self.get(work_id)
-            if settled(record):
-                return record
+            # A unit known not ended has its end still to come, which wakes us: no read.
+            if not waiter.unended or self._channel.closed:
+                record = self.get(work_id)
+                if settled(record):
+                    return record
             if waiter.event.wait(timeout) and waiter.record is not None:
                 return waiter.record
             raise NotFinished(self.get(work_id), timeout)
@@ -1104,9 +1106,11 @@ class Supervisor:
         _ids.validate(work_id)
         waiter, fut = self._waiters.add_async(work_id)  # register, then read
         try:
-            record = await self._ask_async(rq.Get(work_id))
-            if settled(record):
-                return record
+            # A unit known not ended has its end still to come, which resolves fut: no read.
+            if not waiter.unended or self._channel.closed:
+                record = await self._ask_async(rq.Get(work_id))
+                if settled(record):
+                    return record
             try:
                 async with asyncio.timeout(timeout):
                     return await fut
@@ -1391,6 +1395,7 @@ class Supervisor:
 
     def _after_actor(self) -> None:
         """Once the actor has stopped: every future is resolved, so the relays can end."""
+        self._waiters.close()  # no end is told any more: a wait reads, and hears we closed
         self._teammates.close()
         self._channel.close_relay()
 

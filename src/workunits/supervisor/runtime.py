@@ -32,6 +32,7 @@ from workunits.actors.monitor import MonitorActor
 from workunits.actors.remote import RemoteActor
 from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import ShellActor
+from workunits.actors.threads import ActorThreads
 from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor import durable
 from workunits.supervisor.actor import SupervisorActor, Tick, Wake
@@ -117,6 +118,8 @@ class Runtime:
         # Workers start with the first pooled unit: a supervisor that never asks pays nothing.
         self.pool = WorkerPool(self.zygote, self.reaper, options.pool_size)
         self._ask_timeout = options.ask_timeout
+        # Unit actors' threads, reused from one ended unit to the next (actors/threads.py).
+        self.threads = ActorThreads()
         self._ref = SupervisorActor.start(
             state_dir=state_dir,
             output_dir=output_dir,
@@ -130,6 +133,7 @@ class Runtime:
             concurrency=options.concurrency,
             max_resident_ended=options.max_resident_ended,
             pool=self.pool,
+            threads=self.threads,
             session_lease=options.session_lease,
             # Other supervisors may share a PostgreSQL ledger (each with its own
             # state dir and lock); SQLite's is this state dir's alone.
@@ -167,3 +171,4 @@ class Runtime:
         self.pool.close()
         self.zygote.close()
         self.reaper.close()
+        self.threads.close()  # last: a unit's actor may still be on its way out

@@ -32,6 +32,7 @@ from workunits._wire.submits import (
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.threads import ActorThreads
 from workunits.supervisor.delays import Delays
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, TerminalTransition
@@ -82,6 +83,7 @@ class Surroundings:
     zygote: ZygoteClient
     tell_supervisor: Callable[[Any], None]  # a tell to the supervisor actor
     pool: WorkerPool | None = None  # workers for pooled units
+    threads: ActorThreads | None = None  # reused threads for unit actors; None: one each
 
 
 class Starts:
@@ -371,6 +373,7 @@ class Starts:
             report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
             tell_supervisor=tell,
             pool=around.pool,
+            threads=around.threads,
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry

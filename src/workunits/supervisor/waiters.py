@@ -2,6 +2,14 @@
 
 ``wait`` registers before it reads the current record, so a terminal write
 that lands between the two is never missed.
+
+The read is an ask to the supervisor actor (a round trip between threads per
+wait), which the change events make unnecessary for a unit this process
+started and that has not ended yet: its insert was told here (``None`` ->
+``pending``) and its end will be. ``add`` says so, under the lock the end's
+event takes, so a wait may go straight to waiting: the end, if it comes
+later, wakes it; if it came already, the unit is no longer in ``_unended``
+and the wait reads the record as before.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ class Waiter:
     event: threading.Event = field(default_factory=threading.Event)
     record: WorkRecord | None = None
     callback: Callable[[WorkRecord], None] | None = None
+    # Known not ended when added (see the module docstring): no need to read the record.
+    unended: bool = False
 
 
 def settled(record: WorkRecord) -> bool:
@@ -35,12 +45,22 @@ class TerminalWaiters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[str, list[Waiter]] = {}
+        # Units whose insert was told here and whose end was not (yet): not settled.
+        self._unended: set[str] = set()
+        self._closed = False
 
     def on_change(self, old: WorkRecord | None, new: WorkRecord) -> None:
         """Change subscriber; runs in the supervisor actor's thread and must not block."""
-        if not is_terminal(new.status) or (old is not None and is_terminal(old.status)):
+        if not is_terminal(new.status):
+            if old is None:  # a unit entered memory, not ended
+                with self._lock:
+                    if not self._closed:
+                        self._unended.add(new.id)
+            return
+        if old is not None and is_terminal(old.status):
             return
         with self._lock:
+            self._unended.discard(new.id)
             waiters = self._waiters.pop(new.id, [])
         for waiter in waiters:
             waiter.record = new
@@ -52,7 +72,14 @@ class TerminalWaiters:
         waiter = Waiter(callback=callback)
         with self._lock:
             self._waiters.setdefault(work_id, []).append(waiter)
+            waiter.unended = work_id in self._unended
         return waiter
+
+    def close(self) -> None:
+        """The supervisor stopped: no end will be told any more; waits read (and learn so)."""
+        with self._lock:
+            self._closed = True
+            self._unended.clear()
 
     def discard(self, work_id: str, waiter: Waiter) -> None:
         with self._lock:
