@@ -157,7 +157,7 @@ def run(
 
         def write_one_by_one() -> int:
             for r in one_by_one:
-                ledger.write(r.id, attempt=1, retain=1)
+                ledger.write(r.id, attempt=1, output_offset=1)
             return len(one_by_one)
 
         count, seconds = timed(write_one_by_one)

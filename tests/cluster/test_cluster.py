@@ -242,3 +242,32 @@ def _stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
     return stat[stat.rfind(b")") + 2 :].split()[0] == b"T"
+
+
+def test_a_schedule_added_through_a_supervisor_that_is_gone_fires_on_another(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from workunits.testing import ManualClock  # noqa: PLC0415 - only this test
+
+    clock = ManualClock()  # 1_000_000: */10 minutes is first due at 1_000_200
+
+    def opened(name: str) -> wu.Supervisor:
+        return wu.Supervisor(
+            _state(tmp_path, name),
+            ledger=postgres_url,
+            clock=clock,
+            tick_interval=None,
+            install_signal_handlers=False,
+        )
+
+    with opened("b") as survivor:
+        with opened("a") as gone:
+            gone.schedule("ten", "*/10 * * * *", "shell", "true")
+        clock.set(1_000_200)
+        survivor.tick()  # read the ledger's schedules again, and fire what is due
+        with Ledger(_state(tmp_path, "reader"), ledger=postgres_url) as ledger:
+            firings = ledger.schedule_firings("ten")
+        assert [(f.due_at, f.outcome) for f in firings] == [(1_000_200, "fired")]
+        unit = firings[0].unit
+        assert unit is not None
+        assert survivor.wait(unit, timeout=20).status == wu.Status.COMPLETED

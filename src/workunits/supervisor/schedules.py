@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 CATCH_UP = ("skip", "run-once")
 MISSED_PER_TICK = 1000  # a schedule down for long records its misses over several ticks
+# How often the ledger's schedules are read again: one added through another
+# supervisor on a shared ledger (or a client) fires here too, if that one is gone.
+RELOAD_EVERY = 5.0
 
 Register = Callable[..., WorkRecord]
 
@@ -72,14 +75,18 @@ class Schedules:
         self._register = register
         # Firings due before this supervisor started were missed (none ran then).
         self._started_at = started_at
-        # The ledger's rows as of the last add/remove, read once at start; a row
-        # another supervisor on the same ledger moved on is reread when this one
-        # loses a firing to it (``advance_schedule``).
+        # The ledger's rows, read at start and every RELOAD_EVERY s; a row
+        # another supervisor on the same ledger moved on is also reread when this
+        # one loses a firing to it (``advance_schedule``).
         self._rows: dict[str, ScheduleRow] = {}
+        self._next_reload = started_at + RELOAD_EVERY
+        self._reload()
+
+    def _reload(self) -> None:
         try:
-            self._rows = {row.name: row for row in ledger.all_schedules()}
+            self._rows = {row.name: row for row in self._ledger.all_schedules()}
         except WorkunitsError:
-            log.exception("ledger: could not read the schedules")
+            log.exception("ledger: could not read the schedules (read again later)")
 
     def add(
         self,
@@ -133,6 +140,9 @@ class Schedules:
 
     def tick(self, now: float) -> None:
         """Fire (or record as missed) every firing due by ``now``."""
+        if now >= self._next_reload:
+            self._next_reload = now + RELOAD_EVERY
+            self._reload()
         for row in [r for r in self._rows.values() if r.next_at <= now]:
             try:
                 self._catch_up(row, now)
