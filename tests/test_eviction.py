@@ -244,3 +244,17 @@ def test_the_default_eviction_grace_is_thirty_seconds(tmp_path: Path) -> None:
         clock.advance(0.001)
         assert sup.tick() == 1
         assert unit.id not in sup.resident_ids()
+
+
+def test_a_child_that_ends_after_its_parent_leaves_memory_after_its_grace(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    # Nobody is left to take the child's notice: its parent ended first.
+    parent = drive.start()
+    child = drive.start(parent=parent.id)
+    drive.exit(parent.id, 0)
+    assert msup.wait(child.id, timeout=5).status == Status.KILLED  # its parent's end ends it
+    clock.advance(GRACE + 1)
+    msup.tick()
+    assert child.id not in msup.resident_ids()
+    assert parent.id in msup.resident_ids()  # its own notice is still unread
