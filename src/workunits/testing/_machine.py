@@ -227,7 +227,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def renew_a_retain(self, data: st.DataObject) -> None:
         if not self.retains:
             return
-        lease_id = data.draw(st.sampled_from(sorted(self.retains)))
+        lease_id = data.draw(st.sampled_from(list(self.retains)))  # not sorted: IDs are random
         handle = self.retains[lease_id]
         model = self.models[handle.work_id]
         now = self.clock.now()
@@ -245,7 +245,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def release_a_retain(self, data: st.DataObject) -> None:
         if not self.retains:
             return
-        lease_id = data.draw(st.sampled_from(sorted(self.retains)))
+        lease_id = data.draw(st.sampled_from(list(self.retains)))  # not sorted: IDs are random
         handle = self.retains.pop(lease_id)
         model = self.models[handle.work_id]
         if model.leases.pop(lease_id) <= self.clock.now():
