@@ -3,13 +3,12 @@ mutant the issue named) found surviving: each says which change it catches."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE
+from tests.conftest import GRACE, eventually
 from workunits import Status, Supervisor, _ids, connect
 from workunits._claim import Claim
 from workunits._errors import InvalidWorkId, MailboxClosed, UnknownWork
@@ -98,10 +97,9 @@ def test_a_queued_unit_that_starts_is_running_in_the_ledger_too(tmp_path: Path) 
         assert sup.get(queued.id).status == Status.PENDING
         sup.kill(first.id)
         sup.wait(first.id, timeout=10)
-        deadline = time.monotonic() + 10
-        while sup.get(queued.id).status == Status.PENDING:
-            assert time.monotonic() < deadline, "the queued unit never started"
-            time.sleep(0.01)
+        eventually(
+            lambda: sup.get(queued.id).status != Status.PENDING, 10, "the queued unit to start"
+        )
         try:
             _running_in_the_ledger(sup, queued.id)
         finally:
@@ -332,11 +330,12 @@ def test_a_unit_a_client_submitted_leaves_without_an_acknowledgement_here(
     # from the ledger, so nothing in this process will ever acknowledge them.
     with connect(msup.state_dir) as client:
         work_id = client.shell(["true"]).id
-    deadline = time.monotonic() + 20
-    while work_id not in msup.resident_ids() or msup.get(work_id).status != Status.COMPLETED:
-        assert time.monotonic() < deadline, "the supervisor never adopted and ran it"
+
+    def adopted_and_ran() -> bool:
         msup.tick()
-        time.sleep(0.01)
+        return work_id in msup.resident_ids() and msup.get(work_id).status == Status.COMPLETED
+
+    eventually(adopted_and_ran, 20, "the supervisor to adopt and run it")
     clock.advance(GRACE)
     assert msup.tick() == 1
     assert work_id not in msup.resident_ids()

@@ -18,11 +18,11 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.conftest import eventually
 from workunits._ledger.values import KEY_BYTES, KEY_FILE
 
 _SESSION = re.compile(r"\(pid \d+, session (s[0-9a-z]{8})")  # the banner's, no other line's
@@ -71,16 +71,21 @@ class Host:
             args += ["-c", item]
         with log.open("ab") as out:  # "a": a restart on the same state dir keeps the first log
             proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 90  # a start under the chaos test's load on 2 cores
-        while time.monotonic() < deadline:
+
+        def banner() -> str | None:
             found = _SESSION.findall(log.read_text(errors="replace"))
             if len(found) > seen:
-                return cls(proc, state, found[-1], log)
+                return str(found[-1])
             if proc.poll() is not None:
                 raise AssertionError(f"serve exited: {log.read_text()}")
-            time.sleep(0.05)
-        proc.kill()
-        raise AssertionError(f"serve did not start: {log.read_text()}")
+            return None
+
+        try:  # 90 s: a start under the chaos test's load on 2 cores
+            session = eventually(banner, 90, f"serve to start: {log}")
+        except BaseException:
+            proc.kill()
+            raise
+        return cls(proc, state, session, log)
 
     def signal(self, signum: int) -> None:
         os.kill(self.proc.pid, signum)
