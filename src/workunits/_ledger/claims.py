@@ -46,11 +46,14 @@ def claim(
         picks.append((f" AND kind NOT IN ({', '.join('?' * len(limited))})", (*limited, batch)))
     else:
         picks.append(("", (batch,)))
-    claimed: list[UnitRow] = []
-    with db.write(durable=True) as conn:
-        # A cheap look first: on most ticks there is nothing to claim.
+    # A cheap look first, in a read: on most ticks there is nothing to claim, and
+    # a write transaction would take the ledger's write lock (every host's, on
+    # PostgreSQL) and a synced commit to find that out.
+    with db.read() as conn:
         if conn.execute(_PICK + " LIMIT 1", (Status.PENDING.value,)).fetchone() is None:
             return []
+    claimed: list[UnitRow] = []
+    with db.write(durable=True) as conn:
         for where, params in picks:
             # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
             sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"

@@ -64,7 +64,7 @@ _ROUTED = (
     "OR s.recovered_by IS NOT NULL OR s.heartbeat_at < ? - coalesce(s.lease, ?)) "
     "ORDER BY r.seq LIMIT ?"
 )
-_END_VERBS = ("cancel", "kill")
+END_VERBS = ("cancel", "kill")
 
 
 def take(
@@ -74,7 +74,6 @@ def take(
     now: float,
     *,
     routed: bool = False,
-    default_lease: float = DEFAULT_LEASE,
 ) -> list[Request]:
     """Take up to ``limit`` open requests, oldest first; each is taken by one caller only.
 
@@ -90,10 +89,10 @@ def take(
             return []
     with db.write(durable=False) as conn:
         if routed and session is not None:
-            rows = conn.execute(_ROUTED, (session, now, default_lease, limit)).fetchall()
+            rows = conn.execute(_ROUTED, (session, now, DEFAULT_LEASE, limit)).fetchall()
             conn.executemany(
                 "UPDATE units SET session = ? WHERE id = ? AND session IS NULL AND status = ?",
-                [(session, row["target"], "pending") for row in rows if row["verb"] in _END_VERBS],
+                [(session, row["target"], "pending") for row in rows if row["verb"] in END_VERBS],
             )
         else:
             rows = conn.execute(

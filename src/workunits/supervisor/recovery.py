@@ -40,6 +40,7 @@ from typing import Any
 from workunits._clock import Clock
 from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsError
 from workunits._ledger import Ledger, Request, UnitRow, Write
+from workunits._ledger.requests import END_VERBS
 from workunits._record import Outcome, replace
 from workunits._status import Reason, Status, is_terminal
 from workunits.supervisor.backlog import retryable
@@ -53,7 +54,6 @@ log = logging.getLogger(__name__)
 ADOPT_BATCH = 256
 TAKEOVER_EVERY = 1.0  # seconds between looks for lapsed sessions (shared ledgers)
 REQUESTS_PER_TICK = 64
-_END_VERBS = ("cancel", "kill")
 
 
 class Recovery:
@@ -209,7 +209,7 @@ class Recovery:
                 self._resume_or_lose(row)
 
     def _held_end_for(self, work_id: str) -> bool:
-        return any(r.target == work_id and r.verb in _END_VERBS for r in self._held)
+        return any(r.target == work_id and r.verb in END_VERBS for r in self._held)
 
     def _lose(self, row: UnitRow, error: str, reason: Reason = Reason.LOST) -> None:
         failed = Write(
@@ -302,7 +302,7 @@ class Recovery:
         if target not in self._units:
             return self._apply_to_row(request)
         control = self._control
-        if request.verb in _END_VERBS:
+        if request.verb in END_VERBS:
             if request.verb == "cancel":
                 changed = control.cancel(target, float(request.args.get("grace", 5.0)))
             else:
@@ -321,7 +321,7 @@ class Recovery:
         """A request for a unit not in memory (evicted, or never started here)."""
         target = request.target
         row = self._ledger.require(target)
-        if request.verb in _END_VERBS and (
+        if request.verb in END_VERBS and (
             row.status == Status.PENDING
             or (row.status == Status.RUNNING and row.session != self._session)
         ):
