@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pykka
 import pytest
 
 import workunits as wu
+from workunits.actors.agent import AgentActor
 
 from .conftest import alive, eventually, running_pid
 
@@ -275,6 +277,34 @@ def test_kill_and_timeout(sup: wu.Supervisor) -> None:
 
 
 # -- transcripts --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["kill", "cancel"])
+def test_a_killed_agents_transcript_ends_with_its_end_before_anyone_sees_it(
+    sup: wu.Supervisor, tmp_path: Path, how: str
+) -> None:
+    # A unit we signalled ends on the Reaper's thread, not after its actor's
+    # drain; its transcript still gets the end event first, and only once.
+    h = sup.agent(sleep_forever)
+    running_pid(sup, h.id)
+    if how == "kill":
+        assert sup.kill(h.id)
+    else:
+        assert sup.cancel(h.id, grace=0.0)
+    record = sup.wait(h.id, timeout=20)
+    assert record.status == wu.Status.KILLED
+    transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
+    events = [orjson.loads(line) for line in transcript.read_bytes().splitlines()]
+    ends = [e for e in events if e["type"] == "end"]
+    assert ends == [events[-1]]
+    reason = "killed" if how == "kill" else "cancelled"
+    assert (ends[0]["status"], ends[0]["reason"]) == ("killed", reason)
+    assert record.output_tail.splitlines()[-1] == transcript.read_bytes().splitlines()[-1]
+    # Its actor drained the channel after the end was reported, and wrote no second end.
+    eventually(lambda: not pykka.ActorRegistry.get_by_class(AgentActor), what="the actor to stop")
+    types = [orjson.loads(line)["type"] for line in transcript.read_bytes().splitlines()]
+    assert types.count("end") == 1
 
 
 @pytest.mark.timeout(30)

@@ -79,6 +79,8 @@ class AgentActor(WorkActor):
         self._result: m.Result | None = None
         self._error: m.Error | None = None
         self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
+        # Set on the Reaper thread (``ended_on_exit``) before ProcessExited is told to us.
+        self._end_written = False
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:
@@ -288,11 +290,32 @@ class AgentActor(WorkActor):
         self._ending = self._ending or reason
         self._send(m.CancelRequested())
 
+    def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome | None:
+        """Reaper thread: a unit we killed or cancelled ends ``killed`` with our reason
+        whatever its channel still holds (see ``_outcome``), so its end waits neither
+        for the drain nor for this actor's thread. A unit that ended by itself (its
+        result or error is in the channel), one cut at its output cap (its transcript
+        is cut first) and a lost one end here, after the drain."""
+        ending = self._ending
+        if ending is None or ending in (Reason.OUTPUT_CAP, Reason.LOST):
+            return None
+        return self.outcome_for_exit(exit_code, signum)
+
+    def ended_on_exit(self, outcome: Outcome) -> None:
+        """The transcript's ``end`` event, before the supervisor hears of the end."""
+        self._end_written = True
+        self._write_end(outcome)
+
     def _maybe_finish(self) -> None:
         """Finish once the process is gone and its channel is drained (nothing is lost)."""
         if self._exit is None or self._channel_open or self._finished:
             return
         outcome = self._outcome(*self._exit)
+        if not self._end_written:  # else the Reaper ended the unit (``end_on_exit``)
+            self._write_end(outcome)
+        self.finish(outcome)
+
+    def _write_end(self, outcome: Outcome) -> None:
         with contextlib.suppress(OSError):
             if outcome.reason is Reason.OUTPUT_CAP:
                 # The capture stops at the cap; a unit that wrote its transcript
@@ -306,7 +329,6 @@ class AgentActor(WorkActor):
                 signal=outcome.signal,
                 reason=None if outcome.reason is None else outcome.reason.value,
             )
-        self.finish(outcome)
 
     def _outcome(self, exit_code: int | None, signum: int | None) -> Outcome:
         if self._ending is Reason.LOST:

@@ -184,6 +184,14 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         """
         return None
 
+    def ended_on_exit(self, outcome: Outcome) -> None:
+        """Reaper thread, once: ``end_on_exit``'s ``outcome`` is the one reported.
+
+        Called just before the supervisor hears of the end, so what must be on
+        disk before anyone sees it (an agent's transcript ``end`` event) is
+        written here. Nothing by default.
+        """
+
     def process_watch(self) -> ProcessWatch:
         """The ``events`` to pass to the zygote with a spawn request for this unit."""
         self._watch = ProcessWatch(self)

@@ -16,6 +16,8 @@ from workunits._wire.zygote_protocol import SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch
 
+EARLY_PAYLOAD = 1 << 16  # bytes of call a pooled unit may send from the supervisor's thread
+
 
 class PooledAgentActor(AgentActor):
     """An ``a`` unit submitted with ``reuse=True``; its record's kind is ``agent``."""
@@ -23,8 +25,11 @@ class PooledAgentActor(AgentActor):
     kind: ClassVar[str] = "agent"
 
     def launch_early(self) -> bool:
-        """No: handing over to the pool may start a worker process, which takes its time."""
-        return False
+        """Yes, as an agent, when its call is small: the hand-over to an idle worker is one
+        send on a socket the worker is reading (a worker to start is one request to the
+        zygote), but a large call would hold the supervisor's thread while the worker
+        reads it."""
+        return super().launch_early() and len(self.spec.payload) <= EARLY_PAYLOAD
 
     def _start_process(
         self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch

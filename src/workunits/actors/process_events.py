@@ -5,10 +5,11 @@ where it is used, with as few tells as possible:
 
 - ``spawned``: the pid goes straight to the supervisor (the record shows it);
   the pidfd stays here, for the one case that needs it (``lost``);
-- ``exited``: when the kind's ``end_on_exit`` gives the outcome (a shell), the
-  end goes straight to the supervisor, and the unit's actor is then told only
-  to stop; otherwise (an agent still drains its channel) the actor gets
-  ``ProcessExited`` and reports the end itself;
+- ``exited``: when the kind's ``end_on_exit`` gives the outcome (a shell; an
+  agent we killed), the end goes straight to the supervisor, and the unit's
+  actor is then told only to stop; otherwise (an agent that ended by itself
+  still drains its channel) the actor gets ``ProcessExited`` and reports the
+  end itself;
 - ``spawn_failed`` and ``lost`` go to the actor, which ends the unit.
 
 The supervisor hears of the end exactly once whichever way it comes: the
@@ -88,6 +89,7 @@ class ProcessWatch:
         actor = self._actor
         outcome = actor.end_on_exit(exit_code, signum)
         if outcome is not None and actor.claim_end():
+            actor.ended_on_exit(outcome)
             actor.unit.report_end(actor.unit.id, outcome)  # first: the actor's stop can wait
         self._teller.tell(ProcessExited(exit_code, signum))
 
