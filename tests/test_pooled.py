@@ -93,6 +93,24 @@ def test_a_pooled_unit_runs_returns_and_keeps_its_output_and_one_notice(
         mailbox.get(timeout=0)
 
 
+def test_a_worker_sets_up_the_next_units_capture_before_it_comes_and_keeps_units_apart(
+    psup: wu.Supervisor,
+) -> None:
+    # The capture (pipes on fds 1 and 2, a pump thread) is made while the worker
+    # waits, not when the next unit arrives; each unit still gets only its own lines.
+    worker = psup.result(psup.agent(whoami, "one", reuse=True).id, timeout=WAIT)
+    eventually(
+        lambda: os.readlink(f"/proc/{worker}/fd/1").startswith("pipe:"),
+        what="the idle worker's stdout to be the next unit's capture",
+    )
+    second = psup.agent(whoami, "two", reuse=True)
+    record = psup.wait(second.id, timeout=WAIT)
+    assert psup.result(second.id) == worker
+    events = [orjson.loads(line) for line in record.output_tail.splitlines()]
+    assert [e["data"] for e in events if e["type"] == "stdout"] == ["two\n"]
+    assert events[0]["seq"] == 1
+
+
 def test_one_worker_serves_units_in_turn_and_a_kill_replaces_it(
     psup: wu.Supervisor, tmp_path: Path
 ) -> None:

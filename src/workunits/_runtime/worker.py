@@ -5,7 +5,8 @@ loops: receive ``RunUnit`` with the unit's transcript and channel descriptors on
 the control socket, run the unit with its own capture and context (``run_unit``),
 close the unit's channel, put back what a unit commonly changes (cwd,
 environment, signal handlers, ``sys.stdout``/``sys.stderr``, ``sys.argv``,
-``sys.path``), and report ``UnitDone``. What it cannot put back (module-level
+``sys.path``), report ``UnitDone``, and set up the next unit's capture before
+it comes. What it cannot put back (module-level
 state, imported modules, threads a unit left running) carries over to the next
 unit: that is what a pooled unit gives up (see the guide).
 
@@ -24,7 +25,8 @@ import sys
 
 from workunits import _framing
 from workunits._runtime import context as _context
-from workunits._runtime.child import run_unit
+from workunits._runtime.capture import Capture
+from workunits._runtime.child import prepare, run_unit
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
 
@@ -35,7 +37,10 @@ _FDS_PER_UNIT = 2
 def serve(control_fd: int, quiet_fd: int) -> int:
     """The worker's loop; returns its exit code once the pool closes the control socket.
 
-    ``quiet_fd`` (the pool gives /dev/null) becomes fds 0, 1 and 2 between units.
+    ``quiet_fd`` (the pool gives /dev/null) becomes fds 0, 1 and 2; then each unit's
+    capture takes 1 and 2. It is set up before its unit comes, so what a thread left
+    by an earlier unit prints meanwhile goes to the next unit's transcript, as what
+    it prints during that unit does.
     """
     for target in (0, 1, 2):
         os.dup2(quiet_fd, target)
@@ -44,6 +49,9 @@ def serve(control_fd: int, quiet_fd: int) -> int:
     reset = _Reset()
     reader = _framing.FrameReader()
     fds: list[int] = []
+    # The next unit's capture, set up while no unit waits (as a warm process's is):
+    # its pipes and pump thread are not on that unit's way in.
+    capture = prepare()
     while True:
         try:
             data, got, _flags, _addr = socket.recv_fds(control, 1 << 16, 8)
@@ -56,15 +64,16 @@ def serve(control_fd: int, quiet_fd: int) -> int:
             if not isinstance(frame, RunUnit) or len(fds) < _FDS_PER_UNIT:
                 return EXIT_CONTROL_CLOSED  # not our pool talking: stop rather than guess
             transcript_fd, channel_fd = fds.pop(0), fds.pop(0)
-            code = _run_one(frame.call, transcript_fd, channel_fd)
+            code = _run_one(frame.call, transcript_fd, channel_fd, capture)
             reset.restore()
             _framing.send(control, UnitDone(frame.call.unit_id, code))
+            capture = prepare()
 
 
-def _run_one(call: SpawnCall, transcript_fd: int, channel_fd: int) -> int:
+def _run_one(call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capture) -> int:
     ctx: _context.UnitContext | None = None
     try:
-        code = run_unit(call, transcript_fd, channel_fd)
+        code = run_unit(call, transcript_fd, channel_fd, capture)
         ctx = _context._current
     finally:
         _context._current = None

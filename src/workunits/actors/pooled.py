@@ -16,8 +16,6 @@ from workunits._wire.zygote_protocol import SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch
 
-EARLY_PAYLOAD = 1 << 16  # bytes of call a pooled unit may send from the supervisor's thread
-
 
 class PooledAgentActor(AgentActor):
     """An ``a`` unit submitted with ``reuse=True``; its record's kind is ``agent``."""
@@ -25,11 +23,10 @@ class PooledAgentActor(AgentActor):
     kind: ClassVar[str] = "agent"
 
     def launch_early(self) -> bool:
-        """Yes, as an agent, when its call is small: the hand-over to an idle worker is one
-        send on a socket the worker is reading (a worker to start is one request to the
-        zygote), but a large call would hold the supervisor's thread while the worker
-        reads it."""
-        return super().launch_early() and len(self.spec.payload) <= EARLY_PAYLOAD
+        """No: on the supervisor's thread the hand-over (a transcript, a channel, a send to
+        a worker or a worker start) cost pooled units 10-15 % of their rate with 2 in
+        flight, measured; on the unit's own thread it overlaps other units' work."""
+        return False
 
     def _start_process(
         self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch
