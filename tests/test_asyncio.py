@@ -297,3 +297,37 @@ def test_the_client_twins(guard: LoopGuard, sup: wu.Supervisor, state_dir: Path)
         "listed": 2,
         "row": True,
     }
+
+
+def test_notices_async_twins_on_the_client_and_the_mailbox(
+    guard: LoopGuard, sup: wu.Supervisor, state_dir: Path
+) -> None:
+    # take_async, get_async, claim_async and async for, on a client's notices and on
+    # the supervisor's own mailbox: none of them blocks the loop while it waits.
+    async def main() -> dict[str, Any]:
+        client = await wu.connect_async(state_dir)
+        try:
+            by_client = await client.agent_async(add, 1, 2)
+            notices = client.notifications()
+            with pytest.raises(wu.NoNotification):  # nothing yet: a timed wait, loop free
+                await notices.claim_async(timeout=0.05)
+            await by_client.wait_async(timeout=WAIT)
+            async with notices.take_async(timeout=WAIT) as taken:
+                from_client = taken.id
+            mailbox = await sup.notifications_async()
+            mine = await sup.agent_async(add, 2, 3)
+            async with mailbox.take_async(timeout=WAIT) as notice:
+                from_mailbox = notice.id
+            again = await sup.agent_async(add, 3, 4)
+            async for notice in mailbox:
+                iterated = notice.id
+                break
+            return {
+                "client": from_client == by_client.id,
+                "mailbox": from_mailbox == mine.id,
+                "iterated": iterated == again.id,
+            }
+        finally:
+            await asyncio.to_thread(client.close)
+
+    assert guard.run(main) == {"client": True, "mailbox": True, "iterated": True}

@@ -324,3 +324,42 @@ def test_claim_without_a_timeout_asks_the_source_every_poll() -> None:
     source = _Source(None, later)
     box = Mailbox(None, source=source, poll=0.05)
     assert box.claim().notice == later.notice
+
+
+# -- async waiters whose loop went away ---------------------------------------------
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("with_source", [False, True])
+def test_a_consumer_loop_that_closed_leaves_no_waiter_behind(with_source: bool) -> None:
+    # An async wait that timed out (its loop then closed with asyncio.run) must leave
+    # nothing for put, wake or close to reach: they run on the supervisor's thread.
+    mailbox = Mailbox(owner=None, source=_Source() if with_source else None, poll=0.01)
+
+    async def wait_briefly() -> None:
+        with pytest.raises(NoNotification):
+            await mailbox.get_async(timeout=0.05)
+
+    asyncio.run(wait_briefly())
+    assert mailbox._async_waiters == []
+    mailbox.put(_notice())  # raised RuntimeError (event loop is closed) before the fix
+    mailbox.wake()
+    assert mailbox.get(timeout=WAIT).id == "x00000001"
+    mailbox.close()
+
+
+@pytest.mark.timeout(30)
+def test_polling_async_waiter_registers_one_wakeup_at_a_time() -> None:
+    mailbox = Mailbox(owner=None, source=_Source(), poll=0.005)
+
+    async def wait_a_while() -> int:
+        waiter = asyncio.create_task(mailbox.get_async(timeout=5))
+        for _ in range(20):  # several polls of the source go by
+            await asyncio.sleep(0.005)
+        registered = len(mailbox._async_waiters)
+        mailbox.put(_notice())
+        assert (await waiter).id == "x00000001"
+        return registered
+
+    assert asyncio.run(wait_a_while()) <= 1
+    assert mailbox._async_waiters == []

@@ -12,6 +12,11 @@ the HTTP API's -- implements ``claim`` and gets the rest from
 - ``mailbox.claim(timeout)`` returns the :class:`Claim`, for a consumer whose
   acknowledgement comes later or from elsewhere.
 
+Each has an async twin that never blocks the event loop (``take_async``,
+``get_async``, ``claim_async``, and ``async for notice in mailbox``): the loop
+looks for a notice in a short worker-thread call, then sleeps, and parks no
+thread while it waits.
+
 A claim lives as long as its consumer's process (or, for a remote consumer,
 its renewed lease): a consumer that dies holding one gives the notice back,
 and the next consumer sees ``notice.redelivered``.
@@ -21,11 +26,20 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Generic, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from workunits._errors import ClientClosed, NoNotification
+
+if TYPE_CHECKING:
+    # Only async callers need it, and they have it loaded: unit processes (which
+    # hold mailboxes for their children) are forked without it (see _lazy).
+    import asyncio
 
 T = TypeVar("T")
+
+ASYNC_POLL = 0.05  # seconds between looks while an async twin waits for a notice
 
 
 def _settled() -> bool:
@@ -91,6 +105,14 @@ class NoticeSource(abc.ABC, Generic[T]):
     def claim(self, timeout: float | None = None) -> Claim[T]:
         """Claim the next notice, waiting up to ``timeout`` s (None: forever)."""
 
+    @abc.abstractmethod
+    def claim_nowait(self) -> Claim[T] | None:
+        """Claim the next notice if one is waiting, else None."""
+
+    def _async_poll(self) -> float:
+        """Seconds between looks while ``claim_async`` waits (a client's: its poll)."""
+        return ASYNC_POLL
+
     @contextmanager
     def take(self, timeout: float | None = None) -> Iterator[T]:
         """``with take() as notice``: acknowledged if the block succeeds, released if it raises."""
@@ -107,3 +129,84 @@ class NoticeSource(abc.ABC, Generic[T]):
         claim = self.claim(timeout)
         claim.ack()
         return claim.notice
+
+    # -- async twins ---------------------------------------------------------------------
+
+    async def claim_async(self, timeout: float | None = None) -> Claim[T]:
+        """Like ``claim`` without blocking the event loop.
+
+        A look is a short call in a worker thread (a ledger write, or a request);
+        between looks the loop sleeps. A cancelled wait gives back a notice its
+        last look claimed, so nothing is held by a consumer that went away.
+        """
+        import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            claim = await _shielded(loop, self.claim_nowait)
+            if claim is not None:
+                return claim
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise NoNotification(f"no notification within {timeout} s")
+            pause = self._async_poll()
+            await asyncio.sleep(pause if left is None else min(pause, left))
+
+    async def get_async(self, timeout: float | None = None) -> T:
+        """Like ``get`` without blocking the event loop."""
+        import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+        claim = await self.claim_async(timeout)
+        await asyncio.to_thread(claim.ack)
+        return claim.notice
+
+    @asynccontextmanager
+    async def take_async(self, timeout: float | None = None) -> AsyncIterator[T]:
+        """``async with take_async() as notice``: acknowledged if the block succeeds,
+        released (delivered again) if it raises or is cancelled."""
+        import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+        claim = await self.claim_async(timeout)
+        try:
+            yield claim.notice
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(claim.release))
+            raise
+        await asyncio.to_thread(claim.ack)
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        """``async for notice in mailbox``: taken with ``get_async`` until the client closes."""
+        return self._aiter_notices()
+
+    async def _aiter_notices(self) -> AsyncIterator[T]:
+        while True:
+            try:
+                yield await self.get_async()
+            except ClientClosed:
+                return
+
+
+async def _shielded(
+    loop: asyncio.AbstractEventLoop, look: Callable[[], Claim[T] | None]
+) -> Claim[T] | None:
+    """``look()`` in a worker thread; if the waiter is cancelled meanwhile, what it
+    claimed is released once the look returns, not left held."""
+    import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+    pending = loop.run_in_executor(None, look)
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        pending.add_done_callback(_release_late)
+        raise
+
+
+def _release_late(done: asyncio.Future[Claim[T] | None]) -> None:
+    """Give back what a cancelled look claimed: in a thread of its own (a ledger write
+    or a request), since the loop may be closing and its executor gone."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    claim = done.result()
+    if claim is not None:
+        threading.Thread(target=claim.release, name="workunits-release", daemon=True).start()

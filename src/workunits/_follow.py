@@ -246,6 +246,9 @@ class Notices(NoticeSource[Notification], Iterator[Notification]):
         self._stop = stop
         self._poll = poll
 
+    def _async_poll(self) -> float:
+        return self._poll
+
     def claim_nowait(self) -> Claim[Notification] | None:
         """Claim the next notice if one is waiting, else None; ClientClosed once closed."""
         if self._stop.is_set():

@@ -19,6 +19,7 @@ notice into an abandoned future. The supervisor actor is the only producer.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -103,7 +104,10 @@ class Mailbox(NoticeSource[MailboxItem]):
         self._cond.notify_all()
         waiters, self._async_waiters = self._async_waiters, []
         for loop, fut in waiters:
-            loop.call_soon_threadsafe(_resolve, fut)
+            # A consumer's loop may have closed since it waited (asyncio.run ended):
+            # that is its business, never an error for the supervisor that puts.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, fut)
 
     # -- claiming ------------------------------------------------------------------------
 
@@ -170,6 +174,10 @@ class Mailbox(NoticeSource[MailboxItem]):
 
         return Claim(item, ack=ack, release=release)
 
+    def _forget_waiter(self, fut: asyncio.Future[None]) -> None:
+        with self._cond:
+            self._async_waiters = [(lp, f) for lp, f in self._async_waiters if f is not fut]
+
     # -- iteration -------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[MailboxItem]:
@@ -217,17 +225,22 @@ class Mailbox(NoticeSource[MailboxItem]):
                     self._async_waiters.append((loop, fut))
             if item is not None:
                 return self._claim_of(item)
-            if self._source is not None:
-                held = await asyncio.to_thread(self._source)  # a short ledger write
-                if held is not None:
-                    return held
-            if closed:
-                raise MailboxClosed("the supervisor is closed and the mailbox is empty")
-            if self._source is None:
-                await fut
-            else:
-                # A consumer elsewhere may hand a notice back: look again every poll.
-                await asyncio.wait([fut], timeout=self._poll)
+            try:
+                if self._source is not None:
+                    held = await asyncio.to_thread(self._source)  # a short ledger write
+                    if held is not None:
+                        return held
+                if closed:
+                    raise MailboxClosed("the supervisor is closed and the mailbox is empty")
+                if self._source is None:
+                    await fut
+                else:
+                    # A consumer elsewhere may hand a notice back: look again every poll.
+                    await asyncio.wait([fut], timeout=self._poll)
+            finally:
+                # Returned, timed out, cancelled or polled again: no wake-up is owed to
+                # this future any more (a new one is registered for the next wait).
+                self._forget_waiter(fut)
 
     def __aiter__(self) -> AsyncIterator[MailboxItem]:
         return self._aiter()

@@ -150,6 +150,91 @@ def test_notices_take_claim_ack_release_and_redelivery(conn: Connected) -> None:
     assert got.status is wu.Status.COMPLETED
 
 
+def test_notices_async_twins_take_get_claim_and_iterate_without_blocking_the_loop(
+    conn: Connected,
+) -> None:
+    notices = conn.notifications()
+
+    async def consume() -> list[tuple[str, bool]]:
+        seen: list[tuple[str, bool]] = []
+        ticks = 0
+
+        async def tick() -> None:  # runs only while the loop is free
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        async def drain() -> None:
+            while True:  # notices of earlier tests' units go by first
+                (await notices.claim_async(timeout=0.3)).ack()
+
+        async def act_then_fail() -> None:
+            async with notices.take_async(timeout=30) as notice:
+                seen.append((notice.id, notice.redelivered))
+                raise RuntimeError("acting failed")
+
+        ticker = asyncio.create_task(tick())
+        # Nothing is waiting yet: the wait times out without holding the loop.
+        with pytest.raises(wu.NoNotification):
+            await drain()
+        assert ticks > 10
+        first = await conn.shell_async("true")
+        await first.wait_async(timeout=30)
+        held = await notices.claim_async(timeout=30)
+        while held.notice.id != first.id:
+            held.ack()
+            held = await notices.claim_async(timeout=30)
+        assert held.release()
+        # take_async: released when the block raises, acknowledged when it ends.
+        with pytest.raises(RuntimeError, match="acting failed"):
+            await act_then_fail()
+        async with notices.take_async(timeout=30) as notice:
+            seen.append((notice.id, notice.redelivered))
+        second = await conn.shell_async("exit 3")
+        await second.wait_async(timeout=30)
+        got = await notices.get_async(timeout=30)
+        seen.append((got.id, got.redelivered))
+        third = await conn.shell_async("true")
+        await third.wait_async(timeout=30)
+        async for notice in notices:
+            seen.append((notice.id, notice.redelivered))
+            break
+        ticker.cancel()
+        return seen
+
+    seen = asyncio.run(consume())
+    assert [redelivered for _, redelivered in seen] == [True, True, False, False]
+    assert seen[0][0] == seen[1][0]
+    assert len({work_id for work_id, _ in seen}) == 3
+    with pytest.raises(wu.NoNotification):  # every one was acknowledged: none comes back
+        notices.claim(timeout=0.3)
+
+
+def test_a_cancelled_async_wait_leaves_no_notice_held(conn: Connected) -> None:
+    notices = conn.notifications()
+    while True:  # notices of earlier tests' units go by first
+        try:
+            notices.claim(timeout=0.3).ack()
+        except wu.NoNotification:
+            break
+    done = conn.shell("true")
+    done.wait(timeout=30)
+
+    async def cancel_while_looking() -> None:
+        waiter = asyncio.create_task(notices.claim_async(timeout=30))
+        await asyncio.sleep(0)  # its first look is on its way in a worker thread
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    asyncio.run(cancel_while_looking())
+    # Whatever the cancelled look claimed was given back: the notice is still there.
+    held = notices.claim(timeout=30)
+    assert held.notice.id == done.id
+    assert held.ack()
+
+
 def test_retain_handle_renew_release(conn: Connected) -> None:
     h = conn.shell("true")
     h.wait(timeout=30)

@@ -1042,6 +1042,11 @@ class Supervisor:
         """The application's mailbox: one notice per top-level unit that ends."""
         return self._ask(rq.MailboxOf(None))
 
+    async def notifications_async(self) -> Mailbox:
+        """Like ``notifications`` without blocking the event loop (then ``await
+        mailbox.get_async()``, ``async with mailbox.take_async()``, ``async for``)."""
+        return await self._ask_async(rq.MailboxOf(None))
+
     # -- followers: the HTTP API's event streams, claims and leases -------------
 
     _feed: EventFeed | None = None
