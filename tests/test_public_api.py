@@ -223,6 +223,7 @@ _WITH_TWINS = [
     workunits.TeammateHandle,
     workunits.Client,
     workunits.ClientHandle,
+    workunits.Mailbox,
 ]
 
 
