@@ -8,6 +8,7 @@ End-to-end runs against a real ``workunits serve`` are in tests/cli.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pytest
 
 import workunits as wu
 from tests.client_support import FakeSupervisor
+from tests.conftest import eventually
 from workunits._ledger import LedgerVersionError
 from workunits._ledger.schema import SCHEMA_VERSION
 from workunits._status import Reason, Status
@@ -526,3 +528,32 @@ def test_a_stream_that_does_not_follow_ends_with_what_is_there_now(
     fake.start(handle.id)
     fake.output(handle.id, b"so far")
     assert b"".join(client.stream(handle.id, follow=False)) == b"so far"
+
+
+@pytest.mark.timeout(60)
+def test_a_stream_on_a_one_host_ledger_never_reads_elsewhere(
+    sup: wu.Supervisor, state_dir: Path, tmp_path: Path
+) -> None:
+    # `serve --http` advertises its URL even on SQLite. A running unit whose file a
+    # client cannot open there (its end removed it, and the terminal row is a commit
+    # away) is waited for, never read through that URL: on a ledger of one host
+    # every unit runs beside its state dir. Before, this raised LedgerError for want
+    # of a secret file, as the race did now and then in the HTTP parity tests.
+    sup.advertise("http://127.0.0.1:9")
+    gate = tmp_path / "gate"
+    h = sup.shell(f"echo first; while [ ! -e {gate} ]; do sleep 0.01; done")
+    record = sup.get(h.id)
+    assert record.output_path is not None
+    path = record.output_path
+
+    def wrote_first() -> bool:
+        return sup.get(h.id).pid is not None and os.path.exists(path) and os.path.getsize(path) > 0
+
+    eventually(wrote_first, what="the unit to write its first line")
+    os.unlink(path)  # as the end's drain does, just before the ledger's terminal row
+    with wu.connect(state_dir) as client:
+        stream = client.stream(h.id)
+        assert stream.look() is None  # nothing here yet: wait, do not go elsewhere
+        gate.touch()
+        assert b"".join(stream) == b""  # its tail: the drain found no file either
+    assert sup.wait(h.id, timeout=30).status is wu.Status.COMPLETED

@@ -41,17 +41,22 @@ class RemoteOutput:
     def url_for(self, row: UnitRow) -> str | None:
         """Where to read running ``row``'s output, whose file is not on this host.
 
-        Its session's advertised URL; None to wait for the file here (its
-        process has not started yet). LedgerError when it runs elsewhere and
-        cannot be read: no URL advertised, or no token to read it with.
+        Its session's advertised URL; None to wait for the file here, or for the
+        end's tail in the ledger. LedgerError when it runs elsewhere and cannot be
+        read: no URL advertised, or no token to read it with.
+
+        None, whatever the session advertised, on a ledger of one host (SQLite:
+        every unit runs beside its state dir), for a unit whose process has not
+        started (its file is yet to appear), and for one that ended since ``row``
+        was read (its file is removed at the end, just before the ledger says so).
         """
+        if row.pid is None or not self._ledger.shared:
+            return None
+        now = self._ledger.get(row.id)
+        if now is None or is_terminal(now.status):
+            return None
         url = self._url_of(row)
         if url is None:
-            if row.pid is None or not self._ledger.shared:
-                return None  # not started yet (its file may still appear), or one host
-            now = self._ledger.get(row.id)
-            if now is None or is_terminal(now.status):
-                return None  # it ended (and its file went) since the row was read
             raise LedgerError(
                 f"{row.id} runs on another host (session {row.session}: its output file is "
                 f"not here), and its supervisor advertised no URL to read live output from: "
