@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,7 +25,7 @@ from tests.helpers import (
     process_gone,
     read_until,
 )
-from workunits import Reason, Status, Supervisor, SupervisorClosed, WorkActor
+from workunits import Reason, Status, Supervisor, SupervisorClosed, WorkActor, connect
 from workunits.testing import ScriptedDriver
 
 CHILD = Path(__file__).with_name("supervised_child.py")
@@ -61,6 +62,20 @@ def test_close_kills_running_units_with_reason_shutdown(state_dir: Path) -> None
     for pid in pids:
         assert process_gone(pid)
     assert not set(pids) & children_of_this_process(), "close() left a zombie"
+
+
+def test_close_ends_every_pending_unit_killed_in_one_commit(state_dir: Path) -> None:
+    later = time.time() + 3600
+    sup = Supervisor(state_dir, install_signal_handlers=False)
+    pending = [sup.shell(["true"], not_before=later).id for _ in range(40)]
+    ledger = sup._runtime.ledger
+    ledger.drain_commit_seconds()  # SQLite's COMMITs so far, timed; drained
+    sup.close()
+    # The ends of the 40, and the session's close: not one commit per unit.
+    assert len(ledger.drain_commit_seconds()) <= 3
+    with connect(state_dir) as client:
+        ends = {(r.status, r.reason) for r in client.list() if r.id in pending}
+    assert ends == {(Status.KILLED, Reason.SHUTDOWN)}
 
 
 def test_close_is_idempotent_and_later_calls_say_closed(state_dir: Path) -> None:

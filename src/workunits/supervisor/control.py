@@ -241,6 +241,10 @@ class Control:
                     or (record.status == Status.RUNNING and resumable(record.id))
                 ):
                     slot.suspended = True
+        # Pending units end here and now (no process to wait for): one commit for all
+        # of them rather than one each.
+        pending = [r.id for r in registry if r.status == Status.PENDING]
+        self._endings.end_many(pending, Outcome(Status.KILLED, reason=Reason.SHUTDOWN))
         for record in registry:
             if not is_terminal(record.status):
                 self.kill_resident(record.id, Reason.SHUTDOWN)
@@ -248,10 +252,11 @@ class Control:
 
     def force_end(self, work_ids: tuple[str, ...], error: str) -> None:
         """Record units that did not report their end in time as killed (shutdown)."""
-        for work_id in work_ids:
-            slot = self._units.slot(work_id)
-            ref = None if slot is None else slot.actor
-            self._endings.end(work_id, Outcome(Status.KILLED, reason=Reason.SHUTDOWN, error=error))
+        refs = [slot.actor for work_id in work_ids if (slot := self._units.slot(work_id))]
+        self._endings.end_many(
+            list(work_ids), Outcome(Status.KILLED, reason=Reason.SHUTDOWN, error=error)
+        )
+        for ref in refs:
             if ref is not None:
                 ref.stop(block=False)
 

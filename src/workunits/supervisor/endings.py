@@ -135,6 +135,12 @@ class TerminalTransition:
         self._make_terminal(work_id, outcome)
         self.commit()
 
+    def end_many(self, work_ids: list[str], outcome: Outcome) -> None:
+        """``end`` for each, with one commit for them all (close ends every pending unit)."""
+        for work_id in work_ids:
+            self._make_terminal(work_id, outcome)
+        self.commit()
+
     def _make_terminal(self, work_id: str, outcome: Outcome) -> None:
         """The in-memory half of the terminal transition: no one is told yet."""
         record = self._units.registry.find(work_id)
