@@ -6,9 +6,9 @@ the control socket, run the unit with its own capture and context (``run_unit``)
 close the unit's channel, put back what a unit commonly changes (cwd,
 environment, signal handlers, ``sys.stdout``/``sys.stderr``, ``sys.argv``,
 ``sys.path``), report ``UnitDone``, and set up the next unit's capture before
-it comes. What it cannot put back (module-level
-state, imported modules, threads a unit left running) carries over to the next
-unit: that is what a pooled unit gives up (see the guide).
+it comes. What it cannot put back (module-level state, imported modules,
+threads a unit left running) carries over to the next unit: that is what a
+pooled unit gives up (see the guide).
 
 A unit that ends the process (``os._exit``, a signal, a kill) ends the worker;
 the pool fails that unit only and starts another worker. ``SystemExit`` is a

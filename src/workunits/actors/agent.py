@@ -295,7 +295,7 @@ class AgentActor(WorkActor):
         whatever its channel still holds (see ``_outcome``), so its end waits neither
         for the drain nor for this actor's thread. A unit that ended by itself (its
         result or error is in the channel), one cut at its output cap (its transcript
-        is cut first) and a lost one end here, after the drain."""
+        is cut first) and a lost one are ended by this actor, after the drain."""
         ending = self._ending
         if ending is None or ending in (Reason.OUTPUT_CAP, Reason.LOST):
             return None
