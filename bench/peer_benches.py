@@ -280,6 +280,37 @@ def bench_agent_trivial(cfg: HasQuick) -> BenchResult:
     return result
 
 
+# -- kills, timed -------------------------------------------------------------------
+
+
+def wait_until_holding(sup: wu.Supervisor, work_id: str, timeout: float = 30.0) -> None:
+    """Until ``hold_memory``'s unit says it runs (progress 1.0); TimeoutError if it never does."""
+    deadline = time.monotonic() + timeout
+    while (record := sup.get(work_id)).progress != 1.0:
+        if wu.is_terminal(record.status) or time.monotonic() > deadline:
+            raise TimeoutError(f"{work_id} never said it runs: {record.describe_end()}")
+        time.sleep(0.0002)
+
+
+def timed_kill(sup: wu.Supervisor, work_id: str, bad: list[str], timeout: float = 30.0) -> float:
+    """Seconds from ``sup.kill`` to the terminal record; a unit not ended killed goes to ``bad``."""
+    start = time.perf_counter()
+    killed = sup.kill(work_id)
+    record = sup.wait(work_id, timeout=timeout)
+    elapsed = time.perf_counter() - start
+    if not killed or record.status is not wu.Status.KILLED:
+        bad.append(f"{record.id}: kill={killed}, {record.describe_end()}")
+    return elapsed
+
+
+def timed_killpg(pid: int) -> tuple[float, int]:
+    """Seconds from ``killpg(pid, SIGKILL)`` to its reap by ``waitpid``, and the wait status."""
+    start = time.perf_counter()
+    os.killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return time.perf_counter() - start, status
+
+
 # -- agent_kill_1gib ----------------------------------------------------------------
 
 
@@ -293,21 +324,8 @@ def bench_agent_kill_1gib(cfg: HasQuick) -> BenchResult:
 
         def unit() -> float:
             handle = sup.agent(hold_memory, size)
-            deadline = time.monotonic() + 60
-            while True:
-                record = sup.get(handle.id)
-                if record.progress == 1.0 or wu.is_terminal(record.status):
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{handle.id} never said it holds the memory")
-                time.sleep(0.002)
-            start = time.perf_counter()
-            killed = sup.kill(handle.id)
-            record = sup.wait(handle.id, timeout=60)
-            elapsed = time.perf_counter() - start
-            if not killed or record.status is not wu.Status.KILLED:
-                bad.append(f"{record.id}: kill={killed}, {record.describe_end()}")
-            return elapsed
+            wait_until_holding(sup, handle.id, timeout=60)
+            return timed_kill(sup, handle.id, bad, timeout=60)
 
         def bare() -> float:
             r, w = os.pipe()
@@ -326,10 +344,7 @@ def bench_agent_kill_1gib(cfg: HasQuick) -> BenchResult:
             os.close(w)
             os.read(r, 1)
             os.close(r)
-            start = time.perf_counter()
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return time.perf_counter() - start
+            return timed_killpg(pid)[0]
 
         a, b = harness.alternate(unit, bare, reps, 1)
     pair = pair_of(

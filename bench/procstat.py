@@ -46,6 +46,29 @@ def thread_cpu_seconds() -> dict[int, float]:
     return out
 
 
+def thread_families() -> dict[int, str]:
+    """Live threads by native ID, each named by its family (``SupervisorActor-3`` ->
+    ``SupervisorActor``): one line per kind of thread."""
+    out: dict[int, str] = {}
+    for thread in threading.enumerate():
+        if thread.native_id:
+            head, _, tail = thread.name.rpartition("-")
+            out[thread.native_id] = head if head and tail.isdigit() else thread.name
+    return out
+
+
+def cpu_by_family(
+    families: dict[int, str], before: dict[int, float], after: dict[int, float]
+) -> dict[str, float]:
+    """CPU seconds per thread family between two ``thread_cpu_seconds()`` readings,
+    of the threads alive at both (those that ended between are not in it)."""
+    per: dict[str, float] = {}
+    for tid, family in families.items():
+        if tid in before and tid in after:
+            per[family] = per.get(family, 0.0) + after[tid] - before[tid]
+    return per
+
+
 def context_switches() -> tuple[int, int]:
     """Voluntary and involuntary context switches of this process so far (all threads)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -19,11 +19,9 @@ import gc
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -227,7 +225,7 @@ def _explain_cpu(
 def _cpu_by_thread(
     fn: Callable[[], object], reps: int
 ) -> tuple[dict[str, float], float, tuple[int, int]]:
-    names = {t.native_id: _family(t.name) for t in threading.enumerate() if t.native_id}
+    names = procstat.thread_families()
     before, total0, cs0 = (
         procstat.thread_cpu_seconds(),
         procstat.cpu_seconds(),
@@ -240,19 +238,10 @@ def _cpu_by_thread(
         procstat.cpu_seconds(),
         procstat.context_switches(),
     )
-    per: dict[str, float] = {}
-    for tid, name in names.items():
-        if tid in before and tid in after:
-            per[name] = per.get(name, 0.0) + after[tid] - before[tid]
+    per = procstat.cpu_by_family(names, before, after)
     total = total1 - total0
     per["unit actor threads (ended)"] = max(0.0, total - sum(per.values()))
     return per, total, (cs1[0] - cs0[0], cs1[1] - cs0[1])
-
-
-def _family(name: str) -> str:
-    """``SupervisorActor-3`` -> ``SupervisorActor``: one line per kind of thread."""
-    head, _, tail = name.rpartition("-")
-    return head if head and tail.isdigit() else name
 
 
 # -- kill_latency ---------------------------------------------------------------
@@ -273,13 +262,7 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
         def unit() -> float:
             handle = sup.shell(["sleep", "60"])
             wait_started(sup, handle.id)
-            start = time.perf_counter()
-            killed = sup.kill(handle.id)
-            record = sup.wait(handle.id, timeout=30)
-            elapsed = time.perf_counter() - start
-            if not killed or record.status is not wu.Status.KILLED:
-                bad.append(f"{record.id}: kill={killed}, {record.describe_end()}")
-            return elapsed
+            return peer_benches.timed_kill(sup, handle.id, bad)
 
         def bare() -> float:
             proc = subprocess.Popen(
@@ -287,10 +270,7 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            start = time.perf_counter()
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, status = os.waitpid(proc.pid, 0)
-            elapsed = time.perf_counter() - start
+            elapsed, status = peer_benches.timed_killpg(proc.pid)
             proc.returncode = os.waitstatus_to_exitcode(status)
             return elapsed
 
@@ -336,18 +316,8 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
 def _kill_an_agent(sup: wu.Supervisor, bad: list[str]) -> float:
     """``sup.kill`` -> terminal record of an agent whose body runs (blocked)."""
     handle = sup.agent(peer_benches.hold_memory, peer_benches.PAGE)
-    deadline = time.monotonic() + 30
-    while (record := sup.get(handle.id)).progress != 1.0:  # its body runs
-        if wu.is_terminal(record.status) or time.monotonic() > deadline:
-            raise TimeoutError(f"{handle.id} never said it runs: {record.describe_end()}")
-        time.sleep(0.0002)
-    start = time.perf_counter()
-    killed = sup.kill(handle.id)
-    record = sup.wait(handle.id, timeout=30)
-    elapsed = time.perf_counter() - start
-    if not killed or record.status is not wu.Status.KILLED:
-        bad.append(f"{record.id}: kill={killed}, {record.describe_end()}")
-    return elapsed
+    peer_benches.wait_until_holding(sup, handle.id)
+    return peer_benches.timed_kill(sup, handle.id, bad)
 
 
 def _kill_bare_python() -> float:
@@ -361,10 +331,7 @@ def _kill_bare_python() -> float:
     )
     assert proc.stdout is not None
     proc.stdout.read(1)  # it runs
-    start = time.perf_counter()
-    os.killpg(proc.pid, signal.SIGKILL)
-    _, status = os.waitpid(proc.pid, 0)
-    elapsed = time.perf_counter() - start
+    elapsed, status = peer_benches.timed_killpg(proc.pid)
     proc.returncode = os.waitstatus_to_exitcode(status)
     proc.stdout.close()
     return elapsed

@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,11 +58,6 @@ def profiled_supervisor(path: str | None) -> Iterator[None]:
         profile.dump_stats(path)
 
 
-def _family(name: str) -> str:
-    head, _, tail = name.rpartition("-")
-    return head if head and tail.isdigit() else name
-
-
 def _user_system(tid: int) -> tuple[float, float]:
     with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as f:
         text = f.read()
@@ -86,7 +80,7 @@ def _switches_by_thread() -> dict[int, int]:
 
 
 def measure(fn: Callable[[], object], reps: int) -> dict[str, Any]:
-    names = {t.native_id: _family(t.name) for t in threading.enumerate() if t.native_id}
+    names = procstat.thread_families()
     sup_tid = next(tid for tid, name in names.items() if name == "SupervisorActor")
     sup0 = _user_system(sup_tid)
     vcs0 = _switches_by_thread()
@@ -106,10 +100,7 @@ def measure(fn: Callable[[], object], reps: int) -> dict[str, Any]:
         procstat.cpu_seconds(),
         procstat.context_switches(),
     )
-    per: dict[str, float] = {}
-    for tid, name in names.items():
-        if tid in before and tid in after:
-            per[name] = per.get(name, 0.0) + after[tid] - before[tid]
+    per = procstat.cpu_by_family(names, before, after)
     total = cpu1 - cpu0
     switches: dict[str, float] = {}
     for tid, name in names.items():
