@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import eventually
-from workunits import Reason, Status, Supervisor
+from workunits import Reason, Status, Supervisor, WorkHandle
 from workunits.supervisor import control
 from workunits.testing import ManualClock
 
@@ -24,6 +24,16 @@ CAP = 4096
 OVERFLOW = ["sh", "-c", "trap '' XFSZ; head -c 100000 /dev/zero; exec sleep 60"]
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def _three_at_their_cap(sup: Supervisor) -> list[WorkHandle]:
+    """Three running units whose output files reached their cap (and stopped there)."""
+    units = [sup.shell(OVERFLOW, output_cap=CAP) for _ in range(3)]
+    for unit in units:
+        path = sup.get(unit.id).output_path
+        assert path is not None
+        eventually(_at_cap(path), what=f"{unit.id} to reach its cap")
+    return units
 
 
 def _at_cap(path: str) -> Callable[[], bool]:
@@ -38,11 +48,7 @@ def test_a_round_checks_at_most_its_budget_and_the_sweep_reaches_every_unit(
     with Supervisor(
         tmp_path / "state", clock=clock, tick_interval=None, install_signal_handlers=False
     ) as sup:
-        units = [sup.shell(OVERFLOW, output_cap=CAP) for _ in range(3)]
-        for unit in units:
-            path = sup.get(unit.id).output_path
-            assert path is not None
-            eventually(_at_cap(path), what=f"{unit.id} to reach its cap")
+        units = _three_at_their_cap(sup)
         for n, unit in enumerate(units, start=1):
             clock.advance(control.OUTPUT_CAP_CHECK_EVERY)
             sup.tick()
@@ -58,11 +64,7 @@ def test_a_round_within_its_budget_checks_every_running_unit(tmp_path: Path) -> 
     with Supervisor(
         tmp_path / "state", clock=clock, tick_interval=None, install_signal_handlers=False
     ) as sup:
-        units = [sup.shell(OVERFLOW, output_cap=CAP) for _ in range(3)]
-        for unit in units:
-            path = sup.get(unit.id).output_path
-            assert path is not None
-            eventually(_at_cap(path), what=f"{unit.id} to reach its cap")
+        units = _three_at_their_cap(sup)
         clock.advance(control.OUTPUT_CAP_CHECK_EVERY)
         sup.tick()
         for unit in units:
