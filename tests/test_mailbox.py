@@ -363,3 +363,16 @@ def test_polling_async_waiter_registers_one_wakeup_at_a_time() -> None:
 
     assert asyncio.run(wait_a_while()) <= 1
     assert mailbox._async_waiters == []
+
+
+@pytest.mark.timeout(30)
+def test_async_iteration_takes_every_item_then_ends_when_the_mailbox_closes() -> None:
+    mailbox = Mailbox(owner=None)
+    mailbox.put(_notice("x00000001"))
+    mailbox.put(_event())
+
+    async def iterate() -> list[str]:
+        _later(mailbox.close)  # while the loop waits for a third item
+        return [item.id async for item in mailbox]
+
+    assert asyncio.run(iterate()) == ["x00000001", "m00000001"]

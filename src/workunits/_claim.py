@@ -28,9 +28,9 @@ import abc
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from workunits._errors import ClientClosed, NoNotification
+from workunits._errors import ClientClosed, NoNotification, WorkunitsError
 
 if TYPE_CHECKING:
     # Only async callers need it, and they have it loaded: unit processes (which
@@ -100,6 +100,8 @@ class Claim(Generic[T]):
 
 class NoticeSource(abc.ABC, Generic[T]):
     """A mailbox of notices: subclasses say how to ``claim``; taking follows from it."""
+
+    closed_error: ClassVar[type[WorkunitsError]] = ClientClosed  # ends ``async for``
 
     @abc.abstractmethod
     def claim(self, timeout: float | None = None) -> Claim[T]:
@@ -176,14 +178,15 @@ class NoticeSource(abc.ABC, Generic[T]):
         await asyncio.to_thread(claim.ack)
 
     def __aiter__(self) -> AsyncIterator[T]:
-        """``async for notice in mailbox``: taken with ``get_async`` until the client closes."""
+        """``async for notice in mailbox``: taken with ``get_async`` until it closes
+        (``closed_error``: the client's, or the supervisor's for its own mailbox)."""
         return self._aiter_notices()
 
     async def _aiter_notices(self) -> AsyncIterator[T]:
         while True:
             try:
                 yield await self.get_async()
-            except ClientClosed:
+            except self.closed_error:
                 return
 
 

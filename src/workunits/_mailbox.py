@@ -24,11 +24,11 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, ClassVar
 
 from workunits._claim import Claim, NoticeSource
-from workunits._errors import MailboxClosed, NoNotification
+from workunits._errors import MailboxClosed, NoNotification, WorkunitsError
 from workunits._record import MailboxItem, Notification
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ Source = Callable[[], "Claim[MailboxItem] | None"]
 
 class Mailbox(NoticeSource[MailboxItem]):
     """A parent's notices and monitor events, in order; thread-safe, iterable, async-iterable."""
+
+    closed_error: ClassVar[type[WorkunitsError]] = MailboxClosed  # ends ``async for``
 
     def __init__(
         self,
@@ -241,16 +243,6 @@ class Mailbox(NoticeSource[MailboxItem]):
                 # Returned, timed out, cancelled or polled again: no wake-up is owed to
                 # this future any more (a new one is registered for the next wait).
                 self._forget_waiter(fut)
-
-    def __aiter__(self) -> AsyncIterator[MailboxItem]:
-        return self._aiter()
-
-    async def _aiter(self) -> AsyncIterator[MailboxItem]:
-        while True:
-            try:
-                yield await self.get_async()
-            except MailboxClosed:
-                return
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
