@@ -8,13 +8,21 @@ test counts them against the attempts the ledger gives each unit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 import workunits as wu
 
-# Between checkpoints: a cancel takes effect within about this long.
+# Between checkpoints (a resumed attempt goes on from the last one).
 _BEAT = 0.05
+_NO_SIGNAL = "never-sent"  # what the units' work waits for, timed: nobody sends it
+
+
+def _work(seconds: float) -> None:
+    """The unit's work: ``seconds`` of a timed wait that a cancel cuts short (Cancelled)."""
+    with contextlib.suppress(wu.SignalTimeout):
+        wu.current().wait_for(_NO_SIGNAL, timeout=seconds)
 
 
 def record(effects: str, line: str) -> None:
@@ -34,13 +42,13 @@ def agent(effects: str, seconds: float) -> str:
     while time.monotonic() < deadline:
         beats += 1
         ctx.checkpoint({"beats": beats})  # raises Cancelled at a requested cancel
-        time.sleep(_BEAT)  # the unit's work: the test waits on the ledger, not on this
+        _work(_BEAT)
     return ctx.id
 
 
 def _step(effects: str, unit: str, name: str, attempt: int, seconds: float) -> str:
     record(effects, f"step {unit} {attempt} {name}")
-    time.sleep(seconds)  # the step's work
+    _work(seconds)
     return name
 
 
