@@ -34,7 +34,7 @@ from workunits._clock import Clock
 from workunits._errors import LedgerError, SessionLost
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
-from workunits._record import WorkRecord, replace
+from workunits._record import WorkRecord
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import (
     Answered,
@@ -59,13 +59,14 @@ from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.messaging import UnitMessaging
 from workunits.supervisor.notices import Acknowledged, Notices
 from workunits.supervisor.output import OutputReads
+from workunits.supervisor.pids import Pids
 from workunits.supervisor.recovery import Recovery
 from workunits.supervisor.rerun import Reruns
 from workunits.supervisor.retries import Retries
 from workunits.supervisor.schedules import Schedules
 from workunits.supervisor.signals import Signals
 from workunits.supervisor.stalls import Activity
-from workunits.supervisor.starts import PidReport, Starts, Surroundings
+from workunits.supervisor.starts import Starts, Surroundings
 from workunits.supervisor.submits import FlushSubmits, GroupedSubmits
 from workunits.supervisor.sweep import Deadlines
 from workunits.supervisor.units import Units
@@ -146,8 +147,17 @@ class SupervisorActor(pykka.ThreadingActor):
             tell_self=self.actor_ref.tell,
             idle=self.actor_inbox.empty,
         )
+        self._pids = Pids()
         around = Surroundings(
-            state_dir, output_dir, clock, reaper, zygote, self.actor_ref.tell, pool, threads
+            state_dir,
+            output_dir,
+            clock,
+            reaper,
+            zygote,
+            self.actor_ref.tell,
+            self._pids.report,
+            pool,
+            threads,
         )
         self._starts = Starts(
             units=units,
@@ -206,11 +216,14 @@ class SupervisorActor(pykka.ThreadingActor):
         Ends not yet committed are committed before anything else is handled,
         so no message sees an end that is not durable (see ``supervisor.endings``);
         the facade's submits are committed in groups likewise (``supervisor.submits``).
+        Then the pids reported since the last message are applied, so none of
+        them is behind it (``supervisor.pids``).
         """
         if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
             self._endings.commit()
         if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
             self._submits.commit()  # the same for submits (see ``supervisor.submits``)
+        self._pids.apply(self._units)
         if isinstance(message, rq.Register):
             self._submits.add(message)  # answered once its group's commit is durable
             return None
@@ -250,8 +263,6 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._endings.flush()
             case FlushSubmits():
                 self._submits.flush()
-            case PidReport(work_id, pid):
-                self._units.write(work_id, lambda r: replace(r, pid=pid))
             case ProgressReport(work_id, fraction, text, evidence):
                 self._activity.progress(work_id, fraction, text, evidence)
             case CheckpointReport(work_id, attempt, state, consumed):

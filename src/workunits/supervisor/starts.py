@@ -42,14 +42,6 @@ from workunits.supervisor.units import Units
 
 
 @dataclass(frozen=True, slots=True)
-class PidReport:
-    """A unit's process exists: its pid, told by its ``ProcessWatch`` (the Reaper thread)."""
-
-    work_id: str
-    pid: int
-
-
-@dataclass(frozen=True, slots=True)
 class Prepared:
     """A submit validated, with its ID and row, waiting for its group's commit."""
 
@@ -82,6 +74,7 @@ class Surroundings:
     reaper: Reaper
     zygote: ZygoteClient
     tell_supervisor: Callable[[Any], None]  # a tell to the supervisor actor
+    report_pid: Callable[[str, int], None]  # any thread; no message of its own (``pids``)
     pool: WorkerPool | None = None  # workers for pooled units
     threads: ActorThreads | None = None  # reused threads for unit actors; None: one each
 
@@ -369,7 +362,7 @@ class Starts:
             clock=around.clock,
             reaper=around.reaper,
             zygote=around.zygote,
-            report_pid=lambda wid, pid: tell(PidReport(wid, pid)),
+            report_pid=around.report_pid,
             report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
             tell_supervisor=tell,
             pool=around.pool,
