@@ -57,7 +57,15 @@ def test_a_running_units_pid_is_seen_by_the_next_ask_with_no_tick(quiet: Supervi
     unit = quiet.shell(["sh", "-c", "echo $$; exec sleep 600"])
     path = Path(quiet.get(unit.id).output_path or "")
     # The shell's own line says its pid; no message but our asks reaches the supervisor.
-    line = eventually(lambda: path.read_text().strip(), what="the shell to say its pid")
+    line = eventually(lambda: _text(path), what="the shell to say its pid")
     assert eventually(lambda: quiet.get(unit.id).pid, what="the pid in the record") == int(line)
     assert unit.kill() is True
     assert quiet.wait(unit.id, WAIT).pid == int(line)
+
+
+def _text(path: Path) -> str:
+    """What the file holds so far; empty while it does not exist yet (a launch in flight)."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
