@@ -124,10 +124,13 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
     single: list[float] = []
     eight: list[float] = []
     commits: list[float] = []  # ledger commits per submit, 8 callers
+    clients: list[float] = []  # a wu.connect client's threads (no target)
     with (
         state_dir("submits", where) as base,
         wu.Supervisor(base / "state", eviction_grace=EVICT_SOON) as sup,
         ThreadPoolExecutor(CALLERS) as pool,
+        # Its own state dir, no supervisor: the client's own path, nothing adopting.
+        wu.Client(base / "client-state") as client,
         # Pending units are left to a next session (no terminal write each): a plain
         # close kills them one synced commit at a time, minutes for this many.
         _deploy_on_exit(sup),
@@ -149,6 +152,9 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
                 ledger.drain_commit_seconds()
                 eight.append(many_callers(pool, submit, count))
                 commits.append(len(ledger.drain_commit_seconds()) / count)
+                clients.append(
+                    many_callers(pool, lambda: client.shell(["true"], not_before=LATER), count)
+                )
         finally:
             peer.close()
     one = Pair(
@@ -174,6 +180,9 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
         1 / MANY_CALLERS_RATE,
         1 / rate,
         f"{rate:,.0f}/s ({rate / one.b.median:.2f}x bare SQLite FULL)",
+    )
+    result.series.append(
+        Series(f"wu.connect client's shell(not_before=later), {CALLERS} threads", clients, "/s")
     )
     result.note(
         f"{count} submits per window, {windows} windows; {CALLERS} threads: "

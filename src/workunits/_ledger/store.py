@@ -72,6 +72,7 @@ from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
 from workunits._ledger.signals import Signal
+from workunits._ledger.submit_group import SubmitGroup
 from workunits._ledger.valuestore_db import DatabaseValueStore
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
@@ -154,6 +155,8 @@ class Ledger:
             else DatabaseValueStore(self._db)
         )
         self._large = largevalues.LargeValues(store, self._key, large_value)
+        # Submits from this process's threads share commits (``submit_group``).
+        self._submits = SubmitGroup(self.submit_many)
 
     @classmethod
     def open_existing(
@@ -280,7 +283,12 @@ class Ledger:
         ``wake=False``: a supervisor's own unit, which no other supervisor should
         adopt; otherwise a pending unit wakes the supervisors listening on a
         PostgreSQL ledger (``backend``).
+
+        Threads of this process that submit at once share one commit
+        (``submit_group``); each still returns once its own row is durable.
         """
+        if wake:
+            return self._submits.submit(new)
         (answer,) = self.submit_many([new], wake=wake)
         if isinstance(answer, WorkunitsError):
             raise answer

@@ -1,0 +1,187 @@
+"""Submits from several threads of one process share fully synced commits (``submit_group``)."""
+
+from __future__ import annotations
+
+import operator
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import eventually
+from tests.ledger.support import ManualClock
+from workunits import _ids
+from workunits._errors import IdempotencyConflict, LedgerError, LedgerFull, WorkunitsError
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow
+from workunits._ledger._db import DB_FILE
+from workunits._ledger.submit_group import SubmitGroup
+
+pytestmark = pytest.mark.timeout(60)
+
+THREADS = 8
+
+
+def new(ledger: Ledger, *, key: str | None = None, args: tuple[int, ...] = (1, 2)) -> NewUnit:
+    work_id = _ids.mint("a")
+    return NewUnit(
+        work_id, "agent", ledger.encode_spec(Call(operator.add, args), work_id), 1.0, key=key
+    )
+
+
+@pytest.fixture
+def sqlite_ledger(state_dir: Path, clock: ManualClock) -> Iterator[Ledger]:
+    with Ledger(state_dir, clock=clock) as opened:
+        yield opened
+
+
+@contextmanager
+def write_lock_held(ledger: Ledger) -> Iterator[None]:
+    """Another connection holds SQLite's write lock: the first submit's commit waits."""
+    other = sqlite3.connect(ledger.state_dir / DB_FILE, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        yield
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+def submit_at_once(
+    ledger: Ledger, news: Sequence[NewUnit]
+) -> list[tuple[UnitRow, bool] | BaseException]:
+    """Each of ``news`` from a thread of its own, all queued behind one commit that waits."""
+    answers: list[tuple[UnitRow, bool] | BaseException] = [LookupError("no answer")] * len(news)
+
+    def one(i: int) -> None:
+        try:
+            answers[i] = ledger.submit(news[i])
+        except BaseException as exc:  # noqa: BLE001 - the answer under test
+            answers[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(news))]
+    group: SubmitGroup = ledger._submits
+    with write_lock_held(ledger):
+        for t in threads:
+            t.start()
+        # The first thread leads and waits for the lock; the others queue behind it.
+        eventually(lambda: len(group._queue) == len(news) - 1, what="the others to queue")
+    for t in threads:
+        t.join(30)
+    return answers
+
+
+def test_threads_submitting_at_once_share_a_commit(sqlite_ledger: Ledger) -> None:
+    news = [new(sqlite_ledger) for _ in range(THREADS)]
+    sqlite_ledger.drain_commit_seconds()
+    answers = submit_at_once(sqlite_ledger, news)
+    # The leader commits itself alone; the seven that queued meanwhile share the next.
+    assert len(sqlite_ledger.drain_commit_seconds()) == 2
+    for unit, answer in zip(news, answers, strict=True):
+        assert isinstance(answer, tuple), answer
+        row, created = answer
+        assert (row.id, created) == (unit.id, True)
+        assert sqlite_ledger.require(unit.id).status.value == "pending"
+
+
+def test_each_submit_of_a_group_keeps_its_own_answer(sqlite_ledger: Ledger) -> None:
+    taken, _ = sqlite_ledger.submit(new(sqlite_ledger, key="taken"))
+    news = [
+        new(sqlite_ledger),  # the leader
+        new(sqlite_ledger, key="taken", args=(5, 6)),  # the key with another spec
+        new(sqlite_ledger, key="twice"),
+        new(sqlite_ledger, key="twice"),  # the same key and spec, in the same group
+        new(sqlite_ledger, key="taken"),  # the existing unit's own spec
+    ]
+    answers = submit_at_once(sqlite_ledger, news)
+    assert isinstance(answers[0], tuple)
+    assert answers[0][1] is True
+    assert isinstance(answers[1], IdempotencyConflict)
+    first, second = answers[2], answers[3]
+    assert isinstance(first, tuple)
+    assert isinstance(second, tuple)
+    assert first[0].id == second[0].id  # one unit per key (invariant 12)
+    assert sorted([first[1], second[1]]) == [False, True]
+    assert isinstance(answers[4], tuple)
+    assert (answers[4][0].id, answers[4][1]) == (taken.id, False)
+
+
+def group_over(commit: Callable[[Sequence[NewUnit]], list[object]]) -> SubmitGroup:
+    return SubmitGroup(commit)  # type: ignore[arg-type]
+
+
+def test_a_failed_commit_fails_every_submit_of_its_group_with_its_own_copy(
+    sqlite_ledger: Ledger,
+) -> None:
+    release = threading.Event()
+    calls: list[int] = []
+
+    def full(batch: Sequence[NewUnit]) -> list[object]:
+        calls.append(len(batch))
+        release.wait(30)  # the first commit waits, so the others form a group
+        raise LedgerFull("the disk holding the ledger is full")
+
+    group = group_over(full)
+    news = [new(sqlite_ledger) for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def one(unit: NewUnit) -> None:
+        with pytest.raises(WorkunitsError) as caught:
+            group.submit(unit)
+        errors.append(caught.value)
+
+    threads = [threading.Thread(target=one, args=(u,)) for u in news]
+    for t in threads:
+        t.start()
+    eventually(lambda: calls and len(group._queue) == 2, what="two submits behind the first")
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert calls == [1, 2]
+    assert len(errors) == 3
+    assert all(isinstance(e, LedgerFull) for e in errors)
+    assert len({id(e) for e in errors}) == 3  # one exception object per raising thread
+
+
+def test_an_interrupted_leader_reraises_and_its_followers_are_told(
+    sqlite_ledger: Ledger,
+) -> None:
+    release = threading.Event()
+    calls: list[int] = []
+
+    def interrupted(batch: Sequence[NewUnit]) -> list[object]:
+        calls.append(len(batch))
+        if len(calls) == 1:
+            release.wait(30)
+            return [(None, True)]
+        raise KeyboardInterrupt
+
+    group = group_over(interrupted)
+    first, second, third = (new(sqlite_ledger) for _ in range(3))
+    outcomes: dict[str, BaseException | object] = {}
+
+    def one(unit: NewUnit) -> None:
+        try:
+            outcomes[unit.id] = group.submit(unit)
+        except BaseException as exc:  # noqa: BLE001 - the answer under test
+            outcomes[unit.id] = exc
+
+    lead = threading.Thread(target=one, args=(first,))
+    lead.start()
+    eventually(lambda: calls, what="the first commit")
+    rest = [threading.Thread(target=one, args=(u,)) for u in (second, third)]
+    for t in rest:
+        t.start()
+    eventually(lambda: len(group._queue) == 2, what="two submits behind the first")
+    release.set()
+    for t in (lead, *rest):
+        t.join(30)
+    assert calls == [1, 2]
+    # The second leads the next group and is interrupted: it raises the interrupt
+    # itself; the third, which it was writing, hears that it may not be written.
+    kinds = sorted(type(outcomes[u.id]).__name__ for u in (second, third))
+    assert kinds == ["KeyboardInterrupt", "LedgerError"]
+    told = next(o for o in outcomes.values() if type(o) is LedgerError)
+    assert "interrupted" in str(told)
