@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import operator
+import os
+import signal
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -185,3 +187,37 @@ def test_an_interrupted_leader_reraises_and_its_followers_are_told(
     assert kinds == ["KeyboardInterrupt", "LedgerError"]
     told = next(o for o in outcomes.values() if type(o) is LedgerError)
     assert "interrupted" in str(told)
+
+
+def test_a_forked_child_is_told_not_left_waiting_for_its_parents_leader(
+    sqlite_ledger: Ledger,
+) -> None:
+    # A leader of the parent's is mid-commit at the fork, holding the ledger's lock:
+    # nothing in the child would ever release it or answer a submit queued behind it.
+    leader = threading.Thread(target=sqlite_ledger.submit, args=(new(sqlite_ledger),))
+    unit = new(sqlite_ledger)
+    with write_lock_held(sqlite_ledger):
+        leader.start()
+        eventually(lambda: sqlite_ledger._submits._leading, what="the leader to commit")
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                sqlite_ledger.submit(unit)
+            except LedgerError as exc:
+                os._exit(0 if "fork" in str(exc) else 2)
+            os._exit(3)
+        status = None
+        try:
+            status = eventually(lambda: _exit_status(pid), 20, "the child's answer")
+        finally:
+            if status is None:  # it hung: it must not outlive the test
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    leader.join(30)
+    assert status == "exit 0"
+
+
+def _exit_status(pid: int) -> str | None:
+    """How the child ``pid`` ended, once it has (it is reaped then); None while it runs."""
+    reaped, status = os.waitpid(pid, os.WNOHANG)
+    return None if reaped == 0 else f"exit {os.waitstatus_to_exitcode(status)}"

@@ -195,8 +195,8 @@ class Database:
         pages off the database, then a TRUNCATE checkpoint resets the WAL those
         changes went through. Both are best effort (a reader may hold the WAL).
         """
+        self._check_process()  # first: a fork may have left the lock held for ever
         with self._lock:
-            self._check_process()
             if self.readonly:
                 return
             try:
@@ -209,8 +209,8 @@ class Database:
 
     def backup_to(self, target: sqlite3.Connection) -> None:
         """Copy the database, as of one transaction, into ``target`` (SQLite's backup API)."""
+        self._check_process()  # first: a fork may have left the lock held for ever
         with self._lock:
-            self._check_process()
             try:
                 self.conn.backup(target)
             except sqlite3.Error as exc:
@@ -245,8 +245,8 @@ class Database:
         when the ledger was opened with ``sync="normal"``). ``wake`` is for
         PostgreSQL's listening supervisors (``backend``); SQLite has none.
         """
+        self._check_process()  # first: a fork may have left the lock held for ever
         with self._lock:
-            self._check_process()
             if self.readonly:
                 raise StateDirError(
                     f"the state dir {self.path.parent} is read-only here, so this ledger was "
@@ -272,8 +272,8 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: one consistent snapshot for several statements."""
+        self._check_process()  # first: a fork may have left the lock held for ever
         with self._lock:
-            self._check_process()
             conn = self.conn
             try:
                 conn.execute("BEGIN")

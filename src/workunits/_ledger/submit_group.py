@@ -23,6 +23,7 @@ and none of them is written.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,10 +53,18 @@ class SubmitGroup:
         self._lock = threading.Lock()  # guards _queue and _leading
         self._queue: list[_Waiting] = []
         self._leading = False  # a thread is committing a group now
+        self._pid = os.getpid()
 
     def submit(self, new: NewUnit) -> tuple[UnitRow, bool]:
         """Write ``new`` (in a group, when others submit at once); its row and whether it
         was created, as ``Ledger.submit`` returns them. Returns once the row is durable."""
+        if os.getpid() != self._pid:
+            # A forked child: a leader of the parent's may have been mid-commit, and
+            # no thread of ours would ever answer. The ledger itself says what to do.
+            (alone,) = self._submit_many([new])
+            if isinstance(alone, BaseException):
+                raise alone
+            return alone
         me = _Waiting(new)
         with self._lock:
             self._queue.append(me)
