@@ -221,3 +221,55 @@ def _exit_status(pid: int) -> str | None:
     """How the child ``pid`` ended, once it has (it is reaped then); None while it runs."""
     reaped, status = os.waitpid(pid, os.WNOHANG)
     return None if reaped == 0 else f"exit {os.waitstatus_to_exitcode(status)}"
+
+
+class Interrupted(Exception):
+    """Raised in the main thread by a signal while it waits in a group."""
+
+
+def test_a_waiting_submit_interrupted_by_a_signal_leaves_the_queue(
+    sqlite_ledger: Ledger,
+) -> None:
+    # The main thread waits second in line, is interrupted, and must not be made the
+    # next leader after it left: the submit behind it would wait for ever.
+    group: SubmitGroup = sqlite_ledger._submits
+    main = threading.get_ident()
+    later = new(sqlite_ledger)
+    outcomes: list[tuple[UnitRow, bool]] = []
+    led = threading.Event()  # a leader is committing: the main thread may queue
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def conductor() -> None:
+        other = sqlite3.connect(sqlite_ledger.state_dir / DB_FILE, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # the first submit's commit waits for this
+            first = threading.Thread(target=sqlite_ledger.submit, args=(new(sqlite_ledger),))
+            first.start()
+            eventually(lambda: group._leading and not group._queue, what="a leader")
+            led.set()
+            eventually(lambda: len(group._queue) == 1, what="the main thread in line")
+            behind = threading.Thread(target=lambda: outcomes.append(sqlite_ledger.submit(later)))
+            behind.start()
+            eventually(lambda: len(group._queue) == 2, what="a submit behind it")
+            signal.pthread_kill(main, signal.SIGUSR1)
+            eventually(lambda: len(group._queue) == 1, what="the main thread to leave")
+            other.execute("ROLLBACK")
+            first.join(30)
+            behind.join(30)
+        finally:
+            other.close()
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        helper = threading.Thread(target=conductor)
+        helper.start()
+        assert led.wait(30)
+        with pytest.raises(Interrupted):
+            sqlite_ledger.submit(new(sqlite_ledger))
+        helper.join(40)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert [row.id for row, _ in outcomes] == [later.id]
+    assert not group._leading

@@ -76,12 +76,33 @@ class SubmitGroup:
                 self._commit_group()
             if me.answer is not None:
                 break
-            me.ready.wait()
+            try:
+                me.ready.wait()
+            except BaseException:  # a signal's exception in this thread (Ctrl-C)
+                self._leave(me)
+                raise
             me.ready.clear()
         answer = me.answer
         if isinstance(answer, BaseException):
             raise answer
         return answer
+
+    def _leave(self, me: _Waiting) -> None:
+        """A waiting submit was interrupted: take it out of the queue (a group already
+        being written keeps it), and pass the lead on if it had just been given it."""
+        with self._lock:
+            if me not in self._queue:
+                return  # in the group being written: its leader answers nobody
+            self._queue.remove(me)
+            if not me.lead:
+                return
+            me.lead = False
+            nxt = self._queue[0] if self._queue else None
+            self._leading = nxt is not None
+            if nxt is not None:
+                nxt.lead = True
+        if nxt is not None:
+            nxt.ready.set()
 
     def _commit_group(self) -> None:
         """As the leader: commit what is queued, answer each submit, pass the lead on."""
