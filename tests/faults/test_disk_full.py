@@ -160,3 +160,32 @@ def test_one_unit_s_writes_land_in_the_order_they_were_made(disk: tuple[Path, Fi
         assert not backlog.holds(row.id)
         assert ledger.require(row.id).status == Status.COMPLETED
         assert [n.id for n in ledger.undelivered(None)] == [row.id]  # its notice, with its end
+
+
+def test_a_start_waiting_in_the_backlog_goes_on_only_once_it_lands(
+    disk: tuple[Path, Filler],
+) -> None:
+    """What a start that the ledger could not record waits on (``Starts._start``): its
+    ``running`` write landing, never its being let go (``tests/cluster/test_chaos.py``)."""
+    state, filler = disk
+    with Ledger(state) as ledger:
+        kept, dropped = new_unit(ledger), new_unit(ledger)
+        backlog = Backlog(ledger)
+        started: list[str] = []
+        big = "x" * 20_000  # more than the pages the ledger has free
+        assert not backlog.when_status_lands(kept.id, lambda: started.append("nothing waits"))
+        filler.fill(ledger)
+        for row in (kept, dropped):
+            running = Write(row.id, row.attempt, {"status": "running", "progress_message": big})
+            backlog.submit([Pending(row.id, "its start", [running], status=True)])
+            assert backlog.when_status_lands(row.id, functools.partial(started.append, row.id))
+        backlog.retry()
+        assert started == []
+        filler.free(ledger)
+        with ledger._db.write(durable=True) as conn:  # a write no retry can mend
+            conn.execute("DELETE FROM units WHERE id = ?", (dropped.id,))
+        backlog.retry()
+        assert started == [kept.id]
+        assert not backlog.holds(kept.id)
+        assert not backlog.holds(dropped.id)
+        assert ledger.require(kept.id).status == Status.RUNNING

@@ -28,7 +28,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workunits._errors import (
     LedgerCorrupt,
@@ -77,6 +77,8 @@ class Pending:
     writes: list[Write] | None = None
     call: Callable[[], object] | None = None
     done: Callable[[], None] | None = None
+    # Run after ``done``, and only if the write landed (not when it was let go).
+    landed: list[Callable[[], None]] = field(default_factory=list)
     status: bool = False
     key: str | None = None
 
@@ -103,6 +105,16 @@ class Backlog:
         """A write of the unit's status has not landed yet."""
         queue = self._queues.get(work_id)
         return queue is not None and any(p.status for p in queue)
+
+    def when_status_lands(self, work_id: str, then: Callable[[], None]) -> bool:
+        """Call ``then`` once the unit's waiting status write lands (never if it is let go);
+        False, and nothing kept, when no status write of the unit waits."""
+        queue = self._queues.get(work_id)
+        waiting = [p for p in queue or () if p.status]
+        if not waiting:
+            return False
+        waiting[-1].landed.append(then)
+        return True
 
     def waiting(self) -> list[str]:
         """What is waiting, oldest first per unit (for the log at close)."""
@@ -226,14 +238,19 @@ class Backlog:
             log.error("ledger: could not record %s, and no retry can: %s", item.what, exc)  # noqa: TRY400 - the message is the cause
         except Exception:
             log.exception("ledger: could not record %s (a bug; it is not retried)", item.what)
-        self._finished(item)
+        else:
+            self._finished(item)
+            return
+        self._finished(item, landed=False)
 
-    def _finished(self, item: Pending) -> None:
+    def _finished(self, item: Pending, *, landed: bool = True) -> None:
         if self._failures:
             self._retried += 1
-        if item.done is not None:
+        for complete in (item.done, *(item.landed if landed else ())):
+            if complete is None:
+                continue
             try:
-                item.done()
+                complete()
             except Exception:  # a bug: it must not cost other writes their landing
                 log.exception("supervisor: failed to complete %s", item.what)
 

@@ -69,8 +69,9 @@ class Control:
         slot = self._units.slot(work_id)
         if record.status != Status.RUNNING or slot is None or slot.ending is Ending.KILL:
             return False
-        if record.retry_at is not None and slot.actor is None:
-            # Waiting between attempts: no process to signal, so it ends now.
+        if slot.actor is None:
+            # Waiting between attempts, or for its start to be durable: no process to
+            # signal, so it ends now.
             self._endings.end(work_id, Outcome(Status.KILLED, reason=reason))
             return True
         if not self._units.tell(work_id, Kill(reason)):
@@ -88,7 +89,7 @@ class Control:
         slot = self._units.slot(work_id)
         if record.status != Status.RUNNING or slot is None or slot.ending is not None:
             return False
-        if record.retry_at is not None and slot.actor is None:
+        if slot.actor is None:  # no process yet (see kill_resident)
             self._endings.end(work_id, Outcome(Status.KILLED, reason=reason))
             return True
         if not self._units.tell(work_id, Cancel(reason)):

@@ -227,6 +227,11 @@ class LedgerMirror:
         """Recovery's end of a unit not in memory (failed ``lost``), kept until it lands."""
         self.backlog.submit([Pending(work_id, f"the end of {work_id}", writes, status=True)])
 
+    def when_status_lands(self, work_id: str, then: Callable[[], None]) -> bool:
+        """``then`` once the unit's status write waiting in the backlog lands; False when
+        none waits (its status is durable already)."""
+        return self.backlog.when_status_lands(work_id, then)
+
     def marked(self, record: WorkRecord) -> WorkRecord:
         """``record`` as get/list show it: not durable while its status waits to be written."""
         if self.backlog.status_waiting(record.id):

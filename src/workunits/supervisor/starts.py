@@ -322,12 +322,29 @@ class Starts:
             return replace(r, status=Status.RUNNING, started_at=now)
 
         work_id = unit.work_id
+        launch = Launch(unit.actor_class, unit.spec, unit.timeout)
         if running_in_ledger:  # memory catches up with the row; nothing to write
             old, record = self._units.registry.update(work_id, running)
             self._units.tell_subscribers(old, record)
         else:
             _, record = self._units.write(work_id, running)
-        self.launch(record, Launch(unit.actor_class, unit.spec, unit.timeout), unit.checkpoint)
+            # Its attempt starts only once the ledger says so: a start the ledger never
+            # recorded (the write is kept for a retry, or lost with the session) would
+            # let the unit's next owner run the same attempt again.
+            if self._mirror.when_status_lands(
+                work_id, lambda: self._launch_if_waiting(work_id, launch, unit.checkpoint)
+            ):
+                return
+        self.launch(record, launch, unit.checkpoint)
+
+    def _launch_if_waiting(self, work_id: str, launch: Launch, checkpoint: bytes | None) -> None:
+        """Its ``running`` write landed late: launch it, unless it ended meanwhile."""
+        record = self._units.registry.find(work_id)
+        slot = self._units.slot(work_id)
+        if record is None or record.status != Status.RUNNING or slot is None:
+            return
+        if slot.actor is None:
+            self.launch(record, launch, checkpoint)
 
     def free_slots(self) -> dict[str, int] | None:
         """Per kind with a concurrency limit: how many more units could start now,
