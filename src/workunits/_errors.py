@@ -57,7 +57,8 @@ Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import copy
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from workunits._record import WorkRecord
@@ -345,3 +346,18 @@ class TeammateError(WorkunitsError):
 
     def __reduce__(self) -> tuple[type[TeammateError], tuple[str, str, str]]:
         return (type(self), (self.type_name, self.message, self.traceback))
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def copy_to_raise(exc: E) -> E:
+    """A copy of ``exc`` for one of several threads that all raise it: one exception
+    object raised in several threads at once would share (and garble) its traceback.
+    ``exc`` itself when its class cannot be copied."""
+    try:
+        clone = copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception class copy cannot rebuild
+        return exc
+    clone.__cause__ = exc.__cause__
+    return clone

@@ -22,13 +22,12 @@ and none of them is written.
 
 from __future__ import annotations
 
-import copy
 import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from workunits._errors import LedgerError, WorkunitsError
+from workunits._errors import LedgerError, WorkunitsError, copy_to_raise
 from workunits._ledger.rows import NewUnit, UnitRow
 
 Answer = tuple[UnitRow, bool] | BaseException
@@ -113,7 +112,7 @@ class SubmitGroup:
         try:
             answers = self._submit_many([w.new for w in group])
         except Exception as exc:  # noqa: BLE001 - the transaction failed: every submit hears why
-            answers = [_own_copy(exc) for _ in group]
+            answers = [copy_to_raise(exc) for _ in group]
         except BaseException as exc:  # noqa: BLE001 - an interrupt: re-raised below, once answered
             interrupt = exc
             answers = [_interrupted(exc) for _ in group]
@@ -129,17 +128,6 @@ class SubmitGroup:
             nxt.ready.set()
         if interrupt is not None:
             raise interrupt
-
-
-def _own_copy(exc: BaseException) -> BaseException:
-    """Each submit raises its own copy: one exception raised in several threads at once
-    would share (and garble) its traceback."""
-    try:
-        clone = copy.copy(exc)
-    except Exception:  # noqa: BLE001 - an exception class copy cannot rebuild
-        return exc
-    clone.__cause__ = exc.__cause__
-    return clone
 
 
 def _interrupted(exc: BaseException) -> LedgerError:

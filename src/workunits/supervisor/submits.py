@@ -27,12 +27,11 @@ closed: nothing of it was written.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workunits._errors import SupervisorClosed
+from workunits._errors import SupervisorClosed, copy_to_raise
 from workunits.supervisor import requests as rq
 from workunits.supervisor.starts import Prepared, Starts
 
@@ -106,9 +105,7 @@ class GroupedSubmits:
             entered = self._starts.enter([p for _, p in group])
         except Exception as exc:  # noqa: BLE001 - the commit failed: every caller hears why
             for request, _ in group:
-                # Each caller raises its own copy: one exception raised in several
-                # threads at once would share (and garble) its traceback.
-                request.fail(_own_copy(exc))
+                request.fail(copy_to_raise(exc))  # each caller raises its own
                 request.settle()
             return
         for (request, _), outcome in zip(group, entered, strict=True):
@@ -124,12 +121,3 @@ class GroupedSubmits:
         for request, _ in group:
             request.fail(SupervisorClosed("the supervisor closed before this submit was written"))
             request.settle()
-
-
-def _own_copy(exc: Exception) -> Exception:
-    try:
-        clone = copy.copy(exc)
-    except Exception:  # noqa: BLE001 - an exception class copy cannot rebuild
-        return exc
-    clone.__cause__ = exc.__cause__
-    return clone
