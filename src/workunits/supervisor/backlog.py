@@ -227,28 +227,28 @@ class Backlog:
 
     def _land_one(self, item: Pending) -> None:
         """Land one item; raise only a failure worth retrying (others are logged, let go)."""
+        landed = False
         try:
             if item.writes is not None:
                 _log_stale([item], self._ledger.write_many(item.writes))
             elif item.call is not None:
                 item.call()
+            landed = True
         except WorkunitsError as exc:
             if retryable(exc):
                 raise
             log.error("ledger: could not record %s, and no retry can: %s", item.what, exc)  # noqa: TRY400 - the message is the cause
         except Exception:
             log.exception("ledger: could not record %s (a bug; it is not retried)", item.what)
-        else:
-            self._finished(item)
-            return
-        self._finished(item, landed=False)
+        self._finished(item, landed=landed)
 
     def _finished(self, item: Pending, *, landed: bool = True) -> None:
         if self._failures:
             self._retried += 1
-        for complete in (item.done, *(item.landed if landed else ())):
-            if complete is None:
-                continue
+        completions = [] if item.done is None else [item.done]
+        if landed:
+            completions += item.landed
+        for complete in completions:
             try:
                 complete()
             except Exception:  # a bug: it must not cost other writes their landing

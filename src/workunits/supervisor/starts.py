@@ -341,9 +341,7 @@ class Starts:
         """Its ``running`` write landed late: launch it, unless it ended meanwhile."""
         record = self._units.registry.find(work_id)
         slot = self._units.slot(work_id)
-        if record is None or record.status != Status.RUNNING or slot is None:
-            return
-        if slot.actor is None:
+        if record is not None and record.status == Status.RUNNING and slot and slot.actor is None:
             self.launch(record, launch, checkpoint)
 
     def free_slots(self) -> dict[str, int] | None:
