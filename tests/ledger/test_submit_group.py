@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import eventually
 from tests.ledger.support import ManualClock
 from workunits import _ids
-from workunits._errors import IdempotencyConflict, LedgerError, LedgerFull, WorkunitsError
+from workunits._errors import IdempotencyConflict, LedgerError, LedgerFull
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow
 from workunits._ledger._db import DB_FILE
 from workunits._ledger.submit_group import SubmitGroup
@@ -110,37 +110,50 @@ def test_each_submit_of_a_group_keeps_its_own_answer(sqlite_ledger: Ledger) -> N
     assert (answers[4][0].id, answers[4][1]) == (taken.id, False)
 
 
-def group_over(commit: Callable[[Sequence[NewUnit]], list[object]]) -> SubmitGroup:
-    return SubmitGroup(commit)  # type: ignore[arg-type]
+def behind_a_waiting_commit(
+    commit: Callable[[Sequence[NewUnit]], list[object]], units: Sequence[NewUnit]
+) -> tuple[list[int], dict[str, object]]:
+    """Submit ``units`` through a group over ``commit``, whose first call waits until the
+    others have queued behind it: the sizes of its calls, and each unit's answer (what
+    its submit returned, or the exception it raised)."""
+    release = threading.Event()
+    calls: list[int] = []
+
+    def held(batch: Sequence[NewUnit]) -> list[object]:
+        calls.append(len(batch))
+        if len(calls) == 1:
+            release.wait(30)
+        return commit(batch)
+
+    group = SubmitGroup(held)  # type: ignore[arg-type]
+    outcomes: dict[str, object] = {}
+
+    def one(unit: NewUnit) -> None:
+        try:
+            outcomes[unit.id] = group.submit(unit)
+        except BaseException as exc:  # noqa: BLE001 - the answer under test
+            outcomes[unit.id] = exc
+
+    threads = [threading.Thread(target=one, args=(u,)) for u in units]
+    threads[0].start()
+    eventually(lambda: calls, what="the first commit")
+    for t in threads[1:]:
+        t.start()
+    eventually(lambda: len(group._queue) == len(units) - 1, what="the others behind it")
+    release.set()
+    for t in threads:
+        t.join(30)
+    return calls, outcomes
 
 
 def test_a_failed_commit_fails_every_submit_of_its_group_with_its_own_copy(
     sqlite_ledger: Ledger,
 ) -> None:
-    release = threading.Event()
-    calls: list[int] = []
-
     def full(batch: Sequence[NewUnit]) -> list[object]:
-        calls.append(len(batch))
-        release.wait(30)  # the first commit waits, so the others form a group
         raise LedgerFull("the disk holding the ledger is full")
 
-    group = group_over(full)
-    news = [new(sqlite_ledger) for _ in range(3)]
-    errors: list[BaseException] = []
-
-    def one(unit: NewUnit) -> None:
-        with pytest.raises(WorkunitsError) as caught:
-            group.submit(unit)
-        errors.append(caught.value)
-
-    threads = [threading.Thread(target=one, args=(u,)) for u in news]
-    for t in threads:
-        t.start()
-    eventually(lambda: calls and len(group._queue) == 2, what="two submits behind the first")
-    release.set()
-    for t in threads:
-        t.join(30)
+    calls, outcomes = behind_a_waiting_commit(full, [new(sqlite_ledger) for _ in range(3)])
+    errors = list(outcomes.values())
     assert calls == [1, 2]
     assert len(errors) == 3
     assert all(isinstance(e, LedgerFull) for e in errors)
@@ -150,36 +163,13 @@ def test_a_failed_commit_fails_every_submit_of_its_group_with_its_own_copy(
 def test_an_interrupted_leader_reraises_and_its_followers_are_told(
     sqlite_ledger: Ledger,
 ) -> None:
-    release = threading.Event()
-    calls: list[int] = []
-
     def interrupted(batch: Sequence[NewUnit]) -> list[object]:
-        calls.append(len(batch))
-        if len(calls) == 1:
-            release.wait(30)
+        if len(batch) == 1:
             return [(None, True)]
         raise KeyboardInterrupt
 
-    group = group_over(interrupted)
     first, second, third = (new(sqlite_ledger) for _ in range(3))
-    outcomes: dict[str, BaseException | object] = {}
-
-    def one(unit: NewUnit) -> None:
-        try:
-            outcomes[unit.id] = group.submit(unit)
-        except BaseException as exc:  # noqa: BLE001 - the answer under test
-            outcomes[unit.id] = exc
-
-    lead = threading.Thread(target=one, args=(first,))
-    lead.start()
-    eventually(lambda: calls, what="the first commit")
-    rest = [threading.Thread(target=one, args=(u,)) for u in (second, third)]
-    for t in rest:
-        t.start()
-    eventually(lambda: len(group._queue) == 2, what="two submits behind the first")
-    release.set()
-    for t in (lead, *rest):
-        t.join(30)
+    calls, outcomes = behind_a_waiting_commit(interrupted, [first, second, third])
     assert calls == [1, 2]
     # The second leads the next group and is interrupted: it raises the interrupt
     # itself; the third, which it was writing, hears that it may not be written.
