@@ -166,26 +166,31 @@ def test_a_start_waiting_in_the_backlog_goes_on_only_once_it_lands(
     disk: tuple[Path, Filler],
 ) -> None:
     """What a start that the ledger could not record waits on (``Starts._start``): its
-    ``running`` write landing, never its being let go (``tests/cluster/test_chaos.py``)."""
+    ``running`` write landing, never its being let go, nor its being refused because a
+    later attempt owns the unit meanwhile (``tests/cluster/test_chaos.py``)."""
     state, filler = disk
     with Ledger(state) as ledger:
-        kept, dropped = new_unit(ledger), new_unit(ledger)
+        kept, dropped, taken = new_unit(ledger), new_unit(ledger), new_unit(ledger)
         backlog = Backlog(ledger)
         started: list[str] = []
         big = "x" * 20_000  # more than the pages the ledger has free
         assert not backlog.when_status_lands(kept.id, lambda: started.append("nothing waits"))
         filler.fill(ledger)
-        for row in (kept, dropped):
+        for row in (kept, dropped, taken):
             running = Write(row.id, row.attempt, {"status": "running", "progress_message": big})
             backlog.submit([Pending(row.id, "its start", [running], status=True)])
             assert backlog.when_status_lands(row.id, functools.partial(started.append, row.id))
         backlog.retry()
         assert started == []
         filler.free(ledger)
-        with ledger._db.write(durable=True) as conn:  # a write no retry can mend
+        with ledger._db.write(durable=True) as conn:
+            # a write no retry can mend
             conn.execute("DELETE FROM units WHERE id = ?", (dropped.id,))
+            # another owner ran the next attempt meanwhile: the write comes back stale
+            conn.execute("UPDATE units SET attempt = attempt + 1 WHERE id = ?", (taken.id,))
         backlog.retry()
         assert started == [kept.id]
-        assert not backlog.holds(kept.id)
-        assert not backlog.holds(dropped.id)
+        for row in (kept, dropped, taken):
+            assert not backlog.holds(row.id)
         assert ledger.require(kept.id).status == Status.RUNNING
+        assert ledger.require(taken.id).status == Status.PENDING

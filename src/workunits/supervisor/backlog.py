@@ -77,7 +77,8 @@ class Pending:
     writes: list[Write] | None = None
     call: Callable[[], object] | None = None
     done: Callable[[], None] | None = None
-    # Run after ``done``, and only if the write landed (not when it was let go).
+    # Run after ``done``, and only if the write landed as made: not when it was let go,
+    # nor when the ledger refused it as stale (a later attempt owns the unit's row).
     landed: list[Callable[[], None]] = field(default_factory=list)
     status: bool = False
     key: str | None = None
@@ -216,9 +217,9 @@ class Backlog:
             except Exception:
                 log.debug("ledger: a group of writes failed; one at a time", exc_info=True)
             else:
-                _log_stale(items, outcomes)
+                stale = _stale(items, outcomes)
                 for item in items:
-                    self._finished(item)
+                    self._finished(item, landed=id(item) not in stale)
                     finished.add(id(item))
                 return
         for item in items:
@@ -230,10 +231,11 @@ class Backlog:
         landed = False
         try:
             if item.writes is not None:
-                _log_stale([item], self._ledger.write_many(item.writes))
-            elif item.call is not None:
-                item.call()
-            landed = True
+                landed = not _stale([item], self._ledger.write_many(item.writes))
+            else:
+                if item.call is not None:
+                    item.call()
+                landed = True
         except WorkunitsError as exc:
             if retryable(exc):
                 raise
@@ -242,7 +244,7 @@ class Backlog:
             log.exception("ledger: could not record %s (a bug; it is not retried)", item.what)
         self._finished(item, landed=landed)
 
-    def _finished(self, item: Pending, *, landed: bool = True) -> None:
+    def _finished(self, item: Pending, *, landed: bool) -> None:
         if self._failures:
             self._retried += 1
         completions = [] if item.done is None else [item.done]
@@ -270,11 +272,15 @@ class Backlog:
             del self._queues[item.work_id]
 
 
-def _log_stale(items: list[Pending], outcomes: list[WriteOutcome]) -> None:
-    writes = [w for p in items for w in p.writes or ()]
-    for w, outcome in zip(writes, outcomes, strict=True):
+def _stale(items: list[Pending], outcomes: list[WriteOutcome]) -> set[int]:
+    """The items (by ``id``) with a write the ledger refused as stale; each is logged."""
+    stale: set[int] = set()
+    writes = [(p, w) for p in items for w in p.writes or ()]
+    for (item, w), outcome in zip(writes, outcomes, strict=True):
         if outcome is WriteOutcome.STALE:
             log.error("ledger: a write of %s was refused: a later attempt owns it", _id_of(w))
+            stale.add(id(item))
+    return stale
 
 
 def _id_of(w: Write) -> str:
