@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from workunits._cli import cli
+from workunits._cli import cli, doctor
 from workunits._zygote import containment
 
 
@@ -32,3 +32,33 @@ def test_doctor_says_what_the_subreaper_chain_cannot_catch(
     assert "degraded" in line
     assert "subreaper: switched off" in line
     assert "another daemon" in line
+
+
+def test_a_journal_is_found_by_its_block_device(tmp_path: Path) -> None:
+    """The kernel lists each running journal as ``<device>-<inode>`` under /proc/fs/jbd2."""
+    jbd2 = tmp_path / "jbd2"
+    jbd2.mkdir()
+    for name in ("vda-8", "dm-0-8", "loop12-8"):
+        (jbd2 / name).mkdir()
+    assert doctor.journaled("vda", jbd2) is True
+    assert doctor.journaled("dm-0", jbd2) is True
+    assert doctor.journaled("loop1", jbd2) is False  # loop12's journal is not loop1's
+    assert doctor.journaled("vdb", jbd2) is False
+    assert doctor.journaled("vda", tmp_path / "no-journal-layer") is False
+
+
+def test_doctor_says_when_ext4_has_no_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start costs drift with churn there: the doctor's filesystem line says why."""
+    if doctor._fs_of(tmp_path.resolve())[0] != "ext4":
+        monkeypatch.setattr(doctor, "_fs_of", lambda _path: ("ext4", "/"))
+    monkeypatch.setattr(doctor, "ext4_journal", lambda _path: False)
+    line = lines(tmp_path)["filesystem"]
+    assert "ok" in line
+    assert "ext4 without a journal" in line
+    assert "deleted in the minutes before" in line
+    monkeypatch.setattr(doctor, "ext4_journal", lambda _path: True)
+    assert "journal" not in lines(tmp_path)["filesystem"]
+    monkeypatch.setattr(doctor, "ext4_journal", lambda _path: None)  # unknown: nothing said
+    assert "journal" not in lines(tmp_path)["filesystem"]

@@ -15,7 +15,7 @@ One module per group of commands, each registering on the group in ``_app``:
 - ``schedules`` schedules: the cron entries, next due and latest firing
 - ``backup``   a consistent copy of a live state dir
 - ``watch``    the live table
-- ``doctor``   what the machine offers (containment, pidfd, subreaper, fsync)
+- ``doctor``   what the machine offers (containment, pidfd, subreaper, filesystem, fsync)
 - ``ui``       the web view's address, with its one-time token
 
 Every command but ``serve`` is a ledger client (``wu.connect``): it reads the

@@ -56,12 +56,47 @@ def _subreaper() -> Check:
     return Check("subreaper", "missing", "PR_SET_CHILD_SUBREAPER failed: orphans go to init")
 
 
+NO_JOURNAL = (
+    "; ext4 without a journal: each file a unit creates costs more the more files were "
+    "deleted in the minutes before (its inode allocator skips them), so start costs "
+    "drift with the work done"
+)
+
+
 def _filesystem(state_dir: Path) -> Check:
     where = state_dir if state_dir.exists() else state_dir.parent
     fstype, mount = _fs_of(where.resolve())
     state = "degraded" if fstype in {"nfs", "nfs4", "cifs", "smb3", "fuse.sshfs"} else "ok"
     note = "; SQLite WAL needs a local filesystem" if state == "degraded" else ""
+    if fstype == "ext4" and ext4_journal(where) is False:
+        note += NO_JOURNAL
     return Check("filesystem", state, f"{where} is on {fstype} (mounted at {mount}){note}")
+
+
+def ext4_journal(path: Path) -> bool | None:
+    """Whether the ext4 file system holding ``path`` has a journal; None if unknown."""
+    try:
+        dev = path.stat().st_dev
+        device = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve(strict=True)
+    except OSError:  # no block device below it (an anonymous device), or no sysfs
+        return None
+    return journaled(device.name)
+
+
+def journaled(device: str, jbd2: Path = Path("/proc/fs/jbd2")) -> bool | None:
+    """Whether block device ``device`` (``vda``, ``sda1``, ``dm-0``) holds a journal.
+
+    The kernel's journal layer lists each journal it runs as ``<device>-<inode>``
+    (``vda-8``) in ``jbd2``; with no journaled file system mounted there is no
+    such directory at all.
+    """
+    try:
+        entries = [entry.name for entry in jbd2.iterdir()]
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    return any(name.rpartition("-")[0] == device for name in entries)
 
 
 def _fs_of(path: Path) -> tuple[str, str]:
