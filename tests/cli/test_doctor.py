@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,33 @@ def test_doctor_reports_every_check(tmp_path: Path) -> None:
     assert set(found) == {"containment", "pidfd", "subreaper", "filesystem", "fsync"}
     mechanism = "cgroup" if containment.probe().own is not None else "subreaper"
     assert f" {mechanism}: " in found["containment"]
+    timed = "a move into a cgroup after 100 ms idle took " in found["containment"]
+    assert timed == (mechanism == "cgroup")
+
+
+def test_a_timed_move_puts_this_process_back_and_leaves_nothing() -> None:
+    """What ``doctor`` times: a move into a scratch cgroup after a pause, then back."""
+    own = containment.probe().own
+    if own is None:
+        pytest.skip(f"no cgroup per unit here: {containment.probe().reason}")
+    before = Path("/proc/self/cgroup").read_text()
+    took = containment.time_a_move(own, 0.01)
+    assert 0 < took < 5.0
+    assert Path("/proc/self/cgroup").read_text() == before
+    assert not Path(own, f"workunits-move-{os.getpid()}").exists()
+
+
+def test_a_slow_move_names_its_cause_and_cure_unless_already_cured() -> None:
+    slow, fast = 0.008, 0.0002
+    advice = doctor.moves(slow, favored=False)
+    assert "took 8.00 ms" in advice
+    assert "RCU grace period" in advice
+    assert "favordynmods" in advice
+    assert "favordynmods" not in doctor.moves(slow, favored=True)  # the mount has it: no wait
+    assert "favordynmods" in doctor.moves(slow, favored=None)  # cannot tell: say it
+    assert doctor.moves(fast, favored=False) == (
+        "; a move into a cgroup after 100 ms idle took 0.20 ms"
+    )
 
 
 def test_doctor_says_what_the_subreaper_chain_cannot_catch(
