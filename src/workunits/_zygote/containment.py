@@ -75,12 +75,19 @@ def own_cgroup() -> str | None:
 
 
 def _cgroup2_mount() -> str | None:
+    found = _cgroup2_mountinfo()
+    return None if found is None else found[0]
+
+
+def _cgroup2_mountinfo() -> tuple[str, list[str]] | None:
+    """The cgroup v2 hierarchy's mount point and super options, or None without one."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
             for line in f:
                 before, _, after = line.partition(" - ")
-                if after.split(" ", 1)[0] == "cgroup2":
-                    return before.split()[4]
+                fields = after.split()
+                if fields and fields[0] == "cgroup2":
+                    return before.split()[4], fields[-1].split(",")
     except OSError:
         return None
     return None
@@ -206,15 +213,8 @@ def favors_moves() -> bool | None:
     period unless another move happened in the last few milliseconds: units
     started one at a time, with pauses between them, each wait that long.
     """
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            for line in f:
-                fields = line.partition(" - ")[2].split()
-                if fields and fields[0] == "cgroup2":
-                    return "favordynmods" in fields[-1].split(",")
-    except OSError:
-        return None
-    return None
+    found = _cgroup2_mountinfo()
+    return None if found is None else "favordynmods" in found[1]
 
 
 def time_a_move(own: str, pause: float) -> float:
