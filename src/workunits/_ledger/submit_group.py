@@ -96,12 +96,18 @@ class SubmitGroup:
             if not me.lead:
                 return
             me.lead = False
-            nxt = self._queue[0] if self._queue else None
-            self._leading = nxt is not None
-            if nxt is not None:
-                nxt.lead = True
+            nxt = self._next_leader()
         if nxt is not None:
             nxt.ready.set()
+
+    def _next_leader(self) -> _Waiting | None:
+        """(Lock held.) Make the first queued submit the next leader; None, and nobody
+        leads, when none waits. The caller wakes it once the lock is released."""
+        nxt = self._queue[0] if self._queue else None
+        self._leading = nxt is not None
+        if nxt is not None:
+            nxt.lead = True
+        return nxt
 
     def _commit_group(self) -> None:
         """As the leader: commit what is queued, answer each submit, pass the lead on."""
@@ -117,10 +123,7 @@ class SubmitGroup:
             interrupt = exc
             answers = [_interrupted(exc) for _ in group]
         with self._lock:
-            nxt = self._queue[0] if self._queue else None
-            self._leading = nxt is not None
-            if nxt is not None:
-                nxt.lead = True
+            nxt = self._next_leader()
         for waiting, answer in zip(group, answers, strict=True):
             waiting.answer = answer
             waiting.ready.set()
