@@ -108,17 +108,23 @@ def test_one_version_everywhere() -> None:
     assert out.stdout.strip() == f"workunits, version {project}"
 
 
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("script", ["agent_tree.py"])
 def test_the_demo_runs(script: str, tmp_path: Path) -> None:
     """``make demo`` (the README's first command) runs this script."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,  # below the test's own timeout, so a hang shows what it printed
+            check=False,
+        )
+    except subprocess.TimeoutExpired as hung:
+        # Captured output is bytes here whatever text= said.
+        printed = b"".join(part for part in (hung.stdout, hung.stderr) if isinstance(part, bytes))
+        pytest.fail(f"the demo hung; it had printed:\n{printed.decode(errors='replace')}")
     assert done.returncode == 0, done.stderr
     assert "completed" in done.stdout
 

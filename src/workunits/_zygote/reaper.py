@@ -6,13 +6,25 @@ end of file calls ``on_close`` and closes the Reaper's copy of the socket. A
 stream's owner that could not send everything (the peer is not reading) asks
 ``when_writable`` to be called back once, when the socket has room again.
 
+Two rules keep one stream's trouble from reaching another:
+
+* The Reaper never blocks on a read. ``socket.recv_fds`` drops its ``flags``
+  argument (CPython gh-107898, still so in 3.13), so a ``MSG_DONTWAIT`` passed
+  to it is silently a blocking read; ``_receive`` calls ``recvmsg`` itself.
+* A stream is named by a key that is never reused, not by its descriptor
+  number: once the Reaper closes its copy at end of file, the kernel may hand
+  the same number to the next stream watched, and a late ``close_stream`` from
+  the first stream's owner must not close the second.
+
 Actors never block on a process or a socket; the Reaper tells them. Callbacks
 run in the Reaper thread and must be quick (a pykka ``tell`` is right).
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
+import itertools
 import logging
 import os
 import select
@@ -25,8 +37,15 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 
+_CHUNK = 1 << 16
+_MAX_FDS = 16  # descriptors taken with one chunk; the kernel closes any beyond
+_FD_SIZE = array.array("i").itemsize
+_ANCILLARY = socket.CMSG_LEN(_MAX_FDS * _FD_SIZE)
+
+
 @dataclass(frozen=True, slots=True)
 class _Stream:
+    key: int  # never reused, unlike the descriptor number
     sock: socket.socket  # the Reaper's own duplicate; reads never block (MSG_DONTWAIT)
     on_data: Callable[[bytes, list[int]], None]
     on_close: Callable[[], None]
@@ -41,11 +60,15 @@ class Reaper:
         # Held for O(1) work only (a dict entry, an epoll_ctl, a non-blocking write to
         # the wake-up pipe); callbacks are always called outside it.
         self._lock = threading.Lock()
-        # Invariant: an fd is in _streams iff it is registered with the epoll.
+        # Invariant: an fd is in _streams iff it is registered with the epoll, and a
+        # stream is in _by_key iff it is in _streams.
         self._streams: dict[int, _Stream] = {}
+        self._by_key: dict[int, _Stream] = {}
+        self._keys = itertools.count(1)
         # One-shot callbacks for streams registered for EPOLLOUT as well.
         self._writable: dict[int, Callable[[], None]] = {}
-        self._to_close: deque[int] = deque()  # streams to drain and close, in the Reaper thread
+        # Streams to drain and close, in the Reaper thread.
+        self._to_close: deque[_Stream] = deque()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="workunits-reaper", daemon=True)
         self._thread.start()
@@ -62,34 +85,42 @@ class Reaper:
         (SCM_RIGHTS) and owns them.
 
         The Reaper reads from its own duplicate of the socket, so the caller keeps
-        sending on ``sock`` in blocking mode. Returns the key for ``close_stream``.
+        sending on ``sock`` in blocking mode. Returns the stream's key for
+        ``when_writable`` and ``close_stream``.
         """
         own = sock.dup()
         fd = own.fileno()
         with self._lock:
             self._check_open()
-            self._streams[fd] = _Stream(own, on_data, on_close)
+            stream = _Stream(next(self._keys), own, on_data, on_close)
+            self._streams[fd] = self._by_key[stream.key] = stream
             self._epoll.register(fd, select.EPOLLIN)
-        return fd
+        return stream.key
 
-    def when_writable(self, fd: int, callback: Callable[[], None]) -> bool:
-        """Call ``callback`` once, in the Reaper thread, when stream ``fd`` can be sent on.
+    def when_writable(self, key: int, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` once, in the Reaper thread, when stream ``key`` can be sent on.
 
         False (and no callback) when the stream is no longer watched.
         """
         with self._lock:
-            if self._closing or fd not in self._streams:
+            stream = self._by_key.get(key)
+            if self._closing or stream is None:
                 return False
+            fd = stream.sock.fileno()
             self._writable[fd] = callback
             self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
         return True
 
-    def close_stream(self, fd: int) -> None:
-        """Deliver what the stream still holds, then ``on_close`` and close it (asynchronously)."""
+    def close_stream(self, key: int) -> None:
+        """Deliver what the stream still holds, then ``on_close`` and close it (asynchronously).
+
+        Nothing happens when the stream already ended (its peer closed first).
+        """
         with self._lock:
-            if self._closing:
+            stream = self._by_key.get(key)
+            if self._closing or stream is None:
                 return
-            self._to_close.append(fd)
+            self._to_close.append(stream)
             self._wake()
 
     def _wake(self) -> None:
@@ -114,10 +145,15 @@ class Reaper:
                     while self._to_close:
                         self._drain(self._to_close.popleft(), final=True)
                 else:
+                    # None when an earlier event of this batch ended the stream; then
+                    # the number may already name a newer stream, which _drain skips.
+                    stream = self._streams.get(fd)
+                    if stream is None:
+                        continue
                     if mask & select.EPOLLOUT:
                         self._on_writable(fd)
                     if mask & ~select.EPOLLOUT:
-                        self._drain(fd, final=False)
+                        self._drain(stream, final=False)
 
     def _on_writable(self, fd: int) -> None:
         with self._lock:
@@ -127,16 +163,19 @@ class Reaper:
         if callback is not None:
             self._call(callback)
 
-    def _drain(self, fd: int, *, final: bool) -> None:
-        stream = self._streams.get(fd)
-        if stream is None:
-            return
+    def _drain(self, stream: _Stream, *, final: bool) -> None:
+        """Read what ``stream`` holds now: one chunk, or (``final``) all of it, then close it.
+
+        A final drain stops at the first empty read, end of file or not: a copy of
+        the peer's end may live on elsewhere, and the Reaper never waits for it.
+        """
+        fd = stream.sock.fileno()
+        if fd < 0 or self._streams.get(fd) is not stream:
+            return  # ended already: a close requested after its end of file
         while True:
             fds: list[int] = []
             try:
-                data, fds, _flags, _addr = socket.recv_fds(
-                    stream.sock, 1 << 16, 16, socket.MSG_DONTWAIT
-                )
+                data, fds = _receive(stream.sock)
             except BlockingIOError:
                 if not final:
                     return
@@ -146,6 +185,7 @@ class Reaper:
             if not data:
                 with self._lock:
                     del self._streams[fd]
+                    del self._by_key[stream.key]
                     self._writable.pop(fd, None)
                     self._epoll.unregister(fd)
                 self._call(stream.on_close)
@@ -172,6 +212,21 @@ class Reaper:
         for stream in self._streams.values():
             stream.sock.close()
         self._streams.clear()
+        self._by_key.clear()
         self._epoll.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One read that never blocks, with the descriptors that came with it (SCM_RIGHTS).
+
+    ``socket.recv_fds(sock, n, maxfds, socket.MSG_DONTWAIT)`` would block:
+    it does not pass its flags on (CPython gh-107898).
+    """
+    data, ancillary, _flags, _addr = sock.recvmsg(_CHUNK, _ANCILLARY, socket.MSG_DONTWAIT)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % _FD_SIZE])
+    return data, list(fds)
