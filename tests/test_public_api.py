@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import subprocess
 import sys
@@ -24,6 +25,8 @@ WORKUNITS = {
     "Client",
     "ClientClosed",
     "ClientHandle",
+    "HttpClient",
+    "HttpHandle",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -134,7 +137,31 @@ SUPERVISOR = {"Mailbox", "MailboxClosed", "Supervisor", "WorkHandle"}
 def test_all_lists_exactly_the_public_names(module: object, expected: set[str]) -> None:
     assert set(module.__all__) == expected  # type: ignore[attr-defined]
     for name in expected:
+        extra = NEEDS_AN_EXTRA.get(name)
+        if extra is not None and importlib.util.find_spec(extra) is None:
+            continue  # its own test below: the error names the extra
         assert getattr(module, name) is not None
+
+
+# Public names whose module needs an optional extra's package.
+NEEDS_AN_EXTRA = {"HttpClient": "httpx", "HttpHandle": "httpx"}
+
+
+def test_a_name_of_a_missing_extra_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['httpx'] = None\n"  # as if httpx were not installed
+        "import workunits\n"
+        "try:\n"
+        "    workunits.HttpClient\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name, '|', exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == (
+        "httpx | the HTTP client needs httpx: pip install 'workunits[http]'"
+    )
 
 
 def test_public_names_do_not_leak_private_modules() -> None:

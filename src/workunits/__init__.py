@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     from workunits._client import ClientHandle as ClientHandle
     from workunits._client import connect as connect
     from workunits._client import connect_async as connect_async
+    from workunits._client_http import HttpClient as HttpClient
+    from workunits._client_http import HttpHandle as HttpHandle
     from workunits._mailbox import Mailbox as Mailbox
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
@@ -91,6 +93,8 @@ __all__ = [
     "Client",
     "ClientClosed",
     "ClientHandle",
+    "HttpClient",
+    "HttpHandle",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -166,6 +170,8 @@ __getattr__, __dir__ = _lazy.exports(
         "ClientHandle": "workunits._client",
         "connect": "workunits._client",
         "connect_async": "workunits._client",
+        "HttpClient": "workunits._client_http",  # needs the http extra (httpx)
+        "HttpHandle": "workunits._client_http",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._mailbox",

@@ -35,7 +35,12 @@ from contextlib import (
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+try:
+    import httpx
+except ModuleNotFoundError as missing:  # the optional extra: say which one
+    raise ModuleNotFoundError(
+        "the HTTP client needs httpx: pip install 'workunits[http]'", name="httpx"
+    ) from missing
 
 from workunits import _errors, _ids
 from workunits._client_http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
