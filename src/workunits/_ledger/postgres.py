@@ -63,27 +63,49 @@ def _import_driver() -> tuple[Any, Any]:
 
 
 class PgRow(tuple[Any, ...]):
-    """A row by position or by column name, as ``sqlite3.Row`` is."""
+    """A row by position or by column name, as ``sqlite3.Row`` is.
 
-    _names: dict[str, int]
+    Names match as ``sqlite3.Row``'s do, whatever their case (``row["ID"]`` is
+    ``row["id"]``), so code written against one ledger reads the other's rows.
+    """
 
-    def __new__(cls, values: Sequence[Any], names: dict[str, int]) -> PgRow:
+    _names: _Columns
+
+    def __new__(cls, values: Sequence[Any], names: _Columns) -> PgRow:
         row = super().__new__(cls, values)
         row._names = names
         return row
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
-            return super().__getitem__(self._names[key])
+            return super().__getitem__(self._names.index(key))
         return super().__getitem__(key)
 
     def keys(self) -> list[str]:
-        return list(self._names)
+        return list(self._names.names)
+
+
+class _Columns:
+    """One result's column names, shared by its rows: in order, and by name in any case."""
+
+    __slots__ = ("by_folded_name", "names")
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self.by_folded_name: dict[str, int] = {}
+        for i, name in enumerate(names):
+            self.by_folded_name.setdefault(name.casefold(), i)  # the first wins, as in sqlite3
+
+    def index(self, name: str) -> int:
+        try:
+            return self.by_folded_name[name.casefold()]
+        except KeyError:
+            raise IndexError(f"no column named {name!r}") from None
 
 
 def _row_factory(cursor: Any) -> Any:
     description = cursor.description
-    names = {} if description is None else {col.name: i for i, col in enumerate(description)}
+    names = _Columns(() if description is None else [col.name for col in description])
 
     def make(values: Sequence[Any]) -> PgRow:
         return PgRow(values, names)
