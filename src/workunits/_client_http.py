@@ -567,9 +567,11 @@ class HttpClient:
                 return found
 
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
+        """Like ``wait`` without blocking the event loop."""
         return (await self._finish_async(work_id, timeout, for_result=False))[0]
 
     async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
+        """Like ``result`` without blocking the event loop."""
         record, body = await self._finish_async(work_id, timeout, for_result=True)
         assert body is not None
         return body["value"] if body["has_value"] else record
