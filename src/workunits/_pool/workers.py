@@ -8,8 +8,15 @@ hears of its worker as it would of its own process, through the zygote's
 when the worker reports the unit done (exit code from the unit) or when the
 worker dies under it (its exit status: a crash or a kill fails or kills that
 unit only). A signal for a unit goes to its worker's process group, so a kill
-ends the worker; the next unit gets a new one. Units beyond ``size`` wait here,
-in order, for a free worker.
+ends the worker; the next unit gets a new one. Units beyond ``size`` wait here
+for a free worker, in the order they were started.
+
+That order is kept although each unit hands itself over from its own actor's
+thread (``run``), where thread timing would reorder units started together:
+the supervisor's thread ``reserve``s each unit's place as its actor is
+created, in start order, and a free worker takes the first place only once
+its unit has arrived. A place whose unit never arrives (its launch failed, or
+its actor never started) is ``withdraw``n, so it cannot hold the queue.
 
 Threads: ``run`` and ``signal`` come from unit actors, the worker events and
 the workers' frames from the Reaper thread. Neither starts a process on the
@@ -75,12 +82,15 @@ class WorkerPool:
         self.size = size
         self._zygote = zygote
         self._reaper = reaper
-        # Guards _workers, _waiting, _closed and each worker's job, pid, pidfd and
+        # Guards _workers, the queue, _closed and each worker's job, pid, pidfd and
         # alive. O(1) work only: never held across a send, a spawn or an event call.
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._starting = 0  # workers being spawned (they count toward size)
-        self._waiting: deque[_Job] = deque()
+        # The queue: units waiting for a worker, in start order, reserved or arrived.
+        self._order: deque[str] = deque()
+        self._queued: set[str] = set()  # the units of _order, to look one up in O(1)
+        self._arrived: dict[str, _Job] = {}  # the units of _order that ``run`` handed over
         self._closed = False
 
     def pids(self) -> list[int]:
@@ -90,29 +100,88 @@ class WorkerPool:
 
     # -- from unit actors ---------------------------------------------------------
 
+    def reserve(self, unit_id: str) -> None:
+        """Keep a place in the queue for ``unit_id``, whose ``run`` is to follow.
+
+        Called in start order (the supervisor's thread), so units run in that
+        order whichever of their threads reaches ``run`` first.
+        """
+        with self._lock:
+            if not self._closed:
+                self._enqueue(unit_id)
+
+    def withdraw(self, unit_id: str) -> None:
+        """Give up the place of a unit that will not ``run`` after all (its launch failed)."""
+        with self._lock:
+            if unit_id in self._arrived or unit_id not in self._queued:
+                return  # it arrived (it runs, or its signal or the pool's close ends it)
+            self._drop(unit_id)
+        self._serve_waiting(start_here=False)  # maybe from the supervisor's thread
+
     def run(self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents) -> None:
         """Run ``call`` on a free worker (or once one is free). The fds stay the caller's."""
         job = _Job(call, os.dup(transcript_fd), os.dup(channel_fd), events)
-        start = False
         with self._lock:
             if self._closed:
                 job.release_fds()
                 raise ZygoteUnavailable("the supervisor is closed")
-            # In order: a worker idle now (one just started, before its starter
-            # handed it the first waiting unit) takes the oldest waiting unit,
-            # which is this one only when nothing waits before it.
-            self._waiting.append(job)
-            worker = self._idle_worker()
-            if worker is not None:
-                job = worker.job = self._waiting.popleft()
-            else:
-                start = len(self._workers) + self._starting < self.size
-                if start:
-                    self._starting += 1
-        if worker is not None:
+            self._enqueue(call.unit_id)  # not reserved: it queues from now
+            self._arrived[call.unit_id] = job
+        self._serve_waiting(start_here=True)
+
+    def _serve_waiting(self, *, start_here: bool) -> None:
+        """Hand the first waiting units to idle workers; start a worker if there is room.
+
+        ``start_here``: the caller's thread may block for a worker's start (not
+        the Reaper's, not the supervisor's); else the start gets a thread of its own.
+        """
+        while True:
+            start = False
+            with self._lock:
+                job = self._first_arrived()
+                if job is None:
+                    return
+                # A worker idle now (one just started, before its starter handed it
+                # the first waiting unit) takes the first unit in order.
+                worker = self._idle_worker()
+                if worker is not None:
+                    self._take_first()
+                    worker.job = job
+                else:
+                    start = len(self._workers) + self._starting < self.size
+                    if start:
+                        self._starting += 1
+            if worker is None:
+                if start and start_here:
+                    self._start_worker()
+                elif start:
+                    self._start_worker_in_background()
+                return
             self._hand_over(worker, job)
-        elif start:
-            self._start_worker()
+
+    # -- the queue (lock held) ----------------------------------------------------------
+
+    def _enqueue(self, unit_id: str) -> None:
+        if unit_id not in self._queued:
+            self._queued.add(unit_id)
+            self._order.append(unit_id)
+
+    def _drop(self, unit_id: str) -> None:
+        """Take ``unit_id`` out of the queue wherever it is (O(n): kills and failed launches)."""
+        self._queued.discard(unit_id)
+        self._order.remove(unit_id)
+        self._arrived.pop(unit_id, None)
+
+    def _first_arrived(self) -> _Job | None:
+        """The first waiting unit when it has arrived; None while its place is only
+        reserved, or when nothing waits."""
+        return self._arrived.get(self._order[0]) if self._order else None
+
+    def _take_first(self) -> _Job:
+        """Take the first waiting unit, which has arrived, out of the queue."""
+        unit_id = self._order.popleft()
+        self._queued.discard(unit_id)
+        return self._arrived.pop(unit_id)
 
     def signal(self, unit_id: str, signum: int) -> None:
         """Signal the worker running ``unit_id``; a waiting unit is taken out and ended."""
@@ -124,12 +193,9 @@ class WorkerPool:
                     target = worker
                     break
             else:
-                for job in self._waiting:
-                    if job.call.unit_id == unit_id:
-                        waiting = job
-                        break
+                waiting = self._arrived.get(unit_id)
                 if waiting is not None and signum in (signal.SIGKILL, signal.SIGTERM):
-                    self._waiting.remove(waiting)
+                    self._drop(unit_id)
                 else:
                     waiting = None
         if target is not None:
@@ -143,7 +209,10 @@ class WorkerPool:
         with self._lock:
             self._closed = True
             workers = list(self._workers.values())
-            waiting, self._waiting = list(self._waiting), deque()
+            waiting = [self._arrived[u] for u in self._order if u in self._arrived]
+            self._order.clear()
+            self._queued.clear()
+            self._arrived.clear()
         for job in waiting:
             job.release_fds()
             job.events.spawn_failed("the supervisor closed before a pooled worker was free")
@@ -185,15 +254,7 @@ class WorkerPool:
             theirs.close()
             with self._lock:
                 self._starting -= 1
-        self._next_job(worker)
-
-    def _next_job(self, worker: _Worker) -> None:
-        """Give ``worker`` (now free) the first waiting unit, if any."""
-        with self._lock:
-            if not worker.alive or worker.job is not None or not self._waiting:
-                return
-            job = worker.job = self._waiting.popleft()
-        self._hand_over(worker, job)
+        self._serve_waiting(start_here=True)  # a starter's thread
 
     def _hand_over(self, worker: _Worker, job: _Job) -> None:
         """Send ``job`` to ``worker`` (assigned under the lock already)."""
@@ -226,7 +287,7 @@ class WorkerPool:
                     continue
                 worker.job = None
             job.events.exited(frame.code, None)
-            self._next_job(worker)
+            self._serve_waiting(start_here=False)  # the Reaper thread
 
     def _spawned(self, worker: _Worker, pid: int, pidfd: int) -> None:
         with self._lock:
@@ -245,10 +306,11 @@ class WorkerPool:
             worker.alive = False
             self._workers.pop(worker.id, None)
             job, worker.job = worker.job, None
-            if job is None and start_failed and self._waiting:
-                job = self._waiting.popleft()
+            if job is None and start_failed and self._first_arrived() is not None:
+                job = self._take_first()
             pidfd, worker.pidfd = worker.pidfd, None
-            restart = bool(self._waiting) and not self._closed
+            # A reserved place at the head restarts nothing: its unit's run() will.
+            restart = self._first_arrived() is not None and not self._closed
             if restart:
                 self._starting += 1
         if pidfd is not None:
@@ -261,9 +323,13 @@ class WorkerPool:
             job.release_fds()
             tell(job.events)
         if restart:  # not on this (the Reaper) thread: a zygote start blocks
-            threading.Thread(
-                target=self._start_worker, name="workunits-pool-start", daemon=True
-            ).start()
+            self._start_worker_in_background()
+
+    def _start_worker_in_background(self) -> None:
+        """``_start_worker`` (its start counted already) on a short-lived thread of its own."""
+        threading.Thread(
+            target=self._start_worker, name="workunits-pool-start", daemon=True
+        ).start()
 
 
 class _WorkerEvents:

@@ -74,8 +74,7 @@ class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         actor = super().__call__(*args, **kwargs)
-        if actor.launch_early():
-            actor._launch_now()
+        actor._on_creation()
         return actor
 
 
@@ -198,6 +197,11 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         return self._watch
 
     # -- lifecycle -------------------------------------------------------------
+
+    def _on_creation(self) -> None:
+        """The starting (supervisor's) thread, in start order, before this actor's thread runs."""
+        if self.launch_early():
+            self._launch_now()
 
     def _launch_now(self) -> None:
         try:

@@ -9,6 +9,7 @@ another; a crash of the worker fails the unit it was running, and only that one.
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import ClassVar
 
 from workunits._errors import WorkunitsError
@@ -27,6 +28,32 @@ class PooledAgentActor(AgentActor):
         a worker or a worker start) cost pooled units 10-15 % of their rate with 2 in
         flight, measured; on the unit's own thread it overlaps other units' work."""
         return False
+
+    def _on_creation(self) -> None:
+        # Units started together reach the pool from their own threads in any order;
+        # their places are kept in start order here, on the supervisor's thread.
+        pool = self.unit.pool
+        if pool is not None:
+            pool.reserve(self.unit.id)
+
+    def on_stop(self) -> None:
+        self._withdraw()
+        super().on_stop()
+
+    def on_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._withdraw()
+        super().on_failure(exception_type, exception_value, tb)
+
+    def _withdraw(self) -> None:
+        """A unit whose launch failed before it reached the pool gives its place up."""
+        pool = self.unit.pool
+        if pool is not None:
+            pool.withdraw(self.unit.id)
 
     def _start_process(
         self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch

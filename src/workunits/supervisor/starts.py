@@ -394,6 +394,8 @@ class Starts:
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
             # The work may have been launched already; nobody would own it now.
             around.zygote.signal(work_id, signal.SIGKILL)
+            if around.pool is not None:  # a pooled unit's reserved place in the queue
+                around.pool.withdraw(work_id)
             error = f"could not start the unit: {exc!r}"
             self._endings.end(work_id, Outcome(Status.FAILED, error=error))
             return
