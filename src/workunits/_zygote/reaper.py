@@ -145,8 +145,9 @@ class Reaper:
                     while self._to_close:
                         self._drain(self._to_close.popleft(), final=True)
                 else:
-                    # None when an earlier event of this batch ended the stream; then
-                    # the number may already name a newer stream, which _drain skips.
+                    # None when an earlier event of this batch ended the stream. The
+                    # number may even name a newer stream by now: then this read finds
+                    # nothing and returns, as reads never block.
                     stream = self._streams.get(fd)
                     if stream is None:
                         continue
