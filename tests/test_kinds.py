@@ -9,11 +9,14 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tests.conftest import eventually
 from tests.helpers import WAIT
 from workunits import (
     InvalidWorkId,
     KindTaken,
+    Notification,
     Outcome,
+    Reason,
     SpecError,
     Status,
     Supervisor,
@@ -258,3 +261,50 @@ def test_launch_early_runs_the_launch_in_the_supervisor_thread(sup: Supervisor) 
     record = sup.wait(sup.submit("q", None).id, WAIT)
     assert record.status == Status.COMPLETED
     assert record.output_tail.startswith(b"SupervisorActor")
+
+
+class ExitsAsItIsKilled(WorkActor):
+    """Its work ends by itself just as the supervisor accepts a kill.
+
+    The end is reported from another thread, as the Reaper reports a shell's
+    exit, before this actor has handled the Kill: it says ``completed``.
+    """
+
+    kind: ClassVar[str] = "racing"
+    launched: ClassVar[dict[str, ExitsAsItIsKilled]] = {}
+
+    def launch(self) -> None:
+        ExitsAsItIsKilled.launched[self.unit.id] = self
+
+    def signal_work(self, signum: int) -> None:
+        """Nothing to signal: the work has ended already."""
+
+    def cancel(self, reason: Reason = Reason.CANCELLED) -> None:
+        """Likewise."""
+
+    def end_by_itself(self) -> None:
+        """The test's thread, as the Reaper's: the work's own end, unaware of the kill."""
+        if self.claim_end():
+            self.unit.report_end(self.unit.id, Outcome(Status.COMPLETED, exit_code=0))
+        self.actor_ref.stop(block=False)
+
+
+@pytest.mark.parametrize("ask", ["kill", "cancel"])
+def test_a_kill_answered_true_ends_the_unit_killed_whatever_it_reports_after(
+    sup: Supervisor, ask: str
+) -> None:
+    # The supervisor's answer decides: a unit whose kill or cancel it accepted ends
+    # killed for that reason, even when its own report, racing the kill, says
+    # completed (seen under load by the lifecycle machine with real shells).
+    sup.register_kind("u", ExitsAsItIsKilled)
+    unit = sup.submit("u", None)
+    work = eventually(lambda: ExitsAsItIsKilled.launched.get(unit.id), what="the launch")
+    accepted = sup.kill(unit.id) if ask == "kill" else sup.cancel(unit.id, grace=60)
+    assert accepted is True
+    work.end_by_itself()
+    record = sup.wait(unit.id, WAIT)
+    reason = Reason.KILLED if ask == "kill" else Reason.CANCELLED
+    assert (record.status, record.reason, record.exit_code) == (Status.KILLED, reason, 0)
+    notice = sup.notifications().get(timeout=WAIT)
+    assert isinstance(notice, Notification)
+    assert notice.status == Status.KILLED

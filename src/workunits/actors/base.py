@@ -310,7 +310,7 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
             self.on_stop()
         except Exception:
             log.exception("%s: could not release the work of a failed actor", self.unit.id)
-        error = "the unit's actor failed"
+        error = ACTOR_FAILED
         if exception_value is not None:
             error = _describe_error(error, exception_value)
         if self.claim_end():
@@ -324,6 +324,10 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         killed it" must not flip a cancel into a success or a failure.
         """
         return exit_outcome(self._ending, exit_code, signum)
+
+
+# The error of a unit whose actor failed (``on_failure``): a bug in its kind.
+ACTOR_FAILED = "the unit's actor failed"
 
 
 def exit_outcome(ending: Reason | None, exit_code: int | None, signum: int | None) -> Outcome:

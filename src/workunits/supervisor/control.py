@@ -18,7 +18,7 @@ from workunits._errors import SpecError, UnknownWork
 from workunits._record import Outcome, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.actor_messages import Cancel, Escalate, Kill, StopTeammate
-from workunits.actors.base import WorkActor
+from workunits.actors.base import ACTOR_FAILED, WorkActor, exit_outcome
 from workunits.supervisor.endings import TerminalTransition
 from workunits.supervisor.eviction import Eviction
 from workunits.supervisor.slots import Ending
@@ -77,7 +77,25 @@ class Control:
         if not self._units.tell(work_id, Kill(reason)):
             return False  # it has ended; its report is queued behind this call
         slot.ending = Ending.KILL
+        slot.asked = slot.asked or reason  # the first reason wins, as in the unit's actor
         return True
+
+    def as_asked(self, work_id: str, outcome: Outcome) -> Outcome:
+        """The end a unit reported, made ``killed`` when a kill or cancel of it was accepted.
+
+        The supervisor's answer decides: once ``kill`` said True, the unit ends
+        ``killed`` for that reason even when its process ended by itself before
+        its actor heard of the kill (the Reaper reports a shell's exit without
+        waiting for the actor). Kept as reported: a ``killed`` end (its own
+        reason), an end we gave a reason (``lost``...), and a failure of the
+        unit's actor (a bug in its kind, which the record must show).
+        """
+        slot = self._units.slot(work_id)
+        if slot is None or slot.asked is None or outcome.status is Status.KILLED:
+            return outcome
+        if outcome.reason is not None or (outcome.error or "").startswith(ACTOR_FAILED):
+            return outcome
+        return exit_outcome(slot.asked, outcome.exit_code, outcome.signal)
 
     def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
         if self._units.evicted(work_id):
@@ -95,6 +113,7 @@ class Control:
         if not self._units.tell(work_id, Cancel(reason)):
             return False  # it has ended; its report is queued behind this call
         slot.ending = Ending.CANCEL
+        slot.asked = reason
         self._deadlines.push(self._clock.now() + grace, work_id, Due.ESCALATE)
         return True
 

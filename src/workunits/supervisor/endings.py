@@ -173,7 +173,7 @@ class TerminalTransition:
         if new is old:
             return
         if slot is not None:  # no longer running
-            slot.actor = slot.output_cap = slot.ending = None
+            slot.actor = slot.output_cap = slot.ending = slot.asked = None
         self._batch.append(_Ended(old, new, slot, notify))
 
     def commit(self) -> None:

@@ -142,7 +142,7 @@ class Retries:
             return False
         slot = self._units.slot(work_id)
         assert slot is not None  # the caller found it
-        slot.actor = slot.output_cap = slot.ending = slot.timeout_at = None
+        slot.actor = slot.output_cap = slot.ending = slot.asked = slot.timeout_at = None
         slot.pid = slot.progress = None  # the schedule's write carried them
 
         def waiting(r: WorkRecord) -> WorkRecord:

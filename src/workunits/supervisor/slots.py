@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from workunits._ledger import Write
+from workunits._status import Reason
 from workunits.actors.base import WorkActor
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class Slot:
     """One unit's live state in the supervisor; its record stays in the registry.
 
     Invariants (kept by ``Starts``, ``Control`` and ``TerminalTransition``):
-    ``actor``, ``output_cap`` and ``ending`` are set only while the record is
+    ``actor``, ``output_cap``, ``ending`` and ``asked`` are set only while the record is
     ``running`` (the terminal transition clears them); ``pid`` only until the
     next tick or the terminal write, which carries it; ``progress`` until the
     next tick; ``read_fd`` is open
@@ -46,6 +47,9 @@ class Slot:
     actor: pykka.ActorRef[WorkActor] | None = None
     output_cap: int | None = None
     ending: Ending | None = None
+    # The reason of the first kill or cancel accepted (answered True): the unit ends
+    # ``killed`` for it, whatever its process did meanwhile (``Control.as_asked``).
+    asked: Reason | None = None
     read_fd: int | None = None
     pid: Write | None = None  # to record at the next tick (ls/show only)
     progress: ProgressItem | None = None  # likewise, grouped per tick
