@@ -293,20 +293,22 @@ def test_a_cancel_request_is_answered_when_the_unit_ends(
 def test_a_cancel_request_the_unit_outran_is_answered_unchanged(
     msup: Supervisor, drive: ScriptedDriver
 ) -> None:
-    # The unit exits 0 on its own just before the Cancel reaches its actor (its
-    # exit is already queued there): the request changed nothing and must say so.
+    # The unit exits 0 on its own after the request was made but before the
+    # supervisor takes it up: the request changed nothing and must say so. (Once
+    # the supervisor has accepted a cancel, the unit ends killed whatever its
+    # process does next: tests/test_kinds.py, ...answered_true...)
     unit = drive.start()
     actor = msup._ask(rq.UnitActor(unit.id))
     with connect(msup.state_dir) as client:
         seq = client.request("cancel", unit.id)
         assert seq is not None
         actor.tell(Exit(0))
+        assert msup.wait(unit.id, WAIT).status is Status.COMPLETED
         msup.tick()
         assert client.request_result(seq, timeout=WAIT) == {
             "changed": False,
             "status": "completed",
         }
-    assert msup.wait(unit.id, WAIT).status is Status.COMPLETED
 
 
 def test_a_kill_request_is_answered_changed_once_the_unit_ended_killed(
