@@ -93,8 +93,6 @@ __all__ = [
     "Client",
     "ClientClosed",
     "ClientHandle",
-    "HttpClient",
-    "HttpHandle",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -170,7 +168,9 @@ __getattr__, __dir__ = _lazy.exports(
         "ClientHandle": "workunits._client",
         "connect": "workunits._client",
         "connect_async": "workunits._client",
-        "HttpClient": "workunits._client_http",  # needs the http extra (httpx)
+        # Not in __all__: they need the http extra (httpx), and a star import of
+        # this package must work without it.
+        "HttpClient": "workunits._client_http",
         "HttpHandle": "workunits._client_http",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
