@@ -9,7 +9,6 @@ another; a crash of the worker fails the unit it was running, and only that one.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import ClassVar
 
 from workunits._errors import WorkunitsError
@@ -37,23 +36,12 @@ class PooledAgentActor(AgentActor):
             pool.reserve(self.unit.id)
 
     def on_stop(self) -> None:
-        self._withdraw()
-        super().on_stop()
-
-    def on_failure(
-        self,
-        exception_type: type[BaseException] | None,
-        exception_value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._withdraw()
-        super().on_failure(exception_type, exception_value, tb)
-
-    def _withdraw(self) -> None:
-        """A unit whose launch failed before it reached the pool gives its place up."""
+        """A unit whose launch failed before it reached the pool gives its place up
+        (``on_failure`` comes here too)."""
         pool = self.unit.pool
         if pool is not None:
             pool.withdraw(self.unit.id)
+        super().on_stop()
 
     def _start_process(
         self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch
