@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cloudpickle
+import orjson
 import pytest
 
 import workunits as wu
 from workunits._errors import InvalidArgument
+from workunits._runtime import child
+from workunits._runtime import context as _context
 from workunits._zygote import _linux, spare, warm
 
 from .conftest import alive, eventually
@@ -186,6 +189,81 @@ def test_a_memory_limit_holds(wsup: wu.Supervisor, warm_processes: int) -> None:
     assert wsup.result(wsup.agent(allocate, 1 << 20).id, timeout=30) == 1 << 20
 
 
+# -- the rehearsal -------------------------------------------------------------------
+
+
+def kind_of_fd(fd: str) -> str:
+    """What descriptor ``fd`` of this process is: ``pipe``, ``socket``, ``file``..."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except FileNotFoundError:
+        return "gone"  # the directory listing's own descriptor
+    if target.startswith("/") and target != os.devnull:
+        return "file"  # the transcript: its path names the unit
+    return target.split(":")[0]
+
+
+def talk_and_describe() -> dict[str, object]:
+    """Write to both streams and report progress; say what the process holds."""
+    ctx = wu.current()
+    print("to stdout")
+    print("to stderr", file=sys.stderr)
+    ctx.progress(0.5, "half way")
+    return {
+        "id": ctx.id,
+        "fds": sorted(kind_of_fd(fd) for fd in os.listdir("/proc/self/fd")),
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "stdout": type(sys.stdout).__name__,
+    }
+
+
+def run_on_a_spare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rehearse_after: str
+) -> tuple[dict[str, object], list[tuple[int, str]]]:
+    """One ``talk_and_describe`` unit on a spare; its result and its transcript's events."""
+    monkeypatch.setenv(warm.PROCESSES_ENV, "2")
+    monkeypatch.setenv(warm.REHEARSE_ENV, rehearse_after)
+    state = tmp_path / rehearse_after
+    with wu.Supervisor(state, install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        ready = eventually(lambda: full(zygote, 2), timeout=20, what="two warm processes")
+        h = sup.agent(talk_and_describe)
+        result = sup.result(h.id, timeout=30)
+        assert sup.get(h.id).pid in ready  # it ran on a spare
+        assert result["id"] == h.id
+    transcript = state / "transcripts" / f"{h.id}.jsonl"
+    events = [orjson.loads(line) for line in transcript.read_bytes().splitlines()]
+    return result, [(e["seq"], e["type"]) for e in events]
+
+
+@pytest.mark.timeout(90)
+def test_a_spare_that_rehearsed_runs_its_unit_as_one_that_did_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 0: every spare rehearses before it waits; 3600: none does within this test.
+    rehearsed, rehearsed_events = run_on_a_spare(tmp_path, monkeypatch, "0")
+    plain, plain_events = run_on_a_spare(tmp_path, monkeypatch, "3600")
+    for described in (rehearsed, plain):
+        described.pop("id")
+    assert rehearsed == plain  # the same descriptors, threads and streams
+    assert rehearsed_events == plain_events  # numbered from 1, nothing of the rehearsal in it
+    assert rehearsed_events[0] == (1, "start")
+    assert {"stdout", "stderr", "progress", "result"} <= {kind for _, kind in rehearsed_events}
+
+
+@pytest.mark.timeout(30)
+def test_a_rehearsal_leaves_nothing_behind() -> None:
+    fds = sorted(os.listdir("/proc/self/fd"))
+    threads = threading.enumerate()
+    streams = (sys.stdout, sys.stderr)
+    current = _context._current
+    child.rehearse()
+    assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert threading.enumerate() == threads
+    assert (sys.stdout, sys.stderr) == streams
+    assert _context._current is current
+
+
 # -- the pool's life ------------------------------------------------------------------
 
 
@@ -233,6 +311,9 @@ def test_a_killed_zygote_takes_its_spares_with_it(
         (warm.IDLE_ENV, "0"),
         (warm.IDLE_ENV, "soon"),
         (warm.IDLE_ENV, "inf"),
+        (warm.REHEARSE_ENV, "-0.1"),
+        (warm.REHEARSE_ENV, "later"),
+        (warm.REHEARSE_ENV, "nan"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_it(

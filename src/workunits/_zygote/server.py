@@ -438,7 +438,7 @@ class Zygote:
                 ours.close()
                 self.forget_zygote()
                 unit_process.detach(self.pid, subreaper=self.cgroups is None)
-                code = spare.run(theirs)
+                code = spare.run(theirs, self.pool.settings.rehearse_after)
             except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
                 code = EXIT_RUNTIME_BROKEN
             finally:
