@@ -30,6 +30,11 @@ def encode_plain(obj: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+def frame(body: bytes) -> bytes:
+    """A frame of an already pickled ``body`` (passed on without being opened)."""
+    return _HEADER.pack(len(body)) + body
+
+
 class FrameReader:
     """Accumulates bytes and returns every complete frame, in order."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +77,53 @@ class Exited:
 @dataclass(frozen=True, slots=True)
 class Ready:
     pid: int
+
+
+# -- on the wire ------------------------------------------------------------------------
+# A spawn request and the two reports every unit gets (spawned, exited) travel as
+# tuples of plain values, not as the dataclasses above. Pickling a slots dataclass
+# runs Python code (its __getstate__ and __setstate__, its fields), and the zygote
+# forks for every Python unit: after a fork, each page that code writes is copied
+# on its first write. Decoding and re-encoding one SpawnCall right after a fork took
+# ~130 such copies, ~0.3 ms, on the unit's way in (bench/RESULTS.md). The zygote
+# passes a call's pickled SpawnCall on unopened: to the spare, or to the child it
+# forks, which opens it.
+
+CALL = "call"
+SPAWNED = "spawned"
+EXITED = "exited"
+
+# (CALL, unit_id, kind, payload_in_fd, the pickled SpawnCall)
+CallRequest = tuple[str, str, str, bool, bytes]
+
+
+def call_request(call: SpawnCall) -> CallRequest:
+    """``call`` as the supervisor sends it to the zygote."""
+    body = pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)
+    return (CALL, call.unit_id, call.kind, call.payload_in_fd, body)
+
+
+def is_call_request(message: object) -> TypeGuard[CallRequest]:
+    return type(message) is tuple and len(message) == 5 and message[0] == CALL
+
+
+def spawned(unit_id: str, pid: int) -> tuple[str, str, int]:
+    """``Spawned`` as the zygote sends it (its pidfd attached)."""
+    return (SPAWNED, unit_id, pid)
+
+
+def exited(
+    unit_id: str, pid: int, exit_code: int | None, signum: int | None
+) -> tuple[str, str, int, int | None, int | None]:
+    """``Exited`` as the zygote sends it."""
+    return (EXITED, unit_id, pid, exit_code, signum)
+
+
+def from_zygote(message: object) -> object:
+    """A message from the zygote, its wire tuples made the dataclasses above."""
+    if type(message) is tuple and message:
+        if message[0] == SPAWNED:
+            return Spawned(*message[1:])
+        if message[0] == EXITED:
+            return Exited(*message[1:])
+    return message

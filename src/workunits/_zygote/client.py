@@ -32,6 +32,8 @@ from workunits._wire.zygote_protocol import (
     Spawned,
     SpawnExec,
     SpawnFailed,
+    call_request,
+    from_zygote,
 )
 from workunits._zygote import nofile, payload
 from workunits._zygote.reaper import Reaper
@@ -244,12 +246,14 @@ class ZygoteClient:
                     return zygote
         raise ZygoteUnavailable("the zygote keeps dying as it starts")
 
-    def _send(self, unit_id: str, events: UnitEvents, message: Any, fds: list[int]) -> None:
+    def _send(
+        self, unit_id: str, events: UnitEvents, message: Any, fds: list[int], *, plain: bool = False
+    ) -> None:
         for attempt in (1, 2):
             zygote = self._register(unit_id, events)
             try:
                 with self._send_lock:
-                    _framing.send(zygote.sock, message, fds)
+                    _framing.send(zygote.sock, message, fds, plain=plain)
             except OSError:
                 # The zygote died under us; its EOF reports its other units lost.
                 with self._lock:
@@ -267,12 +271,14 @@ class ZygoteClient:
         self, message: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents
     ) -> None:
         if len(message.payload) <= payload.FD_PAYLOAD:
-            self._send(message.unit_id, events, message, [transcript_fd, channel_fd])
+            request = call_request(message)
+            self._send(message.unit_id, events, request, [transcript_fd, channel_fd], plain=True)
             return
         payload_fd = payload.to_memfd(message.payload, message.unit_id)
         try:
-            light = dataclasses.replace(message, payload=b"", payload_in_fd=True)
-            self._send(message.unit_id, events, light, [transcript_fd, channel_fd, payload_fd])
+            light = call_request(dataclasses.replace(message, payload=b"", payload_in_fd=True))
+            fds = [transcript_fd, channel_fd, payload_fd]
+            self._send(message.unit_id, events, light, fds, plain=True)
         finally:
             os.close(payload_fd)  # the zygote holds its own copy of the descriptor now
 
@@ -295,7 +301,8 @@ class ZygoteClient:
 
     def _on_data(self, zygote: _Zygote, data: bytes, fds: list[int]) -> None:
         zygote.fds.extend(fds)
-        for message in zygote.reader.feed(data):
+        for frame in zygote.reader.feed(data):
+            message = from_zygote(frame)
             if isinstance(message, Spawned):
                 if not zygote.fds:
                     self._pidfd_dropped(zygote, message.unit_id)

@@ -27,6 +27,7 @@ import dataclasses
 import errno
 import gc
 import os
+import pickle
 import resource
 import selectors
 import shutil
@@ -42,14 +43,14 @@ from workunits import _framing
 from workunits._runtime.child import run_unit
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (
-    Exited,
     Limits,
     Ready,
     Signal,
-    SpawnCall,
-    Spawned,
     SpawnExec,
     SpawnFailed,
+    exited,
+    is_call_request,
+    spawned,
 )
 from workunits._zygote import _linux, guard, keeper, nofile, payload, spare, unit_process
 from workunits._zygote.containment import Cgroups
@@ -177,14 +178,15 @@ class Zygote:
         return True
 
     def handle(self, message: Any) -> None:
-        if isinstance(message, SpawnExec | SpawnCall):
-            fds = self._fds_for(message)
-            if fds is None:
-                return
-            if isinstance(message, SpawnExec):
+        if is_call_request(message):
+            _, unit_id, kind, payload_in_fd, call = message
+            fds = self._fds_for(unit_id, 3 if payload_in_fd else 2)
+            if fds is not None:
+                self.spawn_call(unit_id, kind, call, fds)
+        elif isinstance(message, SpawnExec):
+            fds = self._fds_for(message.unit_id, 1)
+            if fds is not None:
                 self.spawn_exec(message, fds[0])
-            else:
-                self.spawn_call(message, fds[0], fds[1], fds[2] if len(fds) > 2 else None)
         elif isinstance(message, Signal):
             slot = self.by_unit.get(message.unit_id)
             if slot is not None:  # unreaped leader: its pid and group id are still ours
@@ -195,16 +197,16 @@ class Zygote:
                 if message.signum == signal.SIGKILL and slot.cgroup is not None:
                     Cgroups.kill(slot.cgroup)  # a kill takes the escaped ones too, now
 
-    def _fds_for(self, message: SpawnExec | SpawnCall) -> list[int] | None:
-        """The descriptors sent with ``message``; None (the unit refused) when they were lost."""
-        wanted = 1 if isinstance(message, SpawnExec) else 3 if message.payload_in_fd else 2
+    def _fds_for(self, unit_id: str, wanted: int) -> list[int] | None:
+        """The ``wanted`` descriptors sent with ``unit_id``'s request; None (the unit
+        refused) when they were lost."""
         group = self.fd_groups.pop(0) if self.fd_groups else None
         if group is not None and len(group) == wanted:
             return group
         for fd in group or ():
             os.close(fd)
         self.refuse(
-            message.unit_id,
+            unit_id,
             "could not start: the zygote is out of file descriptors (EMFILE: "
             "RLIMIT_NOFILE); the unit's descriptors were dropped in transit",
         )
@@ -321,68 +323,53 @@ class Zygote:
             setsigmask=(),
         )
 
-    def spawn_call(
-        self, msg: SpawnCall, transcript_fd: int, channel_fd: int, payload_fd: int | None = None
-    ) -> None:
-        fds = (
-            [transcript_fd, channel_fd]
-            if payload_fd is None
-            else [transcript_fd, channel_fd, payload_fd]
-        )
+    def spawn_call(self, unit_id: str, kind: str, call: bytes, fds: list[int]) -> None:
+        """Start the Python unit ``unit_id``; ``call`` is its pickled ``SpawnCall``, which
+        only the unit's process opens (see ``zygote_protocol``); ``fds`` are its
+        transcript and channel (and its payload)."""
         # A pooled worker lives for many units: a fork is no cost worth a spare for it.
-        call = msg.kind != WORKER_KIND
-        if call:
+        python_unit = kind != WORKER_KIND
+        if python_unit:
             self.pool.demand(self.calls + 1)
             while (warm := self.pool.take()) is not None:
-                if self.hand_over(warm, msg, fds):
+                if self.hand_over(warm, unit_id, call, fds):
                     return
-        self.fork_call(msg, transcript_fd, channel_fd, payload_fd, call=call)
+        self.fork_call(unit_id, call, fds, python_unit=python_unit)
 
-    def fork_call(
-        self,
-        msg: SpawnCall,
-        transcript_fd: int,
-        channel_fd: int,
-        payload_fd: int | None,
-        *,
-        call: bool,
-    ) -> None:
+    def fork_call(self, unit_id: str, call: bytes, fds: list[int], *, python_unit: bool) -> None:
         """Fork a process for the unit (no spare was at hand, or it is a pooled worker)."""
         cgroup = None
         try:
             if self.cgroups is None:
                 pid = os.fork()
             else:
-                cgroup = self.cgroups.unit_dir(msg.unit_id)
+                cgroup = self.cgroups.unit_dir(unit_id)
                 with self._inside(cgroup):
                     pid = os.fork()
         except OSError as exc:  # EAGAIN (RLIMIT_NPROC, pids.max), ENOMEM: this unit only
-            os.close(transcript_fd)
-            os.close(channel_fd)
-            if payload_fd is not None:
-                os.close(payload_fd)
+            for fd in fds:
+                os.close(fd)
             if cgroup is not None:
                 Cgroups.remove(cgroup)
-            self.refuse(msg.unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
+            self.refuse(unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
             return
         if pid == 0:  # pragma: no cover - runs in the unit process
             code = EXIT_RUNTIME_BROKEN
             try:
-                if payload_fd is not None:  # read here, never in the zygote (see payload)
-                    msg = dataclasses.replace(msg, payload=payload.read_fd(payload_fd))
+                msg = pickle.loads(call)  # noqa: S301 - the supervisor's, on our socket pair
+                if msg.payload_in_fd:  # read here, never in the zygote (see payload)
+                    msg = dataclasses.replace(msg, payload=payload.read_fd(fds[2]))
                 self.become_unit(msg.limits, subreaper=self.cgroups is None)
-                code = run_unit(msg, transcript_fd, channel_fd)
+                code = run_unit(msg, fds[0], fds[1])
             except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
                 code = EXIT_RUNTIME_BROKEN
             finally:
                 os._exit(code)
-        os.close(transcript_fd)
-        os.close(channel_fd)
-        if payload_fd is not None:
-            os.close(payload_fd)
-        self.adopt(pid, msg.unit_id, cgroup, call=call)
+        for fd in fds:
+            os.close(fd)
+        self.adopt(pid, unit_id, cgroup, call=python_unit)
 
-    def hand_over(self, warm: Spare, msg: SpawnCall, fds: list[int]) -> bool:
+    def hand_over(self, warm: Spare, unit_id: str, call: bytes, fds: list[int]) -> bool:
         """Give the unit to a warm process with its descriptors; False (the spare killed) if
         that failed, and then the descriptors stay ours.
 
@@ -392,7 +379,7 @@ class Zygote:
         """
         try:
             warm.sock.settimeout(HANDOVER_TIMEOUT)
-            data = _framing.encode_plain(msg)
+            data = _framing.frame(call)  # the SpawnCall, passed on unopened
             sent = socket.send_fds(warm.sock, [data], fds)
             if sent < len(data):  # sendall(b"") still sends, to a spare that may have read all
                 warm.sock.sendall(data[sent:])
@@ -403,7 +390,7 @@ class Zygote:
             warm.sock.close()
         for fd in fds:
             os.close(fd)
-        self.adopt(warm.pid, msg.unit_id, warm.cgroup, call=True)
+        self.adopt(warm.pid, unit_id, warm.cgroup, call=True)
         self.spares_held_until = time.monotonic() + SPARE_HOLD
         return True
 
@@ -490,7 +477,7 @@ class Zygote:
         self.by_unit[unit_id] = slot
         self.calls += call
         try:
-            _framing.send(self.control, Spawned(unit_id, shown or pid), [pidfd], plain=True)
+            _framing.send(self.control, spawned(unit_id, shown or pid), [pidfd], plain=True)
         finally:
             os.close(pidfd)
 
@@ -559,7 +546,7 @@ class Zygote:
             else:
                 exit_code, signum = os.waitstatus_to_exitcode(status), None
             with contextlib.suppress(OSError):
-                _framing.send(self.control, Exited(unit_id, pid, exit_code, signum), plain=True)
+                _framing.send(self.control, exited(unit_id, pid, exit_code, signum), plain=True)
 
     def end(self, slot: Slot) -> None:
         """The unit's leader has exited (unreaped): kill everything the unit started."""
