@@ -9,6 +9,7 @@ they would on a fork, an unused spare ages out, and spares die with the zygote.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -25,7 +26,7 @@ import workunits as wu
 from workunits._errors import InvalidArgument
 from workunits._runtime import child
 from workunits._runtime import context as _context
-from workunits._zygote import _linux, spare, warm
+from workunits._zygote import _linux, payload, spare, warm
 
 from .conftest import alive, eventually
 
@@ -187,6 +188,22 @@ def test_a_memory_limit_holds(wsup: wu.Supervisor, warm_processes: int) -> None:
     assert record.status is wu.Status.FAILED
     assert "MemoryError" in (record.error or "")
     assert wsup.result(wsup.agent(allocate, 1 << 20).id, timeout=30) == 1 << 20
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.timeout(60)
+def test_an_argument_too_large_for_the_request_reaches_the_unit_whole(
+    wsup: wu.Supervisor, warm_processes: int
+) -> None:
+    # Past payload.FD_PAYLOAD the call travels in a memfd beside the request, which
+    # the zygote passes on unopened: to a spare, or into the child it forks.
+    settle(wsup, warm_processes)
+    data = os.urandom(payload.FD_PAYLOAD + 12345)
+    assert wsup.result(wsup.agent(digest, data).id, timeout=30) == digest(data)
+    assert wsup.result(wsup.agent(digest, b"small").id, timeout=30) == digest(b"small")
 
 
 # -- the rehearsal -------------------------------------------------------------------
