@@ -19,7 +19,6 @@ import gc
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -279,13 +278,16 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
         c, d = harness.alternate(
             lambda: _kill_an_agent(sup, bad), _kill_bare_python, cfg.kill_reps, cfg.kill_warmup
         )
-        with _SyncedCommits(state / "floor-paused.db") as commit_once:
+        commits_one = submit_bench.BareInserts(state / "floor-paused.db", 200)
+        try:
             e, f = harness.alternate(
                 lambda: _kill_an_agent(sup, bad, pause=KILL_PAUSE),
-                lambda: _kill_bare_python(pause=KILL_PAUSE, then=commit_once),
+                lambda: _kill_bare_python(pause=KILL_PAUSE, then=commits_one.insert),
                 cfg.kill_reps,
                 cfg.kill_warmup,
             )
+        finally:
+            commits_one.close()
         commits = [1 / ledger_bench.raw_commits(state / f"floor-{n}.db", 500) for n in range(3)]
     shells = Pair(
         "kill -> terminal",
@@ -341,27 +343,6 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
 # A user's kill comes when the machine has idled for a while, not back to back with
 # other work: the paused pair measures the unit and its floor after the same pause.
 KILL_PAUSE = 0.02
-
-
-class _SyncedCommits:
-    """One bare SQLite WAL FULL commit per call, on the state dir's disk (a floor's part)."""
-
-    def __init__(self, path: Path) -> None:
-        self._conn = sqlite3.connect(path, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")
-        self._conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
-
-    def __enter__(self) -> Callable[[], None]:
-        return self._commit
-
-    def __exit__(self, *exc: object) -> None:
-        self._conn.close()
-
-    def _commit(self) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.execute("INSERT INTO t (v) VALUES (?)", (b"x" * 200,))
-        self._conn.execute("COMMIT")
 
 
 def _kill_an_agent(sup: wu.Supervisor, bad: list[str], pause: float = 0.0) -> float:

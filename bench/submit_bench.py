@@ -68,14 +68,19 @@ class BareInserts:
         self._n = 0
 
     def rate(self, count: int) -> float:
-        conn = self._conn
         start = time.perf_counter()
         for _ in range(count):
-            self._n += 1
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO t (k, v) VALUES (?, ?)", (f"key-{self._n:012d}", self._value))
-            conn.execute("COMMIT")
+            self.insert()
         return count / (time.perf_counter() - start)
+
+    def insert(self) -> None:
+        """One row, one fully synced transaction."""
+        self._n += 1
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute(
+            "INSERT INTO t (k, v) VALUES (?, ?)", (f"key-{self._n:012d}", self._value)
+        )
+        self._conn.execute("COMMIT")
 
     def close(self) -> None:
         self._conn.close()

@@ -20,14 +20,12 @@ MAX_FRAME = 1 << 30
 
 
 def encode(obj: Any) -> bytes:
-    body = bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-    return _HEADER.pack(len(body)) + body
+    return frame(bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)))
 
 
 def encode_plain(obj: Any) -> bytes:
     """A frame written with plain pickle: for messages that hold no code (faster to write)."""
-    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(body)) + body
+    return frame(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def frame(body: bytes) -> bytes:

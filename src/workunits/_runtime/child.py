@@ -66,16 +66,7 @@ def rehearse() -> None:
         )
         (call,) = _framing.FrameReader().feed(_framing.encode_plain(call))
         capture = Capture()  # never started: fds 1 and 2 stay the spare's
-        capture.bind(sink, call.first_seq, call.transcript_cap, on_cap=_nothing)
-        ctx = _context.UnitContext(
-            work_id=call.unit_id,
-            kind=call.kind,
-            attempt=call.attempt,
-            last_checkpoint=None,
-            channel=ours,
-            transcript=capture,
-        )
-        capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid())
+        ctx = _begin(call, ours, capture, sink, checkpoint=None)
         fn, args, kwargs = cloudpickle.loads(call.payload)
         _report_result(fn(*args, **kwargs), ctx, capture)
         with contextlib.suppress(BlockingIOError):
@@ -105,6 +96,24 @@ def run_unit(
         capture = prepare()
     channel = socket.socket(fileno=channel_fd)
     checkpoint = None if call.checkpoint is None else orjson.loads(call.checkpoint)
+    ctx = _begin(call, channel, capture, transcript_fd, checkpoint=checkpoint)
+    _context._current = ctx
+    try:
+        code = _run(call, ctx, capture)
+    finally:
+        capture.close(timeout=1.0)
+    return code
+
+
+def _begin(
+    call: SpawnCall,
+    channel: socket.socket,
+    capture: Capture,
+    transcript_fd: int,
+    *,
+    checkpoint: Any,
+) -> _context.UnitContext:
+    """A unit's context, its capture bound to its transcript, and the transcript's start."""
     ctx = _context.UnitContext(
         work_id=call.unit_id,
         kind=call.kind,
@@ -113,7 +122,6 @@ def run_unit(
         channel=channel,
         transcript=capture,
     )
-    _context._current = ctx
     capture.bind(
         transcript_fd,
         call.first_seq,
@@ -121,11 +129,7 @@ def run_unit(
         on_cap=lambda: _report_cap(ctx, call.transcript_cap),
     )
     capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid())
-    try:
-        code = _run(call, ctx, capture)
-    finally:
-        capture.close(timeout=1.0)
-    return code
+    return ctx
 
 
 def _report_cap(ctx: _context.UnitContext, cap: int | None) -> None:

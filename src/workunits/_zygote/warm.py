@@ -89,32 +89,30 @@ def _processes(text: str | None) -> int:
 
 
 def _idle(text: str | None) -> float:
-    if text is None or not text.strip():
-        return DEFAULT_IDLE
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise InvalidArgument(
-            f"{IDLE_ENV}={text!r}: expected the seconds an unused warm process lives, "
-            f"a number > 0 (unset: {DEFAULT_IDLE:g})"
-        )
-    return value
+    what = "the seconds an unused warm process lives"
+    return _seconds(IDLE_ENV, text, DEFAULT_IDLE, what, zero_means="")
 
 
 def _rehearse_after(text: str | None) -> float:
+    what = "the seconds a warm process waits before it rehearses a unit's start"
+    return _seconds(REHEARSE_ENV, text, DEFAULT_REHEARSE_AFTER, what, zero_means="at once")
+
+
+def _seconds(name: str, text: str | None, default: float, what: str, *, zero_means: str) -> float:
+    """``name``'s finite seconds, > 0, or >= 0 where 0 means something; ``default`` if unset.
+
+    Raises ``InvalidArgument`` naming the variable, its value and what it takes.
+    """
     if text is None or not text.strip():
-        return DEFAULT_REHEARSE_AFTER
+        return default
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (value >= 0 and math.isfinite(value)):
+    if not (math.isfinite(value) and (value > 0 or (zero_means and value == 0))):
+        bound, zero = (">= 0", f"0: {zero_means}; ") if zero_means else ("> 0", "")
         raise InvalidArgument(
-            f"{REHEARSE_ENV}={text!r}: expected the seconds a warm process waits before "
-            "it rehearses a unit's start, a number >= 0 "
-            f"(0: at once; unset: {DEFAULT_REHEARSE_AFTER:g})"
+            f"{name}={text!r}: expected {what}, a number {bound} ({zero}unset: {default:g})"
         )
     return value
 
