@@ -25,7 +25,7 @@ import pytest
 import workunits as wu
 from workunits._zygote import containment
 
-from .conftest import eventually
+from .conftest import alive, eventually
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -39,15 +39,6 @@ AGENT_ESCAPES = ("setsid", "new-group", "double-fork")
 HOW_IT_ENDS = ("by-itself", "kill", "cancel", "timeout")
 # Long enough for a loaded machine to start the unit and its escapee before it fires.
 TIMEOUT = 5.0  # long enough for a loaded machine to start the escapee first
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != b"Z"
 
 
 def escape_from_agent(how: str, pids: str, release: str) -> str:

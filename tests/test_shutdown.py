@@ -66,7 +66,8 @@ def test_close_kills_running_units_with_reason_shutdown(state_dir: Path) -> None
 
 def test_close_ends_every_pending_unit_killed_in_one_commit(state_dir: Path) -> None:
     later = time.time() + 3600
-    sup = Supervisor(state_dir, install_signal_handlers=False)
+    # No ticker: a tick's own commits (claims, requests) must not count as the close's.
+    sup = Supervisor(state_dir, install_signal_handlers=False, tick_interval=None)
     pending = [sup.shell(["true"], not_before=later).id for _ in range(40)]
     ledger = sup._runtime.ledger
     ledger.drain_commit_seconds()  # SQLite's COMMITs so far, timed; drained
