@@ -265,7 +265,9 @@ class ZygoteClient:
                 return
 
     def spawn_exec(self, message: SpawnExec, output_fd: int, events: UnitEvents) -> None:
-        self._send(message.unit_id, events, message, [output_fd])
+        # Plain pickle: a command is strings and numbers, and cloudpickle's pure-Python
+        # pickler took three times as long to write it, on the supervisor's thread.
+        self._send(message.unit_id, events, message, [output_fd], plain=True)
 
     def spawn_call(
         self, message: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents
