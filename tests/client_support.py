@@ -54,7 +54,7 @@ class FakeSupervisor:
         return self.ledger.require(work_id)
 
     def start(self, work_id: str, *, progress: float | None = None, message: str = "") -> None:
-        """``pending -> running``; creates the output file (a transcript link for agents)."""
+        """``pending -> running``; creates the output file (an agent's links its transcript)."""
         row = self.row(work_id)
         assert row.output_path is not None
         out = Path(row.output_path)
@@ -63,7 +63,7 @@ class FakeSupervisor:
             transcript = self.transcript(work_id)
             transcript.parent.mkdir(mode=0o700, exist_ok=True)
             transcript.touch(mode=0o600)
-            out.symlink_to(transcript)
+            out.hardlink_to(transcript)  # as the supervisor links an agent's output
             self.event(work_id, "start", id=work_id, attempt=row.attempt, pid=os.getpid())
         else:
             out.touch(mode=0o600)

@@ -16,7 +16,8 @@ from pathlib import Path
 from workunits._record import TAIL_BYTES
 
 # Agents' JSONL transcripts, one per unit, under the state dir; an agent's output
-# file is a symlink to its transcript. Kept after the end, deleted at expiry.
+# file is a second name (a hard link) of its transcript. Kept after the end,
+# deleted at expiry.
 TRANSCRIPTS_DIR = "transcripts"
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -74,17 +75,41 @@ def _symlink_refused(path: str) -> OutputFileError:
 
 
 def link(target: str, path: str) -> None:
-    """Make ``path`` a symlink to ``target``; refuse if anything is already at ``path``."""
+    """Make ``path`` a second name of the file ``target``; refuse if anything is at ``path``.
+
+    A hard link, not a symlink: the output dir and the transcripts dir are in one
+    state dir, and a new name for an existing file allocates no inode. A symlink
+    is a new inode, made and freed per unit; on ext4 without a journal each
+    inode allocation scans the inodes freed in the last minutes, so a busy
+    supervisor paid for its own churn (bench/RESULTS.md, "the file system under
+    the figures"). Where a hard link cannot be made (another file system mounted
+    in between, a file system without them), a symlink stands in.
+    """
     try:
-        os.symlink(target, path)
+        os.link(target, path, follow_symlinks=False)
     except FileExistsError as exc:
-        raise OutputFileError(
-            errno.EEXIST, f"refusing to link output: something already exists at {path}"
-        ) from exc
+        raise _exists(path) from exc
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINK:
+            raise
+        try:
+            os.symlink(target, path)
+        except FileExistsError as exc2:
+            raise _exists(path) from exc2
+
+
+# link(2)'s answers for "not here": another file system, none supported, or not allowed.
+_NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
+
+
+def _exists(path: str) -> OutputFileError:
+    return OutputFileError(
+        errno.EEXIST, f"refusing to link output: something already exists at {path}"
+    )
 
 
 def open_for_reading(path: str) -> int | None:
-    """Open the output file (following an agent's transcript symlink); None when absent."""
+    """Open the output file (an agent's is its transcript's other name); None when absent."""
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -125,6 +150,6 @@ def size_of(path: str) -> int:
 
 
 def remove(path: str) -> None:
-    """Remove the output file; for a symlink only the link goes, its target survives."""
+    """Remove the output file; an agent's transcript, its other name, survives."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)

@@ -1,6 +1,6 @@
 """Agent units (``a``): a Python callable in its own process, forked by the zygote.
 
-The agent's output file is a symlink to its JSONL transcript. Its process talks
+The agent's output file is a second name (a hard link) of its JSONL transcript. Its process talks
 to this actor over one duplex channel: progress, checkpoints, spawn requests,
 results and errors come in; cancel requests, replies and children's ends go out.
 """
@@ -125,7 +125,7 @@ class AgentActor(WorkActor):
             # A resumed attempt appends to the transcript its earlier attempts wrote.
             transcript_fd = _outputfile.reopen_for_append(self._transcript_path)
             first_seq = last_seq(self._transcript_path) + 1
-            _outputfile.remove(self.unit.output_path)  # the dead session's symlink
+            _outputfile.remove(self.unit.output_path)  # the dead session's name for it
         else:
             transcript_fd = _outputfile.create(self._transcript_path, append=True)
         try:

@@ -1,8 +1,8 @@
 """Remote units (``r``): a callable run as a Ray task.
 
 ``RemoteActor`` runs in the supervisor process, one pykka actor per unit, like
-every kind. It owns the unit's transcript (the output file is a symlink to it,
-as for agents), places the work on Ray once Ray is up, and turns what comes up
+every kind. It owns the unit's transcript (the output file is a second name of
+it, as for agents), places the work on Ray once Ray is up, and turns what comes up
 the unit's stream into transcript events, progress and checkpoint reports, and
 at the end one outcome. It never blocks on Ray: a follower thread reads the
 stream and tells it (see ``workunits._remote``). Remote teammates

@@ -225,7 +225,7 @@ class TerminalTransition:
         self._cascade(new)
 
     def _drain_output(self, record: WorkRecord, slot: Slot | None) -> tuple[int, bytes]:
-        """Final drain: size and tail, then remove the file (a symlink's target survives).
+        """Final drain: size and tail, then remove the file (an agent's transcript survives).
 
         A retained reader that still lags keeps a descriptor, so a stream loses
         nothing to the removal.
