@@ -55,6 +55,36 @@ def raw_commits(path: Path, count: int) -> float:
     return rate
 
 
+class BareInserts:
+    """The peer: one connection, WAL, FULL; one insert of ``size`` bytes per transaction."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = FULL")
+        self._conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v BLOB)")
+        self._value = b"x" * max(1, size - 16)  # the key below is ~16 bytes
+        self._n = 0
+
+    def rate(self, count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            self.insert()
+        return count / (time.perf_counter() - start)
+
+    def insert(self) -> None:
+        """One row, one fully synced transaction."""
+        self._n += 1
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute(
+            "INSERT INTO t (k, v) VALUES (?, ?)", (f"key-{self._n:012d}", self._value)
+        )
+        self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 def run(
     state_dir: Path, units: int, group: int, url: str | None = None
 ) -> list[tuple[str, float, int | None]]:

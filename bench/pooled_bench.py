@@ -20,7 +20,9 @@ import harness
 from harness import BenchResult, Pair, Series
 from peer_benches import (
     EVICT_SOON,
+    FLOOR_SEQUENCE,
     HasQuick,
+    durable_pair,
     pair_of,
     scale,
     state_dir,
@@ -60,6 +62,14 @@ def bench_pooled_units(cfg: HasQuick) -> BenchResult:
         per_call.a.samples, per_call.b.samples = harness.alternate(
             _timed(pooled_call), _timed(ppe_call), reps, warm
         )
+        durable = durable_pair(
+            result,
+            state,
+            ("sup.agent(trivial, reuse=True) -> sup.result", _timed(pooled_call)),
+            ("a ProcessPoolExecutor(2) call", ppe_call),
+            reps=reps,
+            warm=warm,
+        )
         xs, ys = harness.alternate(
             lambda: two_in_flight(pooled_call, batch),
             lambda: two_in_flight(ppe_call, batch),
@@ -92,13 +102,12 @@ def bench_pooled_units(cfg: HasQuick) -> BenchResult:
         f"{rate:,.0f} units/s (ProcessPoolExecutor {rates.b.median:,.0f}/s)",
     )
     fsync_rate = statistics.median(fsyncs)
-    floor = per_call.b.median + 2 / fsync_rate
     result.note(
-        f"floor per call: a ProcessPoolExecutor call plus the two fully synced commits "
-        f"every unit waits for (its submit before it starts, its end before its result; "
-        f"{harness.fmt(1 / fsync_rate, 's')} each in this run) = {harness.fmt(floor, 's')}, "
-        f"{floor / per_call.b.median:.2f}x the pool's call; pooled units take "
-        f"{per_call.a.median / floor:.2f}x of that floor"
+        f"floor per call, measured in this run: "
+        f"{FLOOR_SEQUENCE.format(work='a ProcessPoolExecutor call')} (a unit waits for its "
+        f"submit's commit before it starts, and for its end's before its result) = "
+        f"{harness.fmt(durable.b.median, 's')}, {durable.b.median / per_call.b.median:.2f}x "
+        f"the pool's call; pooled units take {durable.median_pair_ratio:.2f}x of it, pair by pair"
     )
     result.note(
         f"floor for the 2,000/s target: each unit's submit is a fully synced commit "

@@ -148,6 +148,14 @@ def bench_shell_true(cfg: Config) -> BenchResult:
             return elapsed
 
         a, b = harness.alternate(unit, popen, cfg.shell_reps, cfg.shell_warmup)
+        durable = peer_benches.durable_pair(
+            result,
+            state,
+            ("sup.shell(['true']) + wait", unit),
+            ("Popen(['true']).wait()", popen),
+            reps=cfg.shell_reps,
+            warm=cfg.shell_warmup,
+        )
         _explain_cpu(result, unit, popen, cfg.shell_cpu_reps)
     # What the two fully synced commits per unit cost: the same units on a ledger
     # that does not fsync (ledger_sync="normal"), against Popen in the same run.
@@ -176,12 +184,12 @@ def bench_shell_true(cfg: Config) -> BenchResult:
     )
     commit = Series("one bare SQLite WAL FULL commit", commits)
     result.series.append(commit)
-    floor = pair.b.median + 2 * commit.median
+    sequence = peer_benches.FLOOR_SEQUENCE.format(work="Popen(['true']).wait()")
     result.note(
-        f"floor for a durable unit, measured in this run: Popen "
-        f"({harness.fmt(pair.b.median, 's')}) + its submit's and its end's fully synced "
-        f"commits (2 x {harness.fmt(commit.median, 's')}) = {harness.fmt(floor, 's')}, "
-        f"{floor / pair.b.median:.2f}x Popen; the unit takes {pair.a.median / floor:.2f}x that"
+        f"floor for a durable unit, measured in this run: {sequence} (nothing starts "
+        f"before its submit is durable, nobody learns of its end before it is) = "
+        f"{harness.fmt(durable.b.median, 's')}, {durable.b.median / pair.b.median:.2f}x Popen; "
+        f"the unit takes {durable.median_pair_ratio:.2f}x of it, pair by pair"
     )
     result.info["ratio_of_medians"] = pair.ratio_of_medians
     if bad:
@@ -278,7 +286,7 @@ def bench_kill_latency(cfg: Config) -> BenchResult:
         c, d = harness.alternate(
             lambda: _kill_an_agent(sup, bad), _kill_bare_python, cfg.kill_reps, cfg.kill_warmup
         )
-        commits_one = submit_bench.BareInserts(state / "floor-paused.db", 200)
+        commits_one = ledger_bench.BareInserts(state / "floor-paused.db", 200)
         try:
             e, f = harness.alternate(
                 lambda: _kill_an_agent(sup, bad, pause=KILL_PAUSE),

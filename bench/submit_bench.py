@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import ledger_bench
 from harness import BenchResult, Pair, Series
 from peer_benches import EVICT_SOON, HasQuick, scale, state_dir
 
@@ -54,36 +55,6 @@ def row_bytes(db: Path) -> int:
         for row in rows
     ]
     return max(sizes)
-
-
-class BareInserts:
-    """The peer: one connection, WAL, FULL; one insert of ``size`` bytes per transaction."""
-
-    def __init__(self, path: Path, size: int) -> None:
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")
-        self._conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, k TEXT UNIQUE, v BLOB)")
-        self._value = b"x" * max(1, size - 16)  # the key below is ~16 bytes
-        self._n = 0
-
-    def rate(self, count: int) -> float:
-        start = time.perf_counter()
-        for _ in range(count):
-            self.insert()
-        return count / (time.perf_counter() - start)
-
-    def insert(self) -> None:
-        """One row, one fully synced transaction."""
-        self._n += 1
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.execute(
-            "INSERT INTO t (k, v) VALUES (?, ?)", (f"key-{self._n:012d}", self._value)
-        )
-        self._conn.execute("COMMIT")
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 @contextlib.contextmanager
@@ -148,7 +119,7 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
         for _ in range(50):  # warm-up, and rows to size the peer's by
             submit()
         size = row_bytes(base / "state" / "ledger.db")
-        peer = BareInserts(base / "bare.db", size)
+        peer = ledger_bench.BareInserts(base / "bare.db", size)
         try:
             peer.rate(200)
             for _ in range(windows):
