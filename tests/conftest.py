@@ -135,6 +135,13 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
+def parent_of(pid: int) -> int:
+    """The parent pid of a live process ``pid``, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])
+
+
 def running_pid(sup: wu.Supervisor, work_id: str) -> int:
     """The unit's pid, once its process exists."""
     return eventually(lambda: sup.get(work_id).pid, what=f"{work_id} to start")

@@ -28,7 +28,7 @@ from workunits._runtime import child
 from workunits._runtime import context as _context
 from workunits._zygote import _linux, payload, spare, warm
 
-from .conftest import alive, eventually
+from .conftest import alive, eventually, parent_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -77,12 +77,6 @@ def spares(zygote: int) -> set[int]:
         except FileNotFoundError:
             continue
     return found
-
-
-def parent_of(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    return int(stat[stat.rfind(b")") + 2 :].split()[1])
 
 
 def full(zygote: int, size: int) -> set[int] | None:

@@ -259,8 +259,10 @@ class WorkerPool:
     def _hand_over(self, worker: _Worker, job: _Job) -> None:
         """Send ``job`` to ``worker`` (assigned under the lock already)."""
         # A worker that is dying refuses the send; its exit ends this unit, as a crash would.
+        # Plain pickle: the call's code is inside its payload, already pickled bytes.
         with contextlib.suppress(OSError):
-            _framing.send(worker.sock, RunUnit(job.call), [job.transcript_fd, job.channel_fd])
+            fds = [job.transcript_fd, job.channel_fd]
+            _framing.send(worker.sock, RunUnit(job.call), fds, plain=True)
         job.release_fds()  # the worker holds its own copies now
         self._tell_spawned(worker, job)
 

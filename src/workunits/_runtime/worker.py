@@ -66,7 +66,7 @@ def serve(control_fd: int, quiet_fd: int) -> int:
             transcript_fd, channel_fd = fds.pop(0), fds.pop(0)
             code = _run_one(frame.call, transcript_fd, channel_fd, capture)
             reset.restore()
-            _framing.send(control, UnitDone(frame.call.unit_id, code))
+            _framing.send(control, UnitDone(frame.call.unit_id, code), plain=True)
             capture = prepare()
 
 

@@ -530,23 +530,31 @@ class Zygote:
             try:
                 _, status = os.waitpid(pid, 0)
             except ChildProcessError:
+                if slot is not None and slot.cgroup is not None:
+                    self.dying.append(slot.cgroup)  # removed by the loop once empty
                 continue
             if self.cgroups is None:
                 # Orphans of ended units (and their orphans, round by round) came back to us.
                 _linux.kill_tree_round(self.pid, spare=self.units.keys() | self.pool.pids())
-            if slot is None:
-                continue
-            unit_id = slot.unit_id
-            self.by_unit.pop(unit_id, None)
-            self.calls -= slot.call
-            if slot.call:
-                self.spares_held_until = 0.0
-            if os.WIFSIGNALED(status):
-                exit_code, signum = None, os.WTERMSIG(status)
-            else:
-                exit_code, signum = os.waitstatus_to_exitcode(status), None
-            with contextlib.suppress(OSError):
-                _framing.send(self.control, exited(unit_id, pid, exit_code, signum), plain=True)
+            if slot is not None:
+                self.report_exit(slot, pid, status)
+
+    def report_exit(self, slot: Slot, pid: int, status: int) -> None:
+        """The unit's leader is reaped: tell the supervisor how it ended."""
+        self.by_unit.pop(slot.unit_id, None)
+        self.calls -= slot.call
+        if slot.call:
+            self.spares_held_until = 0.0
+        if os.WIFSIGNALED(status):
+            exit_code, signum = None, os.WTERMSIG(status)
+        else:
+            exit_code, signum = os.waitstatus_to_exitcode(status), None
+        with contextlib.suppress(OSError):
+            _framing.send(self.control, exited(slot.unit_id, pid, exit_code, signum), plain=True)
+        # After the report, not before: every process of the unit was killed in end();
+        # removing its emptied cgroup is housekeeping the unit's end need not wait for.
+        if slot.cgroup is not None and not Cgroups.remove(slot.cgroup):
+            self.dying.append(slot.cgroup)
 
     def end(self, slot: Slot) -> None:
         """The unit's leader has exited (unreaped): kill everything the unit started."""
@@ -555,8 +563,6 @@ class Zygote:
             os.killpg(slot.pid, signal.SIGKILL)
         if slot.cgroup is not None:
             Cgroups.kill(slot.cgroup)
-            if not Cgroups.remove(slot.cgroup):
-                self.dying.append(slot.cgroup)
 
     def shutdown(self) -> None:
         """Kill every unit, its cgroup, every spare and every orphaned descendant, then exit."""
