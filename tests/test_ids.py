@@ -199,3 +199,15 @@ def test_ids_come_from_a_csprng_not_the_seedable_global_random() -> None:
     random.seed(1234)
     second = [mint("a") for _ in range(4)]
     assert first != second
+
+
+@pytest.mark.timeout(30)
+def test_a_handle_given_for_an_id_says_to_pass_its_id(shared_sup: Supervisor) -> None:
+    handle = shared_sup.shell(["true"])
+    for call in (shared_sup.wait, shared_sup.result, shared_sup.get):
+        with pytest.raises(InvalidWorkId, match=r"got a WorkHandle: pass its \.id"):
+            call(handle)  # type: ignore[arg-type]
+    record = handle.wait(timeout=20)  # the handle's own method works, and so does its ID
+    assert shared_sup.get(handle.id).status is record.status
+    with pytest.raises(InvalidWorkId, match=r"got a WorkRecord: pass its \.id"):
+        shared_sup.kill(record)  # type: ignore[arg-type]

@@ -44,6 +44,12 @@ def is_valid(value: object) -> bool:
 def validate(value: object) -> str:
     """Return ``value`` if it has the shape of an ID, else raise InvalidWorkId."""
     if not isinstance(value, str):
+        if isinstance(getattr(value, "id", None), str):  # a handle (or a record) given for its ID
+            name = type(value).__name__
+            raise InvalidWorkId(
+                f"a work unit ID is a str, got a {name}: pass its .id (for example "
+                f"sup.wait(handle.id)), or call the handle's own method (handle.wait())"
+            )
         raise InvalidWorkId(f"a work unit ID is a str, got {type(value).__name__}")
     if _ID_RE.fullmatch(value) is None:
         raise InvalidWorkId(
