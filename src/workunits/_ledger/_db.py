@@ -115,6 +115,7 @@ class Database:
         # How long each COMMIT took (the fsync, when durable), newest last; bounded,
         # and drained by whoever reports them (the HTTP API's /metrics).
         self.commit_seconds: deque[float] = deque(maxlen=4096)
+        self._writes = 0  # write transactions begun here: part of ``version``
         self._sync = ""
         self.conn = self._connect(immutable=False)
         try:
@@ -232,6 +233,17 @@ class Database:
         with self._lock:
             self.conn.close()
 
+    def version(self) -> tuple[int, int]:
+        """Changes whenever the ledger may have: another connection committed (SQLite's
+        ``data_version``, one cheap read of the WAL index), or this one began a write."""
+        self._check_process()
+        with self._lock:
+            try:
+                (changed_elsewhere,) = self.conn.execute("PRAGMA data_version").fetchone()
+            except sqlite3.Error as exc:
+                raise self._mapped(exc) from exc
+            return int(changed_elsewhere), self._writes
+
     @contextlib.contextmanager
     def write(
         self,
@@ -253,6 +265,7 @@ class Database:
                     f"opened for reading; nothing was written"
                 )
             conn = self.conn
+            self._writes += 1  # counted even if it rolls back: a version may change for nothing
             try:
                 self._set_sync(self._durable_level if durable else "NORMAL")
                 conn.execute("BEGIN IMMEDIATE")

@@ -95,6 +95,12 @@ class Database(Protocol):
         """One consistent snapshot for several statements."""
         ...
 
+    def version(self) -> object | None:
+        """A value that changes whenever the ledger may have changed (another process's
+        commit, or a write of this process's); None where that cannot be told cheaply,
+        and every poll reads."""
+        ...
+
     def give_back_space(self) -> None:
         """After a gc or an expiry: return freed space (best effort; may do nothing)."""
         ...

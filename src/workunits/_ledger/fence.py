@@ -51,6 +51,9 @@ class FencedDatabase:
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         return self.inner.read()
 
+    def version(self) -> object | None:
+        return self.inner.version()
+
     def give_back_space(self) -> None:
         self.inner.give_back_space()
 

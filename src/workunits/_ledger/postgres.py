@@ -242,6 +242,10 @@ class PostgresDatabase:
         with self._connection() as conn, _transaction(conn, begin):
             yield PgConnection(conn)
 
+    def version(self) -> None:
+        """None: other hosts write too, and their wake-ups come by LISTEN/NOTIFY; every
+        poll reads."""
+
     def give_back_space(self) -> None:
         """Nothing to do: autovacuum reclaims dead rows for reuse; a VACUUM FULL is
         an operator's call (it locks every table), not the ledger's."""

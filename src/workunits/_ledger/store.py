@@ -68,6 +68,7 @@ from workunits._ledger._db import DB_FILE, Database
 from workunits._ledger.backend import Database as Backend
 from workunits._ledger.backend import is_url
 from workunits._ledger.fence import FencedDatabase
+from workunits._ledger.polls import Polls
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
@@ -146,6 +147,7 @@ class Ledger:
             self._db.close()
             raise
         self._shared = not isinstance(self._db, Database)  # before a fence wraps it
+        self._polls = Polls(self._db)
         self._url = ledger
         self._secret = secret
         # On PostgreSQL every host must read what any host stored: the database keeps it.
@@ -881,7 +883,10 @@ class Ledger:
     ) -> builtins.list[Request]:
         """Open requests, oldest first; ``routed``: only those ``session`` may apply
         among several supervisors (``requests.take``)."""
-        return requests.take(self._db, limit, session, self._clock.now(), routed=routed)
+        return self._polls.poll(
+            ("requests", limit, session, routed),
+            lambda: requests.take(self._db, limit, session, self._clock.now(), routed=routed),
+        )
 
     def finish_request(self, seq: int, result: Any = None) -> None:
         requests.finish(self._db, seq, result, self._clock.now())
@@ -904,7 +909,8 @@ class Ledger:
         return signals.open_for(self._db, work_id)
 
     def signals_after(self, seq: int, limit: int = 256) -> builtins.list[Signal]:
-        return signals.after(self._db, seq, limit)
+        key = ("signals", seq, limit)
+        return self._polls.poll(key, lambda: signals.after(self._db, seq, limit))
 
     # -- schedules ---------------------------------------------------------------------
 
@@ -985,7 +991,10 @@ class Ledger:
     ) -> builtins.list[UnitRow]:
         """Claim unowned pending units for ``session_id`` (see ``claims``)."""
         sessions.validate(session_id)
-        rows = claims.claim(self._db, session_id, free, batch, row_locks=self._db.row_locks)
+        rows = self._polls.poll(
+            ("claims", session_id, tuple(sorted(free.items())), batch),
+            lambda: claims.claim(self._db, session_id, free, batch, row_locks=self._db.row_locks),
+        )
         return [self._checked(row) for row in rows]
 
     def advertise(self, session_id: str, url: str) -> None:

@@ -1,0 +1,101 @@
+"""A supervisor's polls (requests, signals, pending units to claim) skip their read while
+the ledger has not changed since they found nothing, and never miss what comes after."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from workunits._ledger import Ledger
+
+from .support import ManualClock, new_unit, start
+
+SESSION = "s00000001"
+
+
+@pytest.fixture
+def other(
+    state_dir: Path, clock: ManualClock, ledger: Ledger, ledger_url: str | None
+) -> Iterator[Ledger]:
+    """Another connection to the same ledger: what a CLI or a client process writes through."""
+    with Ledger(state_dir, clock=clock, expire_after=100.0, ledger=ledger_url) as opened:
+        yield opened
+
+
+def test_each_poll_finds_what_another_process_commits_after_it_found_nothing(
+    ledger: Ledger, other: Ledger
+) -> None:
+    for _ in range(2):  # the second finds nothing without reading (SQLite)
+        assert ledger.take_requests(10, session=SESSION) == []
+        assert ledger.signals_after(0) == []
+        assert ledger.claim_pending(SESSION, {}, 10) == []
+
+    seq = other.add_request("kill", "a12345678")
+    assert [r.seq for r in ledger.take_requests(10, session=SESSION)] == [seq]
+
+    pending = new_unit(other)
+    assert [r.id for r in ledger.claim_pending(SESSION, {}, 10)] == [pending.id]
+
+    running = start(other, new_unit(other).id)
+    sent = other.send_signal(running.id, "go", 1)
+    assert [s.seq for s in ledger.signals_after(0)] == [sent]
+
+
+def test_a_poll_reads_again_after_a_write_of_its_own_connection(ledger: Ledger) -> None:
+    assert ledger.take_requests(10, session=SESSION) == []
+    assert ledger.claim_pending(SESSION, {}, 10) == []
+    # Written through the poller's own connection (SQLite's data_version does not count
+    # these: the ledger counts them itself).
+    seq = ledger.add_request("cancel", "a12345678")
+    assert [r.seq for r in ledger.take_requests(10, session=SESSION)] == [seq]
+    pending = new_unit(ledger)
+    assert [r.id for r in ledger.claim_pending(SESSION, {}, 10)] == [pending.id]
+
+
+def test_a_poll_asked_differently_reads(ledger: Ledger, other: Ledger) -> None:
+    running = start(other, new_unit(other).id)
+    sent = [_sent(other, running.id, n) for n in range(3)]
+    assert [s.seq for s in ledger.signals_after(0, limit=2)] == sent[:2]
+    assert [s.seq for s in ledger.signals_after(sent[1], limit=2)] == sent[2:]
+    assert ledger.signals_after(sent[2], limit=2) == []
+    assert [s.seq for s in ledger.signals_after(sent[0], limit=2)] == sent[1:]  # another poll
+    # What a poll found is found again: only finding nothing is remembered.
+    assert [s.seq for s in ledger.signals_after(sent[0], limit=2)] == sent[1:]
+    pending = new_unit(other)
+    assert ledger.claim_pending(SESSION, {"agent": 0}, 10) == []  # no slot for an agent
+    assert [r.id for r in ledger.claim_pending(SESSION, {"agent": 1}, 10)] == [pending.id]
+
+
+@pytest.mark.sqlite_only
+def test_a_poll_that_found_nothing_reads_nothing_until_the_ledger_changes(
+    ledger: Ledger, other: Ledger
+) -> None:
+    statements: list[str] = []
+    ledger._db.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+
+    def reads() -> list[str]:
+        found = [s for s in statements if "SELECT" in s.upper()]
+        statements.clear()
+        return found
+
+    def poll() -> None:
+        assert ledger.take_requests(10, session=SESSION) == []
+        assert ledger.signals_after(0) == []
+        assert ledger.claim_pending(SESSION, {}, 10) == []
+
+    poll()
+    assert reads(), "the first polls read the ledger"
+    poll()
+    assert reads() == [], "nothing changed: nothing read"
+    statements.clear()
+    other.add_request("kill", "a12345678")  # another connection commits
+    assert [r.target for r in ledger.take_requests(10, session=SESSION)] == ["a12345678"]
+    assert reads(), "after another connection's commit, the poll reads"
+
+
+def _sent(ledger: Ledger, work_id: str, value: int) -> int:
+    seq = ledger.send_signal(work_id, "go", value)
+    assert seq is not None
+    return seq
