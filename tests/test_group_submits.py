@@ -3,7 +3,7 @@
 Commits are counted from the ledger's own record of its COMMITs
 (``Ledger.drain_commit_seconds``). To make a group deterministic, a test holds
 the supervisor actor inside a request until every submit waits in its inbox,
-with the Ticker off (a tick among them would commit the group early).
+with ticks off (a tick among them would commit the group early).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -24,13 +23,14 @@ from tests.faults.diskfull import PageLimitFull, ledger_of
 from workunits._record import WorkRecord
 from workunits._wire.specs import ShellSpec
 from workunits.supervisor import requests as rq
+from workunits.supervisor.ticker import TickingInbox
 
 LATER = 24 * 3600.0  # not_before: these units never start during a test
 
 
 def _inbox_size(sup: wu.Supervisor) -> int:
     inbox = sup._runtime._ref.actor_inbox
-    assert isinstance(inbox, queue.Queue)  # a ThreadingActor's
+    assert isinstance(inbox, TickingInbox)  # the supervisor actor's
     return inbox.qsize()
 
 

@@ -1,8 +1,9 @@
 """Agent units (``a``): a Python callable in its own process, forked by the zygote.
 
-The agent's output file is a second name (a hard link) of its JSONL transcript. Its process talks
-to this actor over one duplex channel: progress, checkpoints, spawn requests,
-results and errors come in; cancel requests, replies and children's ends go out.
+The agent's output file is a second name (a hard link) of its JSONL transcript.
+Its process talks to this actor over one duplex channel: progress, checkpoints,
+spawn requests, results and errors come in; cancel requests, replies and
+children's ends go out.
 """
 
 from __future__ import annotations

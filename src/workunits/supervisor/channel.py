@@ -104,7 +104,7 @@ class ActorChannel:
                 self._ref.ask(request, block=False)
 
     def tell(self, message: object) -> None:
-        """A tell that is not a request (the Ticker's tick); dropped once the actor stopped."""
+        """A tell that is not a request (the listener's wake-up); dropped once the actor stopped."""
         with contextlib.suppress(pykka.ActorDeadError):
             self._ref.tell(message)
 

@@ -1,7 +1,7 @@
 """``Supervisor``: the blocking facade (and async twins) over the SupervisorActor.
 
-One class that composes: a ``Runtime`` (the ledger, zygote, Reaper, actor and
-Ticker it runs on), an ``ActorChannel`` (every call is a typed ``Request``
+One class that composes: a ``Runtime`` (the ledger, zygote, Reaper and actor
+it runs on), an ``ActorChannel`` (every call is a typed ``Request``
 asked with a timeout), ``TerminalWaiters`` for waits, and ``TeammateCalls``
 for messages to teammates. Every method runs in the caller's thread.
 """
