@@ -231,6 +231,15 @@ class Supervisor:
         self._pool_size = pool_size
         if not eviction_grace >= 0:
             raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
+        if tick_interval is not None and (
+            isinstance(tick_interval, bool)
+            or not isinstance(tick_interval, int | float)
+            or not tick_interval > 0
+        ):
+            raise SpecError(
+                f"tick_interval must be a number of seconds > 0, or None (no ticks: "
+                f"Supervisor.tick() runs them), got {tick_interval!r}"
+            )
         for kind_name, limit in (concurrency or {}).items():
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
