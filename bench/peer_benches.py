@@ -174,6 +174,18 @@ def durable_pair(
     return pair
 
 
+def durable_floor_note(durable: Pair, work: str, peer: tuple[str, float] | None = None) -> str:
+    """The note beside a per-call target: ``durable_pair``'s floor, and the unit's ratio to
+    it; ``peer``: the bare peer's name and median, to say how far the floor is above it."""
+    above = "" if peer is None else f", {durable.b.median / peer[1]:.2f}x {peer[0]}"
+    return (
+        f"floor per call, measured in this run: {FLOOR_SEQUENCE.format(work=work)} (nothing "
+        f"starts before its submit is durable, nobody learns of its end before it is) = "
+        f"{harness.fmt(durable.b.median, 's')}{above}; the unit takes "
+        f"{durable.median_pair_ratio:.2f}x of it, pair by pair"
+    )
+
+
 def synced_commit_rates(state: Path, windows: int, count: int) -> list[float]:
     """Bare SQLite WAL ``synchronous=FULL`` commits per second, once per window, on the
     disk of ``state``: the cost of the synced commits a unit waits for, in this run."""
@@ -335,13 +347,7 @@ def _agent_checks(result: BenchResult, floor: Pair, rates: Pair, forks: Pair) ->
 
 def _agent_floors(result: BenchResult, durable: Pair, forks: Pair) -> None:
     """The physical floors beside the agents' targets, measured in the same run."""
-    result.note(
-        f"floor per call, measured in this run: "
-        f"{FLOOR_SEQUENCE.format(work='the fork round trip')} (a unit waits for its "
-        f"submit's commit before it starts, and for its end's before its result) = "
-        f"{harness.fmt(durable.b.median, 's')}; agents take "
-        f"{durable.median_pair_ratio:.2f}x of it, pair by pair"
-    )
+    result.note(durable_floor_note(durable, "the fork round trip"))
     result.note(
         f"floor for the 500/s target: a raw fork round trip with 2 in flight runs "
         f"{forks.b.median:,.0f}/s on this machine; workunits agents reach "

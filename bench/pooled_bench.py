@@ -20,8 +20,8 @@ import harness
 from harness import BenchResult, Pair, Series
 from peer_benches import (
     EVICT_SOON,
-    FLOOR_SEQUENCE,
     HasQuick,
+    durable_floor_note,
     durable_pair,
     pair_of,
     scale,
@@ -103,11 +103,9 @@ def bench_pooled_units(cfg: HasQuick) -> BenchResult:
     )
     fsync_rate = statistics.median(fsyncs)
     result.note(
-        f"floor per call, measured in this run: "
-        f"{FLOOR_SEQUENCE.format(work='a ProcessPoolExecutor call')} (a unit waits for its "
-        f"submit's commit before it starts, and for its end's before its result) = "
-        f"{harness.fmt(durable.b.median, 's')}, {durable.b.median / per_call.b.median:.2f}x "
-        f"the pool's call; pooled units take {durable.median_pair_ratio:.2f}x of it, pair by pair"
+        durable_floor_note(
+            durable, "a ProcessPoolExecutor call", ("the pool's call", per_call.b.median)
+        )
     )
     result.note(
         f"floor for the 2,000/s target: each unit's submit is a fully synced commit "

@@ -184,13 +184,8 @@ def bench_shell_true(cfg: Config) -> BenchResult:
     )
     commit = Series("one bare SQLite WAL FULL commit", commits)
     result.series.append(commit)
-    sequence = peer_benches.FLOOR_SEQUENCE.format(work="Popen(['true']).wait()")
-    result.note(
-        f"floor for a durable unit, measured in this run: {sequence} (nothing starts "
-        f"before its submit is durable, nobody learns of its end before it is) = "
-        f"{harness.fmt(durable.b.median, 's')}, {durable.b.median / pair.b.median:.2f}x Popen; "
-        f"the unit takes {durable.median_pair_ratio:.2f}x of it, pair by pair"
-    )
+    popen_run = "Popen(['true']).wait()"
+    result.note(peer_benches.durable_floor_note(durable, popen_run, ("Popen", pair.b.median)))
     result.info["ratio_of_medians"] = pair.ratio_of_medians
     if bad:
         result.error = f"{len(bad)} runs did not complete: {bad[:3]}"

@@ -74,6 +74,10 @@ def _symlink_refused(path: str) -> OutputFileError:
     return OutputFileError(errno.ELOOP, f"refusing to write output through a symlink at {path}")
 
 
+# link(2)'s answers for "not here": another file system, none supported, or not allowed.
+_NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
+
+
 def link(target: str, path: str) -> None:
     """Make ``path`` a second name of the file ``target``; refuse if anything is at ``path``.
 
@@ -96,10 +100,6 @@ def link(target: str, path: str) -> None:
             os.symlink(target, path)
         except FileExistsError as exc2:
             raise _exists(path) from exc2
-
-
-# link(2)'s answers for "not here": another file system, none supported, or not allowed.
-_NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
 
 
 def _exists(path: str) -> OutputFileError:
