@@ -50,13 +50,18 @@ def create(path: str, *, append: bool = False) -> int:
     try:
         return os.open(path, _CREATE_FLAGS | (os.O_APPEND if append else 0), 0o600)
     except FileExistsError as exc:
-        raise OutputFileError(
-            errno.EEXIST, f"refusing to write output: something already exists at {path}"
-        ) from exc
+        raise exists_error(path) from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _symlink_refused(path) from exc
         raise
+
+
+def exists_error(path: str) -> OutputFileError:
+    """The refusal of a new output file at ``path``, where something already is."""
+    return OutputFileError(
+        errno.EEXIST, f"refusing to write output: something already exists at {path}"
+    )
 
 
 def reopen_for_append(path: str) -> int:
@@ -75,7 +80,7 @@ def _symlink_refused(path: str) -> OutputFileError:
 
 
 # link(2)'s answers for "not here": another file system, none supported, or not allowed.
-_NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
+NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
 
 
 def link(target: str, path: str) -> None:
@@ -94,7 +99,7 @@ def link(target: str, path: str) -> None:
     except FileExistsError as exc:
         raise _exists(path) from exc
     except OSError as exc:
-        if exc.errno not in _NO_HARD_LINK:
+        if exc.errno not in NO_HARD_LINK:
             raise
         try:
             os.symlink(target, path)

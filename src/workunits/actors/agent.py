@@ -128,7 +128,7 @@ class AgentActor(WorkActor):
             first_seq = last_seq(self._transcript_path) + 1
             _outputfile.remove(self.unit.output_path)  # the dead session's name for it
         else:
-            transcript_fd = _outputfile.create(self._transcript_path, append=True)
+            transcript_fd = self.unit.create_file(self._transcript_path, append=True)
         try:
             # Before the channel exists: a refused link must leave no socket behind.
             _outputfile.link(self._transcript_path, self.unit.output_path)

@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pykka
 from pykka._envelope import Envelope  # the type pykka's actor loop takes from an inbox
 
+from workunits import _outputfile
 from workunits._clock import Clock
 from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 from workunits.actors.process_events import ProcessWatch
 from workunits.actors.threads import ActorThreads
+from workunits.actors.warm_files import WarmFiles
 
 if TYPE_CHECKING:
     from workunits._pool import WorkerPool
@@ -62,6 +64,14 @@ class UnitBinding:
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
     threads: ActorThreads | None = None  # reused threads for actor loops; None: a new one
+    files: WarmFiles | None = None  # output files made ahead of launches; None: create them
+
+    def create_file(self, path: str, *, append: bool = False) -> int:
+        """A new file for this unit at ``path`` (refused if anything is there), opened
+        for writing: a warm one when the supervisor has one ready."""
+        if self.files is None:
+            return _outputfile.create(path, append=append)
+        return self.files.create(path, append=append)
 
 
 class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC

@@ -145,7 +145,7 @@ class RemoteActor(WorkActor):
         runtime = self.runtime
         if runtime is None:
             raise SpecError("the remote kind was registered without a Ray runtime")
-        fd = _outputfile.create(self._transcript_path, append=True)
+        fd = self.unit.create_file(self._transcript_path, append=True)
         self._transcript_fd = fd
         self._transcript = TranscriptWriter(fd)
         _outputfile.link(self._transcript_path, self.unit.output_path)

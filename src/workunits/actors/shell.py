@@ -63,7 +63,7 @@ class ShellActor(WorkActor):
             with contextlib.suppress(FileNotFoundError):
                 fd = _outputfile.reopen_for_append(self.unit.output_path)
         if fd is None:
-            fd = _outputfile.create(self.unit.output_path)
+            fd = self.unit.create_file(self.unit.output_path)
         try:
             # The zygote forks and execs; the kernel enforces the output cap
             # (RLIMIT_FSIZE: past it the command gets SIGXFSZ).

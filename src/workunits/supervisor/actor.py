@@ -50,6 +50,7 @@ from workunits._wire.actor_messages import (
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.threads import ActorThreads
+from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor import requests as rq
 from workunits.supervisor.children import ChildRequests
 from workunits.supervisor.control import Control
@@ -117,6 +118,7 @@ class SupervisorActor(pykka.ThreadingActor):
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
         pool: WorkerPool | None = None,
         threads: ActorThreads | None = None,
+        files: WarmFiles | None = None,
         session_lease: float | None = None,
         shared_ledger: bool = False,
         on_session_lost: Callable[[], None] | None = None,
@@ -169,6 +171,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._pids.report,
             pool,
             threads,
+            files,
         )
         self._starts = Starts(
             units=units,

@@ -33,6 +33,7 @@ from workunits.actors.remote import RemoteActor
 from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import ShellActor
 from workunits.actors.threads import ActorThreads
+from workunits.actors.warm_files import SPARE_DIR, WarmFiles
 from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor import durable
 from workunits.supervisor.actor import SupervisorActor, Wake
@@ -119,6 +120,8 @@ class Runtime:
         self._ask_timeout = options.ask_timeout
         # Unit actors' threads, reused from one ended unit to the next (actors/threads.py).
         self.threads = ActorThreads()
+        # Units' output files, made ahead of their launches (actors/warm_files.py).
+        self.files = WarmFiles(state_dir / SPARE_DIR)
         self._ref = SupervisorActor.start(
             state_dir=state_dir,
             output_dir=output_dir,
@@ -133,6 +136,7 @@ class Runtime:
             max_resident_ended=options.max_resident_ended,
             pool=self.pool,
             threads=self.threads,
+            files=self.files,
             session_lease=options.session_lease,
             # Other supervisors may share a PostgreSQL ledger (each with its own
             # state dir and lock); SQLite's is this state dir's alone.
@@ -163,4 +167,5 @@ class Runtime:
         self.pool.close()
         self.zygote.close()
         self.reaper.close()
+        self.files.close()  # units launch no more
         self.threads.close()  # last: a unit's actor may still be on its way out

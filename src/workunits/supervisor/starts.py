@@ -33,6 +33,7 @@ from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.threads import ActorThreads
+from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor.delays import Delays
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, TerminalTransition
@@ -77,6 +78,7 @@ class Surroundings:
     report_pid: Callable[[str, int], None]  # any thread; no message of its own (``pids``)
     pool: WorkerPool | None = None  # workers for pooled units
     threads: ActorThreads | None = None  # reused threads for unit actors; None: one each
+    files: WarmFiles | None = None  # output files made ahead of launches; None: at launch
 
 
 class Starts:
@@ -382,6 +384,7 @@ class Starts:
             tell_supervisor=tell,
             pool=around.pool,
             threads=around.threads,
+            files=around.files,
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry
