@@ -80,7 +80,7 @@ def _symlink_refused(path: str) -> OutputFileError:
 
 
 # link(2)'s answers for "not here": another file system, none supported, or not allowed.
-NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
+_NO_HARD_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
 
 
 def link(target: str, path: str) -> None:
@@ -99,7 +99,7 @@ def link(target: str, path: str) -> None:
     except FileExistsError as exc:
         raise _exists(path) from exc
     except OSError as exc:
-        if exc.errno not in NO_HARD_LINK:
+        if exc.errno not in _NO_HARD_LINK:
             raise
         try:
             os.symlink(target, path)
