@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -232,3 +233,34 @@ def test_without_renameat2_files_are_created_in_place(
     assert path.is_file()
     assert stock.ready() == 0
     assert _spares(tmp_path / SPARE_DIR) == []
+
+
+def test_a_stock_whose_directory_vanished_creates_files_and_warns_once(
+    tmp_path: Path, out: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spare = tmp_path / SPARE_DIR
+    stock = WarmFiles(spare, keep=2, low=1)
+    caplog.set_level(logging.DEBUG, logger=warm_files.__name__)
+
+    def said(level: int) -> int:
+        return sum(
+            1
+            for r in caplog.records
+            if r.name == warm_files.__name__ and r.levelno == level and "ahead" in r.message
+        )
+
+    try:
+        eventually(lambda: stock.ready() == 2, 10, "the first fill")
+        spare.rename(tmp_path / "moved away")  # the ready files' names are gone with it
+        for n in range(2):
+            path = out / f"b0000000{n}.out"
+            os.close(stock.create(str(path)))
+            assert path.is_file()
+            assert os.stat(path).st_size == 0
+        eventually(lambda: said(logging.WARNING), 10, "the failed refill's warning")
+        for n in range(2, 5):  # each ask lets the thread try again
+            os.close(stock.create(str(out / f"b0000000{n}.out")))
+        eventually(lambda: said(logging.DEBUG) >= 1, 10, "a second failed refill")
+        assert said(logging.WARNING) == 1
+    finally:
+        stock.close()

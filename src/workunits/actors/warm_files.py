@@ -20,7 +20,8 @@ directory, and ``create`` gives one of them the unit's name. What
   exists. The spare stays ready.
 - The descriptor names the file by the unit's path (``/proc/<pid>/fd``), as
   a rename moves the name the file was opened by.
-- With no file ready (a burst, a stock that failed to fill), or where names
+- With no file ready (a burst, a stock that failed to fill), one that cannot
+  be moved (its spare directory was removed under it), or where names
   cannot move so (another file system mounted in between, no ``renameat2``:
   not Linux, or a libc before glibc 2.28), the file is created at launch, as before.
 
@@ -98,10 +99,12 @@ class WarmFiles:
             self._give_back(spare)
             raise _outputfile.exists_error(path) from exc
         except OSError as exc:
-            self._give_back(spare)
-            if exc.errno not in _CANNOT_MOVE:
-                raise  # e.g. the directory is gone: create would fail the same way
-            self._stop_moving(exc)
+            if exc.errno in _CANNOT_MOVE:
+                self._give_back(spare)
+                self._stop_moving(exc)
+            else:  # its name was removed under us, say: no use to anyone now
+                _discard(spare)
+            # Made here, or refused with the error a create at launch meets.
             return _outputfile.create(path, append=append)
         if append:
             try:
@@ -176,6 +179,7 @@ class WarmFiles:
         return name, os.open(name, _SPARE_FLAGS, 0o600)
 
     def _fill_forever(self) -> None:
+        failing = False  # the last fill failed: the warning was given
         while True:
             with self._lock:
                 while not self._closed and (not self._moves or len(self._ready) >= self._low):
@@ -187,11 +191,18 @@ class WarmFiles:
                 self.fill_once()
             except OSError as exc:
                 # A full disk, no descriptors left: units create their files (and
-                # meet the error themselves). Try again at the next ask.
-                log.warning("could not make output files ahead of time: %s", exc)
+                # meet the error themselves). Try again at the next ask; say so once.
+                log.log(
+                    logging.DEBUG if failing else logging.WARNING,
+                    "could not make output files ahead of launches: %s",
+                    exc,
+                )
+                failing = True
                 with self._lock:
                     while not self._closed and self._asked == asked:
                         self._wanted.wait()
+            else:
+                failing = False
 
 
 def _renameat2() -> Callable[[bytes, bytes], int] | None:
