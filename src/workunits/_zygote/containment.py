@@ -25,9 +25,11 @@ per zygote at start:
     faster than the rounds may take several.
 
 Either way a guard process above the zygote catches what a SIGKILLed zygote
-leaves (see ``guard``). ``WORKUNITS_CONTAINMENT=subreaper`` forces the weaker
-mechanism (tests; machines where cgroups misbehave); the default, ``auto``,
-uses cgroups when this process may.
+leaves (see ``guard``); what a SIGKILLed guard leaves (its emptied cgroups) the
+next zygote to start under the same cgroup removes (``remove_stale``).
+``WORKUNITS_CONTAINMENT=subreaper`` forces the weaker mechanism (tests;
+machines where cgroups misbehave); the default, ``auto``, uses cgroups when
+this process may.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -111,9 +114,15 @@ class Cgroups:
 
     @classmethod
     def create(cls, name: str) -> Cgroups | None:
-        """Make ``name`` under our own cgroup and check that we may use it; None if not."""
+        """Make ``name`` under our own cgroup and check that we may use it; None if not.
+
+        Removes what zygotes gone unclean left beside it first (``remove_stale``).
+        """
         found = probe(name)
-        return None if found.own is None else cls(found.own, os.path.join(found.own, name))
+        if found.own is None:
+            return None
+        remove_stale(found.own, keep=name)
+        return cls(found.own, os.path.join(found.own, name))
 
     def unit_dir(self, unit_id: str) -> str:
         path = os.path.join(self.root, unit_id)
@@ -176,6 +185,71 @@ class Cgroups:
                 if entry.is_dir(follow_symlinks=False):
                     done = self.remove(entry.path) and done
         return done and self.remove(self.root)
+
+
+# The directories this module makes under a process's own cgroup, named after the
+# process that made them: a zygote's guard, ``probe``, ``time_a_move``.
+_OURS = re.compile(r"workunits-(?:probe-|move-)?([0-9]+)", re.ASCII)
+
+
+def remove_stale(own: str, *, keep: str | None = None) -> list[str]:
+    """Remove, under ``own``, the cgroups of ours whose maker is gone and that hold no
+    process; the names removed.
+
+    A guard that is SIGKILLed (a supervisor closing during its zygote's start
+    kills it so) leaves its zygote's directory behind, and each left one holds
+    kernel memory for as long as it exists. One whose maker lives, or that
+    still holds a process, is not ours to touch: it is left as it is.
+    """
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(own))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _OURS.fullmatch(entry.name)
+        if found is None or entry.name == keep or not entry.is_dir(follow_symlinks=False):
+            continue
+        if _alive(int(found.group(1))) or _populated(entry.path):
+            continue
+        if _remove_tree(entry.path):
+            removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's, and alive
+        return True
+    return True
+
+
+def _populated(path: str) -> bool:
+    """True when a process is in ``path`` or below (or when that cannot be read)."""
+    try:
+        with open(os.path.join(path, "cgroup.events"), encoding="ascii") as f:
+            return "populated 0" not in f.read().splitlines()
+    except OSError:
+        return True
+
+
+def _remove_tree(path: str) -> bool:
+    """Remove the empty cgroup ``path`` and its children, deepest first; False if any stays."""
+    done = True
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            if entry.is_dir(follow_symlinks=False):
+                done = _remove_tree(entry.path) and done
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return done
+    except OSError:
+        return False
+    return done
 
 
 def probe(name: str | None = None) -> Probe:
