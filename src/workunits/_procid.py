@@ -42,14 +42,19 @@ def _start_time(pid: int) -> int | None:
     return int(fields[19])  # field 22 of the whole line
 
 
-def _start_time_without_proc(pid: int) -> int | None:
+def pid_exists(pid: int) -> bool:
+    """Whether a process with this pid exists (it may be another one, if the pid was reused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return None
+        return False
     except PermissionError:
-        return 0  # it exists, owned by someone else
-    return 0
+        return True  # it exists, and belongs to someone else
+    return True
+
+
+def _start_time_without_proc(pid: int) -> int | None:
+    return 0 if pid_exists(pid) else None
 
 
 @functools.cache

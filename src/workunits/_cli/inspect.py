@@ -25,7 +25,7 @@ from workunits._cli._app import cli, emit_json, id_argument, json_option, opened
 from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
 from workunits._client import Client
 from workunits._ledger import EXPIRED, UnitRow
-from workunits._ledger.lock import pid_alive
+from workunits._procid import pid_exists
 from workunits._record import signal_name
 from workunits._status import Status, is_terminal
 
@@ -91,7 +91,7 @@ def _pid_gone(row: UnitRow) -> bool | None:
     """Whether the process on record has exited (None: no live unit, or no pid to look at)."""
     if row.pid is None or is_terminal(row.status):
         return None
-    return not pid_alive(row.pid)
+    return not pid_exists(row.pid)
 
 
 def _show_doc(client: Client, row: UnitRow, supervised: bool) -> dict[str, Any]:

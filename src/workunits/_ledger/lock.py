@@ -30,6 +30,7 @@ from pathlib import Path
 from workunits._errors import SupervisorBusy
 from workunits._ledger import statedir
 from workunits._ledger._db import create_private_file
+from workunits._procid import pid_exists
 
 LOCK_FILE = "supervisor.lock"
 _PID_WIDTH = 20  # the pid is written padded, in one pwrite, so a reader never sees half
@@ -141,20 +142,9 @@ def is_held(state_dir: str | os.PathLike[str]) -> bool:
     return False
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (it may be another one, if the pid was reused)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, and belongs to someone else
-    return True
-
-
 def _holder_alive(fd: int) -> bool:
     pid = _holder(fd)
-    return pid is not None and pid_alive(pid)
+    return pid is not None and pid_exists(pid)
 
 
 def _try_lock(fd: int) -> bool:

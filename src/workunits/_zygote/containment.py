@@ -41,6 +41,8 @@ import re
 import time
 from dataclasses import dataclass
 
+from workunits._procid import pid_exists
+
 ENV = "WORKUNITS_CONTAINMENT"
 AUTO = "auto"
 SUBREAPER = "subreaper"
@@ -210,21 +212,11 @@ def remove_stale(own: str, *, keep: str | None = None) -> list[str]:
         found = _OURS.fullmatch(entry.name)
         if found is None or entry.name == keep or not entry.is_dir(follow_symlinks=False):
             continue
-        if _alive(int(found.group(1))) or _populated(entry.path):
+        if pid_exists(int(found.group(1))) or _populated(entry.path):
             continue
         if _remove_tree(entry.path):
             removed.append(entry.name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: someone else's, and alive
-        return True
-    return True
 
 
 def _populated(path: str) -> bool:
