@@ -161,3 +161,30 @@ def open_fds(besides: Path | None = None) -> int:
                 continue
         count += 1
     return count
+
+
+# What an attacker may have put at a unit's output path before it was made.
+PLANTS = ("file", "dangling symlink", "symlink to a file")
+
+
+def plant(path: Path, what: str, scratch: Path) -> None:
+    """Put ``what`` (one of ``PLANTS``) at ``path``; a symlink points at ``scratch``'s
+    victim file or at nothing there."""
+    victim = scratch / "victim"
+    victim.write_bytes(b"keep me")
+    if what == "file":
+        path.write_bytes(b"planted")
+    elif what == "dangling symlink":
+        path.symlink_to(scratch / "nowhere")
+    else:
+        path.symlink_to(victim)
+
+
+def assert_plant_untouched(path: Path, what: str, scratch: Path) -> None:
+    """Nothing was written through the plant, and the plant itself is as it was."""
+    assert (scratch / "victim").read_bytes() == b"keep me"
+    assert not (scratch / "nowhere").exists()
+    if what == "file":
+        assert path.read_bytes() == b"planted"
+    else:
+        assert path.is_symlink()

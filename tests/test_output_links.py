@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PLANTS, assert_plant_untouched, plant
 from workunits import _outputfile
 
 pytestmark = pytest.mark.timeout(10)
@@ -40,24 +41,16 @@ def test_the_output_is_the_transcript_under_a_second_name(tmp_path: Path) -> Non
     assert transcript.stat().st_nlink == 1
 
 
-@pytest.mark.parametrize("planted", ["file", "dangling symlink", "symlink to a file"])
+@pytest.mark.parametrize("planted", PLANTS)
 def test_anything_already_at_the_output_path_is_refused(tmp_path: Path, planted: str) -> None:
     transcript = _transcript(tmp_path)
-    victim = tmp_path / "victim"
-    victim.write_bytes(b"keep me")
     output = tmp_path / "a00000001.out"
-    if planted == "file":
-        output.write_bytes(b"planted")
-    elif planted == "dangling symlink":
-        output.symlink_to(tmp_path / "nowhere")
-    else:
-        output.symlink_to(victim)
+    plant(output, planted, tmp_path)
 
     with pytest.raises(_outputfile.OutputFileError, match="refusing to link output"):
         _outputfile.link(str(transcript), str(output))
 
-    assert victim.read_bytes() == b"keep me"
-    assert not (tmp_path / "nowhere").exists()
+    assert_plant_untouched(output, planted, tmp_path)
     assert transcript.stat().st_nlink == 1
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import PLANTS, assert_plant_untouched, eventually, plant
 from tests.helpers import WAIT
 from workunits import Supervisor, _outputfile
 from workunits.actors import warm_files
@@ -71,29 +71,19 @@ def test_each_warm_file_is_new_empty_private_and_given_once(
     assert _spares(tmp_path / SPARE_DIR) == []
 
 
-@pytest.mark.parametrize("planted", ["file", "dangling symlink", "symlink to a file"])
+@pytest.mark.parametrize("planted", PLANTS)
 def test_anything_at_the_path_is_refused_and_the_file_stays_ready(
     stock: WarmFiles, out: Path, tmp_path: Path, planted: str
 ) -> None:
     stock.fill_once()
-    victim = tmp_path / "victim"
-    victim.write_bytes(b"keep me")
     path = out / "b00000001.out"
-    if planted == "file":
-        path.write_bytes(b"planted")
-    elif planted == "dangling symlink":
-        path.symlink_to(tmp_path / "nowhere")
-    else:
-        path.symlink_to(victim)
+    plant(path, planted, tmp_path)
 
     with pytest.raises(_outputfile.OutputFileError, match="something already exists") as caught:
         stock.create(str(path))
 
     assert caught.value.errno == errno.EEXIST
-    assert victim.read_bytes() == b"keep me"
-    assert not (tmp_path / "nowhere").exists()
-    if planted == "file":
-        assert path.read_bytes() == b"planted"
+    assert_plant_untouched(path, planted, tmp_path)
     assert stock.ready() == 4  # the refused unit's file is still new: the next one gets it
     assert len(_spares(tmp_path / SPARE_DIR)) == 4
 
