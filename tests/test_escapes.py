@@ -37,8 +37,9 @@ SHELL_ESCAPES = {
 }
 AGENT_ESCAPES = ("setsid", "new-group", "double-fork")
 HOW_IT_ENDS = ("by-itself", "kill", "cancel", "timeout")
-# Long enough for a loaded machine to start the unit and its escapee before it fires.
-TIMEOUT = 5.0  # long enough for a loaded machine to start the escapee first
+# Long enough for a loaded machine to start the unit and its escapee before it fires
+# (they write their pids within ~0.1 s); every timeout case waits this long.
+TIMEOUT = 2.0
 
 
 def escape_from_agent(how: str, pids: str, release: str) -> str:
