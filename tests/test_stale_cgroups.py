@@ -83,15 +83,18 @@ def test_a_cgroup_that_still_holds_a_process_is_left_alone(own: Path, made: list
     stale = _mkdir(made, own / f"workunits-{_dead_pid()}")
     unit = _mkdir(made, stale / "b00000001")
     empty = _mkdir(made, stale / "b00000002")  # not even its empty parts are touched
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # A process that stays until the test closes its stdin.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
-        (unit / "cgroup.procs").write_text(str(sleeper.pid))
+        (unit / "cgroup.procs").write_text(str(holder.pid))
         assert containment.remove_stale(str(own)) == []
         assert unit.is_dir()
         assert empty.is_dir()
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        holder.kill()
+        holder.communicate()
     # Emptied once its process is gone (the kernel says so a moment after the reap).
     eventually(lambda: stale.name in containment.remove_stale(str(own)), WAIT, "the removal")
     assert not stale.exists()
