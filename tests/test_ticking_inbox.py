@@ -103,11 +103,11 @@ def test_a_supervisor_ticks_from_its_inbox_with_no_thread_of_its_own(tmp_path: o
         assert record.status is wu.Status.KILLED
 
 
-@pytest.mark.parametrize("bad", [0, -0.05, float("nan"), "0.05", True])
+@pytest.mark.parametrize("bad", [0, -0.05, float("nan"), float("inf"), "0.05", True])
 def test_a_bad_tick_interval_is_refused_before_anything_starts(
     tmp_path: object, bad: object
 ) -> None:
     state = f"{tmp_path}/state"
-    with pytest.raises(wu.SpecError, match="tick_interval must be a number of seconds > 0"):
+    with pytest.raises(wu.SpecError, match="tick_interval must be a finite number of seconds > 0"):
         wu.Supervisor(state, tick_interval=bad)  # type: ignore[arg-type]
     assert not os.path.exists(state)  # refused before the state dir was made

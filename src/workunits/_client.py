@@ -37,6 +37,7 @@ from workunits._record import WorkRecord
 from workunits._remote_output import RemoteOutput
 from workunits._retain import Retain
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
+from workunits._seconds import WAIT_FOREVER, seconds, seconds_or_none
 from workunits._status import Status, is_terminal
 from workunits._wire.durable import (
     agent_resumable,
@@ -159,8 +160,7 @@ class Client:
         ledger: str | None = None,
         secret_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        if isinstance(poll, bool) or not isinstance(poll, int | float) or not poll > 0:
-            raise SpecError(f"poll must be a positive number of seconds, got {poll!r}")
+        seconds("poll", poll)
         self._clock = clock or SystemClock()
         self._secret = secretfile.resolve(secret_file)
         self._ledger = Ledger.open(
@@ -522,9 +522,8 @@ class Client:
         False, and no request, when the unit has already ended. A pending unit
         is ended ``killed`` (reason ``cancelled``) without ever running.
         """
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-            raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
-        return self.request("cancel", work_id, {"grace": float(grace)}) is not None
+        grace = seconds("grace", grace, zero=True)
+        return self.request("cancel", work_id, {"grace": grace}) is not None
 
     def kill(self, work_id: str) -> bool:
         """Ask for a SIGKILL of the unit's process group; False (no request) if it has ended."""
@@ -573,6 +572,7 @@ class Client:
     def request_result(self, seq: int, timeout: float | None = 0.0) -> Any:
         """The supervisor's answer to request ``seq`` (``{"changed": bool, "status": ...}``
         for a cancel or kill), or None while it has not applied it (within ``timeout``)."""
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
@@ -763,10 +763,7 @@ class Client:
 
 
 def _check_wait_timeout(timeout: float | None) -> None:
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
-    ):
-        raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
 
 
 class ClientHandle:

@@ -49,6 +49,7 @@ from workunits._errors import ClientClosed, NotFinished, SpecError, WorkunitsErr
 from workunits._ledger.retains import check_lease
 from workunits._record import Notification, WorkRecord
 from workunits._retain import Retain
+from workunits._seconds import MAX_CLAIM_LEASE, WAIT_FOREVER, seconds, seconds_or_none
 from workunits._status import Reason, Status
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits._wire.submits import check_not_before
@@ -294,7 +295,7 @@ class HttpClient:
     def __init__(self, url: str, *, token: str, timeout: float = 60.0) -> None:
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._timeout = timeout
+        self._timeout = timeout = seconds("timeout", timeout)
         self._http = _Session(base_url=self.url, headers=self._headers, timeout=timeout)
         # The connection pool of an ``async with client`` block, bound to its loop;
         # outside one, each async call has a pool of its own (see _AsyncCalls).
@@ -552,6 +553,7 @@ class HttpClient:
     def _finish(
         self, work_id: str, timeout: float | None, *, for_result: bool
     ) -> tuple[WorkRecord, dict[str, Any] | None]:
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = (
@@ -579,6 +581,7 @@ class HttpClient:
     async def _finish_async(
         self, work_id: str, timeout: float | None, *, for_result: bool
     ) -> tuple[WorkRecord, dict[str, Any] | None]:
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = (
@@ -668,6 +671,7 @@ class HttpClient:
     def cancel(self, work_id: str, grace: float = 5.0) -> bool:
         """Cancel (SIGTERM or a cooperative cancel, SIGKILL after ``grace``); False if it
         had already ended."""
+        grace = seconds("grace", grace, zero=True)
         r = _check(self._http.post(f"/v1/units/{work_id}/cancel", json={"grace": grace}))
         return bool(r.json()["changed"])
 
@@ -677,6 +681,7 @@ class HttpClient:
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
         """Like ``cancel`` without blocking the event loop."""
+        grace = seconds("grace", grace, zero=True)
         r = _check(await self._aclient().post(f"/v1/units/{work_id}/cancel", json={"grace": grace}))
         return bool(r.json()["changed"])
 
@@ -721,6 +726,7 @@ class HttpClient:
 
     def renew_retain(self, work_id: str, lease_id: str, lease: float = 30.0) -> bool:
         """Renew a retain lease by its ID; False once it lapsed or was released."""
+        lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
         r = self._http.put(f"/v1/units/{work_id}/retain/{lease_id}", json={"lease": lease})
         return r.status_code == 200
 
@@ -770,6 +776,7 @@ class HttpClient:
 
     def renew_notice(self, work_id: str, token: str, lease: float = DEFAULT_CLAIM_LEASE) -> bool:
         """Extend a claim (from ``take_notice``) by ``lease`` seconds; False if it was lost."""
+        lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
         response = self._http.put(
             f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}",
             json={"token": token, "lease": lease},

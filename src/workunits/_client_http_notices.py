@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import httpx
 
 from workunits._claim import Claim, NoticeSource
-from workunits._errors import ClientClosed, NoNotification, SpecError, WorkunitsError
+from workunits._errors import ClientClosed, NoNotification, WorkunitsError
 from workunits._record import Notification
+from workunits._seconds import MAX_CLAIM_LEASE, WAIT_FOREVER, seconds, seconds_or_none
 
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient
@@ -100,10 +101,8 @@ class HttpNotices(NoticeSource[Notification], Iterator[Notification]):
     """
 
     def __init__(self, client: HttpClient, *, lease: float = DEFAULT_CLAIM_LEASE) -> None:
-        if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease <= 86400:
-            raise SpecError(f"lease must be a number of seconds in (0, 86400], got {lease!r}")
         self._client = client
-        self.lease = float(lease)
+        self.lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
 
     def __repr__(self) -> str:
         return f"<HttpNotices {self._client.url} lease {self.lease:g} s>"
@@ -123,6 +122,7 @@ class HttpNotices(NoticeSource[Notification], Iterator[Notification]):
     def claim(self, timeout: float | None = None) -> Claim[Notification]:
         """The next notice, claimed (and renewed while held); NoNotification (a
         TimeoutError) after ``timeout`` s, ClientClosed once closed."""
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = WAIT_SLICE if deadline is None else deadline - time.monotonic()

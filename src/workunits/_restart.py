@@ -34,6 +34,7 @@ import orjson
 from workunits._errors import SpecError
 from workunits._record import Outcome
 from workunits._retry import Attempt, Retry
+from workunits._seconds import seconds
 from workunits._status import Status
 
 # A restart policy bounds restarts by intensity, not by count: the ledger's
@@ -67,9 +68,7 @@ class Restart:
         n = self.max_restarts
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise SpecError(f"max_restarts must be an int >= 0, got {n!r}")
-        w = self.within
-        if isinstance(w, bool) or not isinstance(w, int | float) or not w > 0:
-            raise SpecError(f"within must be a positive number of seconds, got {w!r}")
+        seconds("within", self.within)
 
     @property
     def ever(self) -> bool:

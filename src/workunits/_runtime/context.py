@@ -39,6 +39,7 @@ from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._retry import error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
+from workunits._seconds import WAIT_FOREVER, seconds, seconds_or_none
 from workunits._signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
@@ -376,8 +377,7 @@ class UnitContext:
         ``timeout`` seconds (the signal, if it comes later, is kept).
         """
         check_name(name)
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
-            raise SpecError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         self._raise_if_cancelled()
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ask_for_signals()
@@ -514,6 +514,7 @@ class UnitContext:
 
     def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
         """Block until a child of this unit is terminal."""
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         self._start_reader()
         child_id = str(child)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -543,6 +544,7 @@ class UnitContext:
 
     def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
         """Ask a descendant to stop, SIGKILL after ``grace``; False if it was not running."""
+        grace = seconds("grace", grace, zero=True)
         return bool(self._request(lambda req: m.Control(req, "cancel", str(child), grace)))
 
     def stop(self, teammate: ChildHandle | str) -> bool:
@@ -563,6 +565,7 @@ class UnitContext:
         """
 
         payload = m.encode_message(message)
+        timeout = seconds_or_none("timeout", timeout, zero=True, none="until it answers or ends")
         return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))
 
     def notifications(self) -> Mailbox:

@@ -12,15 +12,12 @@ import datetime
 
 from workunits._errors import SpecError
 from workunits._retry import Retry
+from workunits._seconds import seconds_or_none
 
 
 def check_timeout(timeout: object) -> float | None:
     """A unit's time limit: None, or a positive number of seconds."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return timeout
+    return seconds_or_none("timeout", timeout, none="no time limit")
 
 
 def check_submit(*, description: object, key: object, max_attempts: object) -> None:
@@ -49,15 +46,7 @@ def check_attempts(retry: Retry | None, max_attempts: int | None) -> int | None:
 
 def check_stall_after(stall_after: object) -> float | None:
     """Seconds a unit may stay quiet before its parent hears: None, or a positive number."""
-    if stall_after is None:
-        return None
-    if (
-        isinstance(stall_after, bool)
-        or not isinstance(stall_after, int | float)
-        or not stall_after > 0
-    ):
-        raise SpecError(f"stall_after must be a positive number of seconds, got {stall_after!r}")
-    return float(stall_after)
+    return seconds_or_none("stall_after", stall_after, none="never a StallEvent")
 
 
 def check_not_before(not_before: object, now: float) -> float | None:

@@ -39,6 +39,7 @@ from workunits._restart import Restart, check_restart
 from workunits._retain import Retain
 from workunits._retry import Retry
 from workunits._schedule import ScheduleInfo
+from workunits._seconds import WAIT_FOREVER, seconds, seconds_or_none
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
@@ -229,17 +230,10 @@ class Supervisor:
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise SpecError(f"pool_size must be an int >= 1, got {pool_size!r}")
         self._pool_size = pool_size
-        if not eviction_grace >= 0:
-            raise SpecError(f"eviction_grace must be >= 0 seconds, got {eviction_grace!r}")
-        if tick_interval is not None and (
-            isinstance(tick_interval, bool)
-            or not isinstance(tick_interval, int | float)
-            or not tick_interval > 0
-        ):
-            raise SpecError(
-                f"tick_interval must be a number of seconds > 0, or None (no ticks: "
-                f"Supervisor.tick() runs them), got {tick_interval!r}"
-            )
+        seconds("eviction_grace", eviction_grace, zero=True)
+        seconds_or_none(
+            "tick_interval", tick_interval, none="no ticks: Supervisor.tick() runs them"
+        )
         for kind_name, limit in (concurrency or {}).items():
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
@@ -249,14 +243,7 @@ class Supervisor:
             or max_resident_ended < 0
         ):
             raise SpecError(f"max_resident_ended must be an int >= 0, got {max_resident_ended!r}")
-        if (
-            isinstance(session_lease, bool)
-            or not isinstance(session_lease, int | float)
-            or not session_lease >= MIN_LEASE
-        ):
-            raise SpecError(
-                f"session_lease must be a number of seconds >= {MIN_LEASE}, got {session_lease!r}"
-            )
+        seconds("session_lease", session_lease, least=MIN_LEASE)
         sync_level(ledger_sync, "ledger_sync")  # refused before the state dir is touched
         if ledger is not None and not is_url(ledger):
             raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
@@ -949,6 +936,7 @@ class Supervisor:
         the stream ends or is closed, so its end cannot cut off unread output.
         """
         _ids.validate(work_id)
+        poll = seconds("poll", poll)
         self._ask(rq.Retain(work_id))
         return OutputStream(
             work_id,
@@ -995,6 +983,7 @@ class Supervisor:
         posted without waiting) until the stream ends or ``aclose()`` is awaited.
         """
         _ids.validate(work_id)
+        poll = seconds("poll", poll)
         retained = self._pending_start is None and not self._start_failed
         if retained:
             self._channel.post(rq.Retain(work_id))  # the actor applies it before any read
@@ -1097,6 +1086,7 @@ class Supervisor:
     def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Block until the unit is terminal; raise NotFinished after ``timeout``."""
         _ids.validate(work_id)
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         waiter = self._waiters.add(work_id)
         try:
             # A unit known not ended has its end still to come, which wakes us: no read.
@@ -1118,6 +1108,7 @@ class Supervisor:
         """Like ``wait`` without blocking the event loop, nor a thread: the unit's end
         resolves an asyncio future from the supervisor's thread."""
         _ids.validate(work_id)
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
         waiter, fut = self._waiters.add_async(work_id)  # register, then read
         try:
             # A unit known not ended has its end still to come, which resolves fut: no read.
@@ -1147,9 +1138,7 @@ class Supervisor:
 
     def cancel(self, work_id: str, grace: float = 5.0) -> bool:
         """SIGTERM now, SIGKILL after ``grace`` seconds. False if it was not running."""
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-            raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
-        return self._ask(rq.Cancel(work_id, float(grace)))
+        return self._ask(rq.Cancel(work_id, seconds("grace", grace, zero=True)))
 
     async def kill_async(self, work_id: str) -> bool:
         """Like ``kill`` without blocking the event loop."""
@@ -1157,9 +1146,7 @@ class Supervisor:
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
         """Like ``cancel`` without blocking the event loop."""
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-            raise SpecError(f"grace must be a number of seconds >= 0, got {grace!r}")
-        return await self._ask_async(rq.Cancel(work_id, float(grace)))
+        return await self._ask_async(rq.Cancel(work_id, seconds("grace", grace, zero=True)))
 
     def advertise(self, url: str) -> None:
         """Record in this session's row the URL its HTTP API is reached at from other hosts.
@@ -1351,9 +1338,7 @@ class Supervisor:
         are returned. Follow with ``close(deploy=True)`` (``serve
         --drain-timeout`` does both on SIGTERM).
         """
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-            raise SpecError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + seconds("timeout", timeout, zero=True)
         still: builtins.list[str] = []
         for work_id in self._ask(rq.Drain()):
             waiter = self._waiters.add(work_id)  # register, then read: no lost wake-up

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workunits import _ids
-from workunits._errors import SpecError
 from workunits._ledger import Ledger
 from workunits._record import Notification
+from workunits._seconds import MAX_CLAIM_LEASE, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +29,7 @@ class NoticeClaim:
 
 
 def check_lease(lease: object) -> float:
-    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 0 < lease <= 86400:
-        raise SpecError(f"lease must be a number of seconds in (0, 86400], got {lease!r}")
-    return float(lease)
+    return seconds("lease", lease, most=MAX_CLAIM_LEASE)
 
 
 class RemoteConsumers:

@@ -20,11 +20,15 @@ from typing import Any
 
 from workunits import _ids
 from workunits._errors import AskTimeout
+from workunits._seconds import seconds_or_none
 from workunits._wire.frames import encode_message
 from workunits._wire.results import reply_of
 from workunits.supervisor import requests as rq
 from workunits.supervisor.asks import Route
 from workunits.supervisor.channel import ActorChannel
+
+# What None means for an ask's timeout, said in its error.
+ANSWER_FOREVER = "until it answers or ends"
 
 
 class TeammateCalls:
@@ -39,6 +43,7 @@ class TeammateCalls:
         self._channel.ask(rq.Send(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None) -> Any:
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=ANSWER_FOREVER)
         box = _Box()
         token = self._route(work_id, message, box.put)
         if not box.event.wait(timeout):
@@ -58,6 +63,7 @@ class TeammateCalls:
         return future
 
     async def ask_async(self, work_id: str, message: Any, timeout: float | None) -> Any:
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=ANSWER_FOREVER)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[tuple[bool, Any]] = loop.create_future()
 

@@ -1,0 +1,63 @@
+"""Durations given by users: one check, one wording.
+
+Every timeout, grace, lease, poll and interval of the API passes through
+``seconds`` (or ``seconds_or_none`` where None means something), so each
+refuses the same things with the same words: a bool, a non-number, NaN, an
+infinity (``threading`` and ``time`` overflow on it; None is the way to say "no
+limit" where there is one), and a value outside its bounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workunits._errors import SpecError
+
+# What None means for a wait's timeout, said in its error.
+WAIT_FOREVER = "wait without a limit"
+# A claim on a notice is renewed while it is worked on; one longer than a day is
+# a mistake, not a plan (the HTTP API has the same bound).
+MAX_CLAIM_LEASE = 86400.0
+
+
+def seconds(
+    name: str,
+    value: object,
+    *,
+    zero: bool = False,
+    least: float | None = None,
+    most: float | None = None,
+    none: str | None = None,
+) -> float:
+    """``value`` as a float, or SpecError naming ``name`` and what it must be.
+
+    Greater than 0 by default; ``zero``: 0 allowed; ``least``: at least that;
+    ``most``: at most that. ``none`` only words the error (what None would mean,
+    for the callers that take it: see ``seconds_or_none``).
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        low_ok = value >= least if least is not None else (value >= 0 if zero else value > 0)
+        if low_ok and (most is None or value <= most):
+            return float(value)
+    bound = f">= {least}" if least is not None else (">= 0" if zero else "> 0")
+    if most is not None:
+        bound += f" and <= {most}"
+    alternative = "" if none is None else f", or None ({none})"
+    raise SpecError(
+        f"{name} must be a finite number of seconds {bound}{alternative}, got {value!r}"
+    )
+
+
+def seconds_or_none(
+    name: str,
+    value: object,
+    *,
+    none: str,
+    zero: bool = False,
+    least: float | None = None,
+    most: float | None = None,
+) -> float | None:
+    """None as it is (``none`` says what it means, in the error); else ``seconds``."""
+    if value is None:
+        return None
+    return seconds(name, value, zero=zero, least=least, most=most, none=none)
