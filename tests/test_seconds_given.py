@@ -19,7 +19,7 @@ import pytest
 import workunits as wu
 from tests.client_support import FakeSupervisor
 from tests.helpers import WAIT
-from tests.test_teammate_restarts import Phoenix
+from tests.restart_jobs import Phoenix
 from workunits._seconds import seconds, seconds_or_none
 from workunits.testing import ScriptedDriver
 
@@ -30,6 +30,9 @@ NOT_NUMBERS = [math.inf, -math.inf, math.nan, "5", True, b"1", [1]]
 BAD_AT_LEAST_ZERO = [-1, -0.001, *NOT_NUMBERS]
 # Refused where the value must be > 0 (a poll, a lease, a unit's time limit).
 BAD_ABOVE_ZERO = [0, 0.0, *BAD_AT_LEAST_ZERO]
+# Port 9 (discard) on loopback: nothing listens, so a request would fail otherwise.
+NOBODY = "http://127.0.0.1:9"
+TOKEN = "never-sent"  # noqa: S105 - nothing receives it
 WAIT_TEXT = r"timeout must be a finite number of seconds >= 0, or None \(wait without a limit\)"
 
 
@@ -37,7 +40,8 @@ WAIT_TEXT = r"timeout must be a finite number of seconds >= 0, or None \(wait wi
 
 
 def test_numbers_in_bounds_come_back_as_floats() -> None:
-    assert seconds("x", 2) == 2.0 and isinstance(seconds("x", 2), float)
+    assert seconds("x", 2) == 2.0
+    assert isinstance(seconds("x", 2), float)
     assert seconds("x", 0, zero=True) == 0.0
     assert seconds("x", 5, least=5) == 5.0
     assert seconds("x", 86400, most=86400) == 86400.0
@@ -59,7 +63,7 @@ def test_numbers_in_bounds_come_back_as_floats() -> None:
     ],
 )
 def test_a_refusal_names_the_parameter_its_bound_and_the_value(
-    value: object, bounds: dict[str, Any], said: str
+    value: Any, bounds: dict[str, Any], said: str
 ) -> None:
     with pytest.raises(wu.SpecError) as info:
         seconds("grace", value, **bounds)
@@ -78,18 +82,18 @@ def test_what_none_means_is_said_where_none_is_taken() -> None:
 
 @pytest.mark.parametrize("bad", BAD_AT_LEAST_ZERO)
 def test_waits_refuse_a_bad_timeout_and_the_unit_runs_on(
-    msup: wu.Supervisor, drive: ScriptedDriver, bad: object
+    msup: wu.Supervisor, drive: ScriptedDriver, bad: Any
 ) -> None:
     unit = handle = drive.start()
     calls: list[Callable[[], object]] = [
-        lambda: msup.wait(unit.id, timeout=bad),  # type: ignore[arg-type]
-        lambda: msup.result(unit.id, timeout=bad),  # type: ignore[arg-type]
-        lambda: handle.wait(timeout=bad),  # type: ignore[arg-type]
-        lambda: asyncio.run(msup.wait_async(unit.id, timeout=bad)),  # type: ignore[arg-type]
-        lambda: asyncio.run(msup.result_async(unit.id, timeout=bad)),  # type: ignore[arg-type]
-        lambda: msup.notifications().claim(timeout=bad),  # type: ignore[arg-type]
-        lambda: msup.ask(unit.id, "hello", timeout=bad),  # type: ignore[arg-type]
-        lambda: msup.drain(bad),  # type: ignore[arg-type]
+        lambda: msup.wait(unit.id, timeout=bad),
+        lambda: msup.result(unit.id, timeout=bad),
+        lambda: handle.wait(timeout=bad),
+        lambda: asyncio.run(msup.wait_async(unit.id, timeout=bad)),
+        lambda: asyncio.run(msup.result_async(unit.id, timeout=bad)),
+        lambda: msup.notifications().claim(timeout=bad),
+        lambda: msup.ask(unit.id, "hello", timeout=bad),
+        lambda: msup.drain(bad),
     ]
     for call in calls:
         with pytest.raises(wu.SpecError, match="timeout must be a finite number of seconds >= 0"):
@@ -102,41 +106,41 @@ def test_waits_refuse_a_bad_timeout_and_the_unit_runs_on(
 
 @pytest.mark.parametrize("bad", BAD_AT_LEAST_ZERO)
 def test_cancel_refuses_a_bad_grace_and_signals_nothing(
-    msup: wu.Supervisor, drive: ScriptedDriver, bad: object
+    msup: wu.Supervisor, drive: ScriptedDriver, bad: Any
 ) -> None:
     unit = drive.start()
     with pytest.raises(wu.SpecError, match="grace must be a finite number of seconds >= 0"):
-        msup.cancel(unit.id, grace=bad)  # type: ignore[arg-type]
+        msup.cancel(unit.id, grace=bad)
     with pytest.raises(wu.SpecError, match="grace"):
-        asyncio.run(msup.cancel_async(unit.id, grace=bad))  # type: ignore[arg-type]
+        asyncio.run(msup.cancel_async(unit.id, grace=bad))
     assert drive.signals(unit.id) == ()
     assert msup.get(unit.id).status is wu.Status.RUNNING
 
 
 @pytest.mark.parametrize("bad", BAD_ABOVE_ZERO)
 def test_streams_refuse_a_bad_poll_and_hold_no_retain(
-    msup: wu.Supervisor, drive: ScriptedDriver, bad: object
+    msup: wu.Supervisor, drive: ScriptedDriver, bad: Any
 ) -> None:
     unit = drive.start()
     with pytest.raises(wu.SpecError, match="poll must be a finite number of seconds > 0"):
-        msup.stream(unit.id, poll=bad)  # type: ignore[arg-type]
+        msup.stream(unit.id, poll=bad)
     with pytest.raises(wu.SpecError, match="poll"):
-        msup.stream_async(unit.id, poll=bad)  # type: ignore[arg-type]
+        msup.stream_async(unit.id, poll=bad)
     with pytest.raises(wu.SpecError, match="lease must be a finite number of seconds > 0"):
-        msup.retain(unit.id, lease=bad)  # type: ignore[arg-type]
+        msup.retain(unit.id, lease=bad)
     assert msup.get(unit.id).retain == 0  # a refused stream kept nothing back
 
 
 @pytest.mark.parametrize("bad", BAD_ABOVE_ZERO)
-def test_submits_refuse_a_bad_time_limit_and_start_nothing(sup: wu.Supervisor, bad: object) -> None:
+def test_submits_refuse_a_bad_time_limit_and_start_nothing(sup: wu.Supervisor, bad: Any) -> None:
     with pytest.raises(wu.SpecError, match="timeout must be a finite number of seconds > 0"):
-        sup.shell(["true"], timeout=bad)  # type: ignore[arg-type]
+        sup.shell(["true"], timeout=bad)
     with pytest.raises(wu.SpecError, match="stall_after must be a finite number of seconds > 0"):
-        sup.shell(["true"], stall_after=bad)  # type: ignore[arg-type]
+        sup.shell(["true"], stall_after=bad)
     with pytest.raises(wu.SpecError, match="timeout must be a finite number"):
-        list(sup.pool().map(abs, [1], timeout=-1 if bad == 0 else bad))  # type: ignore[arg-type]
+        list(sup.pool().map(abs, [1], timeout=-1 if bad == 0 else bad))
     with pytest.raises(wu.SpecError, match="within must be a finite number of seconds > 0"):
-        sup.teammate(Phoenix, "x", restart="transient", within=bad)  # type: ignore[arg-type]
+        sup.teammate(Phoenix, "x", restart="transient", within=bad)
     assert sup.list() == []  # nothing was submitted
 
 
@@ -153,7 +157,7 @@ def test_submits_refuse_a_bad_time_limit_and_start_nothing(sup: wu.Supervisor, b
     ],
 )
 def test_a_supervisor_refuses_a_bad_duration_before_it_makes_its_state_dir(
-    tmp_path: Path, option: str, bad: object
+    tmp_path: Path, option: str, bad: Any
 ) -> None:
     state = tmp_path / "state"
     with pytest.raises(wu.SpecError, match=f"{option} must be a finite number of seconds"):
@@ -166,31 +170,30 @@ def test_a_supervisor_refuses_a_bad_duration_before_it_makes_its_state_dir(
 
 @pytest.mark.parametrize("bad", BAD_AT_LEAST_ZERO)
 def test_a_ledger_client_refuses_bad_durations_and_sends_no_request(
-    state_dir: Path, bad: object
+    state_dir: Path, bad: Any
 ) -> None:
     with wu.connect(state_dir) as client:
         fake = FakeSupervisor(client.state_dir)
         try:
             handle = client.shell("true")
             with pytest.raises(wu.SpecError, match=WAIT_TEXT):
-                client.wait(handle.id, timeout=bad)  # type: ignore[arg-type]
+                client.wait(handle.id, timeout=bad)
             with pytest.raises(wu.SpecError, match=WAIT_TEXT):
-                client.request_result(1, timeout=bad)  # type: ignore[arg-type]
+                client.request_result(1, timeout=bad)
             with pytest.raises(wu.SpecError, match="grace must be a finite number"):
-                client.cancel(handle.id, grace=bad)  # type: ignore[arg-type]
+                client.cancel(handle.id, grace=bad)
             with pytest.raises(wu.SpecError, match=WAIT_TEXT):
-                client.notifications().claim(timeout=bad)  # type: ignore[arg-type]
+                client.notifications().claim(timeout=bad)
             assert client.ledger.get_request(1) is None  # no cancel was asked for
         finally:
             fake.close()
     with pytest.raises(wu.SpecError, match="poll must be a finite number of seconds > 0"):
-        wu.connect(state_dir, poll=bad if bad != -1 else 0)  # type: ignore[arg-type]
+        wu.connect(state_dir, poll=bad if bad != -1 else 0)
 
 
 @pytest.mark.parametrize("bad", [-1, math.inf, math.nan, "5", True])
-def test_an_http_client_refuses_bad_durations_before_it_sends_anything(bad: object) -> None:
-    # Port 9 (discard) on loopback: nothing listens, so any request would fail otherwise.
-    client = wu.HttpClient("http://127.0.0.1:9", token="t")
+def test_an_http_client_refuses_bad_durations_before_it_sends_anything(bad: Any) -> None:
+    client = wu.HttpClient(NOBODY, token=TOKEN)
     try:
         for call in (
             lambda: client.wait("a12345678", timeout=bad),
@@ -200,11 +203,11 @@ def test_an_http_client_refuses_bad_durations_before_it_sends_anything(bad: obje
             lambda: client.notifications(lease=bad),
         ):
             with pytest.raises(wu.SpecError, match="must be a finite number of seconds"):
-                call()  # type: ignore[no-untyped-call]
+                call()
     finally:
         client.close()
     with pytest.raises(wu.SpecError, match="timeout must be a finite number of seconds > 0"):
-        wu.HttpClient("http://127.0.0.1:9", token="t", timeout=bad)  # type: ignore[arg-type]
+        wu.HttpClient(NOBODY, token=TOKEN, timeout=bad)
 
 
 # -- inside a unit ------------------------------------------------------------------------
