@@ -207,6 +207,9 @@ class Outcome:
     # The failed exception's classes, ``module:qualname``, most derived first
     # (what a retry policy's ``on`` is matched against); empty without one.
     error_types: tuple[str, ...] = ()
+    # The unit's actor failed (a bug in its kind), not its work: this end stays
+    # as reported even after a kill was accepted (``Control.as_asked``).
+    actor_failed: bool = False
 
 
 replace = dataclasses.replace

@@ -336,7 +336,9 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         if exception_value is not None:
             error = _describe_error(error, exception_value)
         if self.claim_end():
-            self.unit.report_end(self.unit.id, Outcome(Status.FAILED, error=error))
+            self.unit.report_end(
+                self.unit.id, Outcome(Status.FAILED, error=error, actor_failed=True)
+            )
 
     def outcome_for_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
         """Map how the process ended to the unit's outcome.

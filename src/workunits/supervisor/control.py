@@ -18,7 +18,7 @@ from workunits._errors import SpecError, UnknownWork
 from workunits._record import Outcome, WorkRecord, replace
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.actor_messages import Cancel, Escalate, Kill, StopTeammate
-from workunits.actors.base import ACTOR_FAILED, WorkActor, exit_outcome
+from workunits.actors.base import WorkActor, exit_outcome
 from workunits.supervisor.endings import TerminalTransition
 from workunits.supervisor.eviction import Eviction
 from workunits.supervisor.slots import Ending
@@ -93,7 +93,7 @@ class Control:
         slot = self._units.slot(work_id)
         if slot is None or slot.asked is None or outcome.status is Status.KILLED:
             return outcome
-        if outcome.reason is not None or (outcome.error or "").startswith(ACTOR_FAILED):
+        if outcome.reason is not None or outcome.actor_failed:
             return outcome
         return exit_outcome(slot.asked, outcome.exit_code, outcome.signal)
 
