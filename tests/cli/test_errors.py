@@ -98,7 +98,7 @@ def test_the_state_dir_comes_from_the_option_or_the_environment(
         (["submit", "--args", "[]", "--", "ls"], "go with --agent"),
         (["submit", "--agent", "not-a-ref"], "not an import reference"),
         (["submit", "--env", "NOEQUALS", "--", "ls"], "NAME=VALUE"),
-        (["submit", "--timeout", "0", "--", "ls"], "timeout must be a positive"),
+        (["submit", "--timeout", "0", "--", "ls"], "timeout must be a finite number of seconds > 0"),
     ],
 )
 def test_bad_arguments_are_usage_errors(

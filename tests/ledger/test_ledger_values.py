@@ -75,7 +75,9 @@ def test_an_importable_function_is_stored_as_a_reference(ledger: Ledger) -> None
 
 
 @pytest.mark.parametrize(
-    "fn", [lambda x: x, _make_closure(), Toucher.__init__.__get__(object())], ids=str
+    "fn",
+    [lambda x: x, _make_closure(), Toucher.__init__.__get__(object())],
+    ids=["lambda", "closure", "bound-method"],  # the same in every process (no addresses)
 )
 def test_what_has_no_reference_is_pickled_and_loads_back(ledger: Ledger, fn: Any) -> None:
     work_id = _store(ledger, Call(fn, (1,)))
