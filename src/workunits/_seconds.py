@@ -13,8 +13,9 @@ import math
 
 from workunits._errors import SpecError
 
-# What None means for a wait's timeout, said in its error.
+# What None means for a wait's timeout, and for an ask's, said in their errors.
 WAIT_FOREVER = "wait without a limit"
+ANSWER_FOREVER = "until it answers or ends"
 # A claim on a notice is renewed while it is worked on; one longer than a day is
 # a mistake, not a plan (the HTTP API has the same bound).
 MAX_CLAIM_LEASE = 86400.0

@@ -39,7 +39,7 @@ from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._retry import error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
-from workunits._seconds import WAIT_FOREVER, seconds, seconds_or_none
+from workunits._seconds import ANSWER_FOREVER, WAIT_FOREVER, seconds, seconds_or_none
 from workunits._signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
@@ -565,7 +565,7 @@ class UnitContext:
         """
 
         payload = m.encode_message(message)
-        timeout = seconds_or_none("timeout", timeout, zero=True, none="until it answers or ends")
+        timeout = seconds_or_none("timeout", timeout, zero=True, none=ANSWER_FOREVER)
         return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))
 
     def notifications(self) -> Mailbox:

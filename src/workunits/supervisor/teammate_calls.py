@@ -20,15 +20,12 @@ from typing import Any
 
 from workunits import _ids
 from workunits._errors import AskTimeout
-from workunits._seconds import seconds_or_none
+from workunits._seconds import ANSWER_FOREVER, seconds_or_none
 from workunits._wire.frames import encode_message
 from workunits._wire.results import reply_of
 from workunits.supervisor import requests as rq
 from workunits.supervisor.asks import Route
 from workunits.supervisor.channel import ActorChannel
-
-# What None means for an ask's timeout, said in its error.
-ANSWER_FOREVER = "until it answers or ends"
 
 
 class TeammateCalls:
