@@ -42,8 +42,13 @@ postgres-server:
 			"ledger's tests will skip (install Debian's postgresql package to run them)"; \
 	fi
 
+# Up to 4 pytest processes, one per core (-n auto): most tests wait on real
+# processes, signals and fsyncs, so a 2-core machine runs the suite in about half
+# the time. --dist loadfile keeps a file's tests in one process: a docs page's
+# examples share a namespace, and module-scoped supervisors stay shared.
+PYTEST_PROCESSES ?= -n auto --maxprocesses 4 --dist loadfile
 pytest: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PROCESSES)
 
 # The web view's browser test drives Debian's chromium through Playwright's API
 # (never `playwright install`, which downloads a browser build). As root, as CI
