@@ -144,6 +144,15 @@ def test_submits_refuse_a_bad_time_limit_and_start_nothing(sup: wu.Supervisor, b
     assert sup.list() == []  # nothing was submitted
 
 
+@pytest.mark.parametrize("bad", BAD_AT_LEAST_ZERO)
+def test_gc_refuses_a_bad_age_and_forgets_nothing(sup: wu.Supervisor, bad: Any) -> None:
+    ended = sup.wait(sup.shell(["true"]).id, timeout=WAIT)
+    with pytest.raises(wu.SpecError, match="older_than must be a finite number of seconds >= 0"):
+        sup.gc(older_than=bad)
+    assert sup.get(ended.id).status is wu.Status.COMPLETED
+    assert sup.gc(older_than=0) == 0  # nothing had expired yet: a good age still works
+
+
 @pytest.mark.parametrize(
     ("option", "bad"),
     [

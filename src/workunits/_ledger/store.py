@@ -79,6 +79,7 @@ from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
 from workunits._retry import Attempt
 from workunits._schedule import ScheduleFiring, ScheduleInfo
+from workunits._seconds import seconds_or_none
 from workunits._status import Status, is_terminal
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
@@ -750,11 +751,13 @@ class Ledger:
         ``expire_after``. Returns how many unit rows were deleted; their IDs are
         unknown to the ledger afterwards.
         """
+        age = seconds_or_none("older_than", older_than, zero=True, none="the ledger's expire_after")
         now = self._clock.now()
         expired, files = retention.expire(self._db, now)
         self._drop_transcripts(expired)
         self._large.delete(files)
-        age = self._expire_after if older_than is None else older_than
+        if age is None:
+            age = self._expire_after
         forgotten = retention.forget(self._db, now - age)
         self.sweep_values()
         self._db.give_back_space()
