@@ -98,7 +98,20 @@ def test_the_state_dir_comes_from_the_option_or_the_environment(
         (["submit", "--args", "[]", "--", "ls"], "go with --agent"),
         (["submit", "--agent", "not-a-ref"], "not an import reference"),
         (["submit", "--env", "NOEQUALS", "--", "ls"], "NAME=VALUE"),
-        (["submit", "--timeout", "0", "--", "ls"], "timeout must be a finite number of seconds > 0"),
+        (
+            ["submit", "--timeout", "0", "--", "ls"],
+            "timeout must be a finite number of seconds > 0",
+        ),
+        (
+            ["cancel", "--grace", "inf", "b00000000"],
+            "grace must be a finite number of seconds >= 0",
+        ),
+        (
+            ["cancel", "--grace", "nan", "b00000000"],
+            "grace must be a finite number of seconds >= 0",
+        ),
+        (["watch", "--interval", "nan"], "interval must be a finite number of seconds >= 0.05"),
+        (["serve", "--drain-timeout", "inf"], "drain_timeout must be a finite number of seconds"),
     ],
 )
 def test_bad_arguments_are_usage_errors(

@@ -42,6 +42,7 @@ from workunits._errors import (
     WorkKilled,
     WorkunitsError,
 )
+from workunits._seconds import seconds
 from workunits._status import Status
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -294,6 +295,22 @@ def parse_duration(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise SpecError(f"{text!r} is not a duration >= 0")
     return value
+
+
+def seconds_option(least: float = 0.0) -> Callable[[click.Context, click.Parameter, float], float]:
+    """An option callback: its number of seconds checked as the library checks one
+    (``_seconds``): finite, and at least ``least`` (0 allowed by default)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float) -> float:
+        name = param.name or "seconds"
+        try:
+            if least == 0:
+                return seconds(name, value, zero=True)
+            return seconds(name, value, least=least)
+        except SpecError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return check
 
 
 def is_tty(stream: IO[Any]) -> bool:

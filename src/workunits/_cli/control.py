@@ -23,6 +23,7 @@ from workunits._cli._app import (
     json_option,
     opened,
     parse_duration,
+    seconds_option,
     state_option,
 )
 from workunits._client import Client
@@ -48,7 +49,8 @@ def wait_option(fn: Any) -> Any:
 @json_option
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=float,
+    callback=seconds_option(),
     default=5.0,
     show_default=True,
     help="Seconds between the polite stop and SIGKILL.",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import click
 
 from workunits._cli import user_code
-from workunits._cli._app import cli, state_option
+from workunits._cli._app import cli, seconds_option, state_option
 from workunits._errors import SpecError
 from workunits._ledger import secretfile
 from workunits._ledger._db import SYNC_MODES
@@ -67,7 +67,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(min=0),
+    type=float,
+    callback=seconds_option(),
     default=0.0,
     show_default=True,
     metavar="SECONDS",
@@ -97,7 +98,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 )
 @click.option(
     "--session-lease",
-    type=click.FloatRange(min=MIN_LEASE),
+    type=float,
+    callback=seconds_option(least=MIN_LEASE),
     default=DEFAULT_LEASE,
     show_default=True,
     metavar="SECONDS",

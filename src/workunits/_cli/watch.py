@@ -29,7 +29,7 @@ from rich.live import Live
 from rich.text import Text
 
 from workunits._cli import _render
-from workunits._cli._app import cli, is_tty, opened, parse_duration, state_option
+from workunits._cli._app import cli, is_tty, opened, parse_duration, seconds_option, state_option
 from workunits._client import Client
 from workunits._errors import WorkunitsError
 from workunits._ledger import UnitRow
@@ -50,7 +50,8 @@ CHROME_LINES = 4  # title, table header, caption, footer
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.05),
+    type=float,
+    callback=seconds_option(least=0.05),
     default=0.25,
     show_default=True,
     help="Seconds between looks at the ledger.",
