@@ -23,7 +23,18 @@ import orjson
 
 from workunits._errors import NotRetryable, SpecError
 from workunits._record import Outcome, WorkRecord
+from workunits._seconds import seconds
 from workunits._status import Reason, Status, is_terminal
+
+# The most attempts a unit may be given: what every ledger's attempt columns hold
+# (a larger int would fail the whole group commit it was written in).
+MAX_ATTEMPTS = 2**31 - 1
+
+
+def check_max_attempts(name: str, value: object) -> None:
+    """SpecError unless ``value`` is an int from 1 to MAX_ATTEMPTS."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise SpecError(f"{name} must be an int from 1 to {MAX_ATTEMPTS}, got {value!r}")
 
 
 def type_ref(cls: type) -> str:
@@ -63,15 +74,18 @@ class Retry:
     _names: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        n = self.max_attempts
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise SpecError(f"Retry(max_attempts=) must be an int >= 1, got {n!r}")
-        for name in ("backoff", "initial", "max_delay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise SpecError(f"Retry({name}=) must be a number >= 0, got {value!r}")
-        if self.backoff < 1:
-            raise SpecError(f"Retry(backoff=) must be >= 1 (a factor), got {self.backoff!r}")
+        check_max_attempts("Retry(max_attempts=)", self.max_attempts)
+        for name in ("initial", "max_delay"):
+            seconds(f"Retry({name}=)", getattr(self, name), zero=True)
+        factor = self.backoff
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, int | float)
+            or not 1 <= factor < float("inf")
+        ):
+            raise SpecError(
+                f"Retry(backoff=) must be a finite number >= 1 (a factor), got {factor!r}"
+            )
         if not isinstance(self.jitter, bool):
             raise SpecError(f"Retry(jitter=) must be a bool, got {self.jitter!r}")
         on = self.on if isinstance(self.on, tuple | list) else (self.on,)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 
 from workunits._errors import SpecError
-from workunits._retry import Retry
+from workunits._retry import Retry, check_max_attempts
 from workunits._seconds import seconds_or_none
 
 
@@ -26,10 +26,8 @@ def check_submit(*, description: object, key: object, max_attempts: object) -> N
         raise SpecError(f"description must be a str, got {type(description).__name__}")
     if key is not None and (not isinstance(key, str) or not key):
         raise SpecError(f"key must be a non-empty str, got {key!r}")
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise SpecError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+    if max_attempts is not None:
+        check_max_attempts("max_attempts", max_attempts)
 
 
 def check_attempts(retry: Retry | None, max_attempts: int | None) -> int | None:

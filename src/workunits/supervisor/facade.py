@@ -50,6 +50,7 @@ from workunits._wire.specs import (
     MonitorSpec,
     ShellSpec,
     TeammateSpec,
+    check_bytes,
 )
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
@@ -900,6 +901,8 @@ class Supervisor:
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
+        if root is not None:
+            _ids.validate(root)
         return render_tree(self.list(), root)
 
     @overload
@@ -1059,6 +1062,7 @@ class Supervisor:
         move the record's output offset (``supervisor/events.py``).
         """
         _ids.validate(work_id)
+        check_bytes("max_bytes", max_bytes)
         cursor = Cursor.parse(after) if isinstance(after, str) else after
         return self._event_feed().read(work_id, cursor, max_bytes)
 
@@ -1434,10 +1438,8 @@ def _read_request(
     work_id: str, max_bytes: int | None, offset: int | None
 ) -> rq.ReadOutput | rq.ReadChunk:
     """The request ``read_output`` sends: its arguments checked before anything is read."""
-    if max_bytes is not None and (
-        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0
-    ):
-        raise SpecError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    if max_bytes is not None:
+        check_bytes("max_bytes", max_bytes)
     if offset is None:
         return rq.ReadOutput(work_id, max_bytes)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
