@@ -154,3 +154,26 @@ def test_submit_many_fails_only_the_submit_whose_text_the_ledger_refuses(ledger:
         True,
     ]
     assert {r.id for r in ledger.list()} == {batch[0].id, batch[2].id}
+
+
+@pytest.mark.parametrize("field", ["description", "key"])
+def test_submit_many_refuses_a_nul_in_submitted_text_and_keeps_the_rest(
+    ledger: Ledger, field: str
+) -> None:
+    """PostgreSQL's text cannot hold NUL: both ledgers refuse it at submit, and the
+    submits of the same group commit are written."""
+
+    def new(text: str | None = None) -> NewUnit:
+        work_id = _ids.mint("a")
+        spec = ledger.encode_spec(Call(max, (1, 2)), work_id)
+        if text is None:
+            return NewUnit(work_id, "agent", spec, 1.0)
+        if field == "key":
+            return NewUnit(work_id, "agent", spec, 1.0, key=text)
+        return NewUnit(work_id, "agent", spec, 1.0, description=text)
+
+    batch = [new(), new("a\x00b"), new()]
+    answers = ledger.submit_many(batch)
+    assert isinstance(answers[1], SpecError)
+    assert f"the {field} 'a\\x00b' holds a NUL character" in str(answers[1])
+    assert {r.id for r in ledger.list()} == {batch[0].id, batch[2].id}

@@ -46,6 +46,30 @@ def test_a_record_is_written_with_its_mirrored_columns(ledger: Ledger) -> None:
     assert row.to_record() == dataclasses.replace(record, output_offset=0)
 
 
+def test_an_end_whose_text_holds_a_nul_is_written_on_every_ledger(
+    ledger: Ledger, backend: str
+) -> None:
+    """A unit's error and progress message are its own free text: a NUL in them
+    (PostgreSQL's text cannot hold one) must not keep its end from landing."""
+    unit = start(ledger, new_unit(ledger, parent="a99999999").id)
+    ended = dataclasses.replace(
+        unit.to_record(),
+        status=Status.FAILED,
+        ended_at=9.0,
+        error="ValueError: bad\x00byte",
+        progress_message="half\x00way",
+    )
+    assert ledger.write(ended, attempt=1)
+    row = ledger.require(unit.id)
+    kept = "\x00" if backend == "sqlite" else "\ufffd"  # PostgreSQL: shown as U+FFFD
+    assert (row.status, row.error, row.progress_message) == (
+        "failed",
+        f"ValueError: bad{kept}byte",
+        f"half{kept}way",
+    )
+    assert _outbox(ledger) == [(unit.id, "failed")]
+
+
 def test_a_terminal_write_commits_its_notice_in_the_same_transaction(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger, parent="a99999999").id)
     ended = dataclasses.replace(

@@ -33,7 +33,7 @@ import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workunits._errors import LedgerError, LedgerFull, StateDirError
@@ -120,12 +120,34 @@ class PgConnection:
         self._conn = conn
 
     def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
-        return self._conn.execute(postgres_sql.translate(sql), parameters or None)
+        return self._conn.execute(postgres_sql.translate(sql), _text_safe(parameters) or None)
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor:
         cursor = self._conn.cursor()
-        cursor.executemany(postgres_sql.translate(sql), parameters)
+        cursor.executemany(postgres_sql.translate(sql), [_text_safe(p) for p in parameters])
         return cursor
+
+
+def _text_safe(parameters: Any) -> Any:
+    """``parameters`` with each NUL in a str written as U+FFFD.
+
+    PostgreSQL's text cannot hold NUL, and a statement that tries fails its whole
+    transaction: a unit's error text or progress message with one in it would
+    keep its end from ever being written. What users submit (keys, descriptions)
+    is refused with a NUL at submit, on either ledger; what units report is free
+    text, kept here with the character shown as U+FFFD.
+    """
+    if isinstance(parameters, Mapping):
+        if any(isinstance(v, str) and "\x00" in v for v in parameters.values()):
+            return {k: _nul_free(v) for k, v in parameters.items()}
+        return parameters
+    if any(isinstance(v, str) and "\x00" in v for v in parameters):
+        return [_nul_free(v) for v in parameters]
+    return parameters
+
+
+def _nul_free(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
 _PAYLOAD = re.compile(r"[a-z]+:[0-9a-z]{1,64}", re.ASCII)

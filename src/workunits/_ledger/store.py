@@ -369,11 +369,20 @@ class Ledger:
             sessions.validate(new.session)
         for name in ("kind", "description", "key", "output_path"):
             text = getattr(new, name)
-            if isinstance(text, str) and not _is_utf8(text):
+            if not isinstance(text, str):
+                continue
+            if not _is_utf8(text):
                 shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
                 raise SpecError(
                     f"the {name} '{shown}' holds bytes that are not UTF-8; the ledger keeps it "
                     f"as text, so give it as text"
+                )
+            if "\x00" in text:
+                # PostgreSQL's text cannot hold one, and one ledger must not take what
+                # the other refuses (nor fail the commit of the submits beside it).
+                raise SpecError(
+                    f"the {name} {text!r} holds a NUL character, which the ledger cannot "
+                    f"keep as text; leave it out"
                 )
         return values.spec_hash(new.kind, new.spec)
 
