@@ -21,6 +21,25 @@ if TYPE_CHECKING:
 TAIL_BYTES = 64 * 1024
 
 
+def storable_text(text: str) -> str:
+    """``text`` as every ledger and JSON keep it: a lone surrogate (an undecodable
+    byte, as ``os.fsdecode`` gives it) as its backslash escape, a NUL as U+FFFD.
+
+    For free text a unit reports (its error, a progress message): SQLite,
+    PostgreSQL and orjson each refuse one or the other, and a refused write of a
+    unit's end would never land.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def signal_name(signum: int) -> str:
     try:
         return _signal.Signals(signum).name
@@ -210,6 +229,12 @@ class Outcome:
     # The unit's actor failed (a bug in its kind), not its work: this end stays
     # as reported even after a kill was accepted (``Control.as_asked``).
     actor_failed: bool = False
+
+    def __post_init__(self) -> None:
+        # Every end passes here, whoever made it: its error is written to the ledger
+        # and into notices, which must be able to hold it (``storable_text``).
+        if self.error is not None:
+            object.__setattr__(self, "error", storable_text(self.error))
 
 
 replace = dataclasses.replace

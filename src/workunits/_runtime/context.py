@@ -35,7 +35,7 @@ from workunits._errors import (
     WorkunitsError,
 )
 from workunits._mailbox import Mailbox
-from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
+from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
 from workunits._retry import error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
@@ -321,10 +321,13 @@ class UnitContext:
         frac = None if fraction is None else float(fraction)
         if evidence:
             strictjson.dumps(evidence, "progress evidence")  # refused here, not in the supervisor
-        self._last_progress = (frac, str(message), evidence or None)
-        self.send(m.Progress(frac, str(message), evidence or None))
+        # A message is free text: an undecodable byte in it (a path, say) is escaped,
+        # not a failure of the unit.
+        text = storable_text(str(message))
+        self._last_progress = (frac, text, evidence or None)
+        self.send(m.Progress(frac, text, evidence or None))
         extra = {"evidence": evidence} if evidence else {}
-        self._transcript.write("progress", fraction=frac, message=str(message), **extra)
+        self._transcript.write("progress", fraction=frac, message=text, **extra)
         self._raise_if_cancelled()
 
     def checkpoint(self, state: Any) -> None:

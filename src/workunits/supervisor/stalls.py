@@ -20,7 +20,7 @@ from typing import Any
 
 from workunits import _outputfile
 from workunits._clock import Clock
-from workunits._record import StallEvent, WorkRecord, replace
+from workunits._record import StallEvent, WorkRecord, replace, storable_text
 from workunits._status import Status
 from workunits.supervisor.notices import Notices
 from workunits.supervisor.units import Units
@@ -42,6 +42,7 @@ class Activity:
         """A unit reported progress: stamp it, keep it, and count it as activity."""
         now = self._clock.now()
         ev = None if evidence is None else dict(evidence)
+        message = storable_text(message)  # any kind's report must be storable
 
         def reported(r: WorkRecord) -> WorkRecord:
             return replace(
