@@ -102,3 +102,10 @@ def test_events_refuse_a_bad_size(sup: wu.Supervisor, bad: Any) -> None:
 def test_a_tree_of_something_that_is_no_id_says_so(sup: wu.Supervisor, bad: Any) -> None:
     with pytest.raises(wu.InvalidWorkId):
         sup.tree(bad)
+
+
+@pytest.mark.parametrize("bad", [(256,), (-1,), (10**30,), (True,), ("3",)])
+def test_a_retry_policy_retries_only_exit_statuses(sup: wu.Supervisor, bad: Any) -> None:
+    with pytest.raises(wu.SpecError, match=r"Retry\(exit_codes=\) must be exit statuses"):
+        sup.shell(["true"], retry=wu.Retry(exit_codes=bad))
+    assert sup.list() == []

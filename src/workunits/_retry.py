@@ -103,8 +103,13 @@ class Retry:
         codes = self.exit_codes
         if codes is not None:
             codes = tuple(codes) if isinstance(codes, Sequence) else (codes,)
-            if not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
-                raise SpecError(f"Retry(exit_codes=) must be ints, got {self.exit_codes!r}")
+            if not all(
+                isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes
+            ):
+                raise SpecError(
+                    f"Retry(exit_codes=) must be exit statuses, ints from 0 to 255, "
+                    f"got {self.exit_codes!r}"
+                )
             object.__setattr__(self, "exit_codes", codes)
         object.__setattr__(self, "_names", frozenset(names))
 
