@@ -18,6 +18,7 @@ import pytest
 import workunits as wu
 from tests.helpers import WAIT
 from workunits._record import Outcome, storable_text
+from workunits.testing import ScriptedDriver
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,3 +96,13 @@ def test_storable_text_changes_only_what_a_ledger_refuses(text: str, kept: str) 
     assert storable_text(text) == kept
     assert storable_text(kept) == kept  # once is enough
     assert Outcome(wu.Status.FAILED, error=text).error == kept
+
+
+def test_a_scripted_units_error_is_stored_as_every_ledger_keeps_it(
+    msup: wu.Supervisor, drive: ScriptedDriver
+) -> None:
+    """What the public lifecycle machine asserts for any text its ``fail`` rule draws."""
+    unit = drive.start()
+    record = drive.fail(unit.id, "\x00\udcff")
+    assert record.error == "\ufffd\\udcff"
+    assert msup._runtime.ledger.require(unit.id).error == record.error
