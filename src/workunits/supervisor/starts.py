@@ -6,6 +6,7 @@ Owned by the SupervisorActor; every method runs in its thread.
 from __future__ import annotations
 
 import datetime
+import logging
 import signal
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -15,8 +16,8 @@ from typing import Any
 
 from workunits import _ids
 from workunits._clock import Clock
-from workunits._errors import SpecError, SupervisorClosed, WorkunitsError
-from workunits._ledger import NewUnit
+from workunits._errors import SpecError, SupervisorClosed
+from workunits._ledger import NewUnit, UnitRow
 from workunits._pool import WorkerPool
 from workunits._record import Outcome, WorkRecord, replace
 from workunits._restart import Restart
@@ -34,12 +35,15 @@ from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
+from workunits.supervisor.backlog import retryable
 from workunits.supervisor.delays import Delays
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, TerminalTransition
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.sweep import Deadlines, Due
 from workunits.supervisor.units import Units
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,17 +219,27 @@ class Starts:
         )
         return Prepared(record, actor_class, spec, timeout, starts_now, new)
 
-    def enter(self, group: list[Prepared]) -> list[WorkRecord | WorkunitsError]:
+    def enter(self, group: list[Prepared]) -> list[WorkRecord | BaseException]:
         """Write the rows of ``group`` in one fully synced commit; then admit each new one.
 
         Nothing is in memory, and nothing starts, before its row is durable. Per
         submit: its record (the existing unit's when its key was taken), or its
-        own error. A failed commit raises (LedgerError) and admits none.
+        own error. A commit that failed for the ledger's moment (full, I/O,
+        locked) raises and admits none; one that failed for what a row held is
+        tried again one submit at a time, so only that submit fails.
         """
-        answers = self._mirror.submit_many([p.new for p in group])
-        out: list[WorkRecord | WorkunitsError] = []
+        news = [p.new for p in group]
+        answers: list[UnitRow | BaseException | None]
+        try:
+            answers = list(self._mirror.submit_many(news))
+        except Exception as exc:
+            if len(group) == 1 or retryable(exc):
+                raise
+            log.warning("a group commit of %d submits failed (%s); one at a time", len(news), exc)
+            answers = [self._submit_alone(new) for new in news]
+        out: list[WorkRecord | BaseException] = []
         for p, answer in zip(group, answers, strict=True):
-            if isinstance(answer, WorkunitsError):
+            if isinstance(answer, BaseException):
                 out.append(answer)
             elif answer is not None:  # its key was taken: the unit that has it
                 found = self._units.registry.find(answer.id)
@@ -236,6 +250,14 @@ class Starts:
                 )
                 out.append(self._units.registry.get(p.record.id))
         return out
+
+    def _submit_alone(self, new: NewUnit) -> UnitRow | BaseException | None:
+        """One submit in a transaction of its own: its answer, or what it raised."""
+        try:
+            (answer,) = self._mirror.submit_many([new])
+        except Exception as exc:  # noqa: BLE001 - its caller raises it
+            return exc
+        return answer
 
     def admit(
         self,
