@@ -23,7 +23,7 @@ import orjson
 
 from workunits._errors import NotRetryable, SpecError
 from workunits._record import Outcome, WorkRecord
-from workunits._seconds import seconds
+from workunits._seconds import finite, seconds
 from workunits._status import Reason, Status, is_terminal
 
 # The most attempts a unit may be given: what every ledger's attempt columns hold
@@ -77,14 +77,10 @@ class Retry:
         check_max_attempts("Retry(max_attempts=)", self.max_attempts)
         for name in ("initial", "max_delay"):
             seconds(f"Retry({name}=)", getattr(self, name), zero=True)
-        factor = self.backoff
-        if (
-            isinstance(factor, bool)
-            or not isinstance(factor, int | float)
-            or not 1 <= factor < float("inf")
-        ):
+        factor = finite(self.backoff)
+        if factor is None or factor < 1:
             raise SpecError(
-                f"Retry(backoff=) must be a finite number >= 1 (a factor), got {factor!r}"
+                f"Retry(backoff=) must be a finite number >= 1 (a factor), got {self.backoff!r}"
             )
         if not isinstance(self.jitter, bool):
             raise SpecError(f"Retry(jitter=) must be a bool, got {self.jitter!r}")

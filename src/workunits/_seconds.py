@@ -21,6 +21,13 @@ ANSWER_FOREVER = "until it answers or ends"
 MAX_CLAIM_LEASE = 86400.0
 
 
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite real number (a bool is not one), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def seconds(
     name: str,
     value: object,
@@ -36,10 +43,11 @@ def seconds(
     ``most``: at most that. ``none`` only words the error (what None would mean,
     for the callers that take it: see ``seconds_or_none``).
     """
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        low_ok = value >= least if least is not None else (value >= 0 if zero else value > 0)
-        if low_ok and (most is None or value <= most):
-            return float(value)
+    number = finite(value)
+    if number is not None:
+        low_ok = number >= least if least is not None else (number >= 0 if zero else number > 0)
+        if low_ok and (most is None or number <= most):
+            return number
     bound = f">= {least}" if least is not None else (">= 0" if zero else "> 0")
     if most is not None:
         bound += f" and <= {most}"

@@ -12,7 +12,7 @@ import datetime
 
 from workunits._errors import SpecError
 from workunits._retry import Retry, check_max_attempts
-from workunits._seconds import seconds_or_none
+from workunits._seconds import finite, seconds_or_none
 
 
 def check_timeout(timeout: object) -> float | None:
@@ -54,13 +54,10 @@ def check_not_before(not_before: object, now: float) -> float | None:
         return None
     if isinstance(not_before, datetime.datetime):
         return not_before.timestamp()
-    if (
-        isinstance(not_before, bool)
-        or not isinstance(not_before, int | float)
-        or not 0 <= not_before < float("inf")
-    ):
+    delay = finite(not_before)
+    if delay is None or delay < 0:
         raise SpecError(
             f"not_before must be a datetime or a number of seconds >= 0 from now, "
             f"got {not_before!r}"
         )
-    return now + float(not_before)
+    return now + delay
