@@ -46,6 +46,7 @@ from workunits._http.models import (
 from workunits._http.security import Guard, token_id
 from workunits._record import WorkRecord
 from workunits._schedule import ScheduleInfo
+from workunits._seconds import MAX_CLAIM_LEASE
 from workunits._status import is_terminal
 from workunits.supervisor.events import Cursor, UnitEvent
 from workunits.supervisor.remote_consumers import NoticeClaim
@@ -399,7 +400,7 @@ def _notices(backend: Backend, owner: str) -> APIRouter:
     async def take(
         request: Request,
         parent: Annotated[str | None, Query(max_length=64)] = None,
-        lease: Annotated[float, Query(gt=0, le=86400)] = 30.0,
+        lease: Annotated[float, Query(gt=0, le=MAX_CLAIM_LEASE)] = 30.0,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0.0,
     ) -> Response:
         """Claim the oldest notice of ``parent`` (none: the application's).

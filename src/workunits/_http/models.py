@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from workunits._record import WorkRecord
 from workunits._retry import Retry
+from workunits._seconds import MAX_CLAIM_LEASE
 from workunits._status import is_terminal
 
 MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
@@ -250,7 +251,7 @@ class Changed(BaseModel):
 
 
 class LeaseBody(_Strict):
-    lease: Annotated[float, Field(gt=0, le=86400)] = 30.0
+    lease: Annotated[float, Field(gt=0, le=MAX_CLAIM_LEASE)] = 30.0
 
 
 class Lease(BaseModel):
@@ -282,7 +283,7 @@ class TokenBody(_Strict):
 
 class RenewBody(_Strict):
     token: Annotated[str, Field(min_length=1, max_length=128)]
-    lease: Annotated[float, Field(gt=0, le=86400)] = 30.0
+    lease: Annotated[float, Field(gt=0, le=MAX_CLAIM_LEASE)] = 30.0
 
 
 class Problem(BaseModel):
