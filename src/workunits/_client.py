@@ -37,7 +37,7 @@ from workunits._record import WorkRecord
 from workunits._remote_output import RemoteOutput
 from workunits._retain import Retain
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
-from workunits._seconds import WAIT_FOREVER, seconds, seconds_or_none
+from workunits._seconds import seconds, wait_timeout
 from workunits._status import Status, is_terminal
 from workunits._wire.durable import (
     agent_resumable,
@@ -459,7 +459,7 @@ class Client:
         return self._wait_row(work_id, timeout).to_record()
 
     def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
-        _check_wait_timeout(timeout)
+        wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
@@ -572,7 +572,7 @@ class Client:
     def request_result(self, seq: int, timeout: float | None = 0.0) -> Any:
         """The supervisor's answer to request ``seq`` (``{"changed": bool, "status": ...}``
         for a cancel or kill), or None while it has not applied it (within ``timeout``)."""
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
@@ -698,7 +698,7 @@ class Client:
         return (await self._wait_row_async(work_id, timeout)).to_record()
 
     async def _wait_row_async(self, work_id: str, timeout: float | None) -> UnitRow:
-        _check_wait_timeout(timeout)
+        wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
@@ -760,10 +760,6 @@ class Client:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _check_wait_timeout(timeout: float | None) -> None:
-    seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
 
 
 class ClientHandle:

@@ -49,7 +49,7 @@ from workunits._errors import ClientClosed, NotFinished, SpecError, WorkunitsErr
 from workunits._ledger.retains import check_lease
 from workunits._record import Notification, WorkRecord
 from workunits._retain import Retain
-from workunits._seconds import MAX_CLAIM_LEASE, WAIT_FOREVER, seconds, seconds_or_none
+from workunits._seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 from workunits._status import Reason, Status
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits._wire.submits import check_not_before
@@ -553,7 +553,7 @@ class HttpClient:
     def _finish(
         self, work_id: str, timeout: float | None, *, for_result: bool
     ) -> tuple[WorkRecord, dict[str, Any] | None]:
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = (
@@ -581,7 +581,7 @@ class HttpClient:
     async def _finish_async(
         self, work_id: str, timeout: float | None, *, for_result: bool
     ) -> tuple[WorkRecord, dict[str, Any] | None]:
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = (

@@ -23,7 +23,7 @@ import httpx
 from workunits._claim import Claim, NoticeSource
 from workunits._errors import ClientClosed, NoNotification, WorkunitsError
 from workunits._record import Notification
-from workunits._seconds import MAX_CLAIM_LEASE, WAIT_FOREVER, seconds, seconds_or_none
+from workunits._seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient
@@ -122,7 +122,7 @@ class HttpNotices(NoticeSource[Notification], Iterator[Notification]):
     def claim(self, timeout: float | None = None) -> Claim[Notification]:
         """The next notice, claimed (and renewed while held); NoNotification (a
         TimeoutError) after ``timeout`` s, ClientClosed once closed."""
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = WAIT_SLICE if deadline is None else deadline - time.monotonic()

@@ -22,7 +22,7 @@ from workunits._errors import ClientClosed, LedgerError, NoNotification
 from workunits._ledger import Ledger, UnitRow
 from workunits._record import Notification
 from workunits._remote_output import RemoteOutput
-from workunits._seconds import WAIT_FOREVER, seconds_or_none
+from workunits._seconds import wait_timeout
 from workunits._status import is_terminal
 
 # Two chunks alive at a time (the caller's and the next) keeps memory flat
@@ -282,7 +282,7 @@ class Notices(NoticeSource[Notification], Iterator[Notification]):
     def claim(self, timeout: float | None = None) -> Claim[Notification]:
         """The next notice, claimed; NoNotification (a TimeoutError) after ``timeout`` s,
         ClientClosed once closed."""
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._stop, self._poll)
         while True:

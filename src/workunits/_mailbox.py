@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, ClassVar
 from workunits._claim import Claim, NoticeSource
 from workunits._errors import MailboxClosed, NoNotification, WorkunitsError
 from workunits._record import MailboxItem, Notification
-from workunits._seconds import WAIT_FOREVER, seconds_or_none
+from workunits._seconds import wait_timeout
 
 if TYPE_CHECKING:
     # Only async callers need it, and they have it loaded: unit processes (which
@@ -119,7 +119,7 @@ class Mailbox(NoticeSource[MailboxItem]):
 
         Once the supervisor is closed and nothing is left, raises MailboxClosed.
         """
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._cond:
@@ -207,7 +207,7 @@ class Mailbox(NoticeSource[MailboxItem]):
         """Like ``claim`` without blocking the event loop."""
         import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
 
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:

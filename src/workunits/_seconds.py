@@ -13,9 +13,6 @@ import math
 
 from workunits._errors import SpecError
 
-# What None means for a wait's timeout, and for an ask's, said in their errors.
-WAIT_FOREVER = "wait without a limit"
-ANSWER_FOREVER = "until it answers or ends"
 # A claim on a notice is renewed while it is worked on; one longer than a day is
 # a mistake, not a plan (the HTTP API has the same bound).
 MAX_CLAIM_LEASE = 86400.0
@@ -48,9 +45,9 @@ def seconds(
         low_ok = number >= least if least is not None else (number >= 0 if zero else number > 0)
         if low_ok and (most is None or number <= most):
             return number
-    bound = f">= {least}" if least is not None else (">= 0" if zero else "> 0")
+    bound = f">= {least:g}" if least is not None else (">= 0" if zero else "> 0")
     if most is not None:
-        bound += f" and <= {most}"
+        bound += f" and <= {most:g}"
     alternative = "" if none is None else f", or None ({none})"
     raise SpecError(
         f"{name} must be a finite number of seconds {bound}{alternative}, got {value!r}"
@@ -70,3 +67,13 @@ def seconds_or_none(
     if value is None:
         return None
     return seconds(name, value, zero=zero, least=least, most=most, none=none)
+
+
+def wait_timeout(timeout: object) -> float | None:
+    """A wait's timeout: a finite number of seconds >= 0, or None to wait without a limit."""
+    return seconds_or_none("timeout", timeout, zero=True, none="wait without a limit")
+
+
+def ask_timeout(timeout: object) -> float | None:
+    """An ask's timeout: a finite number of seconds >= 0, or None until it answers or ends."""
+    return seconds_or_none("timeout", timeout, zero=True, none="until it answers or ends")

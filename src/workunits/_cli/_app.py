@@ -304,8 +304,6 @@ def seconds_option(least: float = 0.0) -> Callable[[click.Context, click.Paramet
     def check(ctx: click.Context, param: click.Parameter, value: float) -> float:
         name = param.name or "seconds"
         try:
-            if least == 0:
-                return seconds(name, value, zero=True)
             return seconds(name, value, least=least)
         except SpecError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None

@@ -39,7 +39,7 @@ from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._retry import error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
-from workunits._seconds import ANSWER_FOREVER, WAIT_FOREVER, seconds, seconds_or_none
+from workunits._seconds import ask_timeout, seconds, wait_timeout
 from workunits._signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
@@ -380,7 +380,7 @@ class UnitContext:
         ``timeout`` seconds (the signal, if it comes later, is kept).
         """
         check_name(name)
-        seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        wait_timeout(timeout)
         self._raise_if_cancelled()
         deadline = None if timeout is None else time.monotonic() + timeout
         self._ask_for_signals()
@@ -517,7 +517,7 @@ class UnitContext:
 
     def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
         """Block until a child of this unit is terminal."""
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         self._start_reader()
         child_id = str(child)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -568,7 +568,7 @@ class UnitContext:
         """
 
         payload = m.encode_message(message)
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=ANSWER_FOREVER)
+        timeout = ask_timeout(timeout)
         return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))
 
     def notifications(self) -> Mailbox:

@@ -39,7 +39,7 @@ from workunits._restart import Restart, check_restart
 from workunits._retain import Retain
 from workunits._retry import Retry
 from workunits._schedule import ScheduleInfo
-from workunits._seconds import WAIT_FOREVER, seconds, seconds_or_none
+from workunits._seconds import seconds, seconds_or_none, wait_timeout
 from workunits._status import Reason, Status, is_terminal
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
@@ -1090,7 +1090,7 @@ class Supervisor:
     def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Block until the unit is terminal; raise NotFinished after ``timeout``."""
         _ids.validate(work_id)
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         waiter = self._waiters.add(work_id)
         try:
             # A unit known not ended has its end still to come, which wakes us: no read.
@@ -1112,7 +1112,7 @@ class Supervisor:
         """Like ``wait`` without blocking the event loop, nor a thread: the unit's end
         resolves an asyncio future from the supervisor's thread."""
         _ids.validate(work_id)
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         waiter, fut = self._waiters.add_async(work_id)  # register, then read
         try:
             # A unit known not ended has its end still to come, which resolves fut: no read.

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any
 
-from workunits._seconds import WAIT_FOREVER, seconds_or_none
+from workunits._seconds import wait_timeout
 from workunits.supervisor.handle import WorkHandle
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Pool:
         counts from this call for the whole map, as in ``Executor.map``
         (``NotFinished`` when it runs out).
         """
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=WAIT_FOREVER)
+        timeout = wait_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         handles = [self.agent(fn, *args) for args in zip(*iterables, strict=False)]
         return self._results(handles, deadline)

@@ -20,7 +20,7 @@ from typing import Any
 
 from workunits import _ids
 from workunits._errors import AskTimeout
-from workunits._seconds import ANSWER_FOREVER, seconds_or_none
+from workunits._seconds import ask_timeout
 from workunits._wire.frames import encode_message
 from workunits._wire.results import reply_of
 from workunits.supervisor import requests as rq
@@ -40,7 +40,7 @@ class TeammateCalls:
         self._channel.ask(rq.Send(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None) -> Any:
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=ANSWER_FOREVER)
+        timeout = ask_timeout(timeout)
         box = _Box()
         token = self._route(work_id, message, box.put)
         if not box.event.wait(timeout):
@@ -60,7 +60,7 @@ class TeammateCalls:
         return future
 
     async def ask_async(self, work_id: str, message: Any, timeout: float | None) -> Any:
-        timeout = seconds_or_none("timeout", timeout, zero=True, none=ANSWER_FOREVER)
+        timeout = ask_timeout(timeout)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[tuple[bool, Any]] = loop.create_future()
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import threading
 
 from workunits._errors import InvalidArgument
+from workunits._seconds import finite
 
 
 class ManualClock:
@@ -55,6 +55,7 @@ class ManualClock:
 
 
 def _finite(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    number = finite(value)
+    if number is None:
         raise InvalidArgument(f"{name} must be a finite number of seconds, got {value!r}")
-    return float(value)
+    return number
