@@ -213,3 +213,49 @@ def test_ended_units_leave_no_cgroup_behind(esup: wu.Supervisor, mechanism: str)
     # Removed once empty: at once, or by the zygote's loop while a killed one still dies.
     # What stays holds a process: a warm spare waiting for its unit.
     eventually(lambda: not emptied_unit_cgroups(root), timeout=10, what="emptied cgroups gone")
+
+
+# The zygote's guard after the zygote died: one child still in the guard's own group
+# (a unit process the zygote had just forked, before its setsid) and one in a session
+# of its own. The guard prints their pids, sweeps, and says it lived through it.
+GUARD_SWEEP = """
+import os, signal, sys
+from workunits._zygote import _linux, guard
+
+_linux.set_child_subreaper()
+children = []
+for leaves_our_group in (False, True):
+    pid = os.fork()
+    if pid == 0:
+        if leaves_our_group:
+            os.setsid()
+        signal.pause()
+        os._exit(0)
+    children.append(pid)
+print(*children, flush=True)
+guard.sweep(None)
+print("swept", flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_guards_sweep_spares_its_own_group() -> None:
+    # Killing a child's group killed the guard when the child was still in the
+    # guard's group: the guard died mid-sweep and every escapee outlived it.
+    done = subprocess.run(
+        [sys.executable, "-c", GUARD_SWEEP],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,  # a group of its own, as the guard has
+    )
+    lines = done.stdout.split("\n")
+    children = [int(pid) for pid in lines[0].split()]
+    try:
+        assert done.returncode == 0, f"the guard ended with {done.returncode}: {done.stderr}"
+        assert lines[1] == "swept"
+        assert_gone(children)
+    finally:  # a guard that died left its other child to init: not to outlive the test
+        for pid in filter(alive, children):
+            os.kill(pid, signal.SIGKILL)

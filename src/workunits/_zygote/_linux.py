@@ -103,13 +103,18 @@ def kill_tree_round(of: int, spare: Collection[int] = ()) -> int:
     orphans come back to the subreaper when it dies, and are hit next round.
     """
     hit = 0
+    ours = os.getpgrp()
     for pid in children(of):
         if pid in spare:
             continue
         hit += 1
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            # Its group holds only processes of the same session: descendants of ours.
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            # A child forked a moment ago (a zygote's, before its setsid) is still in
+            # our group: killing that group would kill the caller. Any other group
+            # holds only processes of the same session: descendants of ours.
+            group = os.getpgid(pid)
+            if group != ours:
+                os.killpg(group, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return hit
