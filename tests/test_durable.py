@@ -83,9 +83,8 @@ def test_a_sigkilled_supervisor_s_workflow_resumes_at_the_next_step(
     work_id = first.read()["migration"]
     with wu.connect(state) as client:
         eventually(lambda: (client.get(work_id).progress or 0) >= 2 / GROUPS, timeout=60)
-        pid = client.get(work_id).pid
+        pid = eventually(lambda: client.get(work_id).pid, what="the unit's pid on record")
         first.sigkill()
-        assert pid is not None
         eventually(lambda: not alive(pid), what="the dead session's unit process to die")
 
         second = Host(state, "migrate", log)

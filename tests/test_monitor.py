@@ -17,7 +17,7 @@ import pytest
 import workunits as wu
 from workunits._runtime.ratelimit import TokenBucket
 
-from .conftest import alive
+from .conftest import alive, eventually
 from .kinds_support import (
     Fifo,
     descendants,
@@ -167,8 +167,7 @@ def test_kill_takes_the_monitor_and_its_command(sup: wu.Supervisor) -> None:
     event = sup.notifications().get(timeout=10)
     assert isinstance(event, wu.MonitorEvent)
     assert event.line == "ready"
-    pid = sup.get(m.id).pid
-    assert pid is not None
+    pid = eventually(lambda: sup.get(m.id).pid, what="the monitor's pid")
     below = descendants(pid)
     assert below, "the command runs below the monitor's process"
     assert m.kill() is True

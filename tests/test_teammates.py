@@ -18,6 +18,7 @@ import pytest
 
 import workunits as wu
 
+from .conftest import eventually
 from .kinds_support import Fifo, read_line, supervisor, write_line
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -68,11 +69,11 @@ class Accumulator:
             case ("block", entered, gate):
                 write_line(entered, "in handler")
                 return read_line(gate)
-            case ("until cancelled", entered):
+            case ("until cancelled", entered, *padded):  # (..., size): a longer answer
                 write_line(entered, "in handler")
                 while not wu.current().cancelled:  # polling inside the unit, not the test
                     time.sleep(0.005)
-                return "saw the cancel"
+                return "saw the cancel" + "." * (padded[0] if padded else 0)
             case ("progress", fraction):
                 wu.current().progress(fraction, "halfway")
                 return wu.current().id
@@ -232,6 +233,38 @@ def test_cancel_mid_ask_ends_it_killed_and_fails_queued_asks(
         queued.result(timeout=10)
     record = sup.wait(t.id, timeout=10)
     assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.CANCELLED)
+
+
+def test_an_answer_sent_before_a_cancelled_teammate_exits_reaches_its_asker(
+    sup: wu.Supervisor, tmp_path: Path
+) -> None:
+    # An answer larger than the channel's socket buffer is still being read when
+    # the process exits: the teammate's end must wait for it, not fail its ask.
+    # (Four at once: the old code failed each about one time in two.)
+    size = 8 * 1024 * 1024
+    entered = [Fifo(tmp_path / f"entered-{i}") for i in range(4)]
+    try:
+        teammates = [sup.teammate(Accumulator) for _ in entered]
+        running = [
+            t.ask_future(("until cancelled", fifo.path, size))
+            for t, fifo in zip(teammates, entered, strict=True)
+        ]
+        queued = [t.ask_future("total") for t in teammates]
+        for fifo in entered:
+            assert fifo.wait() == "in handler"
+        for t in teammates:
+            assert sup.cancel(t.id, grace=30) is True
+        for future in running:
+            assert future.result(timeout=30) == "saw the cancel" + "." * size
+        for future in queued:
+            with pytest.raises(wu.TeammateEnded):
+                future.result(timeout=10)
+        for t in teammates:
+            record = sup.wait(t.id, timeout=10)
+            assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.CANCELLED)
+    finally:
+        for fifo in entered:
+            fifo.close()
 
 
 def test_ask_timeout_leaves_the_teammate_usable(
@@ -400,8 +433,8 @@ def test_a_frozen_teammate_flooded_with_tells_can_still_be_killed(sup: wu.Superv
     # queued behind the tells would never run.
     t = sup.teammate(Accumulator)
     assert t.ask("total", timeout=20) == 0
-    pid = sup.get(t.id).pid
-    assert pid is not None
+    # Its pid comes from the zygote, beside the answer: it may land a moment later.
+    pid = eventually(lambda: sup.get(t.id).pid, what="the teammate's pid")
     os.kill(pid, signal.SIGSTOP)
     try:
         for _ in range(40):

@@ -85,6 +85,8 @@ class WorkRecord:
     retain: int = 0  # holds by this process's readers (a stream); viewers use leases
     evict_after: float | None = None
     attempt: int = 1
+    # Its process's, once the zygote's report of the start is in: a unit's first
+    # progress or answer, which takes another path, may come a moment before it.
     pid: int | None = None
     progress: float | None = None
     progress_message: str = ""

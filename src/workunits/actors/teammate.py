@@ -6,6 +6,7 @@ grace) as an agent. This actor adds, in its own thread: forwarding the
 ``Deliver`` and ``Stop`` frames the supervisor routes to it, and handing each
 ``Answer`` back to the supervisor, which owns the table of open asks. It never
 waits for an answer, so an ask blocks neither this actor nor the supervisor.
+Unlike an agent's, a teammate's end always waits for its channel to drain.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from workunits._errors import SpecError
+from workunits._record import Outcome
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import Answered, DeliverToUnit, StopTeammate
 from workunits._wire.specs import TeammateSpec
@@ -40,6 +42,12 @@ class TeammateActor(AgentActor):
                 self._send(m.Stop())
             case _:
                 return super().on_receive(message)
+        return None
+
+    def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome | None:
+        """Always after the drain, even when killed or cancelled: an answer the
+        process sent before it exited is still in the channel, and its asker must
+        get it before the end fails the asks left open."""
         return None
 
     def _from_unit(self, frame: Any) -> None:
