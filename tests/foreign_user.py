@@ -9,6 +9,7 @@ of the checkout. ``shared_dir`` is a sticky, world-writable directory like
 
 from __future__ import annotations
 
+import codecs
 import os
 import pickle
 import pwd
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+CODECS = ("ascii", "latin-1", "utf-8")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,10 @@ def as_user(user: User, fn: Callable[..., Any], *args: Any) -> Any:
 
     An exception in the child comes back as ChildFailed carrying its traceback.
     """
+    # Codecs load on first use, from the standard library, which this user may not
+    # be able to read: look up every one the runtime names, before the fork.
+    for name in CODECS:
+        codecs.lookup(name)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: drop privileges for good, then run

@@ -18,7 +18,7 @@ import pytest
 
 import workunits as wu
 from tests.foreign_user import User, as_user, give
-from workunits import Status
+from workunits import Status, connect  # connect loads on first use: here, not in a child
 
 
 def _mode(path: Path) -> int:
@@ -151,7 +151,7 @@ def _read_only_state_dir(base: Path, owner: User) -> tuple[Path, str, str]:
 
 
 def _read_as_client(state: Path, agent_id: str, shell_id: str) -> dict[str, object]:
-    with wu.connect(state) as client:
+    with connect(state) as client:
         seen: dict[str, object] = {
             "readonly": client.readonly,
             "status": client.get(agent_id).status.value,
