@@ -263,7 +263,7 @@ class Zygote:
         """
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         try:
-            pid = os.fork()
+            pid = unit_process.fork()
         except OSError:
             os.close(report_r)
             os.close(report_w)
@@ -341,11 +341,11 @@ class Zygote:
         cgroup = None
         try:
             if self.cgroups is None:
-                pid = os.fork()
+                pid = unit_process.fork()
             else:
                 cgroup = self.cgroups.unit_dir(unit_id)
                 with self._inside(cgroup):
-                    pid = os.fork()
+                    pid = unit_process.fork()
         except OSError as exc:  # EAGAIN (RLIMIT_NPROC, pids.max), ENOMEM: this unit only
             for fd in fds:
                 os.close(fd)
@@ -407,11 +407,11 @@ class Zygote:
         cgroup = None
         try:
             if self.cgroups is None:
-                pid = os.fork()
+                pid = unit_process.fork()
             else:
                 cgroup = self.cgroups.spare_dir()
                 with self._inside(cgroup):
-                    pid = os.fork()
+                    pid = unit_process.fork()
         except OSError:
             ours.close()
             theirs.close()
@@ -566,6 +566,8 @@ class Zygote:
 
     def shutdown(self) -> None:
         """Kill every unit, its cgroup, every spare and every orphaned descendant, then exit."""
+        if os.getpid() != self.pid:  # a forked child, with a copy of our tables: not ours
+            os._exit(EXIT_RUNTIME_BROKEN)
         for pid in [*self.units, *self.pool.pids()]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)

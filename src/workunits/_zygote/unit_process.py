@@ -2,7 +2,8 @@
 
 ``detach`` is the part that needs no unit, so a warm process does it before
 demand: its own session and process group, SIGKILL as its parent-death
-signal, a child subreaper (subreaper mode), default signal handlers.
+signal, a child subreaper (subreaper mode), default signal handlers, which
+``fork`` holds the signals for until then.
 ``apply_limits`` is the unit's part: its resource limits and priority, set on
 the calling process (``setrlimit``) and every one of its threads (priority),
 so they hold whether the process was forked for the unit or long before.
@@ -29,6 +30,25 @@ RESET_SIGNALS = (
 )
 
 
+def fork() -> int:
+    """``os.fork`` for the zygote: ``RESET_SIGNALS`` stay blocked in the child until
+    ``detach`` has given them their default actions.
+
+    Until then the child still has the zygote's handlers: a SIGTERM sent to a
+    unit just forked (its pid is on record at once; a large payload is read
+    before ``detach``) ran the zygote's shutdown in the child, which killed
+    every other unit. Blocked, it waits and then acts as it would on any process.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, RESET_SIGNALS)
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0:  # the zygote, forked or not: its own mask back
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    return pid
+
+
 def detach(zygote: int, *, subreaper: bool) -> None:
     """In a child of the zygote ``zygote``: own session, parent-death signal, clean signals.
 
@@ -44,6 +64,7 @@ def detach(zygote: int, *, subreaper: bool) -> None:
     signal.set_wakeup_fd(-1)
     for signum in RESET_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RESET_SIGNALS)  # held since ``fork``
     nofile.restore_in_child()  # not the supervisor's raised descriptor limit (see nofile)
 
 
