@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -226,6 +227,35 @@ def test_unpicklable_callable_or_argument_is_a_spec_error_and_registers_nothing(
     with pytest.raises(wu.SpecError, match="callable"):
         sup.agent(42)  # type: ignore[arg-type]
     assert sup.list() == []
+
+
+def write_on_every_socket(junk: bytes) -> str:
+    """Write ``junk`` on each socket this process holds (its channel), then wait."""
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                os.write(int(name), junk)
+    time.sleep(600)
+    return "never returned"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "junk",
+    [b"\x00\x00\x00\x10" + b"not a pickle, no", b"\xff\xff\xff\xff" + b"too long"],
+    ids=["not-a-pickle", "too-long"],
+)
+def test_a_unit_that_writes_on_its_channel_fails_saying_so(sup: wu.Supervisor, junk: bytes) -> None:
+    # Its channel can carry nothing readable after the junk, its result included:
+    # it used to run on and end "completed" with None.
+    other = sup.agent(sleep_forever)
+    record = sup.wait(sup.agent(write_on_every_socket, junk).id, timeout=20)
+    assert (record.status, record.signal) == (wu.Status.FAILED, signal.SIGKILL)
+    assert "BrokenChannel: the unit's channel to the supervisor carried bytes" in (
+        record.error or ""
+    )
+    assert sup.get(other.id).status is wu.Status.RUNNING
+    assert sup.result(sup.agent(add, 1, 1).id, timeout=20) == 2
 
 
 @pytest.mark.timeout(30)

@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import pykka
+
 from workunits import _framing, _outputfile
 from workunits._errors import SpecError
 from workunits._record import Outcome
@@ -61,6 +63,44 @@ class _ChannelWritable:
 @dataclass(frozen=True, slots=True)
 class _ChannelClosed:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class _ChannelBroken:
+    why: str  # what reading the bytes raised
+
+
+class _ChannelFrames:
+    """The Reaper's side of a unit's channel: its bytes, as frames told to its actor.
+
+    Bytes that are not a frame (something in the unit's process wrote on the
+    channel's descriptor) end the reading for good: what follows them cannot be
+    framed either, so the actor is told once, and the rest is dropped.
+    """
+
+    __slots__ = ("_broken", "_reader", "_ref")
+
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self._ref = ref
+        self._reader = _framing.FrameReader()
+        self._broken = False
+
+    def on_data(self, data: bytes, fds: list[int]) -> None:  # Reaper thread
+        for fd in fds:  # a unit has no business sending descriptors
+            os.close(fd)
+        if self._broken:
+            return
+        try:
+            frames = self._reader.feed(data)
+        except Exception as exc:  # noqa: BLE001 - whatever the unit's process wrote
+            self._broken = True
+            self._ref.tell(_ChannelBroken(f"{type(exc).__name__}: {exc}"))
+            return
+        for frame in frames:
+            self._ref.tell(_FromUnit(frame))
+
+    def on_close(self) -> None:  # Reaper thread
+        TellActor(self._ref).tell(_ChannelClosed())
 
 
 class AgentActor(WorkActor):
@@ -138,19 +178,8 @@ class AgentActor(WorkActor):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._channel = ours
-            reader = _framing.FrameReader()
-            ref = self.actor_ref
-
-            def on_data(data: bytes, fds: list[int]) -> None:  # Reaper thread
-                for fd in fds:  # a unit has no business sending descriptors
-                    os.close(fd)
-                for frame in reader.feed(data):
-                    ref.tell(_FromUnit(frame))
-
-            def on_close() -> None:  # Reaper thread
-                TellActor(ref).tell(_ChannelClosed())
-
-            self._channel_key = self.unit.reaper.watch_stream(ours, on_data, on_close)
+            frames = _ChannelFrames(self.actor_ref)
+            self._channel_key = self.unit.reaper.watch_stream(ours, frames.on_data, frames.on_close)
             self._channel_open = True
             call = SpawnCall(
                 unit_id=self.unit.id,
@@ -199,6 +228,8 @@ class AgentActor(WorkActor):
             case _ChannelClosed():
                 self._channel_open = False
                 self._maybe_finish()
+            case _ChannelBroken(why):
+                self._channel_broken(why)
             case _ChannelWritable():
                 self._flush()
             case ReplyToUnit(reply):
@@ -234,6 +265,21 @@ class AgentActor(WorkActor):
                 # Seen before the exit is handled (the channel drains first), so a
                 # unit that ends right after its last refused write is still killed.
                 self.kill(Reason.OUTPUT_CAP)
+
+    def _channel_broken(self, why: str) -> None:
+        """Nothing the process says can be read any more (not its result either): it
+        ends now, ``failed``, with this error rather than whatever it returns."""
+        if self._finished:
+            return
+        self._error = m.Error(
+            "BrokenChannel",
+            f"the unit's channel to the supervisor carried bytes that are not a frame "
+            f"({why}): something in its process wrote on a descriptor it does not own; "
+            f"the unit was killed",
+            "",
+            None,
+        )
+        self.signal_work(signal.SIGKILL)
 
     def _send(self, message: Any) -> None:
         """Queue a frame for the process and send what the socket takes now.
