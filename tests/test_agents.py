@@ -258,6 +258,25 @@ def test_a_unit_that_writes_on_its_channel_fails_saying_so(sup: wu.Supervisor, j
     assert sup.result(sup.agent(add, 1, 1).id, timeout=20) == 2
 
 
+def begin_a_frame_and_return(value: str) -> str:
+    """Junk that claims a longer frame: the result's own frame is taken into it."""
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                os.write(int(name), struct.pack(">I", 1 << 20) + b"junk")
+    return value
+
+
+@pytest.mark.timeout(30)
+def test_a_unit_whose_channel_ends_inside_a_frame_fails_saying_so(sup: wu.Supervisor) -> None:
+    record = sup.wait(sup.agent(begin_a_frame_and_return, "lost").id, timeout=20)
+    assert (record.status, record.exit_code) == (wu.Status.FAILED, 0)
+    assert "BrokenChannel: the unit's channel to the supervisor carried bytes" in (
+        record.error or ""
+    )
+    assert "bytes into a frame" in (record.error or "")
+
+
 @pytest.mark.timeout(30)
 def test_the_supervisor_keeps_serving_after_crashes(sup: wu.Supervisor) -> None:
     for body in (segfault, raise_value_error):

@@ -39,6 +39,10 @@ class FrameReader:
     def __init__(self) -> None:
         self._buf = bytearray()
 
+    def held(self) -> int:
+        """Bytes of a frame not complete yet (0 between frames)."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> list[Any]:
         self._buf += data
         frames: list[Any] = []

@@ -68,6 +68,7 @@ class _ChannelClosed:
 @dataclass(frozen=True, slots=True)
 class _ChannelBroken:
     why: str  # what reading the bytes raised
+    at_close: bool = False  # the channel closed in the middle of a frame
 
 
 class _ChannelFrames:
@@ -100,7 +101,11 @@ class _ChannelFrames:
             self._ref.tell(_FromUnit(frame))
 
     def on_close(self) -> None:  # Reaper thread
-        TellActor(self._ref).tell(_ChannelClosed())
+        teller = TellActor(self._ref)
+        held = self._reader.held()
+        if held and not self._broken:  # the frame it began (with junk, maybe) never ended
+            teller.tell(_ChannelBroken(f"it closed {held} bytes into a frame", at_close=True))
+        teller.tell(_ChannelClosed())
 
 
 class AgentActor(WorkActor):
@@ -119,6 +124,7 @@ class AgentActor(WorkActor):
         self._exit: tuple[int | None, int | None] | None = None
         self._result: m.Result | None = None
         self._error: m.Error | None = None
+        self._torn: str | None = None  # why its channel closed in the middle of a frame
         self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
         # Set on the Reaper thread (``ended_on_exit``) before ProcessExited is told to us.
         self._end_written = False
@@ -228,8 +234,8 @@ class AgentActor(WorkActor):
             case _ChannelClosed():
                 self._channel_open = False
                 self._maybe_finish()
-            case _ChannelBroken(why):
-                self._channel_broken(why)
+            case _ChannelBroken(why, at_close):
+                self._channel_broken(why, at_close=at_close)
             case _ChannelWritable():
                 self._flush()
             case ReplyToUnit(reply):
@@ -266,19 +272,18 @@ class AgentActor(WorkActor):
                 # unit that ends right after its last refused write is still killed.
                 self.kill(Reason.OUTPUT_CAP)
 
-    def _channel_broken(self, why: str) -> None:
+    def _channel_broken(self, why: str, *, at_close: bool) -> None:
         """Nothing the process says can be read any more (not its result either): it
-        ends now, ``failed``, with this error rather than whatever it returns."""
+        ends now, ``failed``, with this error rather than whatever it returns.
+
+        ``at_close``: the process is gone or going, and its exit decides (``_outcome``).
+        """
+        if at_close:
+            self._torn = why
+            return
         if self._finished:
             return
-        self._error = m.Error(
-            "BrokenChannel",
-            f"the unit's channel to the supervisor carried bytes that are not a frame "
-            f"({why}): something in its process wrote on a descriptor it does not own; "
-            f"the unit was killed",
-            "",
-            None,
-        )
+        self._error = m.Error("BrokenChannel", _broken_channel(why, killed=True), "", None)
         self.signal_work(signal.SIGKILL)
 
     def _send(self, message: Any) -> None:
@@ -399,6 +404,12 @@ class AgentActor(WorkActor):
                 cause=err.cause,
                 error_types=err.error_types,
             )
+        if exit_code == 0 and self._torn is not None:
+            # Its last frame (its result, maybe) was cut or taken into junk: a clean
+            # exit says nothing of what it returned. A death by a signal mid-write
+            # is told as that death, below.
+            error = f"BrokenChannel: {_broken_channel(self._torn, killed=False)}"
+            return Outcome(Status.FAILED, exit_code=0, error=error)
         if exit_code == 0:
             result = self._result or m.Result(b"null", "json")
             return Outcome(
@@ -413,3 +424,12 @@ class AgentActor(WorkActor):
     def on_stop(self) -> None:
         self._close_channel()
         super().on_stop()
+
+
+def _broken_channel(why: str, *, killed: bool) -> str:
+    """The error of a unit whose channel carried what is not a frame."""
+    return (
+        f"the unit's channel to the supervisor carried bytes that are not a frame ({why}): "
+        f"something in its process wrote on a descriptor it does not own"
+        + ("; the unit was killed" if killed else "")
+    )
