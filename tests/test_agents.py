@@ -229,12 +229,16 @@ def test_unpicklable_callable_or_argument_is_a_spec_error_and_registers_nothing(
     assert sup.list() == []
 
 
-def write_on_every_socket(junk: bytes) -> str:
-    """Write ``junk`` on each socket this process holds (its channel), then wait."""
+def write_on_every_socket(junk: bytes) -> None:
+    """In a unit: write ``junk`` on each socket this process holds (its channel)."""
     for name in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
             if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
                 os.write(int(name), junk)
+
+
+def write_junk_and_wait(junk: bytes) -> str:
+    write_on_every_socket(junk)
     time.sleep(600)
     return "never returned"
 
@@ -249,7 +253,7 @@ def test_a_unit_that_writes_on_its_channel_fails_saying_so(sup: wu.Supervisor, j
     # Its channel can carry nothing readable after the junk, its result included:
     # it used to run on and end "completed" with None.
     other = sup.agent(sleep_forever)
-    record = sup.wait(sup.agent(write_on_every_socket, junk).id, timeout=20)
+    record = sup.wait(sup.agent(write_junk_and_wait, junk).id, timeout=20)
     assert (record.status, record.signal) == (wu.Status.FAILED, signal.SIGKILL)
     assert "BrokenChannel: the unit's channel to the supervisor carried bytes" in (
         record.error or ""
@@ -260,10 +264,7 @@ def test_a_unit_that_writes_on_its_channel_fails_saying_so(sup: wu.Supervisor, j
 
 def begin_a_frame_and_return(value: str) -> str:
     """Junk that claims a longer frame: the result's own frame is taken into it."""
-    for name in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                os.write(int(name), struct.pack(">I", 1 << 20) + b"junk")
+    write_on_every_socket(struct.pack(">I", 1 << 20) + b"junk")
     return value
 
 
