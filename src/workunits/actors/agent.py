@@ -404,10 +404,11 @@ class AgentActor(WorkActor):
                 cause=err.cause,
                 error_types=err.error_types,
             )
-        if exit_code == 0 and self._torn is not None:
-            # Its last frame (its result, maybe) was cut or taken into junk: a clean
-            # exit says nothing of what it returned. A death by a signal mid-write
-            # is told as that death, below.
+        if exit_code == 0 and self._torn is not None and self._result is None:
+            # Its result was taken into junk (a return always sends one): a clean
+            # exit says nothing of what it returned. A result that came whole wins
+            # over a torn frame after it (a thread's progress cut by the exit), and
+            # a death by a signal mid-write is told as that death, below.
             error = f"BrokenChannel: {_broken_channel(self._torn, killed=False)}"
             return Outcome(Status.FAILED, exit_code=0, error=error)
         if exit_code == 0:
