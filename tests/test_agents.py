@@ -239,7 +239,7 @@ def write_on_every_socket(junk: bytes) -> None:
 
 def write_junk_and_wait(junk: bytes) -> str:
     write_on_every_socket(junk)
-    time.sleep(600)
+    threading.Event().wait()  # until it is killed
     return "never returned"
 
 

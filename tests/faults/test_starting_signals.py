@@ -67,8 +67,8 @@ def test_a_signal_before_set_up_waits_and_then_acts_as_on_any_process() -> None:
     assert done.stdout == f"ended by {int(signal.SIGTERM)}\n"
 
 
-def sleep_with(data: bytes) -> int:
-    time.sleep(600)
+def wait_with(data: bytes) -> int:
+    threading.Event().wait()  # until it is killed
     return len(data)
 
 
@@ -80,7 +80,7 @@ def test_a_sigterm_to_a_starting_unit_ends_it_and_no_other(
     with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
         others = [sup.agent(time.sleep, 600) for _ in range(3)]
         pids = [eventually(lambda o=o: sup.get(o.id).pid, what="a unit to start") for o in others]  # type: ignore[misc]
-        starting = sup.agent(sleep_with, b"x" * PAYLOAD)
+        starting = sup.agent(wait_with, b"x" * PAYLOAD)
         pause = threading.Event()
         deadline = time.monotonic() + 60
         while (pid := sup.get(starting.id).pid) is None:  # as soon as it is on record

@@ -62,13 +62,12 @@ class _ChannelWritable:
 
 @dataclass(frozen=True, slots=True)
 class _ChannelClosed:
-    pass
+    torn: str | None = None  # it closed in the middle of a frame: how far in
 
 
 @dataclass(frozen=True, slots=True)
 class _ChannelBroken:
     why: str  # what reading the bytes raised
-    at_close: bool = False  # the channel closed in the middle of a frame
 
 
 class _ChannelFrames:
@@ -101,11 +100,9 @@ class _ChannelFrames:
             self._ref.tell(_FromUnit(frame))
 
     def on_close(self) -> None:  # Reaper thread
-        teller = TellActor(self._ref)
-        held = self._reader.held()
-        if held and not self._broken:  # the frame it began (with junk, maybe) never ended
-            teller.tell(_ChannelBroken(f"it closed {held} bytes into a frame", at_close=True))
-        teller.tell(_ChannelClosed())
+        held = self._reader.held()  # a frame it began (with junk, maybe) that never ended
+        torn = f"it closed {held} bytes into a frame" if held and not self._broken else None
+        TellActor(self._ref).tell(_ChannelClosed(torn))
 
 
 class AgentActor(WorkActor):
@@ -124,7 +121,7 @@ class AgentActor(WorkActor):
         self._exit: tuple[int | None, int | None] | None = None
         self._result: m.Result | None = None
         self._error: m.Error | None = None
-        self._torn: str | None = None  # why its channel closed in the middle of a frame
+        self._torn: str | None = None  # how its channel closed in the middle of a frame
         self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
         # Set on the Reaper thread (``ended_on_exit``) before ProcessExited is told to us.
         self._end_written = False
@@ -231,11 +228,12 @@ class AgentActor(WorkActor):
                 self._exit = (None, None)
                 self._close_channel()
                 self._maybe_finish()
-            case _ChannelClosed():
+            case _ChannelClosed(torn):
                 self._channel_open = False
+                self._torn = torn  # its exit decides what that means (``_outcome``)
                 self._maybe_finish()
-            case _ChannelBroken(why, at_close):
-                self._channel_broken(why, at_close=at_close)
+            case _ChannelBroken(why):
+                self._channel_broken(why)
             case _ChannelWritable():
                 self._flush()
             case ReplyToUnit(reply):
@@ -272,15 +270,9 @@ class AgentActor(WorkActor):
                 # unit that ends right after its last refused write is still killed.
                 self.kill(Reason.OUTPUT_CAP)
 
-    def _channel_broken(self, why: str, *, at_close: bool) -> None:
+    def _channel_broken(self, why: str) -> None:
         """Nothing the process says can be read any more (not its result either): it
-        ends now, ``failed``, with this error rather than whatever it returns.
-
-        ``at_close``: the process is gone or going, and its exit decides (``_outcome``).
-        """
-        if at_close:
-            self._torn = why
-            return
+        ends now, ``failed``, with this error rather than whatever it returns."""
         if self._finished:
             return
         self._error = m.Error("BrokenChannel", _broken_channel(why, killed=True), "", None)
