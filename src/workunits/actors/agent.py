@@ -325,7 +325,7 @@ class AgentActor(WorkActor):
     # -- ending ---------------------------------------------------------------------
 
     def signal_work(self, signum: int) -> None:
-        self.unit.zygote.signal(self.unit.id, signum)
+        self.signal_process(signum)
 
     def cancel(self, reason: Reason = Reason.CANCELLED) -> None:
         """Cooperative: the unit sees ``ctx.cancelled``; the supervisor SIGKILLs after the grace."""

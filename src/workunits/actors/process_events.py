@@ -12,6 +12,10 @@ where it is used, with as few tells as possible:
   end itself;
 - ``spawn_failed`` and ``lost`` go to the actor, which ends the unit.
 
+A kill goes both ways: the actor SIGKILLs the process through the pidfd held
+here (``kill``), at once and without waiting on the zygote, and asks the
+zygote to kill the unit's group, as it would anyway.
+
 The supervisor hears of the end exactly once whichever way it comes: the
 report is claimed first (``WorkActor.claim_end``).
 """
@@ -92,6 +96,21 @@ class ProcessWatch:
             actor.ended_on_exit(outcome)
             actor.unit.report_end(actor.unit.id, outcome)  # first: the actor's stop can wait
         self._teller.tell(ProcessExited(exit_code, signum))
+
+    def kill(self) -> None:
+        """SIGKILL the unit's process now through its pidfd (any thread).
+
+        No-op before ``spawned`` and after the end. The pidfd names the process
+        for as long as it is open, so this can never hit a stranger; the rest of
+        the unit's group is the zygote's to kill (its ``Signal``, or at the reap).
+        A process that is SIGKILLed here dies even while the zygote is held up
+        (stopped, or busy forking), though its end is still reported by the
+        zygote's reap.
+        """
+        with self._lock:  # the pidfd stays open meanwhile
+            if self._pidfd is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
     def lost(self) -> None:
         """The zygote died: kill what is left of the unit's group ourselves, then tell."""
