@@ -63,10 +63,20 @@ def test_a_delayed_unit_can_be_cancelled_before_it_runs(tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.parametrize("bad", [-1, "soon", float("inf"), True])
+@pytest.mark.parametrize("bad", [-1, "soon", float("inf"), True, 1e300])
 def test_a_bad_not_before_is_refused(tmp_path: Path, bad: object) -> None:
     with wu.Supervisor(tmp_path / "state") as sup, pytest.raises(wu.SpecError, match="not_before"):
         sup.shell("true", not_before=bad)  # type: ignore[arg-type]
+
+
+def test_a_delay_past_the_year_9999_is_refused_everywhere(tmp_path: Path) -> None:
+    """The ledger client refuses it as the supervisor does (the HTTP client shares the check)."""
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        with pytest.raises(wu.SpecError, match="past the year 9999"):
+            sup.shell("true", not_before=1e12)
+        with wu.connect(tmp_path / "state") as client, pytest.raises(wu.SpecError, match="9999"):
+            client.shell("true", not_before=1e300)
+        assert sup.list() == []
 
 
 @pytest.mark.timeout(120)

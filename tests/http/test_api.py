@@ -295,6 +295,9 @@ def test_submit_not_before_seconds_or_an_iso_time(api: httpx.Client) -> None:
     assert _result(api, now["id"]).status_code == 200  # a time gone by: at once
     naive = _submit(api, {"kind": "shell", "command": "true", "not_before": "2030-01-01T03:00"})
     assert naive.status_code == 422  # local to whom? an offset is required
+    epoch_as_delay = _submit(api, {"kind": "shell", "command": "true", "not_before": 1e300})
+    assert epoch_as_delay.status_code == 400  # the supervisor refuses it, as in Python
+    assert "past the year 9999" in epoch_as_delay.text
     for unit in (later, timed.json()):
         assert api.post(f"/v1/units/{unit['id']}/cancel").json()["changed"] is True
 

@@ -49,7 +49,12 @@ def check_stall_after(stall_after: object) -> float | None:
 
 def check_not_before(not_before: object, now: float) -> float | None:
     """When a unit may start, as seconds since the epoch: None (at once), a ``datetime``
-    (a naive one is local time), or a number of seconds from ``now``."""
+    (a naive one is local time), or a number of seconds from ``now``.
+
+    The time must fall before the year 10000, the last a ``datetime`` (and so
+    every view of the unit) can show: a larger delay is most often an epoch
+    time passed as a number of seconds from now.
+    """
     if not_before is None:
         return None
     if isinstance(not_before, datetime.datetime):
@@ -60,4 +65,14 @@ def check_not_before(not_before: object, now: float) -> float | None:
             f"not_before must be a datetime or a number of seconds >= 0 from now, "
             f"got {not_before!r}"
         )
-    return now + delay
+    start_at = now + delay
+    if start_at > LATEST_START:
+        raise SpecError(
+            f"not_before={not_before!r} seconds from now is past the year 9999; it is a "
+            f"delay, not a time: give seconds from now, or a datetime"
+        )
+    return start_at
+
+
+# The last second a datetime can show (9999-12-31 23:59:59 UTC), as seconds since the epoch.
+LATEST_START = datetime.datetime.max.replace(microsecond=0, tzinfo=datetime.UTC).timestamp()
