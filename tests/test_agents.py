@@ -20,6 +20,7 @@ import pykka
 import pytest
 
 import workunits as wu
+from workunits import _framing
 from workunits.actors.agent import AgentActor
 
 from .conftest import alive, eventually, running_pid
@@ -208,6 +209,25 @@ def test_unpicklable_result_fails_saying_so(sup: wu.Supervisor) -> None:
     record = sup.wait(sup.agent(return_lock).id, timeout=20)
     assert record.status == wu.Status.FAILED
     assert "cannot be pickled" in (record.error or "")
+
+
+def return_past_the_frame_limit(as_json: bool) -> object:
+    """Lower the channel's frame limit in this unit's process only, then return more."""
+    _framing.MAX_FRAME = 1 << 16
+    return "x" * (1 << 17) if as_json else b"x" * (1 << 17)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "pickle"])
+def test_a_result_too_large_for_the_channel_fails_naming_its_size(
+    sup: wu.Supervisor, as_json: bool
+) -> None:
+    """Before, a result past the limit reached the supervisor as bytes that are not a frame."""
+    record = sup.wait(sup.agent(return_past_the_frame_limit, as_json).id, timeout=20)
+    assert record.status == wu.Status.FAILED
+    assert (record.error or "").startswith("ResultTooLarge: the return value (")
+    assert "bytes encoded, more than the 65536 bytes" in (record.error or "")
+    assert "write it to a file" in (record.error or "")
 
 
 @pytest.mark.timeout(30)

@@ -17,6 +17,7 @@ import cloudpickle
 import pytest
 
 import workunits as wu
+from workunits import _framing
 
 from .conftest import eventually
 from .kinds_support import Fifo, read_line, supervisor, write_line
@@ -94,6 +95,14 @@ class Accumulator:
         return {"total": self.total, "seen": self.seen}
 
 
+class PastTheFrameLimit:
+    """Lowers the channel's frame limit in its own process, then answers with ``size`` bytes."""
+
+    def on_receive(self, size: int) -> str:
+        _framing.MAX_FRAME = 1 << 16
+        return "x" * size
+
+
 class Plain:
     """No on_receive: only proxy calls work."""
 
@@ -150,6 +159,16 @@ def test_an_exception_that_does_not_unpickle_becomes_teammate_error(sup: wu.Supe
     assert info.value.type_name == "Unpicklable"
     assert info.value.message == "odd"
     assert "in on_receive" in info.value.traceback
+
+
+def test_an_answer_too_large_for_the_channel_fails_that_ask_only(sup: wu.Supervisor) -> None:
+    t = sup.teammate(PastTheFrameLimit)
+    with pytest.raises(wu.TeammateError) as info:
+        t.ask(1 << 17, timeout=10)
+    assert info.value.type_name == "AnswerTooLarge"
+    assert f"{(1 << 17) + 2} bytes" in info.value.message  # the JSON string, quoted
+    assert "write it to a file" in info.value.message
+    assert t.ask(100, timeout=10) == "x" * 100  # it carries on
 
 
 def test_proxy_calls_methods_and_returns_futures(sup: wu.Supervisor) -> None:

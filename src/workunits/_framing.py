@@ -15,6 +15,8 @@ from typing import Any
 
 import cloudpickle
 
+from workunits._errors import InvalidArgument
+
 _HEADER = struct.Struct("!I")
 MAX_FRAME = 1 << 30
 
@@ -29,7 +31,16 @@ def encode_plain(obj: Any) -> bytes:
 
 
 def frame(body: bytes) -> bytes:
-    """A frame of an already pickled ``body`` (passed on without being opened)."""
+    """A frame of an already pickled ``body`` (passed on without being opened).
+
+    InvalidArgument for a body past ``MAX_FRAME``, which the reader would refuse:
+    the sender hears of it, and nothing is sent.
+    """
+    if len(body) > MAX_FRAME:
+        raise InvalidArgument(
+            f"a message of {len(body)} bytes is larger than the {MAX_FRAME} bytes a frame "
+            f"may carry; nothing was sent"
+        )
     return _HEADER.pack(len(body)) + body
 
 

@@ -22,6 +22,7 @@ import orjson
 
 from workunits import _framing
 from workunits import _strictjson as strictjson
+from workunits._errors import InvalidArgument
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
 from workunits._wire import frames as m
@@ -157,19 +158,44 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int
 def _report_result(value: Any, ctx: _context.UnitContext, transcript: Capture) -> int:
     data = strictjson.dumps_if_exact(value)
     if data is not None:
-        ctx.send(m.Result(data, "json"))
+        if not _send_result(m.Result(data, "json"), value, ctx, transcript):
+            return EXIT_RAISED
         transcript.write("result", value=value)
         return EXIT_OK
     try:
         blob = bytes(cloudpickle.dumps(value))
     except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the unit, saying so
         message = f"the return value ({type(value).__qualname__}) cannot be pickled: {exc}"
-        ctx.send(m.Error("UnpicklableResult", message, "", None))
-        transcript.write("error", error_type="UnpicklableResult", message=message, traceback="")
+        _report_error("UnpicklableResult", message, ctx, transcript)
         return EXIT_RAISED
-    ctx.send(m.Result(blob, "pickle"))
+    if not _send_result(m.Result(blob, "pickle"), value, ctx, transcript):
+        return EXIT_RAISED
     transcript.write("result", value=repr(value)[:1000], format="pickle")
     return EXIT_OK
+
+
+def _send_result(
+    result: m.Result, value: Any, ctx: _context.UnitContext, transcript: Capture
+) -> bool:
+    """Send the result; False when it is too large for the channel (the unit fails, saying so)."""
+    try:
+        ctx.send(result)
+    except InvalidArgument:  # its frame would pass the channel's limit: nothing was sent
+        message = (
+            f"the return value ({type(value).__qualname__}) is {len(result.value)} bytes "
+            f"encoded, more than the {_framing.MAX_FRAME} bytes a unit's channel carries: "
+            f"write it to a file and return the file's path"
+        )
+        _report_error("ResultTooLarge", message, ctx, transcript)
+        return False
+    return True
+
+
+def _report_error(
+    error_type: str, message: str, ctx: _context.UnitContext, transcript: Capture
+) -> None:
+    ctx.send(m.Error(error_type, message, "", None))
+    transcript.write("error", error_type=error_type, message=message, traceback="")
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -20,8 +20,9 @@ from typing import Any
 
 import cloudpickle
 
+from workunits import _framing
 from workunits import _strictjson as strictjson
-from workunits._errors import Cancelled, NoSuchMethod, WrongType
+from workunits._errors import Cancelled, InvalidArgument, NoSuchMethod, WrongType
 from workunits._runtime.context import UnitContext, current, pickle_error
 from workunits._wire import frames as m
 
@@ -63,7 +64,16 @@ def _handle(ctx: UnitContext, instance: Any, frame: m.Deliver) -> None:
         return
     if frame.ask:
         result, error = _encode_answer(value)
-        ctx.send(m.Answer(frame.token, result, error))
+        try:
+            ctx.send(m.Answer(frame.token, result, error))
+        except InvalidArgument:  # its frame would pass the channel's limit: nothing was sent
+            size = 0 if result is None else len(result.value)
+            message = (
+                f"the answer ({type(value).__qualname__}) is {size} bytes "
+                f"encoded, more than the {_framing.MAX_FRAME} bytes a unit's channel "
+                f"carries: write it to a file and answer with the file's path"
+            )
+            ctx.send(m.Answer(frame.token, None, m.Error("AnswerTooLarge", message, "", None)))
 
 
 def _dispatch(instance: Any, message: Any) -> Any:
