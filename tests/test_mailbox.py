@@ -131,6 +131,47 @@ def test_claim_nowait_takes_what_memory_holds_before_asking_the_source() -> None
     assert source.asked == 2
 
 
+def _racing_source() -> tuple[Mailbox, Claim[MailboxItem], MonitorEvent]:
+    """A mailbox whose source, once asked, gives a notice while an event was put meanwhile:
+    the supervisor put the monitor's event, then committed its notice, between the
+    consumer's look at memory and its ask of the ledger."""
+    from_source = Claim[MailboxItem](_notice("m00000001"))
+    source = _Source(from_source)
+    box = Mailbox(None, source=source, poll=60)
+    event = _event()
+
+    def put_first() -> None:
+        source.on_ask = None
+        box.put(event)
+
+    source.on_ask = put_first
+    return box, from_source, event
+
+
+@pytest.mark.parametrize("how", ["claim", "claim_nowait", "claim_async"])
+def test_an_event_put_while_the_source_is_asked_comes_before_the_notice_it_gave(how: str) -> None:
+    """Before, the notice came first, and a consumer that stops at it lost the event."""
+    box, from_source, event = _racing_source()
+
+    def claim() -> Claim[MailboxItem] | None:
+        if how == "claim":
+            return box.claim(timeout=WAIT)
+        if how == "claim_nowait":
+            return box.claim_nowait()
+        return asyncio.run(box.claim_async(timeout=WAIT))
+
+    first = claim()
+    assert first is not None
+    assert first.notice == event
+    later = MonitorEvent(id="m00000002", line="ERROR: again", at=2.0)
+    box.put(later)  # after the notice was written: it comes after it
+    assert claim() is from_source
+    second = claim()
+    assert second is not None
+    assert second.notice == later
+    assert box.claim_nowait() is None
+
+
 def test_get_nowait_takes_an_item_or_says_there_is_none() -> None:
     acked: list[Notification] = []
     box = Mailbox("p00000001", on_ack=acked.append)

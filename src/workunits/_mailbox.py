@@ -9,7 +9,11 @@ Items are taken on the claim/acknowledge contract of ``workunits._claim``:
 Notices may also come from a *source*: the application's mailbox claims them
 from the ledger's outbox (``source``), so that one consumer in any process
 gets each, and the supervisor ``wake``s it when one is written. Monitor events
-are never claimed in the ledger: they live only here.
+are never claimed in the ledger: they live only here. Memory is asked first,
+and what it holds happened before what the source gives: the supervisor puts
+a monitor's events here before it commits the monitor's notice. So items put
+while the source was being asked go before the notice it gave, which waits
+behind them in memory, claimed (``_in_order``).
 
 A mailbox is a thread-safe queue rather than a pykka actor: a consumer blocks in
 ``get(timeout)`` and an actor cannot block for it, so an actor mailbox would
@@ -74,7 +78,8 @@ class Mailbox(NoticeSource[MailboxItem]):
         # deque operation, a notify, a threadsafe wake-up per async waiter), never
         # across on_ack or source, which may write the ledger.
         self._cond = threading.Condition()
-        self._items: deque[MailboxItem] = deque()
+        # In order. A Claim is a notice already claimed from the source (``_in_order``).
+        self._items: deque[MailboxItem | Claim[MailboxItem]] = deque()
         self._closed = False
         self._woken = 0  # wake() calls so far: a waiter re-asks the source when it moves
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -129,7 +134,7 @@ class Mailbox(NoticeSource[MailboxItem]):
                 return self._claim_of(item)
             held = self._from_source()
             if held is not None:
-                return held
+                return self._in_order(held)
             if closed:
                 raise MailboxClosed("the supervisor is closed and the mailbox is empty")
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -146,7 +151,10 @@ class Mailbox(NoticeSource[MailboxItem]):
         """Claim the next item if one is waiting, else None."""
         with self._cond:
             item = self._items.popleft() if self._items else None
-        return self._claim_of(item) if item is not None else self._from_source()
+        if item is not None:
+            return self._claim_of(item)
+        held = self._from_source()
+        return None if held is None else self._in_order(held)
 
     def get_nowait(self) -> MailboxItem | None:
         """Take (claim and acknowledge) the next item if one is waiting, else None."""
@@ -159,7 +167,22 @@ class Mailbox(NoticeSource[MailboxItem]):
     def _from_source(self) -> Claim[MailboxItem] | None:
         return None if self._source is None else self._source()
 
-    def _claim_of(self, item: MailboxItem) -> Claim[MailboxItem]:
+    def _in_order(self, held: Claim[MailboxItem]) -> Claim[MailboxItem]:
+        """``held``, just claimed from the source, unless items were put while it was asked.
+
+        Those happened first (see the module docstring): the first of them is
+        handed out now, and ``held`` waits behind the others, claimed.
+        """
+        with self._cond:
+            if not self._items:
+                return held
+            self._items.append(held)
+            item = self._items.popleft()
+        return self._claim_of(item)
+
+    def _claim_of(self, item: MailboxItem | Claim[MailboxItem]) -> Claim[MailboxItem]:
+        if isinstance(item, Claim):
+            return item  # claimed from the source already
         if not isinstance(item, Notification):
             return Claim(item)  # a monitor event: not a notice, nothing to acknowledge
         notice = item
@@ -234,7 +257,7 @@ class Mailbox(NoticeSource[MailboxItem]):
                 if self._source is not None:
                     held = await asyncio.to_thread(self._source)  # a short ledger write
                     if held is not None:
-                        return held
+                        return self._in_order(held)
                 if closed:
                     raise MailboxClosed("the supervisor is closed and the mailbox is empty")
                 if self._source is None:
