@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import workunits as wu
 from tests.conftest import alive, eventually
 from workunits._zygote.client import ZygoteClient, ZygoteUnavailable
 from workunits._zygote.reaper import Reaper
@@ -139,3 +140,23 @@ def test_callers_during_a_start_share_one_zygote(client: ZygoteClient, gate: Gat
     for thread in threads:
         thread.join(30)
     assert pids == [zygote] * 3
+
+
+@pytest.mark.timeout(90)
+def test_shells_submitted_while_the_zygote_starts_run_once_it_is_up(
+    tmp_path: Path, gate: Gate
+) -> None:
+    """A shell's launch that must wait for the zygote waits off the supervisor's thread;
+    a kill sent meanwhile is handled once the launch is done, and ends the unit."""
+    with wu.Supervisor(
+        tmp_path / "state", preload=["slow_preload"], install_signal_handlers=False
+    ) as sup:
+        gate.zygote_pid()  # the zygote is in its slow import
+        ran = sup.shell(["true"])
+        killed = sup.shell(["sleep", "600"])
+        assert sup.get(ran.id).status is wu.Status.RUNNING  # the supervisor answers meanwhile
+        assert sup.kill(killed.id) is True
+        gate.release()
+        assert sup.wait(ran.id, timeout=30).status is wu.Status.COMPLETED
+        record = sup.wait(killed.id, timeout=30)
+        assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.KILLED)

@@ -1,7 +1,7 @@
 """``ActorThreads``: threads that run unit actors' loops, one actor at a time each, reused.
 
 Every unit is a pykka actor with a thread of its own for as long as it lives
-(DESIGN §4). Starting a thread per unit and letting it exit costs the
+(DESIGN §4), but a shell's, which needs none (``actors.inline``). Starting a thread per unit and letting it exit costs the
 supervisor process ~0.1 ms of CPU and several context switches per unit, and
 ``Thread.start`` makes the starting thread (the supervisor's) wait until the
 new thread runs. Here a thread whose actor stopped waits a while for the next
