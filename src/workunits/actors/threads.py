@@ -1,14 +1,15 @@
 """``ActorThreads``: threads that run unit actors' loops, one actor at a time each, reused.
 
 Every unit is a pykka actor with a thread of its own for as long as it lives
-(DESIGN §4), but a shell's, which needs none (``actors.inline``). Starting a thread per unit and letting it exit costs the
-supervisor process ~0.1 ms of CPU and several context switches per unit, and
-``Thread.start`` makes the starting thread (the supervisor's) wait until the
-new thread runs. Here a thread whose actor stopped waits a while for the next
-actor instead of exiting: handing an actor to it is one queue put, and the
-starter does not wait. Nothing changes for the actor: one thread runs its
-loop, from its ``on_start`` to its ``on_stop``, and no other actor's messages
-are handled on that thread meanwhile.
+(DESIGN §4), but those of ``inline`` kinds, which need none (``actors.inline``).
+Starting a thread per unit and letting it exit costs the supervisor process
+~0.1 ms of CPU and several context switches per unit, and ``Thread.start``
+makes the starting thread (the supervisor's) wait until the new thread runs.
+Here a thread whose actor stopped waits a while for the next actor instead of
+exiting: handing an actor to it is one queue put, and the starter does not
+wait. Nothing changes for the actor: one thread runs its loop, from its
+``on_start`` to its ``on_stop``, and no other actor's messages are handled on
+that thread meanwhile.
 
 A thread waits at most ``IDLE_FOR`` seconds for its next actor, and at most
 ``MAX_IDLE`` threads wait at once (a burst of ended units leaves no crowd of
