@@ -285,10 +285,24 @@ class ZygoteClient:
             os.close(payload_fd)  # the zygote holds its own copy of the descriptor now
 
     def signal(self, unit_id: str, signum: int) -> None:
+        """Have the zygote signal the unit's group (any thread; never blocks the Reaper's).
+
+        From the Reaper thread (a unit's actor may handle its messages there,
+        ``actors.inline``) the request is sent from a thread of its own: the
+        zygote may be blocked sending to us, and only the Reaper reads its socket.
+        """
         with self._lock:
             targets = [z for z in self._all if z.alive and unit_id in z.units]
         for zygote in targets:
-            self._send_signal(zygote, unit_id, signum)
+            if self._reaper.on_its_thread():
+                threading.Thread(
+                    target=self._send_signal,
+                    args=(zygote, unit_id, signum),
+                    name="workunits-zygote-signal",
+                    daemon=True,
+                ).start()
+            else:
+                self._send_signal(zygote, unit_id, signum)
 
     def _send_signal(self, zygote: _Zygote, unit_id: str, signum: int) -> None:
         with self._send_lock, contextlib.suppress(OSError):

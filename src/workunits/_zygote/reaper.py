@@ -123,6 +123,10 @@ class Reaper:
             self._to_close.append(stream)
             self._wake()
 
+    def on_its_thread(self) -> bool:
+        """True in the Reaper thread itself (a callback, or what a callback runs)."""
+        return threading.current_thread() is self._thread
+
     def _wake(self) -> None:
         """Wake the Reaper thread (lock held; never blocks)."""
         # A full pipe already holds a wake-up the thread has yet to read.

@@ -109,6 +109,7 @@ class AgentActor(WorkActor):
     """The agent kind (``a``): a callable in a process forked by the zygote, with its channel."""
 
     kind: ClassVar[str] = "agent"
+    inline: ClassVar[bool] = True
     relays_notifications: ClassVar[bool] = True
 
     def __init__(self, unit: UnitBinding) -> None:

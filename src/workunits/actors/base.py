@@ -33,6 +33,7 @@ from workunits._clock import Clock
 from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
+from workunits.actors.inline import InlineInbox, start_inline
 from workunits.actors.process_events import ProcessWatch
 from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
@@ -109,6 +110,12 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
 
     sheddable: ClassVar[bool] = False
     """True for kinds ``Supervisor.shed`` may kill to free the machine (dreams)."""
+
+    inline: ClassVar[bool] = False
+    """True for kinds whose actor needs no thread: each message is handled by the
+    thread that sends it, one at a time and in order (``actors.inline``). Only for
+    handlers that never block nor ask anyone: they run on the supervisor's thread,
+    the Reaper's, or any sender's."""
 
     # Daemon threads are a safety net only: Supervisor.close() stops every actor.
     use_daemon_thread: ClassVar[bool] = True
@@ -234,15 +241,15 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         else:
             self._launched = (None,)
 
-    @staticmethod
-    def _create_actor_inbox() -> queue.SimpleQueue[Envelope[Any]]:
-        """pykka's hook: the unit's inbox is a ``SimpleQueue``, whose put and get are C.
+    def _create_actor_inbox(self) -> queue.SimpleQueue[Envelope[Any]] | InlineInbox:  # type: ignore[override]
+        """pykka's hook: an ``InlineInbox`` for an ``inline`` kind, else a ``SimpleQueue``.
 
-        pykka's default ``queue.Queue`` makes a lock and three conditions per actor
-        and takes them on every put and get; the supervisor's inbox dropped it too
-        (``supervisor.ticker``). Ordering is the same: first in, first out.
+        A ``SimpleQueue``'s put and get are C: pykka's default ``queue.Queue``
+        makes a lock and three conditions per actor and takes them on every put
+        and get; the supervisor's inbox dropped it too (``supervisor.ticker``).
+        Ordering is the same: first in, first out.
         """
-        return queue.SimpleQueue()
+        return InlineInbox() if self.inline else queue.SimpleQueue()
 
     def _start_actor_loop(self) -> None:
         """pykka's hook for an actor type: where the actor's loop runs.
@@ -250,10 +257,21 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         On a thread of the supervisor's ``ActorThreads`` (reused from an ended
         unit, see ``actors.threads``) when the binding has them, else on a new
         thread as ``pykka.ThreadingActor`` does. Either way the loop has that
-        thread to itself until the actor stops.
+        thread to itself until the actor stops. An ``inline`` kind's ``on_start``
+        runs here when its launch ran already, else on such a thread (its launch
+        may wait for a zygote); its messages, on the threads that send them.
         """
         threads = self.unit.threads
-        if threads is None:
+        inbox = self.actor_inbox
+        if isinstance(inbox, InlineInbox):
+            if self._launched is not None:
+                start_inline(self, inbox, None)
+            elif threads is not None:
+                name = threads.thread_name(type(self))
+                start_inline(self, inbox, lambda setup: threads.run(setup, name))
+            else:
+                start_inline(self, inbox, _on_a_new_thread)
+        elif threads is None:
             super()._start_actor_loop()
         else:
             threads.run(self._actor_loop, threads.thread_name(type(self)))
@@ -359,6 +377,10 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         killed it" must not flip a cancel into a success or a failure.
         """
         return exit_outcome(self._ending, exit_code, signum)
+
+
+def _on_a_new_thread(setup: Callable[[], None]) -> None:
+    threading.Thread(target=setup, name="workunits-unit-start", daemon=True).start()
 
 
 # The error of a unit whose actor failed (``on_failure``): a bug in its kind.

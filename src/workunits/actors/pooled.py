@@ -21,6 +21,7 @@ class PooledAgentActor(AgentActor):
     """An ``a`` unit submitted with ``reuse=True``; its record's kind is ``agent``."""
 
     kind: ClassVar[str] = "agent"
+    inline: ClassVar[bool] = False
 
     def launch_early(self) -> bool:
         """No: on the supervisor's thread the hand-over (a transcript, a channel, a send to

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 from typing import Any, ClassVar
 
 from workunits import _outputfile
@@ -22,13 +21,13 @@ from workunits._wire.actor_messages import ProcessExited, ProcessLost, ProcessSp
 from workunits._wire.specs import ShellSpec
 from workunits._wire.zygote_protocol import Limits, SpawnExec
 from workunits.actors.base import UnitBinding, WorkActor, exit_outcome
-from workunits.actors.inline import InlineInbox, start_inline
 
 
 class ShellActor(WorkActor):
     """The shell kind (``b``): a command run by the zygote, its output straight into the file."""
 
     kind: ClassVar[str] = "shell"
+    inline: ClassVar[bool] = True  # its handlers signal its process and stop: no thread
 
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__(unit)
@@ -50,32 +49,6 @@ class ShellActor(WorkActor):
     @classmethod
     def resumable(cls, stored: Any, spec_format: str) -> bool:
         return durable.shell_resumable(stored)
-
-    # -- runtime: no thread of its own (``actors.inline``) ------------------------------
-
-    @staticmethod
-    def _create_actor_inbox() -> InlineInbox:  # type: ignore[override]
-        """Its handlers never block (signal the process, stop): the sending thread runs them."""
-        return InlineInbox()
-
-    def _start_actor_loop(self) -> None:
-        """``on_start`` here when the launch ran already (it did on this thread), else on a
-        thread that may wait for the zygote; then messages are handled as they come."""
-        inbox = self.actor_inbox
-        assert isinstance(inbox, InlineInbox)
-        if self._launched is not None:
-            start_inline(self, inbox, None)
-            return
-        threads = self.unit.threads
-        name = f"{type(self).__name__}-start"
-        if threads is not None:
-            start_inline(self, inbox, lambda setup: threads.run(setup, name))
-        else:
-            start_inline(
-                self,
-                inbox,
-                lambda setup: threading.Thread(target=setup, name=name, daemon=True).start(),
-            )
 
     def launch_early(self) -> bool:
         """A file and one request to a running zygote: quick enough for the supervisor's thread."""
