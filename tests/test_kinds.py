@@ -237,6 +237,40 @@ class LaunchesEarly(WorkActor):
         self.finish(self.outcome_for_exit(None, signum))
 
 
+class Inline(WorkActor):
+    """Needs no thread: its kill is handled by the thread that sends it (the supervisor's)."""
+
+    kind: ClassVar[str] = "inline"
+    inline: ClassVar[bool] = True
+    handled_in: ClassVar[list[str]] = []
+
+    def launch_early(self) -> bool:
+        return True
+
+    def launch(self) -> None:
+        os.close(_outputfile.create(self.unit.output_path))
+        Inline.handled_in.append(f"launch: {threading.current_thread().name}")
+
+    def signal_work(self, signum: int) -> None:
+        Inline.handled_in.append(f"kill: {threading.current_thread().name}")
+        self.finish(self.outcome_for_exit(None, signum))
+
+
+def test_an_inline_kind_handles_its_messages_in_the_senders_thread(sup: Supervisor) -> None:
+    sup.register_kind("n", Inline)
+    Inline.handled_in.clear()
+    unit = sup.submit("n", None)
+    threads_before = {t.name for t in threading.enumerate()}
+    assert sup.kill(unit.id) is True
+    record = sup.wait(unit.id, WAIT)
+    assert (record.status, record.reason) == (Status.KILLED, Reason.KILLED)
+    assert [where.split("-")[0] for where in Inline.handled_in] == [
+        "launch: SupervisorActor",
+        "kill: SupervisorActor",
+    ]
+    assert not any(t.startswith("Inline") for t in threads_before)  # no thread of its own
+
+
 def test_a_custom_kind_runs_a_process_through_the_zygote(sup: Supervisor) -> None:
     sup.register_kind("x", ExitCodeWork)
     record = sup.wait(sup.submit("x", None).id, WAIT)
