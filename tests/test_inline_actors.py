@@ -34,6 +34,7 @@ class Recorder(pykka.ThreadingActor):
         self.overlaps = 0
         self._inside = False
         self.failures: list[BaseException | None] = []
+        self.queued: pykka.Future[Any] | None = None
 
     @staticmethod
     def _create_actor_inbox() -> InlineInbox:
@@ -64,6 +65,9 @@ class Recorder(pykka.ThreadingActor):
                     self.handled.append(("again", n))
                 case "boom":
                     raise ValueError("boom")
+                case "interrupt":  # with an ask of its own queued behind it
+                    self.queued = self.actor_ref.ask("queued", block=False)
+                    raise KeyboardInterrupt
                 case "stop yourself":
                     self.stop()
                 case _:
@@ -155,3 +159,15 @@ def test_an_ask_that_raises_goes_to_its_asker_and_a_tell_that_raises_fails_the_a
     ref.tell("boom")
     eventually(lambda: not ref.is_alive(), timeout=5, what="the actor to stop")
     assert [type(e) for e in actor.failures] == [ValueError]
+
+
+@pytest.mark.timeout(60)
+def test_a_handler_that_raises_keyboard_interrupt_stops_the_actor_and_reaches_its_sender() -> None:
+    ref = Recorder.start()
+    actor = started()
+    with pytest.raises(KeyboardInterrupt):
+        ref.tell("interrupt")  # handled here, in this thread
+    assert not ref.is_alive()
+    assert actor.queued is not None
+    with pytest.raises(pykka.ActorDeadError):
+        actor.queued.get(timeout=5)  # refused, not left waiting

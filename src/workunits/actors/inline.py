@@ -90,8 +90,24 @@ class InlineInbox:
                 envelope = self._queue.popleft()
             if actor.actor_stopped.is_set():
                 _refuse(actor, envelope)
-            else:
-                handle_envelope(actor, envelope)
+                continue
+            try:
+                handle_envelope(actor, envelope)  # exceptions are the actor's (on_failure)
+            except BaseException:
+                self._stop_at(actor)
+                raise
+
+    def _stop_at(self, actor: pykka.Actor) -> None:
+        """A handler raised what is not an ``Exception`` (KeyboardInterrupt in the sender's
+        thread): the actor stops, as on a thread of its own, and the sender gets it.
+        What is left is refused, so nothing waits on an actor nobody drives."""
+        if not actor.actor_stopped.is_set():
+            actor._stop()  # pykka's: unregister, on_stop
+        with self._lock:
+            left, self._queue = list(self._queue), deque()
+            self._busy = False
+        for envelope in left:
+            _refuse(actor, envelope)
 
 
 def handle_envelope(actor: pykka.Actor, envelope: Envelope[Any]) -> None:
