@@ -1,15 +1,15 @@
 """``InlineInbox``: a pykka runtime whose messages are handled by the threads that send them.
 
-A unit actor whose handlers never block (a shell's: signal its process, stop)
-needs no thread of its own. On one, each message cost a thread's wake and a
-hand-over of the GIL, and the end a stop message and a hand-back of the
-thread, while carrying nothing a thread adds (DESIGN §8: supervisor CPU and
-context switches per unit). Here the thread that puts a message handles it,
-then any that others put meanwhile; a message put while another is being
-handled waits, and the thread already handling takes it next. So, as on a
-thread of its own, the actor handles one message at a time, in the order they
-came, and its state needs no lock: the inbox's lock orders each handler after
-the one before it, whichever thread ran that one.
+A unit actor whose handlers never block (a shell's: signal its process, stop;
+an agent's: pass frames on) needs no thread of its own. On one, each message
+cost a thread's wake and a hand-over of the GIL, and the end a stop message
+and a hand-back of the thread, while carrying nothing a thread adds (DESIGN
+§8: supervisor CPU and context switches per unit). Here the thread that puts
+a message handles it, then any that others put meanwhile; a message put while
+another is being handled waits, and the thread already handling takes it
+next. So, as on a thread of its own, the actor handles one message at a time,
+in the order they came, and its state needs no lock: the inbox's lock orders
+each handler after the one before it, whichever thread ran that one.
 
 ``on_start`` runs on the starting thread (the supervisor's) when the unit's
 launch ran already, else on a thread of the supervisor's ``ActorThreads``: a
@@ -17,16 +17,17 @@ launch that waits for a zygote to start must not hold the supervisor. Messages
 put meanwhile wait for it.
 
 What a kind must keep to use it: its handlers run on the supervisor's thread
-(kill, cancel, stop), the Reaper's (its process's events) or any sender's, so
-they never block and never ask anyone; and the Reaper thread never sends to
-the zygote (the zygote may be blocked sending to it). A shell keeps both: the
-messages the Reaper delivers end the unit, and a kill or cancel handled after
-that (put meanwhile, so taken by the Reaper's thread) does nothing.
+(kill, cancel, stop, replies), the Reaper's (its process's events and frames)
+or any sender's, so they never block, never ask anyone, and send only what
+cannot block: an agent's frames to its process go out non-blocking, and a
+signal the zygote must send is handed to a thread of its own when asked from
+the Reaper's thread (``ZygoteClient.signal``), since the zygote may be blocked
+sending to it. Shells and agents keep this; pooled agents, whose launch and
+kill go through the pool, keep a thread (measured: inline cost them CPU).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 from collections import deque
@@ -35,8 +36,6 @@ from typing import Any
 
 import pykka
 from pykka._envelope import Envelope  # the type pykka's actor loop takes from an inbox
-
-log = logging.getLogger(__name__)
 
 
 class InlineInbox:
