@@ -6,8 +6,8 @@ message at a time, in the order they came, as on a thread of its own.
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 from typing import Any
 
 import pykka
@@ -35,6 +35,7 @@ class Recorder(pykka.ThreadingActor):
         self._inside = False
         self.failures: list[BaseException | None] = []
         self.queued: pykka.Future[Any] | None = None
+        self._pipe: tuple[int, ...] = os.pipe()
 
     @staticmethod
     def _create_actor_inbox() -> InlineInbox:
@@ -71,14 +72,29 @@ class Recorder(pykka.ThreadingActor):
                 case "stop yourself":
                     self.stop()
                 case _:
-                    time.sleep(0)  # a yield, not a wait: another sender runs now, were it allowed
+                    self._let_others_run()
                     self.handled.append(message)
             return message
         finally:
             self._inside = False
 
+    def _let_others_run(self) -> None:
+        """A write and a read on a pipe, which let go of the GIL: a second sender's thread
+        runs meanwhile, and would enter this actor now were two handlers allowed at once."""
+        os.write(self._pipe[1], b".")
+        os.read(self._pipe[0], 1)
+
+    def on_stop(self) -> None:
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        for fd in self._pipe:
+            os.close(fd)
+        self._pipe = ()
+
     def on_failure(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.failures.append(exc)
+        self._close_pipe()
 
 
 def started() -> Recorder:

@@ -78,7 +78,7 @@ def test_a_sigterm_to_a_starting_unit_ends_it_and_no_other(
 ) -> None:
     monkeypatch.setenv(warm.PROCESSES_ENV, "0")  # forked on demand: set up after the fork
     with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
-        others = [sup.agent(time.sleep, 600) for _ in range(3)]
+        others = [sup.agent(wait_with, b"") for _ in range(3)]
         pids = [eventually(lambda o=o: sup.get(o.id).pid, what="a unit to start") for o in others]  # type: ignore[misc]
         starting = sup.agent(wait_with, b"x" * PAYLOAD)
         pause = threading.Event()
