@@ -1,10 +1,10 @@
 """WorkActor: the base class of every kind. One actor per unit.
 
 A WorkActor owns its unit's output file and its OS process (or whatever stands
-for the work). It starts the work in ``on_start`` (its own thread), answers
-``kill``/``cancel``/``escalate`` from the supervisor, and reports the outcome
-exactly once with ``finish``, after which it stops. It never asks the
-supervisor anything: it only tells, so no ask cycle can deadlock.
+for the work). It starts the work in ``on_start`` (in its own thread unless it
+is ``inline``), answers ``kill``/``cancel``/``escalate`` from the supervisor,
+and reports the outcome exactly once with ``finish``, after which it stops. It
+never asks the supervisor anything: it only tells, so no ask cycle can deadlock.
 
 Subclasses implement ``launch`` and ``signal_work``; see ``ShellActor``. A kind
 whose work is a zygote process passes ``process_watch()`` with its spawn
@@ -92,8 +92,9 @@ class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
 
 
 class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
-    """Base of all kinds. Methods run in this actor's own thread (pykka), but for
-    ``launch`` when ``launch_early()`` is True (then the supervisor's thread)."""
+    """Base of all kinds. Methods run in this actor's own thread (pykka); ``launch``
+    in the supervisor's when ``launch_early()`` is True; an ``inline`` kind's
+    handlers in the thread of whoever sent the message."""
 
     kind: ClassVar[str] = "work"
     """The kind's name, as it appears in records (``"shell"``, ``"agent"``…)."""
