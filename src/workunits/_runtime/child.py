@@ -181,11 +181,7 @@ def _send_result(
     try:
         ctx.send(result)
     except InvalidArgument:  # its frame would pass the channel's limit: nothing was sent
-        message = (
-            f"the return value ({type(value).__qualname__}) is {len(result.value)} bytes "
-            f"encoded, more than the {_framing.MAX_FRAME} bytes a unit's channel carries: "
-            f"write it to a file and return the file's path"
-        )
+        message = _context.too_large("the return value", value, len(result.value), "return")
         _report_error("ResultTooLarge", message, ctx, transcript)
         return False
     return True

@@ -582,6 +582,15 @@ def error_frame(exc: BaseException, tb: str) -> m.Error:
     return m.Error(type(exc).__qualname__, str(exc), tb, pickle_error(exc), error_types(exc))
 
 
+def too_large(what: str, value: Any, size: int, instead: str) -> str:
+    """The error for a value whose frame would pass the channel's limit (nothing was sent)."""
+    return (
+        f"{what} ({type(value).__qualname__}) is {size} bytes encoded, more than the "
+        f"{_framing.MAX_FRAME} bytes a unit's channel carries: write it to a file and "
+        f"{instead} the file's path"
+    )
+
+
 def pickle_error(exc: BaseException) -> bytes | None:
     try:
         return bytes(cloudpickle.dumps(exc))

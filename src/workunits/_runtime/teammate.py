@@ -20,10 +20,9 @@ from typing import Any
 
 import cloudpickle
 
-from workunits import _framing
 from workunits import _strictjson as strictjson
 from workunits._errors import Cancelled, InvalidArgument, NoSuchMethod, WrongType
-from workunits._runtime.context import UnitContext, current, pickle_error
+from workunits._runtime.context import UnitContext, current, pickle_error, too_large
 from workunits._wire import frames as m
 
 
@@ -68,11 +67,7 @@ def _handle(ctx: UnitContext, instance: Any, frame: m.Deliver) -> None:
             ctx.send(m.Answer(frame.token, result, error))
         except InvalidArgument:  # its frame would pass the channel's limit: nothing was sent
             size = 0 if result is None else len(result.value)
-            message = (
-                f"the answer ({type(value).__qualname__}) is {size} bytes "
-                f"encoded, more than the {_framing.MAX_FRAME} bytes a unit's channel "
-                f"carries: write it to a file and answer with the file's path"
-            )
+            message = too_large("the answer", value, size, "answer with")
             ctx.send(m.Answer(frame.token, None, m.Error("AnswerTooLarge", message, "", None)))
 
 

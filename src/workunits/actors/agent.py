@@ -78,10 +78,10 @@ class _ChannelFrames:
     framed either, so the actor is told once, and the rest is dropped.
     """
 
-    __slots__ = ("_broken", "_reader", "_ref")
+    __slots__ = ("_actor", "_broken", "_reader")
 
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
-        self._ref = ref
+        self._actor = TellActor(ref)  # an actor force-ended at shutdown takes no more
         self._reader = _framing.FrameReader()
         self._broken = False
 
@@ -94,15 +94,15 @@ class _ChannelFrames:
             frames = self._reader.feed(data)
         except Exception as exc:  # noqa: BLE001 - whatever the unit's process wrote
             self._broken = True
-            self._ref.tell(_ChannelBroken(f"{type(exc).__name__}: {exc}"))
+            self._actor.tell(_ChannelBroken(f"{type(exc).__name__}: {exc}"))
             return
         for frame in frames:
-            self._ref.tell(_FromUnit(frame))
+            self._actor.tell(_FromUnit(frame))
 
     def on_close(self) -> None:  # Reaper thread
         held = self._reader.held()  # a frame it began (with junk, maybe) that never ended
         torn = f"it closed {held} bytes into a frame" if held and not self._broken else None
-        TellActor(self._ref).tell(_ChannelClosed(torn))
+        self._actor.tell(_ChannelClosed(torn))
 
 
 class AgentActor(WorkActor):
