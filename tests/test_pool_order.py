@@ -54,6 +54,9 @@ class Events:
     def lost(self) -> None:
         self.spawn_failed("lost")
 
+    def kill(self) -> None:
+        """Nothing to do: the pool kills its worker through its own pidfd."""
+
 
 class Unit:
     """One pooled unit's call, transcript and channel, as an agent actor makes them."""

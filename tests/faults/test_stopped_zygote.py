@@ -29,9 +29,10 @@ def wait_until_killed() -> None:
     threading.Event().wait()
 
 
-def test_a_kill_lands_while_the_zygote_is_stopped(tmp_path: object) -> None:
+@pytest.mark.parametrize("reuse", [False, True], ids=["agent", "pooled"])
+def test_a_kill_lands_while_the_zygote_is_stopped(tmp_path: object, reuse: bool) -> None:
     with wu.Supervisor(f"{tmp_path}/state", install_signal_handlers=False) as sup:
-        handle = sup.agent(wait_until_killed)
+        handle = sup.agent(wait_until_killed, reuse=reuse)
         pid = eventually(lambda: sup.get(handle.id).pid, what="the unit's pid")
         zygote = sup._runtime.zygote.pid
         assert zygote is not None

@@ -266,6 +266,14 @@ class WorkerPool:
         job.release_fds()  # the worker holds its own copies now
         self._tell_spawned(worker, job)
 
+    def _kill_now(self, worker: _Worker) -> None:
+        """SIGKILL the worker through its pidfd (any thread): a kill of its unit lands at
+        once; the zygote's reap ends the unit and starts another worker, as before."""
+        with self._lock:  # the pidfd stays open meanwhile
+            if worker.pidfd is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(worker.pidfd, signal.SIGKILL)
+
     def _tell_spawned(self, worker: _Worker, job: _Job) -> None:
         with self._lock:
             pid, pidfd = worker.pid, worker.pidfd
@@ -335,7 +343,7 @@ class WorkerPool:
 
 
 class _WorkerEvents:
-    """The zygote's events about one worker (Reaper thread)."""
+    """The zygote's events about one worker (Reaper thread; ``kill`` from any thread)."""
 
     __slots__ = ("pool", "worker")
 
@@ -356,3 +364,6 @@ class _WorkerEvents:
 
     def lost(self) -> None:
         self.pool._worker_gone(self.worker, lambda events: events.lost())
+
+    def kill(self) -> None:
+        self.pool._kill_now(self.worker)

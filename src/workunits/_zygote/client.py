@@ -56,6 +56,9 @@ class UnitEvents(Protocol):
     def exited(self, exit_code: int | None, signum: int | None) -> None: ...
     def lost(self) -> None: ...
 
+    def kill(self) -> None:
+        """SIGKILL the process now through its pidfd (any thread); a no-op without one."""
+
 
 class _Zygote:
     """One zygote process and the units it forked."""
@@ -287,13 +290,19 @@ class ZygoteClient:
     def signal(self, unit_id: str, signum: int) -> None:
         """Have the zygote signal the unit's group (any thread; never blocks the Reaper's).
 
-        From the Reaper thread (a unit's actor may handle its messages there,
-        ``actors.inline``) the request is sent from a thread of its own: the
-        zygote may be blocked sending to us, and only the Reaper reads its socket.
+        A SIGKILL first goes to the process itself through its pidfd (its
+        events' ``kill``), so it lands even while the zygote is held up (stopped,
+        or busy forking); the zygote then kills the rest of the group, as it
+        would anyway. From the Reaper thread (a unit's actor may handle its
+        messages there, ``actors.inline``) the request is sent from a thread of
+        its own: the zygote may be blocked sending to us, and only the Reaper
+        reads its socket.
         """
         with self._lock:
-            targets = [z for z in self._all if z.alive and unit_id in z.units]
-        for zygote in targets:
+            targets = [(z, z.units[unit_id]) for z in self._all if z.alive and unit_id in z.units]
+        for zygote, events in targets:
+            if signum == signal.SIGKILL:
+                events.kill()
             if self._reaper.on_its_thread():
                 threading.Thread(
                     target=self._send_signal,

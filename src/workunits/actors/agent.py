@@ -326,7 +326,7 @@ class AgentActor(WorkActor):
     # -- ending ---------------------------------------------------------------------
 
     def signal_work(self, signum: int) -> None:
-        self.signal_process(signum)
+        self.unit.zygote.signal(self.unit.id, signum)
 
     def cancel(self, reason: Reason = Reason.CANCELLED) -> None:
         """Cooperative: the unit sees ``ctx.cancelled``; the supervisor SIGKILLs after the grace."""

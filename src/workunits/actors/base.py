@@ -216,17 +216,6 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         self._watch = ProcessWatch(self)
         return self._watch
 
-    def signal_process(self, signum: int) -> None:
-        """``signal_work`` for a kind whose work is a zygote process (``process_watch``).
-
-        A SIGKILL is sent to the process at once through its pidfd, then, like
-        any signal, to its group by the zygote: the kill lands without waiting
-        for the zygote to read its request.
-        """
-        if signum == signal.SIGKILL and self._watch is not None:
-            self._watch.kill()
-        self.unit.zygote.signal(self.unit.id, signum)
-
     # -- lifecycle -------------------------------------------------------------
 
     def _on_creation(self) -> None:

@@ -12,9 +12,9 @@ where it is used, with as few tells as possible:
   end itself;
 - ``spawn_failed`` and ``lost`` go to the actor, which ends the unit.
 
-A kill goes both ways: the actor SIGKILLs the process through the pidfd held
-here (``kill``), at once and without waiting on the zygote, and asks the
-zygote to kill the unit's group, as it would anyway.
+A kill goes both ways: the zygote client SIGKILLs the process through the
+pidfd held here (``kill``), at once and without waiting on the zygote, and
+asks the zygote to kill the unit's group, as it would anyway.
 
 The supervisor hears of the end exactly once whichever way it comes: the
 report is claimed first (``WorkActor.claim_end``).

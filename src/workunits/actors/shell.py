@@ -80,7 +80,7 @@ class ShellActor(WorkActor):
             os.close(fd)
 
     def signal_work(self, signum: int) -> None:
-        self.signal_process(signum)
+        self.unit.zygote.signal(self.unit.id, signum)
 
     def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
         """Reaper thread: the exit says everything, so the end skips this actor."""
