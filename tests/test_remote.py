@@ -27,6 +27,8 @@ import orjson
 import pytest
 
 import workunits as wu
+from workunits._remote.context import RemoteContext, board_named
+from workunits._remote.outbox import Outbox
 
 from .conftest import alive
 from .kinds_support import Fifo, read_line, supervisor, wait_until, write_line
@@ -286,6 +288,25 @@ def test_cancel_is_cooperative_first(sup: wu.Supervisor, fifos: tuple[Fifo, Fifo
     record = sup.wait(h.id, timeout=30)  # well inside the grace: the unit stopped itself
     assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.CANCELLED)
     assert of_type(events(sup, h.id), "error")[0]["error_type"] == "Cancelled"
+
+
+def test_a_unit_whose_cancel_board_is_gone_sees_no_cancel_and_runs_on(ray_cluster: None) -> None:
+    # A task is given its board's name; a name no actor holds (its supervisor
+    # closed) leaves the unit running, with only the forced end to stop it.
+    gone = "workunits-cancel-board-of-no-one"
+    assert board_named(gone) is None
+    ctx = RemoteContext(
+        work_id="r12345678",
+        kind="remote",
+        attempt=1,
+        last_checkpoint=None,
+        outbox=Outbox(),
+        board=gone,
+        board_key="r12345678.1",
+    )
+    assert ctx.cancelled is False
+    ctx.progress(0.5)  # looks at the board again: no error, no cancel
+    assert ctx.cancelled is False
 
 
 def test_cancel_escalates_to_a_kill_after_the_grace(

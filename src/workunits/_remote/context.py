@@ -4,7 +4,10 @@ Runs inside a Ray worker. Progress, checkpoints and events become frames in the
 unit's ``Outbox`` (the supervisor writes them into the local transcript). A
 cancel request is learnt from the supervisor's ``CancelBoard`` actor, and only
 when the unit's code asks (``cancelled``, ``progress``, ``checkpoint``): a unit
-that never looks costs the board nothing.
+that never looks costs the board nothing. The task is given the board's name,
+not its handle: a handle among a task's arguments costs every task 0.3-0.6 ms
+(Ray registers it in the worker), so the handle is looked up by name at a
+worker's first look, and kept for the tasks that worker runs next.
 
 ``RemoteContext`` subclasses ``UnitContext`` so that ``wu.current()`` keeps one
 return type for user code; it shares none of its channel state (there is no
@@ -34,6 +37,27 @@ BOARD_POLL_EVERY = 0.005
 BOARD_WAIT = 30.0
 """How long one long-poll on the board lasts before it is renewed (bounds its state)."""
 
+# This worker process's handles to cancel boards, by name (one per supervisor it
+# has run units for). Guarded by _boards_lock, held for a dict read or write.
+_boards: dict[str, Any] = {}
+_boards_lock = threading.Lock()
+
+
+def board_named(name: str) -> Any | None:
+    """The cancel board called ``name``, looked up once per worker; None if it is gone."""
+    with _boards_lock:
+        board = _boards.get(name)
+    if board is not None:
+        return board
+    import ray  # noqa: PLC0415 - only ever runs inside a Ray worker
+
+    try:
+        board = ray.get_actor(name)
+    except ValueError:  # no such actor: its supervisor has closed
+        return None
+    with _boards_lock:
+        return _boards.setdefault(name, board)
+
 
 class RemoteContext(UnitContext):
     def __init__(
@@ -44,7 +68,7 @@ class RemoteContext(UnitContext):
         attempt: int,
         last_checkpoint: Any,
         outbox: Outbox,
-        board: Any = None,  # a CancelBoard actor handle; None when cancels arrive by call
+        board: str | None = None,  # the CancelBoard's name; None when cancels arrive by call
         board_key: str = "",
     ) -> None:
         # Deliberately not UnitContext.__init__: it sets up a socket channel that
@@ -54,7 +78,8 @@ class RemoteContext(UnitContext):
         self.attempt = attempt
         self.last_checkpoint = last_checkpoint
         self._outbox = outbox
-        self._board = board
+        self._board_name = board
+        self._board: Any = None  # its handle, once a look needed it
         self._board_key = board_key
         self._cancel = threading.Event()
         # Guards _board, _board_watch and _board_next: one poll of the cancel board at
@@ -83,11 +108,14 @@ class RemoteContext(UnitContext):
 
     def _poll_board(self) -> None:
         """Look at the long-poll on the board without blocking; renew it when it ran out."""
-        if self._board is None:
+        board = self._board if self._board is not None else self._find_board()
+        if board is None:
             return
         import ray  # noqa: PLC0415 - only ever runs inside a Ray worker
 
         with self._board_lock:
+            if self._board is None:  # another thread's look found the board gone
+                return
             now = time.monotonic()
             if now < self._board_next:
                 return
@@ -100,12 +128,26 @@ class RemoteContext(UnitContext):
                     hit = bool(ray.get(ready[0]))
                 except ray.exceptions.RayError:
                     # The board is gone: cooperative cancel is off, the forced one still works.
-                    self._board = None
+                    self._board = self._board_name = None
                     return
                 if hit:
                     self._cancel.set()
                     return
-            self._board_watch = self._board.wait.remote(self._board_key, BOARD_WAIT)
+            self._board_watch = board.wait.remote(self._board_key, BOARD_WAIT)
+
+    def _find_board(self) -> Any:
+        """The board's handle at this unit's first look, or None when it has none.
+
+        Outside ``_board_lock``: a worker's first look is an RPC.
+        """
+        name = self._board_name
+        if name is None:
+            return None
+        board = board_named(name)
+        if board is None:  # gone: cooperative cancel is off, the forced one still works
+            self._board_name = None
+        self._board = board
+        return board
 
     def progress(self, fraction: float | None = None, message: str = "", **evidence: Any) -> None:
         """Report progress (0.0-1.0 or None), a message and evidence; raises Cancelled."""

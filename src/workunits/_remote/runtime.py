@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,7 @@ class RayApi:
     task: Any  # run_task as a Ray remote function
     host_class: Any  # TeammateHost as a Ray actor class
     board: Any  # this supervisor's CancelBoard actor
+    board_name: str  # its name: what a task is given (see RemoteContext)
     owned: bool  # we called ray.init, so we call ray.shutdown
     followers: Followers  # the threads that read units' streams
     # ``.options()`` costs a Ray task ~0.5 ms: one wrapper per set of resources.
@@ -210,9 +212,11 @@ class RayRuntime:
                 notice.removeFilter(_drop_sigterm_notice)
             owned = True
         here = ray.get_runtime_context().get_node_id()
+        board_name = f"workunits-cancel-board-{uuid.uuid4().hex}"  # one per supervisor
         board = (
             ray.remote(CancelBoard)
             .options(
+                name=board_name,
                 num_cpus=0,
                 # Near the supervisor, which sends it every request; anywhere if it must.
                 scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
@@ -224,6 +228,7 @@ class RayRuntime:
             task=ray.remote(run_task),
             host_class=ray.remote(concurrency_groups=HOST_CONCURRENCY)(TeammateHost),
             board=board,
+            board_name=board_name,
             owned=owned,
             followers=Followers(),
         )

@@ -28,8 +28,11 @@ from workunits._runtime import context as _context
 from workunits._wire import frames as m
 
 
-def run_task(call: RemoteCall, board: Any) -> Iterator[list[Any]]:
-    """The Ray task (a generator): yields lists of frames until the unit is done."""
+def run_task(call: RemoteCall, board: str) -> Iterator[list[Any]]:
+    """The Ray task (a generator): yields lists of frames until the unit is done.
+
+    ``board``: the name of the supervisor's cancel board (see ``RemoteContext``).
+    """
     outbox = Outbox()
     ctx = RemoteContext(
         work_id=call.unit_id,

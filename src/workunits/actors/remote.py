@@ -92,7 +92,7 @@ class TaskPlacement:
         self._api = api
         self._key = call.key
         self._cancel_posted = False
-        self.stream: Any = api.task_for(options).remote(call, api.board)
+        self.stream: Any = api.task_for(options).remote(call, api.board_name)
 
     def kill(self) -> None:
         self._api.ray.cancel(self.stream, force=True)
