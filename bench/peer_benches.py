@@ -633,10 +633,11 @@ def bench_ray_peers(cfg: HasQuick) -> BenchResult:
             ) as sup,
         ):
             result.info["ray_init_seconds"] = time.perf_counter() - t0
-            over = remote_bench.bench_overhead(sup, ray, 0, reps, 10)
+            over = remote_bench.bench_overhead(sup, ray, 0, reps, 10, floor_in=scratch)
             result.pairs += over.pairs
             result.series += over.series
             result.checks += over.checks
+            result.notes += over.notes
 
             ray_echo = ray.remote(Echo)
             actor = ray_echo.remote()

@@ -11,7 +11,11 @@ machine hits both sides alike:
   Ray task running the same function, for a trivial body and a 10 ms one
   (target: the unit within 1.5x of the bare task);
 - kill -> terminal record of a running remote unit against
-  ``ray.cancel(force=True)`` -> error seen for a running bare task.
+  ``ray.cancel(force=True)`` -> error seen for a running bare task;
+- the empty body's floor, pair by pair: a fully synced commit, a Ray
+  streaming-generator task that yields one item (the shape a unit takes on Ray
+  so that its output can stream), read to its end, and a fully synced commit,
+  timed as one. A target below it cannot be reached on this machine.
 
 Prints a Markdown table. Exit status 0; 2 when Ray is not installed.
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import peer_benches
 from harness import BenchResult, Pair, Series
 
 import workunits as wu
@@ -45,6 +50,11 @@ def spin(ms: float) -> int:
     while time.perf_counter() < end:
         n += 1
     return n & 0xFF
+
+
+def one_item(ms: float) -> Iterator[int]:
+    """The floor's task: a streaming generator that yields one item, as a unit's does."""
+    yield spin(ms)
 
 
 def hang(started: str) -> None:
@@ -65,7 +75,17 @@ def wait_for(path: Path, timeout: float = 60.0) -> None:
         delay = min(delay * 2, 0.01)
 
 
-def bench_overhead(sup: wu.Supervisor, ray: Any, ms: float, reps: int, warmup: int) -> BenchResult:
+def bench_overhead(
+    sup: wu.Supervisor,
+    ray: Any,
+    ms: float,
+    reps: int,
+    warmup: int,
+    *,
+    floor_in: Path | None = None,
+) -> BenchResult:
+    """Submit -> result against a bare task; ``floor_in`` (a directory for its SQLite
+    file): the durable floor too, pair by pair."""
     result = BenchResult(f"remote_{ms:g}ms")
     bare_spin = ray.remote(spin)
 
@@ -95,6 +115,25 @@ def bench_overhead(sup: wu.Supervisor, ray: Any, ms: float, reps: int, warmup: i
         f"{pair.median_pair_ratio:.2f}x ({harness.fmt(pair.a.median, 's')} vs "
         f"{harness.fmt(pair.b.median, 's')})",
     )
+    if floor_in is not None:
+        streamed = ray.remote(num_returns="streaming", max_retries=0)(one_item)
+        work = "a Ray streaming-generator task yielding one item, read to its end"
+
+        def stream() -> None:
+            for ref in streamed.remote(ms):
+                ray.get(ref, timeout=60)
+
+        durable = peer_benches.durable_pair(
+            result,
+            floor_in,
+            (f"remote unit, {ms:g} ms body", unit),
+            (work, stream),
+            reps=reps,
+            warm=warmup,
+        )
+        result.note(
+            peer_benches.durable_floor_note(durable, work, ("the bare task", pair.b.median))
+        )
     return result
 
 
@@ -185,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             ) as sup,
         ):
             runs: list[Callable[[], BenchResult]] = [
-                lambda: bench_overhead(sup, ray, 0, 200 // scale, 20),
+                lambda: bench_overhead(sup, ray, 0, 200 // scale, 20, floor_in=scratch),
                 lambda: bench_overhead(sup, ray, 10, 100 // scale, 10),
                 lambda: bench_kill(sup, ray, scratch, 20 // scale, 2),
             ]
