@@ -8,6 +8,11 @@ submitting at once >= 10,000/s. Windows alternate (bare, one caller, eight
 callers, ...) so that drift on a shared machine hits all three alike; each
 ratio is the median of the per-window ratios.
 
+The one caller's floor, in the same windows: the bare insert made by a thread
+of its own that the caller asks through a queue and waits on, as every submit
+asks the supervisor's thread (DESIGN §3: one actor owns the registry and the
+ledger's writes). A ratio to that floor says what the submit's own work costs.
+
 The units are ``sup.shell(["true"], not_before=<a day from now>)``: each submit
 takes the same durable path as any other (validated, its row inserted in one
 fully synced transaction, then admitted), but the unit waits ``pending``
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import queue
 import sqlite3
 import statistics
 import threading
@@ -65,6 +71,30 @@ def _deploy_on_exit(sup: wu.Supervisor) -> Iterator[None]:
         sup.close(deploy=True)
 
 
+class InsertsOnAThread:
+    """Bare inserts made by a thread of their own, each asked for and waited on."""
+
+    def __init__(self, inserts: ledger_bench.BareInserts) -> None:
+        self._inserts = inserts
+        self._asks: queue.SimpleQueue[queue.SimpleQueue[None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="bare-inserts", daemon=True)
+        self._thread.start()
+
+    def insert(self) -> None:
+        answer: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._asks.put(answer)
+        answer.get(timeout=60)
+
+    def close(self) -> None:
+        self._asks.put(None)
+        self._thread.join(60)
+
+    def _serve(self) -> None:
+        while (answer := self._asks.get()) is not None:
+            self._inserts.insert()
+            answer.put(None)
+
+
 def one_caller(submit: Callable[[], object], count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
@@ -97,6 +127,7 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
     where = Path(__file__).resolve().parent / "results"
     where.mkdir(parents=True, exist_ok=True)
     bare: list[float] = []
+    hopped: list[float] = []  # the bare insert through a thread: the one caller's floor
     single: list[float] = []
     eight: list[float] = []
     commits: list[float] = []  # ledger commits per submit, 8 callers
@@ -120,10 +151,13 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
             submit()
         size = row_bytes(base / "state" / "ledger.db")
         peer = ledger_bench.BareInserts(base / "bare.db", size)
+        served = InsertsOnAThread(ledger_bench.BareInserts(base / "served.db", size))
         try:
             peer.rate(200)
+            one_caller(served.insert, 200)
             for _ in range(windows):
                 bare.append(peer.rate(count))
+                hopped.append(one_caller(served.insert, count))
                 single.append(one_caller(submit, count))
                 ledger.drain_commit_seconds()
                 eight.append(many_callers(pool, submit, count))
@@ -133,14 +167,20 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
                 )
         finally:
             peer.close()
+            served.close()
     one = Pair(
         "one caller vs bare SQLite FULL",
         Series("sup.shell(not_before=later), one caller", single, "/s"),
         Series(f"bare SQLite WAL FULL insert, one {size}-byte row per commit", bare, "/s"),
     )
-    result.pairs.append(one)
+    floor = Pair(
+        "one caller vs its floor",
+        Series("sup.shell(not_before=later), one caller [vs floor]", single, "/s"),
+        Series("floor: a bare insert made by a thread the caller asks", hopped, "/s"),
+    )
+    result.pairs += [one, floor]
     many = Series(f"sup.shell(not_before=later), {CALLERS} threads", eight, "/s")
-    result.series += [one.a, one.b, many]
+    result.series += [one.a, one.b, floor.b, many]
     ratio = statistics.median(one.pair_ratios)
     result.check(
         "one caller's synced submits / bare SQLite FULL inserts (median of window ratios)",
@@ -148,6 +188,12 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
         -ONE_CALLER_RATIO,
         -ratio,
         f"{ratio:.2f}x ({one.a.median:,.0f}/s vs {one.b.median:,.0f}/s)",
+    )
+    result.note(
+        f"one caller's floor, in the same windows: the bare insert made by a thread the "
+        f"caller asks through a queue and waits on = {floor.b.median:,.0f}/s "
+        f"({floor.b.median / one.b.median:.2f}x the bare insert); one caller's submits reach "
+        f"{floor.median_pair_ratio:.2f}x of it, window by window"
     )
     rate = statistics.median(eight)
     result.check(
