@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import cloudpickle
 import harness
 import ledger_bench
+import procstat
 import pykka
 from harness import BenchResult, Pair, Series
 
@@ -186,6 +187,76 @@ def durable_floor_note(durable: Pair, work: str, peer: tuple[str, float] | None 
     )
 
 
+CPU_PER_UNIT = 0.5e-3  # seconds of supervisor-process CPU per unit, at most (DESIGN §8)
+SWITCHES_PER_UNIT = 8  # voluntary context switches of the supervisor process per unit
+
+
+def process_cost(fn: Callable[[], object], reps: int) -> tuple[float, float]:
+    """This process's CPU seconds (every thread) and voluntary context switches per call."""
+    cpu0, (switches0, _) = procstat.cpu_seconds(), procstat.context_switches()
+    for _ in range(reps):
+        fn()
+    cpu1, (switches1, _) = procstat.cpu_seconds(), procstat.context_switches()
+    return (cpu1 - cpu0) / reps, (switches1 - switches0) / reps
+
+
+def check_cpu_per_unit(
+    result: BenchResult,
+    state: Path,
+    what: str,
+    unit: Callable[[], object],
+    work: tuple[str, Callable[[], object]],
+    *,
+    reps: int,
+) -> None:
+    """The supervisor process's CPU and voluntary context switches per ``what`` unit against
+    their targets, beside the same counts for the unit's durable floor run in this process:
+    a fully synced commit, ``work`` (the bare peer), a fully synced commit.
+
+    Windows alternate (unit, floor, unit, ...) and each figure is the median of its
+    windows, so that a busy moment of the machine does not land on one side only.
+    """
+    inserts = ledger_bench.BareInserts(state / "cpu-floor.db", FLOOR_ROW)
+
+    def floor() -> None:
+        inserts.insert()
+        work[1]()
+        inserts.insert()
+
+    windows = 3
+    each = max(1, reps // windows)
+    units: list[tuple[float, float]] = []
+    floors: list[tuple[float, float]] = []
+    try:
+        for _ in range(windows):
+            units.append(process_cost(unit, each))
+            floors.append(process_cost(floor, each))
+    finally:
+        inserts.close()
+    cpu = statistics.median(c for c, _ in units)
+    switches = statistics.median(n for _, n in units)
+    floor_cpu = statistics.median(c for c, _ in floors)
+    floor_switches = statistics.median(n for _, n in floors)
+    floor_text = FLOOR_SEQUENCE.format(work=work[0])
+    result.info[f"cpu_us_per_{what}_unit"] = cpu * 1e6
+    result.info[f"voluntary_switches_per_{what}_unit"] = switches
+    result.info[f"cpu_floor_us_per_{what}_unit"] = floor_cpu * 1e6
+    result.check(
+        f"supervisor process CPU per {what} unit",
+        f"<= {CPU_PER_UNIT * 1e6:.0f} us",
+        CPU_PER_UNIT,
+        cpu,
+        f"{cpu * 1e6:,.0f} us (floor, {floor_text}: {floor_cpu * 1e6:,.0f} us)",
+    )
+    result.check(
+        f"voluntary context switches per {what} unit",
+        f"<= {SWITCHES_PER_UNIT}",
+        SWITCHES_PER_UNIT,
+        switches,
+        f"{switches:.1f} (floor, the same sequence: {floor_switches:.1f})",
+    )
+
+
 def synced_commit_rates(state: Path, windows: int, count: int) -> list[float]:
     """Bare SQLite WAL ``synchronous=FULL`` commits per second, once per window, on the
     disk of ``state``: the cost of the synced commits a unit waits for, in this run."""
@@ -282,6 +353,14 @@ def bench_agent_trivial(cfg: HasQuick) -> BenchResult:
             ("os.fork + pipe + cloudpickle", raw),
             reps=reps,
             warm=warm,
+        )
+        check_cpu_per_unit(
+            result,
+            state,
+            "agent",
+            unit,
+            ("os.fork + pipe + cloudpickle", raw),
+            reps=scale(cfg, 150, 600),
         )
 
         batch = scale(cfg, 200, 1000)

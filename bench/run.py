@@ -157,6 +157,14 @@ def bench_shell_true(cfg: Config) -> BenchResult:
             warm=cfg.shell_warmup,
         )
         _explain_cpu(result, unit, popen, cfg.shell_cpu_reps)
+        peer_benches.check_cpu_per_unit(
+            result,
+            state,
+            "shell",
+            unit,
+            ("Popen(['true']).wait()", popen),
+            reps=cfg.shell_cpu_reps,
+        )
     # What the two fully synced commits per unit cost: the same units on a ledger
     # that does not fsync (ledger_sync="normal"), against Popen in the same run.
     with (
