@@ -33,11 +33,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import harness
 import ledger_bench
+import procstat
 from harness import BenchResult, Pair, Series
 from peer_benches import EVICT_SOON, HasQuick, scale, state_dir
 
@@ -120,6 +122,33 @@ def many_callers(pool: ThreadPoolExecutor, submit: Callable[[], object], count: 
     return each * CALLERS / (time.perf_counter() - start)
 
 
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One window of CALLERS threads submitting at once."""
+
+    rate: float  # submits per second
+    commits: float  # ledger commits per submit
+    cpu: float  # this process's CPU seconds per submit (every thread)
+    cpu_supervisor: float  # of it, the supervisor actor's thread
+
+
+def eight_callers(
+    pool: ThreadPoolExecutor, submit: Callable[[], object], count: int, ledger: Any
+) -> Window:
+    ledger.drain_commit_seconds()
+    families = procstat.thread_families()
+    threads0, cpu0 = procstat.thread_cpu_seconds(), procstat.cpu_seconds()
+    rate = many_callers(pool, submit, count)
+    threads1, cpu1 = procstat.thread_cpu_seconds(), procstat.cpu_seconds()
+    by_family = procstat.cpu_by_family(families, threads0, threads1)
+    return Window(
+        rate=rate,
+        commits=len(ledger.drain_commit_seconds()) / count,
+        cpu=(cpu1 - cpu0) / count,
+        cpu_supervisor=by_family.get("SupervisorActor", 0.0) / count,
+    )
+
+
 def bench_submits(cfg: HasQuick) -> BenchResult:
     result = BenchResult("submits")
     count = scale(cfg, 400, 2000)
@@ -129,8 +158,7 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
     bare: list[float] = []
     hopped: list[float] = []  # the bare insert through a thread: the one caller's floor
     single: list[float] = []
-    eight: list[float] = []
-    commits: list[float] = []  # ledger commits per submit, 8 callers
+    crowded: list[Window] = []  # CALLERS threads at once
     clients: list[float] = []  # a wu.connect client's threads (no target)
     with (
         state_dir("submits", where) as base,
@@ -159,9 +187,7 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
                 bare.append(peer.rate(count))
                 hopped.append(one_caller(served.insert, count))
                 single.append(one_caller(submit, count))
-                ledger.drain_commit_seconds()
-                eight.append(many_callers(pool, submit, count))
-                commits.append(len(ledger.drain_commit_seconds()) / count)
+                crowded.append(eight_callers(pool, submit, count, ledger))
                 clients.append(
                     many_callers(pool, lambda: client.shell(["true"], not_before=LATER), count)
                 )
@@ -179,6 +205,7 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
         Series("floor: a bare insert made by a thread the caller asks", hopped, "/s"),
     )
     result.pairs += [one, floor]
+    eight = [w.rate for w in crowded]
     many = Series(f"sup.shell(not_before=later), {CALLERS} threads", eight, "/s")
     result.series += [one.a, one.b, floor.b, many]
     ratio = statistics.median(one.pair_ratios)
@@ -206,9 +233,20 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
     result.series.append(
         Series(f"wu.connect client's shell(not_before=later), {CALLERS} threads", clients, "/s")
     )
+    per_submit = statistics.median(w.cpu for w in crowded)
+    on_supervisor = statistics.median(w.cpu_supervisor for w in crowded)
+    result.info["cpu_us_per_submit_8_threads"] = per_submit * 1e6
+    result.note(
+        f"what bounds {CALLERS} threads: the process's CPU, "
+        f"{per_submit * 1e6:.0f} us per submit (the supervisor's thread "
+        f"{on_supervisor * 1e6:.0f} us of it), taken under one GIL: "
+        f"{1 / per_submit:,.0f}/s at most, where {MANY_CALLERS_RATE:,}/s needs "
+        f"<= {1e6 / MANY_CALLERS_RATE:.0f} us; the synced commits are shared (below)"
+    )
     result.note(
         f"{count} submits per window, {windows} windows; {CALLERS} threads: "
-        f"{statistics.median(commits):.2f} ledger commits per submit; bare peer row {size} bytes"
+        f"{statistics.median(w.commits for w in crowded):.2f} ledger commits per submit; "
+        f"bare peer row {size} bytes"
     )
     return result
 
