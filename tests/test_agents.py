@@ -298,6 +298,28 @@ def test_a_unit_whose_channel_ends_inside_a_frame_fails_saying_so(sup: wu.Superv
     assert "bytes into a frame" in (record.error or "")
 
 
+def return_then_tear_a_frame(value: str) -> str:
+    """Its result goes out whole; then a frame is begun and cut off by the exit (as a
+    thread's progress would be)."""
+    ctx = wu.current()
+    send = ctx.send
+
+    def send_then_tear(message: Any) -> None:
+        send(message)
+        if type(message).__name__ == "Result":
+            write_on_every_socket(struct.pack(">I", 1 << 20) + b"cut by the exit")
+
+    ctx.send = send_then_tear  # type: ignore[method-assign]
+    return value
+
+
+@pytest.mark.timeout(30)
+def test_a_whole_result_wins_over_a_torn_frame_after_it(sup: wu.Supervisor) -> None:
+    record = sup.wait(sup.agent(return_then_tear_a_frame, "kept").id, timeout=20)
+    assert (record.status, record.exit_code, record.error) == (wu.Status.COMPLETED, 0, None)
+    assert sup.result(record.id, timeout=20) == "kept"
+
+
 @pytest.mark.timeout(30)
 def test_the_supervisor_keeps_serving_after_crashes(sup: wu.Supervisor) -> None:
     for body in (segfault, raise_value_error):
