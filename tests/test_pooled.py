@@ -7,8 +7,10 @@ its replacement, and each unit keeps its own record, transcript and one notice.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,6 +226,54 @@ def test_pool_map_runs_pooled_units_in_order_and_raises_a_failure_in_place(
 
 def divide_by(x: int) -> float:
     return 1 / x
+
+
+def open_once_running(sup: wu.Supervisor, work_id: str, gate: Path) -> threading.Thread:
+    """A thread that opens ``gate`` once ``work_id`` runs: the unit cannot end before."""
+
+    def run() -> None:
+        eventually(lambda: sup.get(work_id).status is wu.Status.RUNNING, what="the unit to run")
+        gate.touch()
+
+    opener = threading.Thread(target=run, daemon=True)
+    opener.start()
+    return opener
+
+
+@pytest.mark.timeout(60)
+def test_leaving_a_pool_block_waits_for_the_units_submitted_in_it(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    with psup.pool() as pool:
+        gated = pool.submit(wait_for, str(gate))  # Executor.submit's name for agent
+        failing = pool.agent(divide_by, 0)
+        opener = open_once_running(psup, gated.id, gate)
+    # As leaving a ``with ProcessPoolExecutor()`` block: both ended, neither raised here.
+    assert psup.get(gated.id).status is wu.Status.COMPLETED
+    assert psup.get(failing.id).status is wu.Status.FAILED
+    opener.join(WAIT)
+    assert isinstance(gated.result(timeout=WAIT), int)
+    with pytest.raises(wu.WorkFailed, match="ZeroDivisionError"):
+        failing.result(timeout=WAIT)
+    # The workers are the supervisor's: the pool takes units after the block.
+    assert pool.submit(square, 3).result(timeout=WAIT) == 9
+
+
+@pytest.mark.timeout(60)
+def test_leaving_an_async_pool_block_waits_for_its_units(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+
+    async def main() -> str:
+        async with psup.pool() as pool:
+            handle = await pool.agent_async(wait_for, str(gate))
+            open_once_running(psup, handle.id, gate)
+        return handle.id
+
+    work_id = asyncio.run(main())
+    assert psup.get(work_id).status is wu.Status.COMPLETED
 
 
 def test_leaving_a_pool_map_early_kills_the_units_it_did_not_read(

@@ -6,15 +6,22 @@ guide "pooled units"): a typed ID, a ledger row, one notice, kill of one unit.
 submitted before the first result is awaited, results come back in order, and
 a unit that failed raises its ``WorkFailed`` at its place in the order.
 Closing the iterator early (``break``, an exception) kills the units not yet
-ended, so abandoned work does not hold the pool's workers.
+ended, so abandoned work does not hold the pool's workers. ``submit`` is the
+executor's name for ``agent``, and a ``with`` block waits at its end for the
+units submitted in it, as leaving a ``with ProcessPoolExecutor()`` block waits
+for its futures. The workers are the supervisor's: a block's end closes
+nothing, and the pool takes units after it as before.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Generator, Iterable
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
+from workunits._errors import SupervisorClosed
 from workunits._seconds import wait_timeout
 from workunits.supervisor.handle import WorkHandle
 
@@ -28,19 +35,79 @@ class Pool:
     def __init__(self, sup: Supervisor, size: int) -> None:
         self._sup = sup
         self.size = size  # the supervisor's ``pool_size``: how many units run at once
+        # Guards _blocks and _in_blocks: threads may submit through one pool; O(1) work.
+        self._lock = threading.Lock()
+        self._blocks = 0  # ``with`` blocks entered and not yet left (they may nest)
+        self._in_blocks: list[WorkHandle] = []  # submitted in them: the outermost end waits
 
     def __repr__(self) -> str:
         return f"<Pool size={self.size}>"
 
+    def __enter__(self) -> Self:
+        with self._lock:
+            self._blocks += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Wait for every unit submitted in the block to end; their outcomes stay on their
+        handles (``result`` raises a failure there), as an executor's futures keep theirs."""
+        for handle in self._left():
+            try:
+                handle.wait()
+            except SupervisorClosed:
+                return  # its close ended every unit: nothing is left to wait for
+
+    async def __aenter__(self) -> Self:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """``__exit__`` for ``async with``: the waits do not block the event loop."""
+        for handle in self._left():
+            try:
+                await handle.wait_async()
+            except SupervisorClosed:
+                return
+
+    def _left(self) -> list[WorkHandle]:
+        """A block ends: the units for it to wait for (none when an outer block remains)."""
+        with self._lock:
+            self._blocks -= 1
+            if self._blocks:
+                return []  # an inner block: the outermost one waits for all
+            handles, self._in_blocks = self._in_blocks, []
+        return handles
+
     def agent(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> WorkHandle:
         """``sup.agent(fn, *args, reuse=True, **kwargs)``: same options, same handle."""
-        return self._sup.agent(fn, *args, reuse=True, **kwargs)
+        return self._kept(self._sup.agent(fn, *args, reuse=True, **kwargs))
+
+    def submit(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> WorkHandle:
+        """``agent`` by ``Executor.submit``'s name: ``handle.result(timeout)`` reads as a
+        future's does."""
+        return self.agent(fn, *args, **kwargs)
 
     async def agent_async(
         self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any
     ) -> WorkHandle:
         """Like ``agent`` without blocking the event loop."""
-        return await self._sup.agent_async(fn, *args, reuse=True, **kwargs)
+        return self._kept(await self._sup.agent_async(fn, *args, reuse=True, **kwargs))
+
+    def _kept(self, handle: WorkHandle) -> WorkHandle:
+        """Inside a ``with`` block, keep ``handle`` for the block's end to wait for."""
+        with self._lock:
+            if self._blocks:
+                self._in_blocks.append(handle)
+        return handle
 
     def map(
         self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None
