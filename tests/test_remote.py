@@ -27,6 +27,8 @@ import orjson
 import pytest
 
 import workunits as wu
+from workunits._remote import context as remote_context
+from workunits._remote.board import CancelBoard
 from workunits._remote.context import RemoteContext, board_named
 from workunits._remote.outbox import Outbox
 
@@ -307,6 +309,24 @@ def test_a_unit_whose_cancel_board_is_gone_sees_no_cancel_and_runs_on(ray_cluste
     assert ctx.cancelled is False
     ctx.progress(0.5)  # looks at the board again: no error, no cancel
     assert ctx.cancelled is False
+
+
+def test_a_worker_keeps_the_boards_it_looked_up_and_drops_the_oldest(
+    ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote_context, "_boards", {})
+    monkeypatch.setattr(remote_context, "_MAX_BOARDS", 1)
+    names = [f"workunits-cancel-board-test-{n}-{os.getpid()}" for n in range(2)]
+    boards = [ray.remote(CancelBoard).options(name=n, num_cpus=0).remote() for n in names]
+    try:
+        first = board_named(names[0])
+        assert first is not None
+        assert board_named(names[0]) is first  # kept: looked up once
+        assert board_named(names[1]) is not None
+        assert list(remote_context._boards) == [names[1]]  # the oldest went
+    finally:
+        for board in boards:
+            ray.kill(board)
 
 
 def test_cancel_escalates_to_a_kill_after_the_grace(
