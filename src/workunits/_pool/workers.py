@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from workunits import _framing, _ids
 from workunits._wire.pool_protocol import WORKER_KIND, RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
+from workunits._zygote._linux import kill_through_pidfd
 from workunits._zygote.client import UnitEvents, ZygoteClient, ZygoteUnavailable
 from workunits._zygote.reaper import Reaper
 
@@ -271,8 +272,7 @@ class WorkerPool:
         once; the zygote's reap ends the unit and starts another worker, as before."""
         with self._lock:  # the pidfd stays open meanwhile
             if worker.pidfd is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(worker.pidfd, signal.SIGKILL)
+                kill_through_pidfd(worker.pidfd)
 
     def _tell_spawned(self, worker: _Worker, job: _Job) -> None:
         with self._lock:

@@ -22,6 +22,13 @@ def _prctl(option: int, arg: int) -> bool:
     return int(_libc.prctl(option, arg, 0, 0, 0)) == 0
 
 
+def kill_through_pidfd(pidfd: int) -> None:
+    """SIGKILL the process ``pidfd`` names; nothing if it has exited. A pidfd names one
+    process for as long as it is open (the caller keeps it so), never a stranger."""
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+
 def set_parent_death_signal(signum: int) -> bool:
     """Ask the kernel to send ``signum`` when the thread that forked us exits."""
     return _prctl(PR_SET_PDEATHSIG, signum)

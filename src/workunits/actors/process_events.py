@@ -35,6 +35,7 @@ from workunits._wire.actor_messages import (
     ProcessLost,
     ProcessSpawnFailed,
 )
+from workunits._zygote._linux import kill_through_pidfd
 
 if TYPE_CHECKING:
     from workunits.actors.base import WorkActor
@@ -109,8 +110,7 @@ class ProcessWatch:
         """
         with self._lock:  # the pidfd stays open meanwhile
             if self._pidfd is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                kill_through_pidfd(self._pidfd)
 
     def lost(self) -> None:
         """The zygote died: kill what is left of the unit's group ourselves, then tell."""
@@ -138,8 +138,7 @@ class ProcessWatch:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        kill_through_pidfd(pidfd)
 
     def release(self) -> None:
         """Close the pidfd (any thread); a later ``spawned`` closes its own at once."""
