@@ -137,6 +137,20 @@ FLOOR_SEQUENCE = "a fully synced SQLite commit, {work}, a fully synced commit, t
 FLOOR_ROW = 400  # bytes per bare insert: about a unit's row
 
 
+def floor_sequence(
+    inserts: ledger_bench.BareInserts, work: Callable[[], object]
+) -> Callable[[], None]:
+    """A unit's durable floor as one call: a fully synced commit (its submit), the bare
+    peer's ``work``, a fully synced commit (its end)."""
+
+    def sequence() -> None:
+        inserts.insert()
+        work()
+        inserts.insert()
+
+    return sequence
+
+
 def durable_pair(
     result: BenchResult,
     state: Path,
@@ -154,12 +168,11 @@ def durable_pair(
     always come on either side of its work.
     """
     inserts = ledger_bench.BareInserts(state / "floor-sequence.db", FLOOR_ROW)
+    sequence = floor_sequence(inserts, work[1])
 
     def floor() -> float:
         start = time.perf_counter()
-        inserts.insert()
-        work[1]()
-        inserts.insert()
+        sequence()
         return time.perf_counter() - start
 
     pair = pair_of(
@@ -217,12 +230,7 @@ def check_cpu_per_unit(
     windows, so that a busy moment of the machine does not land on one side only.
     """
     inserts = ledger_bench.BareInserts(state / "cpu-floor.db", FLOOR_ROW)
-
-    def floor() -> None:
-        inserts.insert()
-        work[1]()
-        inserts.insert()
-
+    floor = floor_sequence(inserts, work[1])
     windows = 3
     each = max(1, reps // windows)
     units: list[tuple[float, float]] = []
