@@ -14,12 +14,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import orjson
 import pytest
 
 import workunits as wu
 from workunits._record import Notification
+from workunits.actors import AgentActor, AgentSpec, PooledAgentActor
 
 from .conftest import alive, eventually
 
@@ -315,3 +317,62 @@ def test_pooled_units_run_in_the_order_they_were_submitted(
         psup.wait(h.id, timeout=WAIT)
     # The first units race the first worker's start: none of them may jump the queue.
     assert log.read_text().split() == [str(i) for i in range(6)]
+
+
+# -- a kind whose every unit is pooled ----------------------------------------------
+
+
+class ScorerActor(PooledAgentActor):
+    """A user's kind: every unit submitted to it runs in the pool's workers."""
+
+    kind: ClassVar[str] = "scorer"
+
+
+class OwnProcessAgent(AgentActor):
+    """A user's agent kind that keeps a process per unit."""
+
+    kind: ClassVar[str] = "own-process"
+
+
+def test_a_pooled_kind_runs_each_unit_in_the_pools_worker_and_a_kill_replaces_it(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    psup.register_kind("q", ScorerActor)
+    first = psup.submit("q", AgentSpec.build(whoami, ("one",), {}))
+    second = psup.submit("q", AgentSpec.build(whoami, ("two",), {}))
+    assert first.id.startswith("q")
+    worker = first.result(timeout=WAIT)
+    assert second.result(timeout=WAIT) == worker  # one worker ran both, no reuse=True asked
+    record = psup.get(second.id)
+    assert (record.kind, record.status, record.pid) == ("scorer", wu.Status.COMPLETED, worker)
+    stdout = [orjson.loads(line) for line in record.output_tail.splitlines()]
+    assert [e["data"] for e in stdout if e["type"] == "stdout"] == ["two\n"]
+
+    stuck = psup.submit("q", AgentSpec.build(wait_for, (str(tmp_path / "never"),), {}))
+    eventually(lambda: psup.get(stuck.id).pid == worker, what="the unit to reach the worker")
+    assert psup.kill(stuck.id) is True
+    assert psup.wait(stuck.id, timeout=WAIT).status is wu.Status.KILLED
+    eventually(lambda: not alive(worker), what="the killed unit's worker to die")
+    replacement = psup.submit("q", AgentSpec.build(whoami, ("three",), {})).result(timeout=WAIT)
+    assert replacement != worker
+
+
+def test_a_pooled_kind_refuses_process_limits_before_any_id(psup: wu.Supervisor) -> None:
+    psup.register_kind("q", ScorerActor)
+    with pytest.raises(wu.SpecError, match="memory limit or idle priority"):
+        psup.submit("q", AgentSpec.build(whoami, ("x",), {}, memory_limit=1 << 30))
+    with pytest.raises(wu.SpecError, match="memory limit or idle priority"):
+        psup.submit("q", AgentSpec.build(whoami, ("x",), {}, idle_priority=True))
+    assert psup.list(kind="scorer") == []
+
+
+def test_reuse_is_refused_by_an_agent_kind_that_runs_a_process_per_unit(
+    psup: wu.Supervisor,
+) -> None:
+    psup.register_kind("x", OwnProcessAgent)
+    with pytest.raises(wu.SpecError, match="subclass PooledAgentActor"):
+        psup.submit("x", AgentSpec.build(whoami, ("x",), {}, reuse=True))
+    assert psup.list(kind="own-process") == []
+    # Without reuse it runs, in a process of its own.
+    unit = psup.submit("x", AgentSpec.build(whoami, ("y",), {}))
+    assert unit.result(timeout=WAIT) == psup.get(unit.id).pid

@@ -107,6 +107,7 @@ ACTORS = {
     "AgentSpec",
     "Limits",
     "MonitorSpec",
+    "PooledAgentActor",
     "ProcessExited",
     "ProcessLost",
     "ProcessSpawnFailed",

@@ -2,13 +2,14 @@
 
 A kind is a ``WorkActor`` subclass registered with its own prefix letter
 (``Supervisor(kinds={"x": MyActor})``); ``ShellActor`` and ``AgentActor`` are
-the built-in kinds to read or extend. Its hooks: ``launch`` and ``signal_work``
-(required), ``launch_early`` (launch in the supervisor's thread, before the
-actor's own starts), ``end_on_exit`` (a zygote process's exit ends the unit
-without passing through the actor), and the class methods for specs and the
-ledger (``validate_spec``, ``actor_for``, ``to_durable``, ``from_durable``,
-``resumable``). A process is started through ``self.unit.zygote`` with
-``self.process_watch()`` as its events.
+the built-in kinds to read or extend, and a subclass of ``PooledAgentActor`` is
+a kind whose every unit runs in a worker of the supervisor's pool. Its hooks:
+``launch`` and ``signal_work`` (required), ``launch_early`` (launch in the
+supervisor's thread, before the actor's own starts), ``end_on_exit`` (a zygote
+process's exit ends the unit without passing through the actor), and the class
+methods for specs and the ledger (``validate_spec``, ``actor_for``,
+``to_durable``, ``from_durable``, ``resumable``). A process is started through
+``self.unit.zygote`` with ``self.process_watch()`` as its events.
 """
 
 from workunits._wire.actor_messages import ProcessExited, ProcessLost, ProcessSpawnFailed
@@ -16,6 +17,7 @@ from workunits._wire.specs import AgentSpec, MonitorSpec, ShellSpec, TeammateSpe
 from workunits._wire.zygote_protocol import Limits, SpawnExec
 from workunits.actors.agent import AgentActor
 from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.pooled import PooledAgentActor
 from workunits.actors.process_events import ProcessWatch
 from workunits.actors.shell import ShellActor
 
@@ -24,6 +26,7 @@ __all__ = [
     "AgentSpec",
     "Limits",
     "MonitorSpec",
+    "PooledAgentActor",
     "ProcessExited",
     "ProcessLost",
     "ProcessSpawnFailed",

@@ -111,6 +111,8 @@ class AgentActor(WorkActor):
     kind: ClassVar[str] = "agent"
     inline: ClassVar[bool] = True
     relays_notifications: ClassVar[bool] = True
+    # Its units run in workers of the supervisor's pool (``PooledAgentActor``).
+    pooled: ClassVar[bool] = False
 
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__(unit)
@@ -129,8 +131,16 @@ class AgentActor(WorkActor):
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:
+        """An AgentSpec; ``reuse=True`` only where it is honoured: the built-in kind
+        (``actor_for`` routes it to the pool) or a pooled kind."""
         if not isinstance(spec, AgentSpec):
             raise SpecError(f"an agent unit needs an AgentSpec, got {type(spec).__name__}")
+        if spec.reuse and cls is not AgentActor and not cls.pooled:
+            raise SpecError(
+                f"kind {cls.kind!r} runs each unit in a process of its own, so it cannot "
+                f"take reuse=True; subclass PooledAgentActor for a kind whose units run "
+                f"in the pool's workers"
+            )
 
     @classmethod
     def actor_for(cls, spec: Any) -> type[WorkActor]:

@@ -5,13 +5,18 @@ channel (progress, checkpoints, cancel, children), one notice. The process is a
 worker that runs one unit at a time (see ``_pool.workers``): a signal for the
 unit goes to the worker, so a kill ends the worker too and the pool starts
 another; a crash of the worker fails the unit it was running, and only that one.
+
+It is also the base of a kind whose every unit is pooled: a subclass with a
+``kind`` name of its own, registered under a letter
+(``sup.register_kind("q", Scorer)``), runs each ``AgentSpec`` submitted to it
+in the pool, ``reuse`` or not.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from workunits._errors import WorkunitsError
+from workunits._errors import SpecError, WorkunitsError
 from workunits._wire.zygote_protocol import SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch
@@ -21,9 +26,22 @@ class PooledAgentActor(AgentActor):
     """An ``a`` unit submitted with ``reuse=True``; its record's kind is ``agent``."""
 
     kind: ClassVar[str] = "agent"
+    pooled: ClassVar[bool] = True
     # A thread of its own, measured: inline, its handlers moved to the supervisor's
     # and the Reaper's threads cost 10 % more CPU per unit and no rate with 2 in flight.
     inline: ClassVar[bool] = False
+
+    @classmethod
+    def validate_spec(cls, spec: Any) -> None:
+        """An AgentSpec without a process's limits: a worker runs unit after unit, and a
+        limit would bind it for all of them (as ``reuse=True`` refuses them)."""
+        super().validate_spec(spec)
+        if spec.limits.memory is not None or spec.limits.idle_priority:
+            raise SpecError(
+                f"kind {cls.kind!r} runs its units in the pool's workers, which cannot take "
+                f"a memory limit or idle priority: they are limits of a process; submit "
+                f"the call as an agent without reuse=True to get a process of its own"
+            )
 
     def launch_early(self) -> bool:
         """No: on the supervisor's thread the hand-over (a transcript, a channel, a send to
