@@ -11,6 +11,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -30,6 +31,16 @@ def cpu_seconds_proc() -> float:
     fields = text[text.rindex(")") + 2 :].split()
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of stat(5)
     return (utime + stime) / _CLK_TCK
+
+
+def thread_cpu_reader(name: str) -> Callable[[], float]:
+    """A reader of the CPU seconds of this process's live thread ``name`` (nanosecond
+    grain, through its CPU-time clock), or of 0.0 when no thread has that name."""
+    for thread in threading.enumerate():
+        if thread.name == name and thread.ident is not None:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            return lambda: time.clock_gettime(clock)
+    return lambda: 0.0
 
 
 def thread_cpu_seconds() -> dict[int, float]:
