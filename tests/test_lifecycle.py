@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -96,8 +97,9 @@ def test_an_illegal_transition_raises_and_names_both_statuses(old: Status, new: 
 def test_an_update_may_not_change_identity(field: str) -> None:
     registry = Registry()
     registry.insert(record())
+    changes: dict[str, Any] = {field: "x87654321"}
     with pytest.raises(InvalidTransition, match="id, kind or parent"):
-        registry.update("x12345678", lambda r: replace(r, **{field: "x87654321"}))
+        registry.update("x12345678", lambda r: replace(r, **changes))
 
 
 def test_insert_refuses_a_second_record_with_the_same_id() -> None:
