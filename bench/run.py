@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -710,18 +711,22 @@ def plot(results: list[BenchResult], path: Path) -> bool:
     height = sum(0.9 + 0.35 * len(series) for _, series in panels)
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, height), squeeze=False)
     for ax, (name, series) in zip(axes[:, 0], panels, strict=True):
-        ax.boxplot(
-            [[x * 1e3 for x in s.samples] for s in series],
-            orientation="horizontal",
-            whis=(0, 100),
-            widths=0.6,
-        )
-        ax.set_yticks(range(1, len(series) + 1), [s.name for s in series], fontsize=7)
-        ax.set_xscale("log")
+        samples = [[x * 1e3 for x in s.samples] for s in series]
+        ax.boxplot(samples, orientation="horizontal", whis=(0, 100), widths=0.6)
+        # Long names wrap instead of running off the figure's left edge.
+        labels = [textwrap.fill(s.name, width=52) for s in series]
+        ax.set_yticks(range(1, len(series) + 1), labels, fontsize=7)
+        low = min(min(x) for x in samples)
+        high = max(max(x) for x in samples)
+        if low > 0 and high / low > 3:
+            ax.set_xscale("log")  # a narrower span on a log axis labels its minor ticks
         ax.set_title(name, fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="x", which="both", alpha=0.3)
-    axes[-1, 0].set_xlabel("ms (log scale; box: quartiles, whiskers: min and max)", fontsize=8)
+    axes[-1, 0].set_xlabel(
+        "ms (log scale where a panel spans more than 3x; box: quartiles, whiskers: min and max)",
+        fontsize=8,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
