@@ -708,14 +708,17 @@ def plot(results: list[BenchResult], path: Path) -> bool:
     panels = [(name, series) for name, series in panels if series]
     if not panels:
         return False
-    height = sum(0.9 + 0.35 * len(series) for _, series in panels)
+    # Long series names wrap instead of running off the figure's left edge; each
+    # wrapped line takes room of its own.
+    wrapped = {s.name: textwrap.fill(s.name, width=52) for _, series in panels for s in series}
+    height = sum(
+        0.9 + sum(0.35 + 0.15 * wrapped[s.name].count("\n") for s in series) for _, series in panels
+    )
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, height), squeeze=False)
     for ax, (name, series) in zip(axes[:, 0], panels, strict=True):
         samples = [[x * 1e3 for x in s.samples] for s in series]
         ax.boxplot(samples, orientation="horizontal", whis=(0, 100), widths=0.6)
-        # Long names wrap instead of running off the figure's left edge.
-        labels = [textwrap.fill(s.name, width=52) for s in series]
-        ax.set_yticks(range(1, len(series) + 1), labels, fontsize=7)
+        ax.set_yticks(range(1, len(series) + 1), [wrapped[s.name] for s in series], fontsize=7)
         low = min(min(x) for x in samples)
         high = max(max(x) for x in samples)
         if low > 0 and high / low > 3:
