@@ -23,7 +23,8 @@ from workunits.actors.process_events import ProcessWatch
 
 
 class PooledAgentActor(AgentActor):
-    """An ``a`` unit submitted with ``reuse=True``; its record's kind is ``agent``."""
+    """An ``a`` unit submitted with ``reuse=True`` (its record's kind is ``agent``);
+    subclassed with a ``kind`` of its own, a kind whose every unit is pooled."""
 
     kind: ClassVar[str] = "agent"
     pooled: ClassVar[bool] = True
