@@ -8,6 +8,7 @@ its replacement, and each unit keeps its own record, transcript and one notice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import threading
@@ -21,7 +22,7 @@ import pytest
 
 import workunits as wu
 from workunits._record import Notification
-from workunits.actors import AgentActor, AgentSpec, PooledAgentActor
+from workunits.actors import AgentActor, AgentSpec, Limits, PooledAgentActor
 
 from .conftest import alive, eventually
 
@@ -364,6 +365,17 @@ def test_a_pooled_kind_refuses_process_limits_before_any_id(psup: wu.Supervisor)
     with pytest.raises(wu.SpecError, match="memory limit or idle priority"):
         psup.submit("q", AgentSpec.build(whoami, ("x",), {}, idle_priority=True))
     assert psup.list(kind="scorer") == []
+
+
+def test_a_spec_built_by_hand_cannot_take_a_limit_into_the_pool(psup: wu.Supervisor) -> None:
+    # AgentSpec.build refuses reuse=True with a limit; a spec made without it is
+    # checked by the kind, before the unit is routed to the pool.
+    spec = dataclasses.replace(
+        AgentSpec.build(whoami, ("x",), {}), limits=Limits(memory=1 << 30), reuse=True
+    )
+    with pytest.raises(wu.SpecError, match="memory limit or idle priority"):
+        psup.submit("a", spec)
+    assert psup.list(kind="agent") == []
 
 
 def test_reuse_is_refused_by_an_agent_kind_that_runs_a_process_per_unit(
