@@ -131,25 +131,15 @@ class AgentActor(WorkActor):
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:
-        """An AgentSpec; ``reuse=True`` only where it is honoured (the built-in kind, which
-        ``actor_for`` routes to the pool, or a pooled kind), and a unit that will run in
-        the pool without a process's limits: a worker runs unit after unit, and a limit
-        would bind it for all of them."""
+        """An AgentSpec; ``reuse=True`` only where it is honoured: the built-in kind
+        (``actor_for`` routes it to the pool) or a pooled kind."""
         if not isinstance(spec, AgentSpec):
             raise SpecError(f"an agent unit needs an AgentSpec, got {type(spec).__name__}")
-        if not (spec.reuse or cls.pooled):
-            return
-        if cls is not AgentActor and not cls.pooled:
+        if spec.reuse and cls is not AgentActor and not cls.pooled:
             raise SpecError(
                 f"kind {cls.kind!r} runs each unit in a process of its own, so it cannot "
                 f"take reuse=True; subclass PooledAgentActor for a kind whose units run "
                 f"in the pool's workers"
-            )
-        if spec.limits != Limits():
-            raise SpecError(
-                f"a unit of kind {cls.kind!r} runs in the pool's workers, which cannot take "
-                f"a memory limit or idle priority (or any limit of a process): submit the "
-                f"call as an agent without reuse=True to get a process of its own"
             )
 
     @classmethod

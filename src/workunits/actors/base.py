@@ -147,7 +147,8 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
 
         A kind with more than one way to run picks here: a teammate runs in a local
         process or, with ``remote=True``, in a Ray actor. The record's ``kind`` is
-        that class's ``kind``.
+        that class's ``kind``, and a class other than this one checks the spec too
+        (its ``validate_spec``), so its own rules hold however a unit reached it.
         """
         return cls
 

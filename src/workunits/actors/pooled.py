@@ -14,10 +14,10 @@ in the pool, ``reuse`` or not.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from workunits._errors import WorkunitsError
-from workunits._wire.zygote_protocol import SpawnCall
+from workunits._errors import SpecError, WorkunitsError
+from workunits._wire.zygote_protocol import Limits, SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch
 
@@ -27,10 +27,23 @@ class PooledAgentActor(AgentActor):
     subclassed with a ``kind`` of its own, a kind whose every unit is pooled."""
 
     kind: ClassVar[str] = "agent"
-    pooled: ClassVar[bool] = True  # AgentActor.validate_spec refuses a process's limits
+    pooled: ClassVar[bool] = True
     # A thread of its own, measured: inline, its handlers moved to the supervisor's
     # and the Reaper's threads cost 10 % more CPU per unit and no rate with 2 in flight.
     inline: ClassVar[bool] = False
+
+    @classmethod
+    def validate_spec(cls, spec: Any) -> None:
+        """An AgentSpec without a process's limits: a worker runs unit after unit, and a
+        limit would bind it for all of them. Also run for ``reuse=True`` units of the
+        built-in kind, which ``AgentActor.actor_for`` routes here."""
+        super().validate_spec(spec)
+        if spec.limits != Limits():
+            raise SpecError(
+                f"a unit of kind {cls.kind!r} runs in the pool's workers, which cannot take "
+                f"a memory limit or idle priority (or any limit of a process): submit the "
+                f"call as an agent without reuse=True to get a process of its own"
+            )
 
     def launch_early(self) -> bool:
         """No: on the supervisor's thread the hand-over (a transcript, a channel, a send to

@@ -181,6 +181,8 @@ class Starts:
         kind_class = kinds.actor_class(_ids.validate_letter(letter))
         kind_class.validate_spec(spec)
         actor_class = kind_class.actor_for(spec)
+        if actor_class is not kind_class:  # the class that will run it has its own rules
+            actor_class.validate_spec(spec)
         check_submit(description=description, key=key, max_attempts=max_attempts)
         check_timeout(timeout)
         max_attempts = check_attempts(check_retry(retry), max_attempts)
