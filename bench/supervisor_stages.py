@@ -1,10 +1,11 @@
 """Where the supervisor actor's CPU goes per unit, by stage and by SQL statement.
 
-    python bench/supervisor_stages.py [--kind shell|agent|pooled] [--reps N]
+    python bench/supervisor_stages.py [--kind shell|agent|pooled|later] [--reps N]
 
-Runs units one at a time, like ``unit_cpu.py``, with two instruments that add
-well under a microsecond per call instead of a profiler's several-fold
-inflation of Python calls:
+Runs units one at a time, like ``unit_cpu.py`` (``later``: a shell that waits
+pending for a day, so only its submit runs, as in ``submit_bench.py``), with two
+instruments that add well under a microsecond per call instead of a profiler's
+several-fold inflation of Python calls:
 
 - each stage below is wrapped to add up ``time.thread_time_ns`` (the CPU of the
   thread that runs it, user and system, so a commit's syscalls count and its
@@ -77,6 +78,13 @@ class Tally:
             self.cpu.clear()
             self.calls.clear()
 
+    def snapshot(self) -> Tally:
+        """A copy that later calls do not add to."""
+        copy = Tally()
+        with self._lock:
+            copy.cpu, copy.calls = self.cpu.copy(), self.calls.copy()
+        return copy
+
     def lines(self, reps: int, limit: int | None = None) -> list[str]:
         return [
             f"{ns / reps / 1e3:8.1f} us/unit {self.calls[key] / reps:6.2f} calls/unit  {key}"
@@ -132,9 +140,9 @@ class GcClock:
         self.runs: collections.Counter[int] = collections.Counter()
         self.seconds: collections.defaultdict[int, float] = collections.defaultdict(float)
         self._started: dict[int, float] = {}
-        gc.callbacks.append(self._callback)
+        gc.callbacks.append(self.callback)
 
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
+    def callback(self, phase: str, info: dict[str, int]) -> None:
         thread = threading.get_ident()
         if phase == "start":
             self._started[thread] = time.perf_counter()
@@ -162,7 +170,7 @@ def bare_insert_cpu_us(state: Path, reps: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--kind", choices=("shell", "agent", "pooled"), default="shell")
+    parser.add_argument("--kind", choices=("shell", "agent", "pooled", "later"), default="shell")
     parser.add_argument("--reps", type=int, default=800)
     parser.add_argument("--warmup", type=int, default=50)
     args = parser.parse_args()
@@ -177,6 +185,8 @@ def main() -> int:
             "shell": lambda: sup.wait(sup.shell(["true"]).id, timeout=30),
             "agent": lambda: sup.result(sup.agent(trivial, 1).id, timeout=30),
             "pooled": lambda: sup.result(sup.agent(trivial, 1, reuse=True).id, timeout=30),
+            # The submit path alone: the unit waits pending for a day (submit_bench.py's).
+            "later": lambda: sup.shell(["true"], not_before=time.time() + 24 * 3600.0),
         }
         call = calls[args.kind]
         for _ in range(args.warmup):
@@ -189,6 +199,9 @@ def main() -> int:
         collections_.clear()
         for _ in range(args.reps):
             call()
+        # Before the supervisor stops: its stop ends every unit still pending.
+        stages, statements = stages.snapshot(), statements.snapshot()
+        gc.callbacks.remove(collections_.callback)
         bare = bare_insert_cpu_us(state, args.reps)
     reps = args.reps
     print(f"{args.kind}: {reps} units, one at a time")
