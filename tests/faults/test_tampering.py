@@ -1,4 +1,4 @@
-"""Tampering: a spec row changed while no supervisor runs is refused and never executed.
+"""Tampering: a row changed while no supervisor runs is refused; a spec in it never runs.
 
 §6: a stored spec carries an HMAC under the state dir's key, checked before the
 reference is resolved or anything is unpickled. A unit submitted by a client
@@ -77,3 +77,27 @@ def test_a_tampered_pending_spec_fails_with_ledger_tampered_and_never_runs(
         assert not evil.exists()
         # The untampered unit next to it runs as usual.
         assert sup.result(untouched.id, timeout=20) == str(tmp_path / "good")
+
+
+def test_a_result_changed_into_bad_json_is_ledger_corrupt_for_every_reader(
+    tmp_path: Path,
+) -> None:
+    """Not orjson's own error: every reader raises the error tree's LedgerCorrupt, naming
+    the unit and the column, as a client's read of the same row does."""
+    state = tmp_path / "state"
+    with Supervisor(state, install_signal_handlers=False) as sup:
+        unit = sup.agent("tests.faults.jobs:touch", str(tmp_path / "marker"))
+        assert sup.result(unit.id, timeout=20) == str(tmp_path / "marker")
+    with sqlite3.connect(state / "ledger.db") as db:
+        (fmt,) = db.execute("SELECT result_format FROM units WHERE id = ?", (unit.id,)).fetchone()
+        assert fmt == "json"
+        db.execute("UPDATE units SET result = ? WHERE id = ?", (b"\xff\x00\xff", unit.id))
+    db.close()
+
+    with (
+        Supervisor(state, install_signal_handlers=False) as sup,
+        pytest.raises(wu.LedgerCorrupt, match=rf"{unit.id}.*column result"),
+    ):
+        sup.result(unit.id, timeout=20)
+    with pytest.raises(wu.LedgerCorrupt, match=unit.id):
+        wu.connect(state).result(unit.id, timeout=20)

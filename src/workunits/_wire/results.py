@@ -11,6 +11,7 @@ from typing import Any
 import cloudpickle
 import orjson
 
+from workunits import _strictjson
 from workunits._errors import TeammateError, WorkExpired, WorkFailed, WorkKilled, WorkunitsError
 from workunits._record import WorkRecord
 from workunits._status import Status
@@ -30,6 +31,8 @@ def result_of(record: WorkRecord) -> Any:
     if record.status == Status.COMPLETED:
         if record.result is None or record.result_format is None:
             return record
+        if record.result_format == "json":  # a row's column: a bad one is LedgerCorrupt
+            return _strictjson.loads(record.result, record.id, "result")
         return decode_value(record.result, record.result_format)
     if record.status == Status.KILLED:
         raise WorkKilled(record)
