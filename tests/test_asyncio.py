@@ -8,6 +8,7 @@ file opened in the state dir, a slow loop step -- fails it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,32 @@ def test_notices_async_twins_on_the_client_and_the_mailbox(
             await asyncio.to_thread(client.close)
 
     assert guard.run(main) == {"client": True, "mailbox": True, "iterated": True}
+
+
+@pytest.mark.parametrize("consumer", ["supervisor", "client"])
+def test_waits_that_time_out_while_notices_are_taken_lose_none(
+    sup: wu.Supervisor, state_dir: Path, consumer: str
+) -> None:
+    """A timeout as short as a look: whatever a timed-out wait claimed goes to the next."""
+    units = [sup.shell(["true"]).id for _ in range(12)]
+    for work_id in units:
+        sup.wait(work_id, timeout=WAIT)
+    client = wu.connect(state_dir)
+
+    async def take_all() -> list[str]:
+        mailbox = await sup.notifications_async() if consumer == "supervisor" else None
+        notices = mailbox if mailbox is not None else client.notifications()
+        taken: list[str] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while len(taken) < len(units) and loop.time() < deadline:
+            with contextlib.suppress(wu.NoNotification):
+                taken.append((await notices.get_async(timeout=0.002)).id)
+        return taken
+
+    try:
+        taken = asyncio.run(take_all())
+        assert sorted(taken) == sorted(units)  # each once; none held by a timed-out wait
+        assert client.notifications().claim_nowait() is None
+    finally:
+        client.close()

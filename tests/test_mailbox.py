@@ -8,10 +8,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from workunits._claim import Claim
+from workunits._claim import Claim, NoticeSource
 from workunits._errors import MailboxClosed, NoNotification
 from workunits._mailbox import Mailbox
 from workunits._record import MailboxItem, MonitorEvent, Notification
@@ -417,3 +419,180 @@ def test_async_iteration_takes_every_item_then_ends_when_the_mailbox_closes() ->
         return [item.id async for item in mailbox]
 
     assert asyncio.run(iterate()) == ["x00000001", "m00000001"]
+
+
+# -- a cancelled async wait loses nothing -------------------------------------------------
+
+
+class _Settles:
+    """A claim's ack and release, recorded; ``ack_gate`` holds an ack until it is set."""
+
+    def __init__(self) -> None:
+        self.acked = threading.Event()
+        self.released = threading.Event()
+        self.acking = threading.Event()
+        self.ack_gate: threading.Event | None = None
+
+    def claim(self, work_id: str = "x00000001") -> Claim[MailboxItem]:
+        return Claim[MailboxItem](_notice(work_id), ack=self.ack, release=self.release)
+
+    def ack(self) -> bool:
+        self.acking.set()
+        if self.ack_gate is not None:
+            assert self.ack_gate.wait(WAIT)
+        self.acked.set()
+        return True
+
+    def release(self) -> bool:
+        self.released.set()
+        return True
+
+
+class _Submissions(ThreadPoolExecutor):
+    """One worker; ``queued[n]`` is set once ``n + 1`` jobs were submitted."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.queued = [threading.Event() for _ in range(4)]
+        self._count = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        if self._count < len(self.queued):
+            self.queued[self._count].set()
+        self._count += 1
+        return future
+
+
+async def _in_another_thread(event: threading.Event) -> bool:
+    """Wait for ``event`` without the loop's default executor (a test fills that one)."""
+    with ThreadPoolExecutor(max_workers=1) as other:
+        return await asyncio.get_running_loop().run_in_executor(other, event.wait, WAIT)
+
+
+@pytest.mark.timeout(30)
+def test_a_wait_cancelled_while_the_source_claims_gives_the_claim_back() -> None:
+    settles = _Settles()
+    asked, go = threading.Event(), threading.Event()
+
+    def source() -> Claim[MailboxItem] | None:
+        asked.set()
+        assert go.wait(WAIT)
+        return settles.claim()
+
+    box = Mailbox(None, source=source)
+
+    async def cancel_while_asked() -> None:
+        task = asyncio.create_task(box.get_async(timeout=WAIT))
+        assert await _in_another_thread(asked)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        go.set()  # the source now returns what it claimed, to nobody
+
+    asyncio.run(cancel_while_asked())
+    assert settles.released.wait(WAIT), "the claim of a cancelled wait was never given back"
+    assert not settles.acked.is_set()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("sourced", [True, False], ids=["mailbox", "notice-source"])
+def test_get_async_cancelled_while_it_acknowledges_returns_the_notice(sourced: bool) -> None:
+    """Acknowledged for this consumer: it must be handed over, not dropped with the cancel."""
+    settles = _Settles()
+    settles.ack_gate = threading.Event()
+    claim = settles.claim()
+    mailbox: Any = Mailbox(None, source=_Source(claim)) if sourced else _OneClaim(claim)
+
+    async def cancel_while_acking() -> Notification:
+        task = asyncio.create_task(mailbox.get_async(timeout=WAIT))
+        assert await _in_another_thread(settles.acking)
+        task.cancel()
+        assert settles.ack_gate is not None
+        settles.ack_gate.set()
+        return await task  # type: ignore[no-any-return]
+
+    assert asyncio.run(cancel_while_acking()) == claim.notice
+    assert settles.acked.is_set()
+    assert not settles.released.is_set()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("sourced", [True, False], ids=["mailbox", "notice-source"])
+def test_get_async_cancelled_before_its_acknowledgement_runs_releases_the_claim(
+    sourced: bool,
+) -> None:
+    settles = _Settles()
+    busy = threading.Event()
+    executor = _Submissions()
+    claim = settles.claim()
+
+    def claimed() -> Claim[MailboxItem]:
+        # Runs in the executor's one worker: keep it busy, so the ack queues behind.
+        executor.submit(busy.wait, WAIT)
+        return claim
+
+    mailbox: Any = Mailbox(None, source=claimed) if sourced else _OneClaim(claim, claimed)
+
+    async def cancel_before_the_ack() -> None:
+        asyncio.get_running_loop().set_default_executor(executor)
+        task = asyncio.create_task(mailbox.get_async(timeout=WAIT))
+        assert await _in_another_thread(executor.queued[2])  # the look, busy, the ack
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        busy.set()
+
+    asyncio.run(cancel_before_the_ack())
+    executor.shutdown(wait=True)
+    assert settles.released.wait(WAIT)
+    assert not settles.acked.is_set()
+
+
+@pytest.mark.timeout(30)
+def test_take_async_cancelled_before_its_acknowledgement_runs_still_acknowledges() -> None:
+    """The block has acted on the notice: the claim must not stay held by a live consumer."""
+    settles = _Settles()
+    busy = threading.Event()
+    executor = _Submissions()
+    mailbox = _OneClaim(settles.claim())
+
+    async def cancel_after_the_block() -> None:
+        asyncio.get_running_loop().set_default_executor(executor)
+
+        async def consume() -> None:
+            async with mailbox.take_async(timeout=WAIT):
+                executor.submit(busy.wait, WAIT)  # the ack queues behind it
+
+        task = asyncio.create_task(consume())
+        assert await _in_another_thread(executor.queued[2])  # the look, busy, the ack
+        task.cancel()
+        busy.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_after_the_block())
+    executor.shutdown(wait=True)
+    assert settles.acked.is_set()
+    assert not settles.released.is_set()
+
+
+class _OneClaim(NoticeSource[MailboxItem]):
+    """The base class's async twins over one claim (as a client's mailbox has them)."""
+
+    def __init__(
+        self,
+        claim: Claim[MailboxItem],
+        look: Callable[[], Claim[MailboxItem]] | None = None,
+    ) -> None:
+        self._look = look or (lambda: claim)
+        self._taken = False
+
+    def claim(self, timeout: float | None = None) -> Claim[MailboxItem]:
+        raise AssertionError("the async twins look with claim_nowait")
+
+    def claim_nowait(self) -> Claim[MailboxItem] | None:
+        if self._taken:
+            return None
+        self._taken = True
+        return self._look()

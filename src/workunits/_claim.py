@@ -146,7 +146,7 @@ class NoticeSource(abc.ABC, Generic[T]):
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            claim = await _shielded(loop, self.claim_nowait)
+            claim = await shielded_look(loop, self.claim_nowait)
             if claim is not None:
                 return claim
             left = None if deadline is None else deadline - loop.time()
@@ -156,12 +156,14 @@ class NoticeSource(abc.ABC, Generic[T]):
             await asyncio.sleep(pause if left is None else min(pause, left))
 
     async def get_async(self, timeout: float | None = None) -> T:
-        """Like ``get`` without blocking the event loop."""
-        import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+        """Like ``get`` without blocking the event loop.
 
+        Cancelled, it either leaves the notice to the next consumer (its claim is
+        released) or, when its acknowledgement had begun, returns it: never both
+        acknowledges a notice and drops it.
+        """
         claim = await self.claim_async(timeout)
-        await asyncio.to_thread(claim.ack)
-        return claim.notice
+        return await acked(claim)
 
     @asynccontextmanager
     async def take_async(self, timeout: float | None = None) -> AsyncIterator[T]:
@@ -173,9 +175,10 @@ class NoticeSource(abc.ABC, Generic[T]):
         try:
             yield claim.notice
         except BaseException:
-            await asyncio.shield(asyncio.to_thread(claim.release))
+            await _finish(asyncio.get_running_loop(), claim.release)
             raise
-        await asyncio.to_thread(claim.ack)
+        # The block has acted: a cancel while this runs must not leave the claim held.
+        await _finish(asyncio.get_running_loop(), claim.ack)
 
     def __aiter__(self) -> AsyncIterator[T]:
         """``async for notice in mailbox``: taken with ``get_async`` until it closes
@@ -190,7 +193,7 @@ class NoticeSource(abc.ABC, Generic[T]):
                 return
 
 
-async def _shielded(
+async def shielded_look(
     loop: asyncio.AbstractEventLoop, look: Callable[[], Claim[T] | None]
 ) -> Claim[T] | None:
     """``look()`` in a worker thread; if the waiter is cancelled meanwhile, what it
@@ -213,3 +216,62 @@ def _release_late(done: asyncio.Future[Claim[T] | None]) -> None:
     claim = done.result()
     if claim is not None:
         threading.Thread(target=claim.release, name="workunits-release", daemon=True).start()
+
+
+async def acked(claim: Claim[T]) -> T:
+    """``claim``'s notice, acknowledged in a worker thread (``get_async``'s second half).
+
+    A cancel before the acknowledgement starts releases the claim and is raised;
+    a cancel after it started waits for it and returns the notice, so that a
+    notice is never acknowledged for a consumer that did not receive it.
+    """
+    import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+    lock = threading.Lock()
+    state = {"started": False, "cancelled": False}
+
+    def ack_unless_cancelled() -> bool:
+        with lock:
+            if state["cancelled"]:
+                return False
+            state["started"] = True
+        return claim.ack()
+
+    pending = asyncio.get_running_loop().run_in_executor(None, ack_unless_cancelled)
+    try:
+        await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        with lock:
+            started = state["started"]
+            state["cancelled"] = not started
+        if not started:  # not acknowledged, nor will it be: the next consumer takes it
+            threading.Thread(target=claim.release, name="workunits-release", daemon=True).start()
+            raise
+        await _wait_out(pending)  # acknowledged, or about to be: this consumer has it
+    return claim.notice
+
+
+async def _finish(loop: asyncio.AbstractEventLoop, settle: Callable[[], bool]) -> None:
+    """Run ``settle`` (an ack or a release) in a worker thread to its end, even if the
+    awaiting task is cancelled meanwhile (then the cancel is raised once it is done)."""
+    import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+    pending = loop.run_in_executor(None, settle)
+    try:
+        await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        await _wait_out(pending)
+        raise
+
+
+async def _wait_out(pending: asyncio.Future[bool]) -> None:
+    """Await ``pending`` to its end whatever cancels come meanwhile (it is a short
+    ledger write or request already running in a worker thread)."""
+    import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
+
+    while not pending.done():
+        try:
+            await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            continue
+    pending.result()

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, ClassVar
 
-from workunits._claim import Claim, NoticeSource
+from workunits._claim import Claim, NoticeSource, acked, shielded_look
 from workunits._errors import MailboxClosed, NoNotification, WorkunitsError
 from workunits._record import MailboxItem, Notification
 from workunits._seconds import wait_timeout
@@ -220,11 +220,8 @@ class Mailbox(NoticeSource[MailboxItem]):
         held = await self.claim_async(timeout)
         if self._source is None:
             held.ack()  # in memory: O(1), or a frame to the unit's actor
-        else:
-            import asyncio  # noqa: PLC0415 - see the TYPE_CHECKING import
-
-            await asyncio.to_thread(held.ack)  # a ledger write
-        return held.notice
+            return held.notice
+        return await acked(held)  # a ledger write: see acked for a cancel meanwhile
 
     async def claim_async(self, timeout: float | None = None) -> Claim[MailboxItem]:
         """Like ``claim`` without blocking the event loop."""
@@ -255,7 +252,8 @@ class Mailbox(NoticeSource[MailboxItem]):
                 return self._claim_of(item)
             try:
                 if self._source is not None:
-                    held = await asyncio.to_thread(self._source)  # a short ledger write
+                    # A short ledger write; a cancel meanwhile releases what it claimed.
+                    held = await shielded_look(loop, self._source)
                     if held is not None:
                         return self._in_order(held)
                 if closed:
