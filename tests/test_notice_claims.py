@@ -70,7 +70,11 @@ def test_an_acknowledged_notice_is_never_delivered_again_in_any_process(tmp_path
     assert out.stdout.split() == [second, "none"]
 
 
-def test_a_claim_held_by_a_killed_consumer_is_released_and_redelivered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_a_claim_held_by_a_killed_consumer_is_released_and_redelivered(
+    tmp_path: Path, reaped: bool
+) -> None:
+    """Also while the killed consumer is a zombie its parent has not reaped yet."""
     (work_id,) = _ended_roots(tmp_path, 1)
     code = (
         "import sys, time, workunits as wu\n"
@@ -89,7 +93,10 @@ def test_a_claim_held_by_a_killed_consumer_is_released_and_redelivered(tmp_path:
             with pytest.raises(TimeoutError):
                 client.notifications().get(timeout=0.05)  # held by a live consumer
             os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            if reaped:
+                proc.wait(timeout=10)
+            else:  # wait for its exit, but leave it unreaped: a zombie
+                os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
             claim = client.notifications().claim(timeout=5)
             assert claim.notice.id == work_id
             assert claim.notice.redelivered

@@ -17,6 +17,7 @@ import os
 import socket
 
 _BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+_ENDED = (b"Z", b"X")  # zombie, dead: the states of a process that has exited
 
 
 @functools.cache
@@ -30,16 +31,23 @@ def _boot_id() -> str:
 
 def _start_time(pid: int) -> int | None:
     """The process's start time in ticks since boot; None if it does not exist."""
+    found = _state_and_start(pid)
+    return None if found is None else found[1]
+
+
+def _state_and_start(pid: int) -> tuple[bytes, int] | None:
+    """The process's state letter and start time; None if it does not exist."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except FileNotFoundError:
         return None
     except OSError:
-        return _start_time_without_proc(pid)
+        start = _start_time_without_proc(pid)
+        return None if start is None else (b"?", start)
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[19])  # field 22 of the whole line
+    return fields[0], int(fields[19])  # fields 3 and 22 of the whole line
 
 
 def pid_exists(pid: int) -> bool:
@@ -84,7 +92,10 @@ def is_alive(owner: str) -> bool | None:
         pid, start = int(parts[2]), int(parts[3])
     except ValueError:
         return None
-    now_start = _start_time(pid)
-    if now_start is None:
+    found = _state_and_start(pid)
+    if found is None:
+        return False
+    state, now_start = found
+    if state in _ENDED:  # exited, and not yet reaped by its parent: it holds nothing
         return False
     return start in (0, now_start)  # 0: recorded where start times are unknown
