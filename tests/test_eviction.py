@@ -7,12 +7,16 @@ holds it. Reads of an evicted unit are answered from the ledger.
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import GRACE
-from workunits import Notification, Status, Supervisor, connect
+from workunits import Notification, SpecError, Status, Supervisor, connect
 from workunits.supervisor.eviction import RECHECK
 from workunits.testing import ManualClock, ScriptedDriver
 
@@ -153,6 +157,32 @@ def test_a_lease_nobody_renews_lapses(
     clock.advance(RECHECK)
     assert msup.tick() == 1  # lapsed, and looked at again
     assert not retain.renew()
+
+
+@pytest.mark.parametrize("bad", [-5, 0, math.nan, math.inf, "10", True])
+def test_a_renewal_with_a_bad_lease_is_refused_and_the_lease_stays_as_it_was(
+    msup: Supervisor, drive: ScriptedDriver, bad: object
+) -> None:
+    unit = drive.start()
+    retain = msup.retain(unit.id, lease=GRACE * 2)
+    with pytest.raises(SpecError, match="lease"):
+        retain.renew(bad)  # type: ignore[arg-type]
+    assert retain.lease == GRACE * 2
+    assert retain.renew()  # still renewable with the lease it had
+    assert retain.release()
+
+
+@pytest.mark.parametrize("every", [0, -1, math.nan, "x", 1e300, GRACE * 2, GRACE * 3])
+def test_keep_renewing_refuses_an_interval_that_is_no_number_or_not_shorter_than_the_lease(
+    msup: Supervisor, drive: ScriptedDriver, every: object
+) -> None:
+    unit = drive.start()
+    retain = msup.retain(unit.id, lease=GRACE * 2)
+    with pytest.raises(SpecError, match="every"):
+        retain.keep_renewing(every)  # type: ignore[arg-type]
+    names = {t.name for t in threading.enumerate()}
+    assert f"workunits-retain-{unit.id}" not in names, "no keeper thread for a refused call"
+    assert retain.release()
 
 
 def test_two_viewers_hold_two_leases(

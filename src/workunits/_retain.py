@@ -9,9 +9,15 @@ exits, so a viewer killed by SIGKILL or a closed terminal holds nothing.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from types import TracebackType
+
+from workunits._errors import SpecError
+from workunits._seconds import seconds
+
+log = logging.getLogger(__name__)
 
 
 class Retain:
@@ -59,9 +65,10 @@ class Retain:
         """
         if self._released:
             return False
-        if lease is not None:
-            self.lease = lease
-        return self._renew(self.lease)
+        length = self.lease if lease is None else lease
+        renewed = self._renew(length)  # refuses a bad length: then self.lease stays as it was
+        self.lease = length
+        return renewed
 
     def release(self) -> bool:
         """End the lease now; True for the call that ended it."""
@@ -76,8 +83,18 @@ class Retain:
 
     def keep_renewing(self, every: float | None = None) -> Retain:
         """Renew from a daemon thread every ``every`` s (default: a third of the lease)
-        until ``release``; for a viewer whose own loop may block for long."""
-        interval = self.lease / 3 if every is None else every
+        until ``release``; for a viewer whose own loop may block for long.
+
+        ``every`` must be shorter than the lease, or the lease would lapse between
+        renewals (SpecError). The thread stops when a renewal finds the lease
+        gone or fails (the failure is logged).
+        """
+        interval = self.lease / 3 if every is None else seconds("every", every)
+        if interval >= self.lease:
+            raise SpecError(
+                f"every must be shorter than the lease ({self.lease:g} s), or the lease "
+                f"lapses between renewals; got {every!r}"
+            )
         with self._lock:
             if self._released or self._keeper is not None:
                 return self
@@ -85,7 +102,13 @@ class Retain:
 
         def renew_until_released() -> None:
             while not stop.wait(interval):
-                if not self.renew():
+                try:
+                    if not self.renew():
+                        return
+                except Exception:  # its supervisor or client closed, the ledger failed...
+                    log.warning(
+                        "retain of %s: renewing failed; stopped", self.work_id, exc_info=True
+                    )
                     return
 
         threading.Thread(
