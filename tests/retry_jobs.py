@@ -40,3 +40,27 @@ def go_quiet(gate: str) -> str:
         except FileNotFoundError:
             continue
     return ""
+
+
+def child_then_fail(take_in_first: bool) -> dict[str, object]:
+    """Attempt 1 starts a shell child, waits for its end (and takes its notice, if told),
+    checkpoints the child's ID and fails. The next attempt waits on that child and
+    looks for its notice."""
+    ctx = wu.current()
+    if ctx.attempt == 1:
+        child = ctx.shell(["true"])
+        ctx.wait(child, timeout=30)
+        if take_in_first:
+            ctx.notifications().get(timeout=30)
+        ctx.checkpoint({"child": child.id})
+        raise Flaky("attempt 1 fails once its child has ended")
+    child_id = ctx.last_checkpoint["child"]
+    waited = ctx.wait(child_id, timeout=10)  # ended before this attempt's process began
+    try:
+        # Taken in attempt 1: none may come (a bounded look); else it must come.
+        notice = ctx.notifications().get(timeout=0.5 if take_in_first else 30)
+        assert isinstance(notice, wu.Notification)
+        taken: object = [notice.id == child_id, notice.redelivered]
+    except wu.NoNotification:
+        taken = None
+    return {"waited": waited.status.value, "notice": taken}

@@ -17,7 +17,7 @@ from workunits._ledger import Ledger
 from workunits.testing import ManualClock
 
 from .conftest import eventually
-from .retry_jobs import Flaky, fail_until, raise_value_error
+from .retry_jobs import Flaky, child_then_fail, fail_until, raise_value_error
 
 
 def waiting(sup: wu.Supervisor, work_id: str, attempt: int) -> wu.WorkRecord:
@@ -166,3 +166,15 @@ def test_backoff_grows_to_its_cap_and_jitter_stays_below_it() -> None:
     assert wu.Retry.from_json(fixed.to_json()) == wu.Retry(
         initial=1.0, backoff=2.0, max_delay=5.0, jitter=False, on=("builtins:Exception",)
     )
+
+
+@pytest.mark.parametrize("take_in_first", [False, True], ids=["left", "taken"])
+def test_a_later_attempt_sees_the_end_of_a_child_an_earlier_attempt_started(
+    sup: wu.Supervisor, take_in_first: bool
+) -> None:
+    """Its ``wait`` returns at once; a notice attempt 1 left untaken comes again, marked
+    redelivered, and one it took does not."""
+    policy = wu.Retry(max_attempts=2, initial=0.01, jitter=False)
+    unit = sup.agent(child_then_fail, take_in_first, retry=policy)
+    expected = None if take_in_first else [True, True]
+    assert sup.result(unit.id, timeout=60) == {"waited": "completed", "notice": expected}

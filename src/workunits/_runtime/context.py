@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import itertools
 import os
 import queue
@@ -41,6 +42,7 @@ from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps, join
 from workunits._seconds import ask_timeout, seconds, wait_timeout
 from workunits._signalname import check_name
+from workunits._status import is_terminal
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
 from workunits._wire.specs import (
@@ -154,7 +156,8 @@ class UnitContext:
         self._lost = False
         # Messages for a teammate, or a wake-up at a cancel; None until a kind's runtime asks.
         self.inbox: queue.SimpleQueue[Any] | None = None
-        self._ended: dict[str, WorkRecord] = {}
+        self._ended: dict[str, WorkRecord] = {}  # children known to have ended, for wait
+        self._noticed: set[str] = set()  # children whose notice went into the mailbox
         # A child's notice counts as acknowledged when this unit takes it.
         self._mailbox = Mailbox(work_id, on_ack=self._notice_taken)
         # The reader thread starts with the first request: until then only a cancel
@@ -266,14 +269,29 @@ class UnitContext:
             elif isinstance(frame, MonitorEvent | StallEvent):
                 self._mailbox.put(frame)
             elif isinstance(frame, m.ChildEnded):
-                record = frame.record
-                with self._cond:
-                    self._ended[record.id] = record
-                    self._cond.notify_all()
-                self._mailbox.put(Notification.of(record))
-                self._transcript.write(
-                    "child", child=record.id, status=record.status.value, kind=record.kind
-                )
+                self._child_ended(frame)
+
+    def _child_ended(self, frame: m.ChildEnded) -> None:
+        """A child's end: for ``wait``, and its notice into the mailbox, once.
+
+        A new attempt is sent the ends its earlier attempts did not acknowledge
+        (``redelivered``); one that also came as it happened is not put twice.
+        """
+        record = frame.record
+        with self._cond:
+            self._ended[record.id] = record
+            self._cond.notify_all()
+            known = record.id in self._noticed
+            self._noticed.add(record.id)
+        if known:
+            return
+        notice = Notification.of(record)
+        if frame.redelivered:
+            notice = dataclasses.replace(notice, redelivered=True)
+        self._mailbox.put(notice)
+        self._transcript.write(
+            "child", child=record.id, status=record.status.value, kind=record.kind
+        )
 
     def _request(self, make: Any, timeout: float | None = None) -> Any:
         """Send ``make(req)`` and wait for its reply; AskTimeout after ``timeout``."""
@@ -521,6 +539,15 @@ class UnitContext:
         self._start_reader()
         child_id = str(child)
         deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            seen = child_id in self._ended
+        if not seen:
+            # It may have ended before this process started (an earlier attempt's
+            # child): ask once. An end from now on comes as ChildEnded.
+            now = self.get(child_id)
+            if is_terminal(now.status):
+                with self._cond:
+                    self._ended.setdefault(child_id, now)
         with self._cond:
             while child_id not in self._ended:
                 remaining = None if deadline is None else deadline - time.monotonic()

@@ -96,6 +96,7 @@ class ReplyToUnit:
 @dataclass(frozen=True, slots=True)
 class ChildEnded:
     record: WorkRecord
+    redelivered: bool = False  # see frames.ChildEnded
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,11 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class ChildEnded:
+    """A child's end, for the parent's ``wait`` and mailbox; ``redelivered``: an earlier
+    attempt of the parent was sent it and did not acknowledge its notice."""
+
     record: WorkRecord
+    redelivered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

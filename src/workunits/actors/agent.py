@@ -249,8 +249,8 @@ class AgentActor(WorkActor):
                 self._flush()
             case ReplyToUnit(reply):
                 self._send(reply)
-            case ChildEnded(record):
-                self._send(m.ChildEnded(record))
+            case ChildEnded(record, redelivered):
+                self._send(m.ChildEnded(record, redelivered))
             case EventToUnit(event):
                 self._send(event)
             case _:

@@ -59,7 +59,7 @@ from workunits.supervisor.endings import EndReport, FlushEnds, TerminalTransitio
 from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED, Eviction
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.messaging import UnitMessaging
-from workunits.supervisor.notices import Acknowledged, Notices
+from workunits.supervisor.notices import Acknowledged, Notices, RedeliverChildNotices
 from workunits.supervisor.output import OutputReads
 from workunits.supervisor.pids import Pids
 from workunits.supervisor.recovery import Recovery
@@ -283,6 +283,8 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._mirror.save_checkpoint(work_id, attempt, state, consumed)
                 self._activity.saw(work_id)
                 self._units.tell_checkpoint(work_id, attempt, state)
+            case RedeliverChildNotices(parent):
+                self._notices.redeliver(parent)
             case ChildNoticeTaken(work_id, status):
                 self._mirror.mark_delivered(work_id, Status(status))
                 self._eviction.acknowledged(work_id)

@@ -16,6 +16,7 @@ every one. Acknowledgements come back to the actor as ``Acknowledged``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import pykka
 
 from workunits._claim import Claim
 from workunits._clock import Clock
-from workunits._errors import LedgerError
+from workunits._errors import LedgerError, WorkunitsError
 from workunits._ledger import Ledger
 from workunits._mailbox import Mailbox
 from workunits._record import MailboxItem, MonitorEvent, Notification, StallEvent, WorkRecord
@@ -33,6 +34,8 @@ from workunits._wire.actor_messages import ChildEnded, EventToUnit
 from workunits.supervisor.units import Units
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,13 @@ class Acknowledged:
 
     notice: Notification
     in_ledger: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RedeliverChildNotices:
+    """Told when a new attempt of a relaying unit has started (``Starts.launch``)."""
+
+    parent: str
 
 
 class Notices:
@@ -161,6 +171,32 @@ class Notices:
                 root.wake()  # it is in the ledger's outbox, to be claimed
             return
         self._mailbox_of(record.parent).put(Notification.of(record))
+
+    def redeliver(self, parent: str) -> None:
+        """A new attempt of ``parent`` runs: hand its process the ends of children whose
+        notices no earlier attempt acknowledged (they died with it), marked redelivered.
+
+        Read from the ledger's outbox: an attempt resumed after a supervisor
+        restart finds them there too.
+        """
+        try:
+            notices = self._ledger.undelivered(parent)
+        except LedgerError:
+            log.exception("ledger: could not read the notices waiting for %s", parent)
+            return
+        for notice in notices:
+            record = self._units.registry.find(notice.id)
+            if record is None:
+                try:
+                    row = self._ledger.get(notice.id)
+                    if row is None:
+                        continue  # expired with its notice still waiting: nothing to hand
+                    record = row.to_record()
+                except WorkunitsError:
+                    log.exception("ledger: could not read %s for its parent", notice.id)
+                    continue
+            if not self._relay(parent, ChildEnded(record, redelivered=True)):
+                return  # the new attempt already ended
 
     def post_event(self, event: MonitorEvent | StallEvent) -> None:
         """A monitor's or a stall event: into an agent parent's process, or the parent's mailbox."""

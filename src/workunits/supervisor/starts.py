@@ -39,6 +39,7 @@ from workunits.supervisor.backlog import retryable
 from workunits.supervisor.delays import Delays
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.endings import EndReport, TerminalTransition
+from workunits.supervisor.notices import RedeliverChildNotices
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.sweep import Deadlines, Due
 from workunits.supervisor.units import Units
@@ -426,6 +427,9 @@ class Starts:
             error = f"could not start the unit: {exc!r}"
             self._endings.end(work_id, Outcome(Status.FAILED, error=error))
             return
+        if record.attempt > 1 and launch.actor_class.relays_notifications:
+            # Its children's notices that an earlier attempt was sent died with it.
+            around.tell_supervisor(RedeliverChildNotices(work_id))
         slot.timeout_at = None
         if launch.timeout is not None:
             # Per attempt: an earlier attempt's deadline left in the queue is stale.
