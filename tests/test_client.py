@@ -196,6 +196,8 @@ def test_the_same_key_with_other_arguments_conflicts(client: wu.Client) -> None:
         (lambda c: c.shell("true", description=3), "description"),
         (lambda c: c.agent("not a reference"), "import reference"),
         (lambda c: c.agent("json:dumps", (1, 2)), "exact JSON"),
+        (lambda c: c.agent("json:dumps", 1, n=2**64), r"at \$\['kwargs'\]\['n'\]: .* 64 bits"),
+        (lambda c: c.agent("json:dumps", [float("inf")]), r"at \$\['args'\]\[0\]\[0\]: inf"),
         (lambda c: c.agent("json:dumps", memory_limit=-1), "memory_limit"),
         (lambda c: c.agent(add, 1, 2, max_attempts=0), "max_attempts"),
         (lambda c: c.agent(threading.Lock()), "callable"),

@@ -94,6 +94,17 @@ def test_the_state_dir_comes_from_the_option_or_the_environment(
         (["submit"], "nothing to run"),
         (["submit", "--agent", "json:dumps", "--args", "{"], "--args is not valid JSON"),
         (["submit", "--agent", "json:dumps", "--args", "{}"], "--args must be a JSON list"),
+        # Exact JSON only: orjson once made a float of an integer beyond 64 bits.
+        (
+            ["submit", "--agent", "json:dumps", "--args", "[18446744073709551617]"],
+            "--args at $[0]: 18446744073709551617 is an integer beyond 64 bits",
+        ),
+        (["submit", "--agent", "json:dumps", "--args", "[1e400]"], "--args at $[0]: inf"),
+        (["submit", "--agent", "json:dumps", "--args", "[NaN]"], "NaN is not JSON"),
+        (
+            ["submit", "--agent", "json:dumps", "--kwargs", '{"n": Infinity}'],
+            "Infinity is not JSON",
+        ),
         (["submit", "--agent", "json:dumps", "--", "ls"], "takes no command"),
         (["submit", "--args", "[]", "--", "ls"], "go with --agent"),
         (["submit", "--agent", "not-a-ref"], "not an import reference"),

@@ -98,7 +98,10 @@ def test_a_commands_non_utf8_bytes_reach_it_as_given(run: Run, client: wu.Client
         (["submit", "--key", NOT_UTF8, "--", "true"], "the key 'a\\xffb' holds bytes"),
         (["submit", "-d", NOT_UTF8, "--", "true"], "the description 'a\\xffb' holds bytes"),
         (["submit", "--agent", NOT_UTF8], "not an import reference"),
-        (["submit", "--agent", "json:dumps", "--args", f'["{NOT_UTF8}"]'], "not valid JSON"),
+        (
+            ["submit", "--agent", "json:dumps", "--args", f'["{NOT_UTF8}"]'],
+            "--args at $[0]: 'a\\udcffb' holds bytes that are not UTF-8",
+        ),
         (["ls", "--kind", NOT_UTF8], "'a\\xffb' holds bytes that are not UTF-8"),
     ],
 )

@@ -100,6 +100,24 @@ def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
     assert _submit(api, {"kind": "shell", "command": "true", "timeout": -1}).status_code == 422
 
 
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [(b"[1e400, 1]", "inf is not finite"), (b"[18446744073709551617, 1]", "beyond 64 bits")],
+)
+def test_arguments_json_cannot_bring_back_equal_are_refused_by_name(
+    api: httpx.Client, args: bytes, shown: str
+) -> None:
+    """Not pickled with the callable as the number Python parsed them into."""
+    params = {"kind": "agent", "limit": 500}
+    before = api.get("/v1/units", params=params).json()["items"]
+    body = b'{"kind": "agent", "target": "tests.http.units:add", "args": ' + args + b"}"
+    r = api.post("/v1/units", content=body, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["title"]) == (400, "SpecError")
+    assert "$['args'][0]" in r.json()["detail"]
+    assert shown in r.json()["detail"]
+    assert api.get("/v1/units", params=params).json()["items"] == before  # nothing submitted
+
+
 def test_openapi_and_docs_come_from_the_models(api: httpx.Client) -> None:
     schema = api.get("/openapi.json").json()
     assert "/v1/units/{work_id}/events" in schema["paths"]

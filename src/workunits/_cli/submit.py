@@ -7,15 +7,16 @@ on its next tick. Creates the state dir and ledger if they are missing.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
+from workunits import _strictjson as strictjson
 from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
 from workunits._client import ClientHandle
-from workunits._errors import SpecError
+from workunits._errors import SpecError, UnstorableValue
 
 
 @cli.command("submit", context_settings={"ignore_unknown_options": False})
@@ -143,12 +144,22 @@ def _json_arg(text: str | None, kind: type, option: str, what: str) -> Any:
     if text is None:
         return kind()
     try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        # The standard parser: integers stay exact (orjson turns one beyond 64 bits
+        # into a float), and NaN and Infinity, which are not JSON, are refused.
+        value = json.loads(text, parse_constant=_not_json)
+    except ValueError as exc:
         raise SpecError(f"{option} is not valid JSON: {exc}") from None
     if not isinstance(value, kind):
         raise SpecError(f"{option} must be {what}, got {text!r}")
+    try:
+        strictjson.dumps(value, option)  # what the ledger will store must come back equal
+    except UnstorableValue as exc:
+        raise SpecError(str(exc)) from None
     return value
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _env(items: tuple[str, ...]) -> dict[str, str]:

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from workunits._errors import NotFinished
+from workunits import _strictjson as strictjson
+from workunits._errors import NotFinished, SpecError, UnstorableValue
 from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
 from workunits._ledger.values import resolve_ref
 from workunits._record import WorkRecord
@@ -109,6 +110,9 @@ class Backend:
             )
             description = spec.describe() if body.description is None else body.description
             return await self.sup.submit_async("b", spec, description=description, **options)
+        # They came as JSON, but a number JSON cannot bring back (1e400 parses as inf)
+        # would otherwise be pickled with the function, unnoticed.
+        _exact_arguments(body.target, body.args, body.kwargs)
         fn = await _run(resolve_ref, body.target)  # imports the target's module
         agent_spec = await _run(
             AgentSpec.build,
@@ -268,3 +272,11 @@ class Backend:
 
     async def notices_waiting(self) -> int:
         return await _run(self.sup.remote_consumers.waiting)
+
+
+def _exact_arguments(target: str, args: object, kwargs: object) -> None:
+    """SpecError naming the first argument JSON would not bring back equal."""
+    try:
+        strictjson.dumps({"args": args, "kwargs": kwargs}, f"the arguments for {target!r}")
+    except UnstorableValue as exc:
+        raise SpecError(str(exc)) from None

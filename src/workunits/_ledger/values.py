@@ -48,6 +48,7 @@ from workunits._errors import (
     LedgerTampered,
     SpecError,
     UnloadableValue,
+    UnstorableValue,
     ValueVersionMismatch,
 )
 from workunits._wire.specs import Call
@@ -222,12 +223,17 @@ def encode_spec(spec: object, *, work_id: str, key: bytes) -> Stored:
             doc = {"ref": ref, "args": list(spec.args), "kwargs": dict(spec.kwargs)}
             if spec.options:
                 doc["options"] = dict(spec.options)
-            data, fmt = strictjson.dumps_if_exact(doc, sort_keys=True), "ref"
-            if data is None and isinstance(spec.fn, str):
-                raise SpecError(
-                    f"the arguments for {ref!r} must be exact JSON when the callable is "
-                    f"given as a reference (a tuple becomes a list: pass a list)"
-                )
+            if isinstance(spec.fn, str):  # no pickle to fall back on: refuse by name
+                try:
+                    data = strictjson.dumps(doc, f"the arguments for {ref!r}", sort_keys=True)
+                except UnstorableValue as exc:
+                    raise SpecError(
+                        f"{exc} (a callable given by reference takes only exact JSON "
+                        f"arguments: ones JSON brings back equal)"
+                    ) from None
+            else:
+                data = strictjson.dumps_if_exact(doc, sort_keys=True)
+            fmt = "ref"
     else:
         data, fmt = strictjson.dumps_if_exact(spec, sort_keys=True), "json"
     if data is None:  # no reference, or arguments JSON would not bring back equal
