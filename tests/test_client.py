@@ -20,6 +20,7 @@ import pytest
 import workunits as wu
 from tests.client_support import FakeSupervisor
 from tests.conftest import eventually
+from tests.ledger.support import new_unit
 from workunits._ledger import LedgerVersionError
 from workunits._ledger.schema import SCHEMA_VERSION
 from workunits._status import Reason, Status
@@ -246,6 +247,22 @@ def test_list_filters_by_status_kind_and_parent(client: wu.Client, fake: FakeSup
     assert [r.id for r in client.rows(limit=1)] == [shell.id]
     with pytest.raises(wu.SpecError, match="not a status"):
         client.list(status="done")
+
+
+def test_a_kind_is_named_or_lettered_and_a_typo_is_an_error_not_none(
+    client: wu.Client, fake: FakeSupervisor
+) -> None:
+    shell = client.shell("true")
+    assert [r.id for r in client.list(kind="b")] == [shell.id]  # its letter
+    assert client.list(kind="agent") == []  # built in: none yet
+    with pytest.raises(wu.UnknownKind, match=r"no kind 'Shell': it is not built in \(agent, "):
+        client.list(kind="Shell")
+    with pytest.raises(wu.UnknownKind):
+        client.rows(kind="scorer", status="completed")
+    # A kind of the user's, known from its units' rows: no error, even when none matches.
+    new_unit(fake.ledger, kind="scorer")
+    assert [r.kind for r in client.list(kind="scorer")] == ["scorer"]
+    assert client.list(kind="scorer", status="completed") == []
 
 
 def test_an_expired_unit_reads_expired_and_its_result_is_a_clear_error(

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any, Final, overload
 
 from workunits import _ids
 from workunits._clock import Clock, SystemClock
-from workunits._errors import ClientClosed, NotFinished, NotRetryable, SpecError, UnknownWork
+from workunits._errors import (
+    ClientClosed,
+    NotFinished,
+    NotRetryable,
+    SpecError,
+    UnknownKind,
+    UnknownWork,
+)
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
@@ -432,10 +439,28 @@ class Client:
         ended_after: float | None = None,
     ) -> builtins.list[UnitRow]:
         """Like ``list``, with the ledger's full rows; ``ended_after`` keeps units that
-        ended at or after that time (seconds since the epoch)."""
-        return self.ledger.list(
-            status=status, kind=kind, parent=parent, limit=limit, ended_after=ended_after
+        ended at or after that time (seconds since the epoch).
+
+        ``kind`` is a kind's name or letter. UnknownKind for one that is neither
+        built in nor the kind of any unit here (a typo must not read as "none").
+        """
+        name = _ids.BUILTIN_KINDS.get(kind, kind) if kind is not None else None
+        rows = self.ledger.list(
+            status=status, kind=name, parent=parent, limit=limit, ended_after=ended_after
         )
+        unknown = (
+            not rows
+            and name is not None
+            and name not in _ids.BUILTIN_KINDS.values()
+            and not self.ledger.list(kind=name, limit=1)
+        )
+        if unknown:
+            built_in = ", ".join(sorted(_ids.BUILTIN_KINDS.values()))
+            raise UnknownKind(
+                f"no kind {name!r}: it is not built in ({built_in}), and no unit in "
+                f"{self.state_dir} is of it"
+            )
+        return rows
 
     def supervisor_running(self) -> bool:
         """True while a supervisor holds this state dir (its lock; see ``_ledger.lock``).

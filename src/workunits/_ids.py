@@ -15,6 +15,16 @@ from workunits._errors import InvalidWorkId, UnknownKind
 ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 SUFFIX_LEN = 8
 SESSION_PREFIX = "s"
+# The letters DESIGN §3 gives to the built-in kinds, with their kinds' names.
+BUILTIN_KINDS = {
+    "a": "agent",
+    "b": "shell",
+    "t": "teammate",
+    "w": "workflow",
+    "m": "monitor",
+    "r": "remote",
+    "d": "dream",
+}
 _SUFFIXES = len(ALPHABET) ** SUFFIX_LEN
 
 # re.ASCII: \Z and the classes must not admit Unicode look-alikes.

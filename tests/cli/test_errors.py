@@ -122,6 +122,7 @@ def test_the_state_dir_comes_from_the_option_or_the_environment(
             "grace must be a finite number of seconds >= 0",
         ),
         (["watch", "--interval", "nan"], "interval must be a finite number of seconds >= 0.05"),
+        (["ls", "--kind", "Shell"], "no kind 'Shell': it is not built in"),
         (["serve", "--drain-timeout", "inf"], "drain_timeout must be a finite number of seconds"),
     ],
 )

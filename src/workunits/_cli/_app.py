@@ -38,6 +38,7 @@ from workunits._errors import (
     NotRetryable,
     SpecError,
     SupervisorBusy,
+    UnknownKind,
     UnknownWork,
     WorkKilled,
     WorkunitsError,
@@ -103,7 +104,8 @@ def _code_of(exc: WorkunitsError) -> Exit:
         return Exit.BUSY
     if isinstance(exc, UnknownWork):  # WorkExpired too: it is one
         return Exit.UNKNOWN
-    if isinstance(exc, InvalidWorkId | SpecError | IdempotencyConflict | NotRetryable):
+    usage = InvalidWorkId | UnknownKind | SpecError | IdempotencyConflict | NotRetryable
+    if isinstance(exc, usage):
         return Exit.USAGE
     if isinstance(exc, LedgerError):
         return Exit.LEDGER

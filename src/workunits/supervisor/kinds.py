@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 from workunits._errors import KindTaken, SpecError, UnknownKind
-from workunits._ids import SESSION_PREFIX, validate_letter
+from workunits._ids import BUILTIN_KINDS, SESSION_PREFIX, validate_letter
 from workunits.actors.base import WorkActor
 
-# Letters DESIGN §3 gives to the built-in kinds; they are taken even before
-# their kind is implemented, so a user's kind never collides with a future one.
-BUILTIN_LETTERS = {
-    "a": "agent",
-    "b": "shell",
-    "t": "teammate",
-    "w": "workflow",
-    "m": "monitor",
-    "r": "remote",
-    "d": "dream",
-}
+# Taken even before their kind is implemented, so a user's kind never collides
+# with a future one.
+BUILTIN_LETTERS = BUILTIN_KINDS
 
 
 class Kinds:
