@@ -168,3 +168,21 @@ def test_a_zygote_out_of_descriptors_fails_new_units_only(
         assert sup.result(running.id, timeout=30) == "released"
         assert sup.result(sup.agent(answer).id, timeout=30) == 42
         assert sup._runtime.zygote.pid == zygote
+
+
+@pytest.mark.timeout(60)
+def test_a_process_that_cannot_set_itself_up_fails_its_unit_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forked, but its set-up failed before the function ran: the cause, not only code 70."""
+    # Forked on demand, its set-up (a capture thread among it) runs under the limit.
+    monkeypatch.setenv(warm.PROCESSES_ENV, "0")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        # Below what the process already maps: no thread stack can be mapped.
+        unit = sup.agent(answer, memory_limit=8 << 20)
+        record = sup.wait(unit.id, timeout=30)
+        assert (record.status, record.exit_code) == (wu.Status.FAILED, 70)
+        error = record.error or ""
+        assert error.startswith("StartFailed: its process could not run it: "), error
+        assert "Traceback" in error
+        assert sup.result(sup.agent(answer).id, timeout=30) == 42  # the others start as usual

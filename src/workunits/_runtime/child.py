@@ -106,6 +106,18 @@ def run_unit(
     return code
 
 
+def report_start_failure(channel_fd: int, exc: BaseException) -> None:
+    """In a unit's process that failed around its function (its limits, its payload, its
+    capture, a thread it could not start): tell the unit's actor why, so the unit fails
+    with that cause and not only an exit code. Best effort: the channel may be the
+    failure. Call it from the ``except`` that caught ``exc``."""
+    with contextlib.suppress(BaseException):
+        message = f"its process could not run it: {type(exc).__qualname__}: {exc}"
+        error = m.Error("StartFailed", message, traceback.format_exc(), None)
+        with socket.socket(fileno=os.dup(channel_fd)) as channel:
+            _framing.send(channel, error)
+
+
 def _begin(
     call: SpawnCall,
     channel: socket.socket,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workunits import _framing
-from workunits._runtime.child import run_unit
+from workunits._runtime.child import report_start_failure, run_unit
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (
     Limits,
@@ -361,7 +361,8 @@ class Zygote:
                     msg = dataclasses.replace(msg, payload=payload.read_fd(fds[2]))
                 self.become_unit(msg.limits, subreaper=self.cgroups is None)
                 code = run_unit(msg, fds[0], fds[1])
-            except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
+            except BaseException as exc:  # noqa: BLE001 - told on the channel, and the exit code
+                report_start_failure(fds[1], exc)
                 code = EXIT_RUNTIME_BROKEN
             finally:
                 os._exit(code)

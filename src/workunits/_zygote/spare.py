@@ -20,7 +20,7 @@ import os
 import socket
 
 from workunits._framing import FrameReader
-from workunits._runtime.child import prepare, rehearse, run_unit
+from workunits._runtime.child import prepare, rehearse, report_start_failure, run_unit
 from workunits._wire.zygote_protocol import SpawnCall
 from workunits._zygote import _linux, payload, unit_process
 
@@ -44,10 +44,14 @@ def run(sock: socket.socket, rehearse_after: float) -> int:
         return EXIT_UNUSED
     call, fds = assignment
     _linux.set_name(name)
-    if call.payload_in_fd:  # read here, never in the zygote (see payload)
-        call = dataclasses.replace(call, payload=payload.read_fd(fds[2]))
-    unit_process.apply_limits(call.limits)
-    return run_unit(call, fds[0], fds[1], capture)
+    try:
+        if call.payload_in_fd:  # read here, never in the zygote (see payload)
+            call = dataclasses.replace(call, payload=payload.read_fd(fds[2]))
+        unit_process.apply_limits(call.limits)
+        return run_unit(call, fds[0], fds[1], capture)
+    except BaseException as exc:
+        report_start_failure(fds[1], exc)  # then the exit code says the runtime broke
+        raise
 
 
 def _wait_for_unit(
