@@ -265,6 +265,7 @@ def test_begin_attempt_refuses_units_that_are_not_running(ledger: Ledger) -> Non
     [
         ("status", "paused", "column status holds 'paused', which is not a known Status"),
         ("reason", "bored", "column reason holds 'bored', which is not a known Reason"),
+        ("parent", "../x", "column parent holds '../x', which is not a known work unit ID"),
         # PostgreSQL's typed columns refuse such a value outright.
         pytest.param(
             "attempt",
@@ -296,6 +297,18 @@ def test_a_corrupt_row_names_the_unit_and_column(
         ledger.require(unit.id)
     assert f"unit {unit.id}" in str(caught.value)
     assert message in str(caught.value)
+    assert "restore the state dir from a backup (`workunits backup`" in str(caught.value)
+
+
+def test_a_row_whose_id_was_changed_is_corrupt_for_every_read_not_a_bad_argument(
+    ledger: Ledger,
+) -> None:
+    """The caller passed no ID: InvalidWorkId would blame them for the ledger's row."""
+    unit = new_unit(ledger)
+    with raw(ledger) as conn:
+        conn.execute("UPDATE units SET id = 'BAD/../x' WHERE id = ?", (unit.id,))
+    with pytest.raises(LedgerCorrupt, match=r"a units row has id 'BAD/\.\./x', which is not an ID"):
+        ledger.list()
 
 
 def test_a_corrupt_checkpoint_names_the_unit_and_column(ledger: Ledger) -> None:

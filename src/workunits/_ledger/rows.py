@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from workunits import _ids
 from workunits import _strictjson as strictjson
 from workunits._errors import LedgerCorrupt
 from workunits._ledger.backend import Row
@@ -26,6 +27,12 @@ from workunits._record import Notification, WorkRecord
 from workunits._restart import Restart, policy_from_json
 from workunits._retry import Attempt, Retry, attempts_from_json
 from workunits._status import Reason, Status, is_terminal
+
+# What to do about a row that does not decode, said by every such error.
+REPAIR = (
+    "; the row was changed outside workunits: restore the state dir from a backup "
+    "(`workunits backup` makes one), or delete that unit's row"
+)
 
 EXPIRED = "expired"
 """How a unit whose retention ran out shows its status (its terminal status is kept)."""
@@ -301,15 +308,15 @@ class UnitRow:
     @classmethod
     def from_sql(cls, row: Row) -> UnitRow:
         work_id = row["id"]
-        if not isinstance(work_id, str):
-            raise LedgerCorrupt(f"a units row has id {work_id!r}, which is not a str")
+        if not (isinstance(work_id, str) and _ids.is_valid(work_id)):
+            raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
         c = _Columns(row, work_id)
         policy = c.parsed("retry_policy", policy_from_json)
         return cls(
             id=work_id,
             kind=c.req("kind", str),
             status=c.req("status", Status),
-            parent=c.opt("parent", str),
+            parent=c.opt("parent", _work_id),
             description=c.req("description", str),
             key=c.opt("key", str),
             spec_hash=c.req("spec_hash", str),
@@ -352,6 +359,11 @@ class UnitRow:
         )
 
 
+def _work_id(value: str) -> str:
+    """A column that names a unit (``parent``): a well-formed ID (ValueError otherwise)."""
+    return _ids.validate(value)
+
+
 class _Columns:
     """Typed access to one row's columns; every failure names the unit and the column."""
 
@@ -368,7 +380,7 @@ class _Columns:
     def req(self, name: str, conv: Callable[[Any], T]) -> T:
         value = self._row[name]
         if value is None:
-            raise LedgerCorrupt(f"unit {self._id}: column {name} is NULL")
+            raise LedgerCorrupt(f"unit {self._id}: column {name} is NULL{REPAIR}")
         return self._convert(name, value, conv)
 
     def json(self, name: str) -> Any:
@@ -384,7 +396,7 @@ class _Columns:
             return parse(data)
         except (ValueError, KeyError, TypeError) as exc:
             raise LedgerCorrupt(
-                f"unit {self._id}: column {name} does not parse ({exc!r:.80})"
+                f"unit {self._id}: column {name} does not parse ({exc!r:.80}){REPAIR}"
             ) from None
 
     def stored(self, name: str) -> Stored | None:
@@ -403,16 +415,18 @@ class _Columns:
         if expected is not None and not isinstance(value, expected):
             raise LedgerCorrupt(
                 f"unit {self._id}: column {name} holds {type(value).__name__} {value!r:.60}, "
-                f"not {getattr(expected, '__name__', expected)}"
+                f"not {getattr(expected, '__name__', expected)}{REPAIR}"
             )
         try:
             return conv(value)
         except ValueError:
             raise LedgerCorrupt(
                 f"unit {self._id}: column {name} holds {value!r:.60}, which is not a "
-                f"known {getattr(conv, '__name__', 'value')}"
+                f"known {_CONVERTED.get(conv) or getattr(conv, '__name__', 'value')}{REPAIR}"
             ) from None
 
+
+_CONVERTED: Mapping[object, str] = {_work_id: "work unit ID"}
 
 _STORAGE: Mapping[object, type | types.UnionType] = {
     str: str,
