@@ -215,6 +215,37 @@ def test_ended_units_leave_no_cgroup_behind(esup: wu.Supervisor, mechanism: str)
     eventually(lambda: not emptied_unit_cgroups(root), timeout=10, what="emptied cgroups gone")
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["by-itself", "kill"])
+def test_a_descendant_that_leaves_its_units_cgroup_ends_with_it(
+    esup: wu.Supervisor, mechanism: str, tmp_path: Path, how: str
+) -> None:
+    """Root may move a process out of its unit's cgroup, where cgroup.kill cannot reach it;
+    orphaned, it comes back to the zygote, which ends it. A running unit's orphan that
+    stayed in its cgroup is that unit's: another unit's end leaves it alone."""
+    if mechanism != "cgroup":
+        pytest.skip("a cgroup per unit only")
+    own = containment.own_cgroup()
+    assert own is not None
+    pids_file, kept_file = tmp_path / "pids", tmp_path / "kept"
+    release, never = tmp_path / "release", tmp_path / "never"
+    hold = f"while [ ! -e {release} ]; do sleep 0.01; done"
+    # The escapee moves itself to this test's own cgroup, outside every unit's.
+    moved = f"echo $$ > {own}/cgroup.procs && echo $$ >> {pids_file}; exec sleep 700"
+    unit = esup.shell(f"( setsid sh -c '{moved}' & ); {hold}")
+    # An orphan at once, in its running unit's cgroup.
+    staying = f"( setsid sh -c 'echo $$ >> {kept_file}; exec sleep 700' & )"
+    keeper = esup.shell(f"{staying}; while [ ! -e {never} ]; do sleep 0.05; done")
+    (escaped,) = escaped_pids(pids_file)
+    (kept,) = escaped_pids(kept_file)
+    record = end(esup, unit, how, release)
+    assert record.status is (wu.Status.COMPLETED if how == "by-itself" else wu.Status.KILLED)
+    assert_gone([escaped])
+    assert alive(kept), "the orphan of a unit that still runs was killed"
+    assert esup.kill(keeper.id)
+    assert_gone([kept])
+
+
 # The zygote's guard after the zygote died: one child still in the guard's own group
 # (a unit process the zygote had just forked, before its setsid) and one in a session
 # of its own. The guard prints their pids, sweeps, and says it lived through it.

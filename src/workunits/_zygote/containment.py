@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import time
@@ -79,6 +80,32 @@ def own_cgroup() -> str | None:
     return None
 
 
+def cgroup_of(pid: int) -> str | None:
+    """The cgroup v2 directory process ``pid`` is in, or None (gone, or no v2)."""
+    mount = _cgroup2_mount()
+    if mount is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return os.path.join(mount, line[3:].strip().lstrip("/")).rstrip("/") or mount
+    except OSError:
+        return None
+    return None
+
+
+def inside(path: str, directories: set[str]) -> bool:
+    """Whether cgroup ``path`` is one of ``directories`` or below one of them."""
+    while path not in directories:
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return True
+
+
+@functools.cache
 def _cgroup2_mount() -> str | None:
     found = _cgroup2_mountinfo()
     return None if found is None else found[0]

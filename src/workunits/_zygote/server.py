@@ -53,7 +53,7 @@ from workunits._wire.zygote_protocol import (
     spawned,
 )
 from workunits._zygote import _linux, guard, keeper, nofile, payload, spare, unit_process
-from workunits._zygote.containment import Cgroups
+from workunits._zygote.containment import Cgroups, cgroup_of, inside
 from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN, RESET_SIGNALS
 from workunits._zygote.warm import Spare, WarmPool, WarmSettings
 
@@ -537,8 +537,33 @@ class Zygote:
             if self.cgroups is None:
                 # Orphans of ended units (and their orphans, round by round) came back to us.
                 _linux.kill_tree_round(self.pid, spare=self.units.keys() | self.pool.pids())
+            else:
+                self.kill_escaped()
             if slot is not None:
                 self.report_exit(slot, pid, status)
+
+    def kill_escaped(self) -> None:
+        """In cgroup mode: SIGKILL each orphan that came back to us from outside every
+        running unit's cgroup.
+
+        A unit's processes are not subreapers here, so a running unit's orphan
+        comes back to us too; inside its unit's cgroup it is that unit's, and
+        cgroup.kill takes it at the unit's end. One outside every unit's cgroup
+        left its unit's (root may move processes between cgroups), and no
+        cgroup.kill will take it: it ends now, as its orphans will when they
+        come back (each death is a reap, and the next round).
+        """
+        ours = self.units.keys() | self.pool.pids()
+        orphans = [pid for pid in _linux.children(self.pid) if pid not in ours]
+        if not orphans:
+            return
+        running = {slot.cgroup for slot in self.units.values() if slot.cgroup is not None}
+        for pid in orphans:
+            where = cgroup_of(pid)
+            if where is not None and inside(where, running):
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def report_exit(self, slot: Slot, pid: int, status: int) -> None:
         """The unit's leader is reaped: tell the supervisor how it ended."""
