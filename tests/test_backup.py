@@ -103,5 +103,25 @@ def test_backup_refuses_a_destination_that_holds_files(tmp_path: Path) -> None:
     (tmp_path / "dest").mkdir()
     (tmp_path / "dest" / "something").write_text("x")
     done = cli("backup", "--state", str(tmp_path / "state"), str(tmp_path / "dest"))
-    assert done.returncode != 0
+    assert done.returncode == 2  # a bad argument: nothing is wrong with the ledger
     assert "not an empty directory" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("dest", "said"),
+    [
+        ("missing/dir/x", "missing/dir does not exist; create it"),
+        ("a-file", "exists and is not an empty directory"),
+    ],
+)
+def test_backup_says_what_is_wrong_with_a_destination_in_one_line(
+    tmp_path: Path, dest: str, said: str
+) -> None:
+    with wu.connect(tmp_path / "state", create=True) as client:
+        client.shell("true")
+    (tmp_path / "a-file").write_text("x")
+    done = cli("backup", "--state", str(tmp_path / "state"), str(tmp_path / dest))
+    assert done.returncode == 2
+    assert said in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Errno" not in done.stderr

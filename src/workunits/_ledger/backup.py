@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workunits import _ids, _outputfile
-from workunits._errors import LedgerError, StateDirError
+from workunits._errors import LedgerError, SpecError
 from workunits._ledger import valuestore
 from workunits._ledger._db import DB_FILE, Database, create_private_file
 from workunits._ledger.largevalues import FILE_COLUMNS
@@ -70,14 +70,22 @@ def backup(db: Database, state_dir: Path, dest: Path) -> BackupReport:
 
 
 def _prepare(dest: Path) -> None:
+    """Make ``dest``, or take it when it is an empty directory; SpecError for a bad one
+    (an argument the caller gives: nothing is wrong with the ledger)."""
     try:
         os.mkdir(dest, 0o700)
     except FileExistsError:
         if not dest.is_dir() or any(dest.iterdir()):
-            raise StateDirError(
+            raise SpecError(
                 f"{dest} exists and is not an empty directory; give a new path for the backup"
             ) from None
         os.chmod(dest, 0o700)
+    except FileNotFoundError:
+        raise SpecError(
+            f"{dest.parent} does not exist; create it, or give a path in a directory that does"
+        ) from None
+    except OSError as exc:
+        raise SpecError(f"cannot make {dest} for the backup: {exc.strerror}") from None
 
 
 def _snapshot(db: Database, target: Path) -> None:
