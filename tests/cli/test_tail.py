@@ -90,6 +90,30 @@ def test_tail_follow_prints_everything_then_the_status_and_exits_with_it(
     assert fake.apply_requests() == []
 
 
+def test_tail_follow_without_a_supervisor_says_nothing_will_change_until_one_runs(
+    run: Run, client: wu.Client, fake: FakeSupervisor
+) -> None:
+    work_id = client.shell("make").id  # pending, and no supervisor holds the state dir
+
+    def end_it() -> None:
+        try:
+            eventually(lambda: client.ledger.retained([work_id]) == {work_id}, what="a lease")
+        finally:
+            fake.start(work_id)
+            fake.complete(work_id)
+
+    ender = threading.Thread(target=end_it)
+    ender.start()
+    try:
+        result = run("tail", "-f", work_id)
+    finally:
+        ender.join(10)
+    assert result.exit_code == Exit.OK
+    first, *_ = result.stderr.splitlines()
+    assert first.startswith(f"workunits: {work_id} is pending")
+    assert "nothing will change until a supervisor runs" in first
+
+
 def test_tail_follow_json_ends_with_the_status_object(
     run: Run, client: wu.Client, fake: FakeSupervisor
 ) -> None:

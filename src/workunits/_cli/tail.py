@@ -29,6 +29,7 @@ from workunits._cli._app import (
     state_option,
     write_bytes,
 )
+from workunits._cli.waiting import warn_unsupervised
 from workunits._client import Client
 from workunits._errors import WorkunitsError
 from workunits._runtime.transcript import render_event
@@ -51,6 +52,8 @@ def tail(state_dir: Path, as_json: bool, follow: bool, raw: bool, work_id: str) 
     """
     with opened(state_dir) as client:
         row = client.row(work_id)
+        if follow:
+            warn_unsupervised(client, work_id)  # or it would follow in silence
         transcript = row.kind in TRANSCRIPT_KINDS and not raw
         with _retained(client, work_id, follow):
             stream = client.stream(work_id, follow=follow)

@@ -52,7 +52,7 @@ def wait(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) -> N
     seconds = None if timeout is None else parse_duration(timeout)
     with opened(state_dir) as client:
         if seconds is None:
-            _warn_unsupervised(client, work_id)
+            warn_unsupervised(client, work_id)
         try:
             client.wait(work_id, seconds)
         except NotFinished:
@@ -91,7 +91,7 @@ def result(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) ->
     seconds = None if timeout is None else parse_duration(timeout)
     with opened(state_dir) as client:
         if seconds is None:
-            _warn_unsupervised(client, work_id)
+            warn_unsupervised(client, work_id)
         try:
             value = client.result(work_id, seconds)
         except NotFinished:
@@ -111,8 +111,9 @@ def result(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) ->
         click.echo(_text(value))
 
 
-def _warn_unsupervised(client: Client, work_id: str) -> None:
-    """One line on stderr when a wait without a timeout can only end once a supervisor starts.
+def warn_unsupervised(client: Client, work_id: str) -> None:
+    """One line on stderr when a wait without a timeout (or ``tail -f``) can only end once
+    a supervisor starts.
 
     (With a timeout, the line that reports it says so instead.)
     """
