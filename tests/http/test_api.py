@@ -97,6 +97,11 @@ def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
     assert r.headers["content-type"] == PROBLEM
     assert "exactly one of argv" in r.json()["detail"]
     assert _submit(api, {"kind": "nope"}).status_code == 422
+    broken = b'{"kind": "shell", "command": tru}'
+    r = api.post("/v1/units", content=broken, headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("the request body is not valid JSON (")
+    assert "at character 30" in r.json()["detail"]
     assert _submit(api, {"kind": "shell", "command": "true", "timeout": -1}).status_code == 422
 
 

@@ -84,6 +84,15 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         parts = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":  # the body did not parse at all
+                at = err.get("loc", ("body", "?"))[-1]
+                at = at + 1 if isinstance(at, int) else at  # an offset: the 1st is 0
+                why = err.get("ctx", {}).get("error", "")
+                parts.append(
+                    f"the request body is not valid JSON ({why} at character {at}); "
+                    f"send one JSON object"
+                )
+                continue
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
             parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
         return problem(422, "ValidationError", "; ".join(parts) or "invalid request")
