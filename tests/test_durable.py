@@ -149,6 +149,8 @@ def test_one_supervisor_per_state_dir(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with (
         wu.Supervisor(state, install_signal_handlers=False),
-        pytest.raises(wu.SupervisorBusy, match=str(os.getpid())),
+        pytest.raises(
+            wu.SupervisorBusy, match=rf"this process \(pid {os.getpid()}\) already runs a"
+        ),
     ):
         wu.Supervisor(state, install_signal_handlers=False)

@@ -88,6 +88,12 @@ class SupervisorLock:
         pid = _holder(fd)
         who = f"pid {pid}" if pid is not None else "a process whose pid is unknown"
         waited = f" after waiting {timeout} s" if timeout else ""
+        if pid == os.getpid():
+            return SupervisorBusy(
+                f"this process (pid {pid}) already runs a supervisor on {self.path.parent}; "
+                f"use that one (one per state dir), or close it before making another",
+                pid,
+            )
         return SupervisorBusy(
             f"another supervisor ({who}) is running on {self.path.parent}{waited}; "
             f"stop it, connect to it as a client, or use another state dir",
