@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GRACE
-from workunits import Notification, SpecError, Status, Supervisor, connect
+from workunits import (
+    InvalidWorkId,
+    Notification,
+    SpecError,
+    Status,
+    Supervisor,
+    UnknownWork,
+    connect,
+)
 from workunits.supervisor.eviction import RECHECK
 from workunits.testing import ManualClock, ScriptedDriver
 
@@ -288,3 +296,10 @@ def test_a_child_that_ends_after_its_parent_leaves_memory_after_its_grace(
     msup.tick()
     assert child.id not in msup.resident_ids()
     assert parent.id in msup.resident_ids()  # its own notice is still unread
+
+
+def test_a_remote_viewer_cannot_retain_a_unit_the_ledger_never_saw(msup: Supervisor) -> None:
+    with pytest.raises(UnknownWork):
+        msup.remote_consumers.retain("b00000000", 30.0, "a-viewer")
+    with pytest.raises(InvalidWorkId):
+        msup.remote_consumers.retain("q1234", 30.0, "a-viewer")

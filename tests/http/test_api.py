@@ -248,6 +248,11 @@ def test_retain_leases(api: httpx.Client) -> None:
     where = one.headers["location"]
     assert where == f"/v1/units/{unit['id']}/retain/{one.json()['lease_id']}"
     assert api.put(where, json={"lease": 10}).status_code == 200
+    # A lease is named under its own unit only: another unit's path does not reach it.
+    other = _submit(api, {"kind": "shell", "command": "true"}).json()["id"]
+    elsewhere = f"/v1/units/{other}/retain/{one.json()['lease_id']}"
+    assert api.put(elsewhere, json={"lease": 10}).status_code == 404
+    assert api.delete(elsewhere).status_code == 404
     assert api.delete(where).status_code == 204
     assert api.delete(where).status_code == 404
     assert api.put(where).status_code == 404

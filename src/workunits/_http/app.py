@@ -248,14 +248,14 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
     ) -> Response:
         """Renew the lease from now; 404 once it lapsed or was released."""
         lease = (body or LeaseBody()).lease
-        if not await backend.renew_retain(lease_id, lease):
+        if not await backend.renew_retain(lease_id, lease, work_id):
             return problems.problem(404, "UnknownLease", f"no live retain lease {lease_id}")
         return JSONResponse(Lease(lease_id=lease_id, unit=work_id, lease=lease).model_dump())
 
     @r.delete("/{work_id}/retain/{lease_id}", status_code=204)
     async def release_retain(work_id: str, lease_id: str) -> Response:
         """Release the lease; 404 if it had already gone."""
-        if not await backend.release_retain(lease_id):
+        if not await backend.release_retain(lease_id, work_id):
             return problems.problem(404, "UnknownLease", f"no live retain lease {lease_id}")
         return Response(status_code=204)
 

@@ -248,11 +248,11 @@ class Backend:
         await self.get(work_id)  # InvalidWorkId / UnknownWork / its expiry first
         return await _run(self.sup.remote_consumers.retain, work_id, lease, owner)
 
-    async def renew_retain(self, lease_id: str, lease: float) -> bool:
-        return await _run(self.sup.remote_consumers.renew_retain, lease_id, lease)
+    async def renew_retain(self, lease_id: str, lease: float, unit: str) -> bool:
+        return await _run(self.sup.remote_consumers.renew_retain, lease_id, lease, unit)
 
-    async def release_retain(self, lease_id: str) -> bool:
-        return await _run(self.sup.remote_consumers.release_retain, lease_id)
+    async def release_retain(self, lease_id: str, unit: str) -> bool:
+        return await _run(self.sup.remote_consumers.release_retain, lease_id, unit)
 
     async def claim(self, parent: str | None, owner: str, lease: float) -> NoticeClaim | None:
         return await _run(self.sup.remote_consumers.claim, parent, owner, lease)

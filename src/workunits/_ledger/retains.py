@@ -39,22 +39,28 @@ def add(db: Database, unit: str, owner: str, now: float, lease: float) -> str:
     return lease_id
 
 
-def renew(db: Database, lease_id: str, now: float, lease: float) -> bool:
-    """Extend the lease to ``now + lease``; False if it has lapsed or was released."""
+def renew(db: Database, lease_id: str, now: float, lease: float, unit: str | None = None) -> bool:
+    """Extend the lease to ``now + lease``; False if it has lapsed or was released (or,
+    given ``unit``, is not a lease on that unit)."""
+    sql = "UPDATE retains SET expires_at = ? WHERE lease_id = ? AND expires_at > ?"
+    params: tuple[object, ...] = (now + check_lease(lease), lease_id, now)
+    if unit is not None:
+        sql, params = sql + " AND unit = ?", (*params, unit)
     with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            "UPDATE retains SET expires_at = ? WHERE lease_id = ? AND expires_at > ?",
-            (now + check_lease(lease), lease_id, now),
-        )
-        return cursor.rowcount == 1
+        return conn.execute(sql, params).rowcount == 1
 
 
-def release(db: Database, lease_id: str) -> bool:
-    """End the lease now; False if it was already gone."""
+def release(db: Database, lease_id: str, unit: str | None = None) -> bool:
+    """End the lease now; False if it was already gone (or, given ``unit``, is not a
+    lease on that unit)."""
+    sql = "DELETE FROM retains WHERE lease_id = ?"
+    params: tuple[str, ...] = (lease_id,)
+    if unit is not None:
+        sql, params = sql + " AND unit = ?", (lease_id, unit)
     # A release may let its unit leave memory and expire: its supervisor hears of it now.
     wake = f"lease:{lease_id}" if _LEASE_ID.fullmatch(lease_id) else None
     with db.write(durable=False, wake=wake) as conn:
-        return conn.execute("DELETE FROM retains WHERE lease_id = ?", (lease_id,)).rowcount == 1
+        return conn.execute(sql, params).rowcount == 1
 
 
 def held(db: Database, now: float, units: Iterable[str] | None = None) -> set[str]:

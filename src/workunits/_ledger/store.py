@@ -859,11 +859,15 @@ class Ledger:
             self._db, work_id, owner or _procid.this_process(), self._clock.now(), lease
         )
 
-    def renew_retain(self, lease_id: str, lease: float) -> bool:
-        return retains.renew(self._db, lease_id, self._clock.now(), lease)
+    def renew_retain(self, lease_id: str, lease: float, *, unit: str | None = None) -> bool:
+        """Renew a retain lease; False once it lapsed or was released, or (given ``unit``)
+        when it is not a lease on that unit."""
+        return retains.renew(self._db, lease_id, self._clock.now(), lease, unit)
 
-    def release_retain(self, lease_id: str) -> bool:
-        return retains.release(self._db, lease_id)
+    def release_retain(self, lease_id: str, *, unit: str | None = None) -> bool:
+        """Release a retain lease; False once it had gone, or (given ``unit``) when it is
+        not a lease on that unit."""
+        return retains.release(self._db, lease_id, unit)
 
     def drain_commit_seconds(self) -> builtins.list[float]:
         """How long each write's COMMIT took since the last call (SQLite; empty elsewhere)."""

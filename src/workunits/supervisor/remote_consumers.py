@@ -60,14 +60,14 @@ class RemoteConsumers:
         return self._ledger.renew_claim(work_id, token, check_lease(lease))
 
     def retain(self, work_id: str, lease: float, owner: str) -> str:
-        _ids.validate(work_id)
+        self._ledger.require(work_id)  # InvalidWorkId / UnknownWork: no lease on nothing
         return self._ledger.retain(work_id, check_lease(lease), owner=owner)
 
-    def renew_retain(self, lease_id: str, lease: float) -> bool:
-        return self._ledger.renew_retain(lease_id, check_lease(lease))
+    def renew_retain(self, lease_id: str, lease: float, unit: str | None = None) -> bool:
+        return self._ledger.renew_retain(lease_id, check_lease(lease), unit=unit)
 
-    def release_retain(self, lease_id: str) -> bool:
-        return self._ledger.release_retain(lease_id)
+    def release_retain(self, lease_id: str, unit: str | None = None) -> bool:
+        return self._ledger.release_retain(lease_id, unit=unit)
 
     def retained(self, work_id: str) -> bool:
         return work_id in self._ledger.retained([work_id])
