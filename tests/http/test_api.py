@@ -113,7 +113,7 @@ def test_arguments_json_cannot_bring_back_equal_are_refused_by_name(
     api: httpx.Client, args: bytes, shown: str
 ) -> None:
     """Not pickled with the callable as the number Python parsed them into."""
-    params = {"kind": "agent", "limit": 500}
+    params: dict[str, str | int] = {"kind": "agent", "limit": 500}
     before = api.get("/v1/units", params=params).json()["items"]
     body = b'{"kind": "agent", "target": "tests.http.units:add", "args": ' + args + b"}"
     r = api.post("/v1/units", content=body, headers={"content-type": "application/json"})
