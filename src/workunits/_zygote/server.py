@@ -537,10 +537,10 @@ class Zygote:
             if self.cgroups is None:
                 # Orphans of ended units (and their orphans, round by round) came back to us.
                 _linux.kill_tree_round(self.pid, spare=self.units.keys() | self.pool.pids())
-            else:
-                self.kill_escaped()
             if slot is not None:
                 self.report_exit(slot, pid, status)
+            if self.cgroups is not None:
+                self.kill_escaped()  # after the report: cgroup.kill already took the unit
 
     def kill_escaped(self) -> None:
         """In cgroup mode: SIGKILL each orphan that came back to us from outside every
