@@ -95,3 +95,31 @@ def test_the_supervisor_raises_its_descriptor_limit_and_units_start_with_the_old
     # and the variable that carried it is not in the unit's environment.
     assert report["agent"] == [soft, hard]
     assert report["shell"] == [str(soft), "unset"]
+
+
+@pytest.mark.timeout(120)
+def test_a_zygote_start_that_runs_out_of_descriptors_fails_no_unit_but_its_own(
+    tmp_path: Path,
+) -> None:
+    """Units submitted at once all wait for the zygote's first start; when it meets
+    EMFILE, each of them tries a start of its own rather than fail with that one."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.faults.nofile_start_host",
+            str(tmp_path / "state"),
+            str(tmp_path / "gate"),
+            "64",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    assert report["started"] >= 1, report  # all 40 failed with the one start's error
+    for failure in report["failures"]:
+        assert "Too many open files" in failure or "EMFILE" in failure, failure

@@ -150,19 +150,28 @@ class ZygoteClient:
 
         The first caller to find none publishes a ``_Start`` under the lock and
         starts the process outside it; later callers wait for that start's
-        outcome, also outside the lock.
+        outcome, also outside the lock. When it failed for want of a resource
+        (an OSError), each of them tries once more itself rather than fail with it.
         """
-        with self._lock:
-            if self._closed:
-                raise ZygoteUnavailable("the supervisor is closed")
-            if self._current is not None:
-                return self._current
-            start = self._starting
-            ours = start is None
-            if start is None:
-                start = self._starting = _Start()
-        if not ours:
-            return start.done.result()
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ZygoteUnavailable("the supervisor is closed")
+                if self._current is not None:
+                    return self._current
+                start = self._starting
+                ours = start is None
+                if start is None:
+                    start = self._starting = _Start()
+            if ours:
+                break
+            try:
+                return start.done.result()
+            except OSError:
+                # Another caller's start ran out of descriptors, processes or memory,
+                # which may be back by now: a fault in starting one unit fails that
+                # unit only (DESIGN §2.14), so this caller tries a start of its own.
+                continue
         try:
             zygote = self._start(start)
         except BaseException as exc:
