@@ -48,6 +48,8 @@ from typing import Any
 
 import orjson
 
+from workunits._record import storable_text
+
 BATCH_BYTES = 1 << 16  # one event holds at most this much of one stream's text (and a pipe read)
 STREAMS = ((1, "stdout"), (2, "stderr"))
 # A line flushed this soon after its stream's last batch was written joins a
@@ -305,7 +307,10 @@ class Capture:
             return
         # A line the cap refuses leaves a hole in the sequence: nothing follows it.
         event = {"seq": next(self._seqs), "ts": time.time(), "type": type_, **fields}
-        line = orjson.dumps(event, default=repr) + b"\n"
+        try:
+            line = orjson.dumps(event, default=repr) + b"\n"
+        except TypeError:  # text orjson refuses (a lone surrogate: an undecodable path)...
+            line = orjson.dumps(_encodable(event), default=repr) + b"\n"
         if self._cap is not None and self._size + len(line) > self._cap:
             self._capped = True  # for good: the unit is being killed
             self._batch = []
@@ -378,3 +383,25 @@ class _StreamSink(io.BufferedIOBase):
         if text:
             self._capture.output(self._name, text)
         return len(chunk)
+
+
+_INT64 = (-(2**63), 2**64 - 1)  # the integers orjson writes
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with what orjson refuses made writable: text escaped as the ledger keeps
+    it, keys made text, integers beyond 64 bits written as text. A transcript line is a
+    record of what happened; it must not fail the unit it records (an exception's
+    message may name a file whose name is not UTF-8)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {
+            storable_text(k if isinstance(k, str) else repr(k)): _encodable(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if _INT64[0] <= value <= _INT64[1] else str(value)
+    return value

@@ -39,7 +39,7 @@ from workunits._mailbox import Mailbox
 from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
 from workunits._retry import error_types
 from workunits._runtime.capture import Capture
-from workunits._runtime.steps import Steps, join
+from workunits._runtime.steps import Steps
 from workunits._seconds import ask_timeout, seconds, wait_timeout
 from workunits._signalname import check_name
 from workunits._status import is_terminal
@@ -353,8 +353,7 @@ class UnitContext:
         strictjson.dumps(state, "checkpoint")
         self.last_checkpoint = state
         if self._steps is not None:
-            self._steps.state = state
-            self._save(join(self._steps.done, state))
+            self._steps.checkpoint(state, self._save)
         else:
             self._save(state)
 

@@ -8,11 +8,12 @@ and stored in the ledger like any checkpoint. ``ctx.last_checkpoint`` and
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from workunits import _strictjson as strictjson
-from workunits._errors import SpecError
+from workunits._errors import SpecError, UnstorableValue
 
 STEPS = "steps"
 STATE = "state"
@@ -30,10 +31,27 @@ def join(steps: dict[str, Any], state: Any) -> dict[str, Any]:
 
 
 class Steps:
-    """The step record of one workflow attempt; lives in the unit process."""
+    """The step record of one workflow attempt; lives in the unit process.
+
+    Safe from several threads of the unit: steps of different names run at once,
+    and each checkpoint holds every step finished before it, in order.
+    """
 
     def __init__(self, checkpoint: Any) -> None:
         self.done, self.state = split(checkpoint)
+        # Guards done, state, _calls and _running; held for O(1) work, and across a
+        # checkpoint's save (so that a later save never carries fewer steps).
+        self._cond = threading.Condition()
+        # Per name, the arguments of its first call in this attempt: a later call
+        # with others would silently get the first one's result.
+        self._calls: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._running: set[str] = set()
+
+    def checkpoint(self, state: Any, save: Callable[[dict[str, Any]], None]) -> None:
+        """The user's own state, saved with the steps done so far."""
+        with self._cond:
+            self.state = state
+            save(join(dict(self.done), state))
 
     def run(
         self,
@@ -51,15 +69,48 @@ class Steps:
         ``before`` raises Cancelled when a cancel was requested, so a cancel
         lands between steps; ``save`` checkpoints (and raises Cancelled after).
         """
-        if not isinstance(name, str) or not name:
-            raise SpecError(f"a step name is a non-empty str, got {name!r}")
-        if name in self.done:
-            log(name, True)
-            return self.done[name]
-        before()
-        value = fn(*args, **kwargs)
-        strictjson.dumps(value, f"the result of step {name!r}")
-        self.done[name] = value
-        log(name, False)
-        save(join(self.done, self.state))
-        return value
+        _check_name(name)
+        with self._cond:
+            self._same_call(name, args, kwargs)
+            while name in self._running:  # the same step, called from another thread
+                self._cond.wait()
+            if name in self.done:
+                log(name, True)
+                return self.done[name]
+            self._running.add(name)
+        try:
+            before()
+            value = fn(*args, **kwargs)
+            strictjson.dumps(value, f"the result of step {name!r}")
+            with self._cond:
+                self.done[name] = value
+                log(name, False)
+                save(join(dict(self.done), self.state))
+            return value
+        finally:
+            with self._cond:
+                self._running.discard(name)
+                self._cond.notify_all()
+
+    def _same_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """(Lock held.) Refuse ``name`` called again in this attempt with other arguments."""
+        first = self._calls.setdefault(name, (args, kwargs))
+        try:
+            same = first == (args, kwargs)
+        except Exception:  # noqa: BLE001 - arguments that cannot be compared are not the same
+            same = first[0] is args and first[1] is kwargs
+        if not same:
+            raise SpecError(
+                f"step {name!r} already ran in this attempt with other arguments, and would "
+                f"return that run's result; give each step its own name (f'{name}-{{item}}')"
+            )
+
+
+def _check_name(name: object) -> None:
+    """A step name is non-empty text the checkpoint can hold, checked before anything runs."""
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"a step name is a non-empty str, got {name!r}")
+    try:
+        strictjson.dumps(name, "the step name")
+    except UnstorableValue as exc:
+        raise SpecError(str(exc)) from None
