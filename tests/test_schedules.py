@@ -8,6 +8,7 @@ process SIGKILLed between firings.
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import workunits as wu
+from workunits._cli import schedules as schedules_cli
 from workunits.testing import ManualClock
 
 from .conftest import eventually
@@ -65,7 +67,40 @@ def test_bad_schedules_are_refused(msup: wu.Supervisor) -> None:
         msup.schedule("bad", "0 3 * * *", "shell", "true", catch_up="all")
     with pytest.raises(wu.SpecError, match="kind"):
         msup.schedule("bad", "0 3 * * *", "monitor", "true")
+    # Options every firing's submit would refuse: refused now, not at each firing.
+    with pytest.raises(wu.SpecError, match="timeout"):
+        msup.schedule("bad", "0 3 * * *", "shell", "true", timeout=-5)
+    with pytest.raises(wu.SpecError, match="description"):
+        msup.schedule("bad", "0 3 * * *", "shell", "true", description=42)  # type: ignore[arg-type]
     assert msup.schedules() == []
+
+
+def test_a_cron_that_names_no_time_after_now_is_refused(msup: wu.Supervisor) -> None:
+    """Not croniter's own error: a 31st of February, or a year that has passed."""
+    for cron in ("0 0 31 2 *", "0 0 1 1 * 0 1970"):  # the manual clock starts after it
+        with pytest.raises(wu.InvalidArgument, match="names no time after now"):
+            msup.schedule("never", cron, "shell", "true")
+    assert msup.schedules() == []
+
+
+def test_a_cron_with_a_last_time_fires_it_then_never_and_stops_no_other(
+    msup: wu.Supervisor, clock: ManualClock
+) -> None:
+    """After its last time, croniter finds no next one: that ended only this schedule,
+    where it had stopped every schedule's firing and the rest of the tick."""
+    once = FIRST + EVERY  # 14:00:00 UTC on 12 January 1970, a */10 time too
+    msup.schedule("once", "0 14 12 1 * 0 1970", "shell", "true")  # minute ... second year
+    msup.schedule("ten", "*/10 * * * *", "shell", "true")
+    clock.set(once)
+    msup.tick()
+    assert len(_fired(msup, "once")) == 1
+    infos = {info.name: info for info in msup.schedules()}
+    assert infos["once"].next_at == math.inf
+    clock.set(once + EVERY)
+    msup.tick()
+    assert len(_fired(msup, "once")) == 1
+    assert len(_fired(msup, "ten")) == 3  # 13:50 and 14:00 at the first tick, then 14:10
+    assert schedules_cli._when(math.inf) == "never"
 
 
 def test_the_cron_is_read_in_its_time_zone(msup: wu.Supervisor) -> None:

@@ -7,6 +7,7 @@ supervisor runs (schedules are added with ``sup.schedule`` in a program).
 from __future__ import annotations
 
 import datetime
+import math
 from pathlib import Path
 
 import click
@@ -15,6 +16,8 @@ from workunits._cli._app import cli, emit_json, json_option, opened, state_optio
 
 
 def _when(ts: float) -> str:
+    if math.isinf(ts):  # its cron names no later time
+        return "never"
     return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 

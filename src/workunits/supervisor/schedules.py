@@ -18,11 +18,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import math
 import zoneinfo
 from collections.abc import Callable
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from workunits._errors import InvalidArgument, WorkunitsError
 from workunits._ledger import Ledger
@@ -58,9 +59,13 @@ def check_schedule(name: object, cron: object, tz: object, catch_up: object) -> 
 
 
 def next_due(cron: str, tz: str, after: float) -> float:
-    """The first time strictly after ``after`` (seconds since the epoch) ``cron`` names."""
+    """The first time strictly after ``after`` (seconds since the epoch) ``cron`` names;
+    ``math.inf`` when it names none (a year field that has passed, a 31st of February)."""
     start = datetime.datetime.fromtimestamp(after, zoneinfo.ZoneInfo(tz))
-    due: datetime.datetime = croniter(cron, start).get_next(datetime.datetime)
+    try:
+        due: datetime.datetime = croniter(cron, start).get_next(datetime.datetime)
+    except CroniterError:
+        return math.inf
     return due.timestamp()
 
 
@@ -101,6 +106,12 @@ class Schedules:
         now: float,
     ) -> ScheduleRow:
         check_schedule(name, cron, tz, catch_up)
+        first = next_due(cron, tz, now)
+        if first == math.inf:
+            raise InvalidArgument(
+                f"{cron!r} names no time after now (a 31st of February, a year that has "
+                f"passed): it would never fire"
+            )
         stored = self._ledger.encode_schedule_spec(spec, name)
         old = self._rows.get(name)
         if (
@@ -127,7 +138,7 @@ class Schedules:
             letter=letter,
             spec=stored,
             options=options,
-            next_at=next_due(cron, tz, now),
+            next_at=first,
             created_at=now,
         )
         self._ledger.put_schedule(row)
@@ -146,7 +157,7 @@ class Schedules:
         for row in [r for r in self._rows.values() if r.next_at <= now]:
             try:
                 self._catch_up(row, now)
-            except WorkunitsError:
+            except Exception:  # one schedule's fault must not stop the others, nor the tick
                 log.exception("schedule %s: could not fire; tried again at the next tick", row.name)
 
     def _catch_up(self, row: ScheduleRow, now: float) -> None:
