@@ -167,8 +167,9 @@ def retry(state_dir: Path, as_json: bool, work_id: str) -> None:
 def gc(state_dir: Path, as_json: bool, older_than: str) -> None:
     """Free the ledger: drop results, output tails and checkpoints of old units.
 
-    Units that ended before the cut read `expired` afterwards; rows that had
-    expired before it are deleted, and their IDs become unknown.
+    Units that ended before the cut read `expired` afterwards, and their notices
+    are dropped, taken or not (keep the cut longer than your consumers lag);
+    rows that had expired before it are deleted, and their IDs become unknown.
     """
     age = parse_duration(older_than)
     with opened(state_dir) as client:
