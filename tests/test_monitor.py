@@ -100,6 +100,23 @@ def test_the_rate_limit_counts_what_it_drops_and_keeps_the_newest(sup: wu.Superv
     assert events[-1].suppressed > 0
 
 
+def test_a_line_longer_than_a_read_is_one_line_matched_on_its_start(sup: wu.Supervisor) -> None:
+    """Its rest is not a line of its own: an anchored pattern matches no middle of a line."""
+    script = "head -c 70000 /dev/zero | tr '\\0' x; echo 'ERROR mid'; echo 'ERROR start'"
+    m = sup.monitor(script, r"^ERROR", rate_limit=None)
+    events, _ = split(take_until_end(sup.notifications(), m.id))
+    assert [e.line for e in events] == ["ERROR start"]
+    assert m.result(timeout=10)["lines"] == 2
+
+
+def test_a_rate_of_one_event_in_ages_holds_the_rest_without_failing(sup: wu.Supervisor) -> None:
+    m = sup.monitor(numbered(3), "ERROR", rate_limit=1e-12)
+    events, _ = split(take_until_end(sup.notifications(), m.id))
+    assert [e.line for e in events] == ["0 ERROR", "2 ERROR"]  # the newest, at the end
+    assert sum(1 + e.suppressed for e in events) == 3  # every match an event or counted
+    assert sup.wait(m.id, timeout=10).status == wu.Status.COMPLETED
+
+
 def bursts_then_waits(gate: str) -> Iterator[str]:
     for i in range(25):
         yield f"burst {i}"

@@ -33,7 +33,7 @@ from workunits._runtime.context import UnitContext, current
 from workunits._runtime.ratelimit import TokenBucket
 from workunits._wire import frames as m
 
-READ_LIMIT = 1 << 16  # a longer line of a command is matched in pieces of this size
+READ_LIMIT = 1 << 16  # a longer line of a command is matched on its first this many bytes
 EVENT_LINE_LIMIT = 8192  # characters of a line kept in its event
 
 Source = tuple[str, ...] | Callable[[], Iterable[str | bytes]]
@@ -83,6 +83,11 @@ def _read(
             stdout = source.stdout
             assert stdout is not None, "the command was started with stdout=PIPE"
             for raw in iter(lambda: stdout.readline(READ_LIMIT), b""):
+                if not raw.endswith(b"\n"):
+                    # A line longer than READ_LIMIT is matched on its first part; the
+                    # rest of it is skipped, so no match begins in the middle of a line.
+                    while (rest := stdout.readline(READ_LIMIT)) and not rest.endswith(b"\n"):
+                        pass
                 inbox.put(_Line(_text(raw), time.time()))
             stdout.close()
             inbox.put(_End(source.wait()))
@@ -121,7 +126,8 @@ class _Matcher:
             wait = None
             if self.held is not None and self.bucket is not None:
                 now = time.monotonic()
-                wait = self.bucket.next_at(now) - now
+                # A rate of one event in ages: no wait longer than the clock's bound.
+                wait = min(self.bucket.next_at(now) - now, threading.TIMEOUT_MAX)
             try:
                 item = inbox.get(timeout=wait)
             except queue.Empty:
