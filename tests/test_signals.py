@@ -116,6 +116,19 @@ def test_signal_to_an_ended_unit_is_refused(tmp_path: Path) -> None:
             sup.signal(unit.id, "", 1)
 
 
+def test_a_signal_to_a_unit_that_never_waits_is_refused(tmp_path: Path) -> None:
+    """A shell runs a command, not code that could call ctx.wait_for: kept, it would
+    wait in the ledger for nobody, and the sender would hear True."""
+    state = tmp_path / "state"
+    with wu.Supervisor(state) as sup:
+        shell = sup.shell(["sleep", "30"])
+        with pytest.raises(wu.SpecError, match="shell unit, which never waits for a signal"):
+            sup.signal(shell.id, "approval", 1)
+        with wu.connect(state) as client, pytest.raises(wu.SpecError, match="never waits"):
+            client.signal(shell.id, "approval", 1)
+        assert sup.kill(shell.id)
+
+
 @pytest.mark.timeout(120)
 def test_signals_outlive_a_sigkilled_supervisor(tmp_path: Path) -> None:
     """Consumed at the checkpoint: ``a`` is not received again, ``b`` is; ``c`` was sent

@@ -17,7 +17,7 @@ from typing import Any
 
 from workunits import _ids
 from workunits import _strictjson as strictjson
-from workunits._errors import UnknownWork
+from workunits._errors import SpecError, UnknownWork
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.writes import status_of
 from workunits._signalname import check_name
@@ -33,21 +33,31 @@ class Signal:
     created_at: float
 
 
+# Built-in kinds whose units run no code of the user's that could call ctx.wait_for.
+DEAF_KINDS = frozenset({"shell", "monitor"})
+
+
 def send(db: Database, unit: str, name: str, value: Any, now: float) -> int | None:
     """Keep a signal for ``unit``; its seq, or None when the unit has ended (nothing kept).
 
-    UnknownWork when the ledger has no such unit. Fully synced: an approval
-    that was acknowledged must not be lost.
+    UnknownWork when the ledger has no such unit; SpecError for a shell or a
+    monitor, which never wait for one. Fully synced: an approval that was
+    acknowledged must not be lost.
     """
     _ids.validate(unit)
     check_name(name)
     data = strictjson.dumps(value, f"value of signal {name!r} for {unit}")
     with db.write(durable=True, wake=f"unit:{unit}") as conn:
-        row = conn.execute("SELECT status FROM units WHERE id = ?", (unit,)).fetchone()
+        row = conn.execute("SELECT status, kind FROM units WHERE id = ?", (unit,)).fetchone()
         if row is None:
             raise UnknownWork(f"no work unit {unit!r} in this ledger")
         if is_terminal(status_of(row["status"], unit)):
             return None
+        if row["kind"] in DEAF_KINDS:
+            raise SpecError(
+                f"{unit} is a {row['kind']} unit, which never waits for a signal: agents, "
+                f"workflows, teammates and dreams do (ctx.wait_for)"
+            )
         inserted = conn.execute(
             "INSERT INTO signals (unit, name, value, created_at) VALUES (?, ?, ?, ?) RETURNING seq",
             (unit, name, data, now),
