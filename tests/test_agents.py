@@ -95,6 +95,14 @@ def talkative() -> str:
     return "done"
 
 
+def emits_what_json_cannot_hold() -> str:
+    ctx = wu.current()
+    ctx.emit({1: "an int key"})
+    ctx.emit({"big": 1 << 70})
+    ctx.emit({"path": os.fsdecode(b"report-\xff.csv")})
+    return "emitted"
+
+
 def parent_with_children() -> list[Any]:
     ctx = wu.current()
     good = ctx.agent(add, 2, 3)
@@ -400,6 +408,22 @@ def test_a_killed_agents_transcript_ends_with_its_end_before_anyone_sees_it(
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.timeout(30)
+def test_an_event_json_cannot_hold_is_written_as_text_not_a_failure(
+    sup: wu.Supervisor, tmp_path: Path
+) -> None:
+    """orjson refused each of these with a TypeError that failed the unit."""
+    h = sup.agent(emits_what_json_cannot_hold)
+    assert h.result(timeout=20) == "emitted"
+    transcript = tmp_path / "state" / "transcripts" / f"{h.id}.jsonl"
+    events = [orjson.loads(line) for line in transcript.read_bytes().splitlines()]
+    assert [e["data"] for e in events if e["type"] == "event"] == [
+        {"1": "an int key"},
+        {"big": str(1 << 70)},
+        {"path": "report-\\udcff.csv"},
+    ]
+
+
 def test_transcript_events_and_output_as_its_second_name(
     sup: wu.Supervisor, tmp_path: Path
 ) -> None:

@@ -451,7 +451,8 @@ class UnitContext:
         return True, value
 
     def emit(self, event: Mapping[str, Any]) -> None:
-        """Append an event of yours to the transcript."""
+        """Append an event of yours to the transcript (values JSON can't hold become repr,
+        keys text; an integer beyond 64 bits is written as text): a record, not a store."""
         if not isinstance(event, Mapping):
             raise SpecError(f"an event is a mapping, got {type(event).__name__}")
         self._transcript.write("event", data=dict(event))
