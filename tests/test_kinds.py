@@ -177,6 +177,52 @@ def test_a_kind_whose_handler_raises_fails_the_unit_instead_of_hanging_it(
     assert sup.notifications().get(timeout=0).id == unit.id
 
 
+class EndsWith(WorkActor):
+    """A kind with a bug in its end: finishes with the status its spec names."""
+
+    kind: ClassVar[str] = "ends-with"
+
+    def launch(self) -> None:
+        self.finish(Outcome(Status(self.unit.spec)))
+
+    def signal_work(self, signum: int) -> None:
+        self.finish(self.outcome_for_exit(None, signum))
+
+
+@pytest.mark.parametrize("status", ["pending", "running"])
+def test_an_end_that_is_not_an_end_fails_the_unit_instead_of_leaving_it_running(
+    sup: Supervisor, status: str
+) -> None:
+    """Its actor had stopped: the unit ran on for ever, unkillable, and no notice came."""
+    sup.register_kind("q", EndsWith)
+    unit = sup.submit("q", status)
+    record = sup.wait(unit.id, WAIT)
+    assert record.status == Status.FAILED
+    assert record.error == (
+        f"its kind (ends-with) reported an end with status {status}, which is not an end: "
+        f"a bug in that kind"
+    )
+    assert sup.notifications().get(timeout=WAIT).id == unit.id
+
+
+class CompletesWhenKilled(ScriptedWork):
+    """A kind that answers a kill by completing, with a reason of its choosing."""
+
+    kind: ClassVar[str] = "stubborn"
+
+    def signal_work(self, signum: int) -> None:
+        self.finish(Outcome(Status.COMPLETED, exit_code=0, reason=Reason.TIMEOUT))
+
+
+def test_an_accepted_kill_ends_killed_even_when_the_kind_says_completed(sup: Supervisor) -> None:
+    sup.register_kind("y", CompletesWhenKilled)
+    drive = ScriptedDriver(sup, "y", register=False)
+    unit = drive.start()
+    assert sup.kill(unit.id) is True
+    record = sup.wait(unit.id, WAIT)
+    assert (record.status, record.reason) == (Status.KILLED, Reason.KILLED)
+
+
 class ExitCodeWork(WorkActor):
     """A kind that runs a command through the zygote, as the guide says, and ends at its exit."""
 

@@ -87,13 +87,16 @@ class Control:
         ``killed`` for that reason even when its process ended by itself before
         its actor heard of the kill (the Reaper reports a shell's exit without
         waiting for the actor). Kept as reported: a ``killed`` end (its own
-        reason), an end we gave a reason (``lost``...), and a failure of the
-        unit's actor (a bug in its kind, which the record must show).
+        reason), a failure we gave a reason (``lost``...), and a failure of the
+        unit's actor (a bug in its kind, which the record must show). A
+        ``completed`` end is never kept, whatever reason a kind gave it.
         """
         slot = self._units.slot(work_id)
         if slot is None or slot.asked is None or outcome.status is Status.KILLED:
             return outcome
-        if outcome.reason is not None or outcome.actor_failed:
+        if outcome.actor_failed or (
+            outcome.reason is not None and outcome.status is not Status.COMPLETED
+        ):
             return outcome
         return exit_outcome(slot.asked, outcome.exit_code, outcome.signal)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from workunits import _outputfile
 from workunits._clock import Clock
 from workunits._record import Outcome, WorkRecord, replace
-from workunits._status import is_terminal
+from workunits._status import Status, is_terminal
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.notices import Notices
 from workunits.supervisor.slots import Slot
@@ -146,6 +146,17 @@ class TerminalTransition:
         record = self._units.registry.find(work_id)
         if record is None or is_terminal(record.status):
             return  # already ended: "exited after kill" and friends are normal
+        if not is_terminal(outcome.status):
+            # A kind's bug: an end must end the unit, or it would run on for ever,
+            # unkillable (its actor has stopped). The record says whose bug it was.
+            outcome = Outcome(
+                Status.FAILED,
+                error=(
+                    f"its kind ({record.kind}) reported an end with status "
+                    f"{outcome.status.value}, which is not an end: a bug in that kind"
+                ),
+                actor_failed=True,
+            )
         slot = self._units.slot(work_id)
         size, tail = self._drain_output(record, slot)
         now = self._clock.now()
