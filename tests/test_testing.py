@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import os
 import signal
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import WAIT
 from workunits import (
     InvalidArgument,
+    KindTaken,
     Reason,
     SpecError,
     Status,
@@ -20,7 +23,14 @@ from workunits import (
     WrongType,
 )
 from workunits._ids import mint
-from workunits.testing import ManualClock, NotRunning, ScriptedDriver, ScriptSpec
+from workunits.testing import (
+    LifecycleMachine,
+    ManualClock,
+    NotRunning,
+    ScriptedDriver,
+    ScriptedWork,
+    ScriptSpec,
+)
 
 # -- ManualClock -------------------------------------------------------------------
 
@@ -201,3 +211,23 @@ def test_a_driver_can_share_an_already_registered_letter(
     second = ScriptedDriver(msup, register=False)
     unit = second.start()
     assert drive.exit(unit.id, 0).status == Status.COMPLETED
+
+
+class _SetupRaises(LifecycleMachine):
+    """Its setup takes a built-in letter: refused, in the machine's constructor."""
+
+    def setup(self) -> None:
+        self.sup.register_kind("b", ScriptedWork)
+
+
+def test_a_machine_whose_setup_raises_leaves_no_supervisor_or_state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hypothesis tears down only a machine it could make; each failed one leaked both."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(KindTaken):
+        _SetupRaises()
+    assert list(tmp_path.iterdir()) == []
+    left = [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+    assert left == [], left

@@ -18,6 +18,7 @@ Time and ordering without sleeps::
         drive.write(unit.id, b"hello")       # on disk when this returns
         assert sup.read_output(unit.id) == b"hello"
         drive.exit(unit.id, 0)               # returns the terminal record
+        sup.notifications().get(timeout=5)   # its notice taken: it may leave memory
         clock.advance(10)
         assert sup.tick() == 1               # evicted exactly at the grace
 

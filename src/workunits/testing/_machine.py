@@ -141,7 +141,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.models: dict[str, UnitModel] = {}
         self.retains: dict[str, Retain] = {}  # lease ID -> the handle the machine holds
         self._seen_events = 0
-        self.setup()
+        try:
+            self.setup()
+        except BaseException:
+            # Hypothesis tears down only a machine it could make: this one's
+            # supervisor and state dir would outlive the test, one per example.
+            self.sup.close()
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            raise
 
     # -- hooks -----------------------------------------------------------------
 
