@@ -297,7 +297,7 @@ def test_a_corrupt_row_names_the_unit_and_column(
         ledger.require(unit.id)
     assert f"unit {unit.id}" in str(caught.value)
     assert message in str(caught.value)
-    assert "restore the state dir from a backup (`workunits backup`" in str(caught.value)
+    assert "restore the ledger from a backup (`workunits backup` makes one" in str(caught.value)
 
 
 def test_a_row_whose_id_was_changed_is_corrupt_for_every_read_not_a_bad_argument(

@@ -28,10 +28,11 @@ from workunits._restart import Restart, policy_from_json
 from workunits._retry import Attempt, Retry, attempts_from_json
 from workunits._status import Reason, Status, is_terminal
 
-# What to do about a row that does not decode, said by every such error.
+# What to do about a row that does not decode, said by every such error (either ledger).
 REPAIR = (
-    "; the row was changed outside workunits: restore the state dir from a backup "
-    "(`workunits backup` makes one), or delete that unit's row"
+    "; the row was changed outside workunits: restore the ledger from a backup "
+    "(`workunits backup` makes one of an embedded ledger; a PostgreSQL ledger, the "
+    "database's own), or delete that unit's row"
 )
 
 EXPIRED = "expired"
