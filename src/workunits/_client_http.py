@@ -293,6 +293,11 @@ class HttpClient:
     """
 
     def __init__(self, url: str, *, token: str, timeout: float = 60.0) -> None:
+        if not isinstance(token, str) or not token.strip() or not token.isprintable():
+            raise SpecError(
+                f"token must be the server's bearer token (the state dir's http.token, "
+                f"non-empty printable text), got {token!r:.40}"
+            )
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = timeout = seconds("timeout", timeout)
@@ -470,11 +475,11 @@ class HttpClient:
         """Start a unit that ended ``failed`` or ``killed`` again, as a new unit
         (``POST /v1/units/{id}/retry``); a second call returns the same new unit
         (``created`` False). NotRetryable for a unit that did not fail."""
-        return self._retried(self._http.post(f"/v1/units/{work_id}/retry"))
+        return self._retried(self._http.post(f"/v1/units/{_unit(work_id)}/retry"))
 
     async def retry_async(self, work_id: str) -> HttpHandle:
         """Like ``retry`` without blocking the event loop."""
-        return self._retried(await self._aclient().post(f"/v1/units/{work_id}/retry"))
+        return self._retried(await self._aclient().post(f"/v1/units/{_unit(work_id)}/retry"))
 
     def _retried(self, response: httpx.Response) -> HttpHandle:
         again = _check(response).json()
@@ -484,11 +489,11 @@ class HttpClient:
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's record; WorkExpired once its retention ran out (410)."""
-        return record_of(_check(self._http.get(f"/v1/units/{work_id}")).json())
+        return record_of(_check(self._http.get(f"/v1/units/{_unit(work_id)}")).json())
 
     async def get_async(self, work_id: str) -> WorkRecord:
         """Like ``get`` without blocking the event loop."""
-        return record_of(_check(await self._aclient().get(f"/v1/units/{work_id}")).json())
+        return record_of(_check(await self._aclient().get(f"/v1/units/{_unit(work_id)}")).json())
 
     def list(
         self, status: str | None = None, kind: str | None = None, parent: str | None = None
@@ -562,7 +567,9 @@ class HttpClient:
                 else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
             )
             response = self._http.get(
-                f"/v1/units/{work_id}/result", params={"wait": left}, timeout=left + self._timeout
+                f"/v1/units/{_unit(work_id)}/result",
+                params={"wait": left},
+                timeout=left + self._timeout,
             )
             found = _settle(response, timeout, deadline, for_result)
             if found is not None:
@@ -590,7 +597,9 @@ class HttpClient:
                 else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
             )
             response = await self._aclient().get(
-                f"/v1/units/{work_id}/result", params={"wait": left}, timeout=left + self._timeout
+                f"/v1/units/{_unit(work_id)}/result",
+                params={"wait": left},
+                timeout=left + self._timeout,
             )
             found = _settle(response, timeout, deadline, for_result)
             if found is not None:
@@ -605,7 +614,7 @@ class HttpClient:
         ``follow=False``, reads ``/output`` for only what has been written so
         far. InvalidWorkId / UnknownWork here, not at the first ``next()``.
         """
-        response = self._http.get(f"/v1/units/{work_id}")
+        response = self._http.get(f"/v1/units/{_unit(work_id)}")
         if response.status_code != 410:  # an expired unit's tail is still served
             _check(response)
         return HttpOutputStream(self, work_id, follow=follow)
@@ -624,7 +633,9 @@ class HttpClient:
     ) -> AbstractContextManager[httpx.Response]:
         """The ``/events`` response, checked (for ``HttpOutputStream``)."""
         return _checked_stream(
-            self._http.stream("GET", f"/v1/units/{work_id}/events", headers=headers, timeout=None)
+            self._http.stream(
+                "GET", f"/v1/units/{_unit(work_id)}/events", headers=headers, timeout=None
+            )
         )
 
     def _stream_events_async(
@@ -632,17 +643,19 @@ class HttpClient:
     ) -> AbstractAsyncContextManager[httpx.Response]:
         return _checked_stream_async(
             self._aclient().stream(
-                "GET", f"/v1/units/{work_id}/events", headers=headers, timeout=None
+                "GET", f"/v1/units/{_unit(work_id)}/events", headers=headers, timeout=None
             )
         )
 
     def _read_output(self, work_id: str, offset: int, limit: int) -> httpx.Response:
         params = {"offset": offset, "limit": limit}
-        return _check(self._http.get(f"/v1/units/{work_id}/output", params=params))
+        return _check(self._http.get(f"/v1/units/{_unit(work_id)}/output", params=params))
 
     async def _read_output_async(self, work_id: str, offset: int, limit: int) -> httpx.Response:
         params = {"offset": offset, "limit": limit}
-        return _check(await self._aclient().get(f"/v1/units/{work_id}/output", params=params))
+        return _check(
+            await self._aclient().get(f"/v1/units/{_unit(work_id)}/output", params=params)
+        )
 
     def events(
         self, work_id: str, after: str | None = None
@@ -654,7 +667,7 @@ class HttpClient:
         while True:
             headers = {} if last is None else {"Last-Event-ID": last}
             with self._http.stream(
-                "GET", f"/v1/units/{work_id}/events", headers=headers, timeout=None
+                "GET", f"/v1/units/{_unit(work_id)}/events", headers=headers, timeout=None
             ) as r:
                 _check_stream(r)
                 try:
@@ -672,22 +685,24 @@ class HttpClient:
         """Cancel (SIGTERM or a cooperative cancel, SIGKILL after ``grace``); False if it
         had already ended."""
         grace = seconds("grace", grace, zero=True)
-        r = _check(self._http.post(f"/v1/units/{work_id}/cancel", json={"grace": grace}))
+        r = _check(self._http.post(f"/v1/units/{_unit(work_id)}/cancel", json={"grace": grace}))
         return bool(r.json()["changed"])
 
     def kill(self, work_id: str) -> bool:
         """SIGKILL the unit's process group; False if it had already ended."""
-        return bool(_check(self._http.post(f"/v1/units/{work_id}/kill")).json()["changed"])
+        return bool(_check(self._http.post(f"/v1/units/{_unit(work_id)}/kill")).json()["changed"])
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
         """Like ``cancel`` without blocking the event loop."""
         grace = seconds("grace", grace, zero=True)
-        r = _check(await self._aclient().post(f"/v1/units/{work_id}/cancel", json={"grace": grace}))
+        r = _check(
+            await self._aclient().post(f"/v1/units/{_unit(work_id)}/cancel", json={"grace": grace})
+        )
         return bool(r.json()["changed"])
 
     async def kill_async(self, work_id: str) -> bool:
         """Like ``kill`` without blocking the event loop."""
-        r = _check(await self._aclient().post(f"/v1/units/{work_id}/kill"))
+        r = _check(await self._aclient().post(f"/v1/units/{_unit(work_id)}/kill"))
         return bool(r.json()["changed"])
 
     def signal(self, work_id: str, name: str, value: Any = None) -> bool:
@@ -697,12 +712,14 @@ class HttpClient:
         when the unit has ended (409).
         """
         body = {"name": name, "value": value}
-        return _signalled(self._http.post(f"/v1/units/{work_id}/signals", json=body))
+        return _signalled(self._http.post(f"/v1/units/{_unit(work_id)}/signals", json=body))
 
     async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
         """Like ``signal`` without blocking the event loop."""
         body = {"name": name, "value": value}
-        return _signalled(await self._aclient().post(f"/v1/units/{work_id}/signals", json=body))
+        return _signalled(
+            await self._aclient().post(f"/v1/units/{_unit(work_id)}/signals", json=body)
+        )
 
     # -- retain and notices -------------------------------------------------------------
 
@@ -714,7 +731,7 @@ class HttpClient:
         manager. It lapses by itself when no longer renewed.
         """
         lease = check_lease(lease)
-        response = self._http.post(f"/v1/units/{work_id}/retain", json={"lease": lease})
+        response = self._http.post(f"/v1/units/{_unit(work_id)}/retain", json={"lease": lease})
         lease_id = str(_check(response).json()["lease_id"])
         return Retain(
             work_id,
@@ -727,12 +744,19 @@ class HttpClient:
     def renew_retain(self, work_id: str, lease_id: str, lease: float = 30.0) -> bool:
         """Renew a retain lease by its ID; False once it lapsed or was released."""
         lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
-        r = self._http.put(f"/v1/units/{work_id}/retain/{lease_id}", json={"lease": lease})
+        r = self._http.put(
+            f"/v1/units/{_unit(work_id)}/retain/{quote(lease_id, safe='')}", json={"lease": lease}
+        )
         return r.status_code == 200
 
     def release(self, work_id: str, lease_id: str) -> bool:
         """Release a retain lease by its ID; False if it had already gone."""
-        return self._http.delete(f"/v1/units/{work_id}/retain/{lease_id}").status_code == 204
+        return (
+            self._http.delete(
+                f"/v1/units/{_unit(work_id)}/retain/{quote(lease_id, safe='')}"
+            ).status_code
+            == 204
+        )
 
     def take_notice(
         self, timeout: float = 0.0, lease: float = 30.0
@@ -778,7 +802,7 @@ class HttpClient:
         """Extend a claim (from ``take_notice``) by ``lease`` seconds; False if it was lost."""
         lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
         response = self._http.put(
-            f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}",
+            f"/v1/notifications/{_unit(work_id)}/claims/{quote(token, safe='')}",
             json={"token": token, "lease": lease},
         )
         if response.status_code == 409:
@@ -789,7 +813,9 @@ class HttpClient:
     def ack_notice(self, work_id: str, token: str) -> bool:
         """Acknowledge a claimed notice; False if the claim was lost."""
         return (
-            self._http.post(f"/v1/notifications/{work_id}/ack", json={"token": token}).status_code
+            self._http.post(
+                f"/v1/notifications/{_unit(work_id)}/ack", json={"token": token}
+            ).status_code
             == 200
         )
 
@@ -797,7 +823,7 @@ class HttpClient:
         """Give a claimed notice back for redelivery; False if the claim was lost."""
         return (
             self._http.delete(
-                f"/v1/notifications/{work_id}/claims/{quote(token, safe='')}"
+                f"/v1/notifications/{_unit(work_id)}/claims/{quote(token, safe='')}"
             ).status_code
             == 204
         )
@@ -930,3 +956,12 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None]]:
             data.append(value)
         elif field == "id":
             event_id = value
+
+
+def _unit(work_id: str) -> str:
+    """``work_id`` for a URL path, once it is a well-formed ID (InvalidWorkId otherwise).
+
+    Unchecked, ``"a…/../b…"`` would have named another unit's route: the one
+    regex checks every ID before it touches a path (DESIGN §2.1).
+    """
+    return _ids.validate(work_id)

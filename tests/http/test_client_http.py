@@ -79,6 +79,29 @@ def test_async_twins(served: Served) -> None:
 def test_connect_needs_a_token_for_an_address() -> None:
     with pytest.raises(wu.SpecError, match="needs token="):
         wu.connect("http://127.0.0.1:1")
+    for empty in ("", "  ", "a\nb"):  # refused at once, not as a header at the first call
+        with pytest.raises(wu.SpecError, match="token must be the server's bearer token"):
+            wu.connect("http://127.0.0.1:1", token=empty)
+
+
+@pytest.mark.parametrize(
+    "crafted", ["{a}/../{b}", "../../metrics", "", "{a}/", "{a}?x=1", "{a}%2F..%2F{b}"]
+)
+def test_an_id_is_checked_before_it_goes_into_a_url(client: HttpClient, crafted: str) -> None:
+    """Unchecked, 'a…/../b…' was b's route: kill(that) killed b and left a running."""
+    with client:
+        a, b = client.shell("sleep 30"), client.shell("sleep 30")
+        work_id = crafted.format(a=a.id, b=b.id)
+        try:
+            for call in (client.get, client.kill, client.retain, lambda i: client.signal(i, "n")):
+                with pytest.raises(wu.InvalidWorkId):
+                    call(work_id)
+            with pytest.raises(wu.InvalidWorkId):
+                client.stream(work_id)
+            assert client.get(b.id).status is wu.Status.RUNNING
+        finally:
+            a.kill()
+            b.kill()
 
 
 def test_import_workunits_loads_no_http_dependency() -> None:
