@@ -165,3 +165,15 @@ def test_read_until_sees_output_of_a_running_process(sup: Supervisor) -> None:
     assert read_until(sup, unit.id, b"two\n") == b"one\ntwo\n"
     assert sup.get(unit.id).status == Status.RUNNING
     sup.kill(unit.id)
+
+
+def test_read_output_carries_on_from_its_offset_after_a_restart(tmp_path: Path) -> None:
+    """Saved at stop as at an eviction: the next supervisor did not hand 'first' again."""
+    state = tmp_path / "state"
+    with Supervisor(state, install_signal_handlers=False) as sup:
+        unit = sup.shell(["printf", "first\\nsecond\\n"])
+        sup.wait(unit.id, WAIT)
+        assert sup.read_output(unit.id, max_bytes=6) == b"first\n"
+    with Supervisor(state, install_signal_handlers=False) as sup:
+        assert sup.read_output(unit.id) == b"second\n"
+        assert sup.read_output(unit.id) == b""

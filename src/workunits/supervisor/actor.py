@@ -32,7 +32,7 @@ from typing import Any
 import pykka
 
 from workunits._clock import Clock
-from workunits._errors import LedgerError, SessionLost
+from workunits._errors import LedgerError, SessionLost, WorkunitsError
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
 from workunits._record import WorkRecord
@@ -256,6 +256,7 @@ class SupervisorActor(pykka.ThreadingActor):
         """In this actor's thread, after the last message: commit, then close."""
         self._submits.drop()  # nothing of it was written, nor started
         self._endings.commit()
+        self._save_read_offsets()
         self._mirror.close()
         self._messaging.fail_all_asks()
         for _, slot in self._units.slots():
@@ -264,6 +265,17 @@ class SupervisorActor(pykka.ThreadingActor):
                     os.close(slot.read_fd)
                 slot.read_fd = None
         self._notices.close()
+
+    def _save_read_offsets(self) -> None:
+        """At stop, where each resident unit's reader stopped: the next supervisor's
+        ``read_output`` carries on from there, as it does after an eviction."""
+        offsets = [(r.id, r.output_offset) for r in self._units.registry if r.output_offset]
+        if not offsets:
+            return
+        try:
+            self._mirror.ledger.save_output_offsets(offsets)
+        except WorkunitsError:  # a read offset: the reader sees bytes again, nothing is lost
+            log.exception("ledger: could not keep %d units' read offsets", len(offsets))
 
     # -- tells from WorkActors, the Reaper and mailboxes; ticks from the inbox ------
 
