@@ -59,6 +59,7 @@ WORKUNITS = {
     "StallEvent",
     "StateDirError",
     "Status",
+    "ServerUnreachable",
     "Supervisor",
     "SupervisorBusy",
     "SupervisorClosed",

@@ -29,6 +29,7 @@ from workunits._errors import NoSuchMethod as NoSuchMethod
 from workunits._errors import NotFinished as NotFinished
 from workunits._errors import NotRetryable as NotRetryable
 from workunits._errors import SecretFileError as SecretFileError
+from workunits._errors import ServerUnreachable as ServerUnreachable
 from workunits._errors import SessionLost as SessionLost
 from workunits._errors import SignalTimeout as SignalTimeout
 from workunits._errors import SpecError as SpecError
@@ -121,6 +122,7 @@ __all__ = [
     "ScheduleFiring",
     "ScheduleInfo",
     "SecretFileError",
+    "ServerUnreachable",
     "SessionLost",
     "SignalTimeout",
     "SpecError",

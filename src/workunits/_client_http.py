@@ -45,7 +45,13 @@ except ModuleNotFoundError as missing:  # the optional extra: say which one
 from workunits import _errors, _ids
 from workunits._client_http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
 from workunits._client_http_stream import HttpOutputStream
-from workunits._errors import ClientClosed, NotFinished, SpecError, WorkunitsError
+from workunits._errors import (
+    ClientClosed,
+    NotFinished,
+    ServerUnreachable,
+    SpecError,
+    WorkunitsError,
+)
 from workunits._ledger.retains import check_lease
 from workunits._record import Notification, WorkRecord
 from workunits._retain import Retain
@@ -270,7 +276,10 @@ class _Session(httpx.Client):
     def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         if self.is_closed:
             raise ClientClosed("the client is closed")
-        return super().send(request, **kwargs)
+        try:
+            return super().send(request, **kwargs)
+        except httpx.TransportError as exc:
+            raise _unreachable(request, exc) from exc
 
 
 class _AsyncSession(httpx.AsyncClient):
@@ -279,7 +288,17 @@ class _AsyncSession(httpx.AsyncClient):
     async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         if self.is_closed:
             raise ClientClosed("the client is closed")
-        return await super().send(request, **kwargs)
+        try:
+            return await super().send(request, **kwargs)
+        except httpx.TransportError as exc:
+            raise _unreachable(request, exc) from exc
+
+
+def _unreachable(request: httpx.Request, exc: httpx.TransportError) -> ServerUnreachable:
+    return ServerUnreachable(
+        f"{request.method} {request.url.path} on {request.url.scheme}://{request.url.netloc.decode()}"
+        f": {type(exc).__name__}: {exc or 'no answer'}; is `workunits serve --http` running there?"
+    )
 
 
 class HttpClient:
@@ -676,7 +695,7 @@ class HttpClient:
                         yield event, json.loads(data)
                         if event == "end":
                             return
-                except httpx.TransportError:
+                except (httpx.TransportError, ServerUnreachable):
                     continue  # reconnect from the last event seen
 
     # -- ending work --------------------------------------------------------------------

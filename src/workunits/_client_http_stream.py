@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from workunits._errors import ServerUnreachable
+
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient
 
 OUTPUT_LIMIT = 1 << 20  # bytes asked for per ``/output`` read (the server's maximum)
-RECONNECTS = 5  # connections in a row that may drop before the stream gives up
-RECONNECT_DELAY = 0.05  # seconds before the n-th reconnect in a row, times n
+RECONNECTS = 10  # connections in a row that may drop before the stream gives up
+RECONNECT_DELAY = 0.05  # seconds before the first reconnect, doubled at each, up to:
+RECONNECT_MAX_DELAY = 2.0  # ten tries span ~11 s: a server's restart, not only a blip
 
 
 class SseParser:
@@ -111,9 +114,9 @@ class HttpOutputStream(Iterator[bytes]):
                             yield data
                         if not self._open:
                             return
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, ServerUnreachable) as exc:
                 failures = self._reconnecting(failures, exc)
-                time.sleep(RECONNECT_DELAY * failures)
+                time.sleep(_delay(failures))
 
     def _read_now(self) -> Generator[bytes, None, None]:
         while True:
@@ -143,9 +146,9 @@ class HttpOutputStream(Iterator[bytes]):
                             yield data
                         if not self._open:
                             return
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, ServerUnreachable) as exc:
                 failures = self._reconnecting(failures, exc)
-                await asyncio.sleep(RECONNECT_DELAY * failures)
+                await asyncio.sleep(_delay(failures))
 
     async def _aread_now(self) -> AsyncIterator[bytes]:
         while self._open:
@@ -172,11 +175,17 @@ class HttpOutputStream(Iterator[bytes]):
             return output_bytes(json.loads(data))
         return None
 
-    def _reconnecting(self, failures: int, error: httpx.TransportError) -> int:
-        """After a dropped connection: one more failure, or the error once there were enough."""
+    def _reconnecting(self, failures: int, error: Exception) -> int:
+        """After a dropped connection: one more failure, or ServerUnreachable once there
+        were enough."""
         self._client._check_open()  # ClientClosed: the client closed under the stream
         if failures >= RECONNECTS:
-            raise error
+            if isinstance(error, ServerUnreachable):
+                raise error
+            raise ServerUnreachable(
+                f"the output stream of {self.id} was cut and could not resume after "
+                f"{RECONNECTS} tries: {type(error).__name__}: {error}"
+            ) from error
         return failures + 1
 
     def close(self) -> None:
@@ -190,3 +199,8 @@ class HttpOutputStream(Iterator[bytes]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _delay(failures: int) -> float:
+    """Seconds before the ``failures``-th reconnect in a row."""
+    return float(min(RECONNECT_DELAY * 2.0 ** (failures - 1), RECONNECT_MAX_DELAY))

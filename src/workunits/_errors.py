@@ -25,6 +25,8 @@ WorkunitsError
 ├── SupervisorBusy       another supervisor holds the state dir's lock
 ├── SupervisorClosed     the supervisor was closed, or its actor is gone
 ├── ClientClosed         a ledger client was closed (also ends its waits in other threads)
+├── ServerUnreachable    an HTTP client could not reach its server, or lost it mid-answer
+│                        (also a ConnectionError)
 ├── MailboxClosed        the mailbox's supervisor (or unit) is gone and no notice is left
 ├── NoNotification       no notice arrived within the timeout (also a TimeoutError)
 ├── TeammateEnded        a tell/ask to a teammate that has ended or is ending, or an ask
@@ -140,6 +142,12 @@ class SupervisorClosed(WorkunitsError):
 
 class ClientClosed(WorkunitsError):
     """The ledger client (``wu.connect``) is closed; a wait in progress ends with this."""
+
+
+class ServerUnreachable(WorkunitsError, ConnectionError):
+    """An HTTP client could not reach its ``workunits serve --http``, or the connection
+    dropped before the answer: the call may or may not have taken effect there (a
+    submit with a key can be sent again to find out)."""
 
 
 class MailboxClosed(WorkunitsError):

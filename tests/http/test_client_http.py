@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,32 @@ def test_expired_unit_is_410(tmp_path: Path) -> None:
                 assert r.json()["detail"].startswith(f"{h.id} has expired")
         finally:
             server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_live_stream_gets_every_byte_of_a_burst_that_ends_the_unit(
+    client: HttpClient, tmp_path: Path
+) -> None:
+    """The server held no file between its 64 KiB batches: a shell that wrote faster
+    and ended left the follower its tail and a gap (8 of 8 in an audit)."""
+    gate = tmp_path / "gate"
+    size = 4 << 20
+    command = f"echo start; while [ ! -e {gate} ]; do sleep 0.01; done; head -c {size} /dev/zero"
+    with client:
+        unit = client.shell(command)
+        stream = client.stream(unit.id)
+        first = next(stream)  # the stream is live before the burst
+        gate.touch()
+        got = first + b"".join(stream)
+        assert len(got) == len(b"start\n") + size
+        assert client.get(unit.id).output_bytes == len(got)
+
+
+def test_a_server_that_cannot_be_reached_is_a_workunits_error() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with wu.connect(f"http://127.0.0.1:{port}", token="any") as client:  # noqa: S106
+        with pytest.raises(wu.ServerUnreachable, match=r"GET /v1/units/b00000000 on http://"):
+            client.get("b00000000")
+        assert issubclass(wu.ServerUnreachable, ConnectionError)

@@ -48,7 +48,7 @@ from workunits._record import WorkRecord
 from workunits._schedule import ScheduleInfo
 from workunits._seconds import MAX_CLAIM_LEASE
 from workunits._status import is_terminal
-from workunits.supervisor.events import Cursor, UnitEvent
+from workunits.supervisor.events import Cursor, OutputHold, UnitEvent
 from workunits.supervisor.remote_consumers import NoticeClaim
 
 MAX_WAIT = 300.0
@@ -183,8 +183,15 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         """
         mark = last_event_id or after
         cursor = None if mark is None else Cursor.parse(mark)
-        first = await backend.events(work_id, cursor, EVENT_CHUNK)  # errors before the stream
-        return EventSourceResponse(_follow(backend, work_id, first), ping=15)
+        # The output file held open for the whole stream: a shell's goes at its end,
+        # and a follower a few batches behind must still read what it wrote.
+        hold = OutputHold(work_id)
+        try:
+            first = await backend.events(work_id, cursor, EVENT_CHUNK, hold)  # errors first
+        except BaseException:
+            hold.close()
+            raise
+        return EventSourceResponse(_follow(backend, work_id, first, hold), ping=15)
 
     @r.post("/{work_id}/cancel", status_code=202, response_model=Changed)
     async def cancel(work_id: str, body: Annotated[CancelBody | None, Body()] = None) -> Changed:
@@ -339,8 +346,11 @@ def encode_event(ev: UnitEvent) -> ServerSentEvent:
     return ServerSentEvent(data=orjson.dumps(data).decode(), event=ev.type, id=str(ev.cursor))
 
 
-async def _follow(backend: Backend, work_id: str, first: Any) -> AsyncIterator[ServerSentEvent]:
-    """Yield events until the end, waking at each change and polling output with backoff."""
+async def _follow(
+    backend: Backend, work_id: str, first: Any, hold: OutputHold
+) -> AsyncIterator[ServerSentEvent]:
+    """Yield events until the end, waking at each change and polling output with backoff;
+    then let go of the output file ``hold`` keeps open."""
     wake = asyncio.Event()
     stop = backend.listen(work_id, wake)
     try:
@@ -359,9 +369,10 @@ async def _follow(backend: Backend, work_id: str, first: Any) -> AsyncIterator[S
                 except TimeoutError:
                     delay = min(delay * 2, FOLLOW_MAX)
             wake.clear()  # before the read: a change after it sets it again
-            batch = await backend.events(work_id, batch.cursor, EVENT_CHUNK)
+            batch = await backend.events(work_id, batch.cursor, EVENT_CHUNK, hold)
     finally:
         stop()
+        hold.close()
 
 
 def _notice_out(claim: NoticeClaim) -> NoticeOut:

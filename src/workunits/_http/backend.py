@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from workunits import _ids
 from workunits import _strictjson as strictjson
 from workunits._errors import NotFinished, SpecError, UnstorableValue
 from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
@@ -31,7 +32,7 @@ from workunits._schedule import ScheduleInfo
 from workunits._status import is_terminal
 from workunits._wire.results import result_of
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
-from workunits.supervisor.events import Cursor, EventBatch
+from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.paging import check_limit, page
@@ -151,8 +152,14 @@ class Backend:
     async def all_records(self) -> builtins.list[WorkRecord]:
         return await self.sup.list_async()
 
-    async def events(self, work_id: str, after: Cursor | None, max_bytes: int) -> EventBatch:
-        return await _run(self.sup.events, work_id, after, max_bytes)
+    async def events(
+        self, work_id: str, after: Cursor | None, max_bytes: int, hold: OutputHold | None = None
+    ) -> EventBatch:
+        """``sup.events``; with ``hold``, reading the output a follower holds open."""
+        if hold is None:
+            return await _run(self.sup.events, work_id, after, max_bytes)
+        _ids.validate(work_id)
+        return await _run(self.sup.event_feed.read, work_id, after, max_bytes, hold)
 
     def listen(self, work_id: str, wake: asyncio.Event) -> Callable[[], None]:
         """Set ``wake`` (on this loop) at each change of the unit; returns the stop function."""

@@ -17,6 +17,12 @@ two independent sequences, and a :class:`Cursor` holds a position in each:
   what is left is the stored tail (the last 64 KiB): a ``gap`` event names the
   bytes no longer held, then the tail follows.
 
+A follower that reads a live unit in batches (an HTTP event stream) holds the
+unit's output file open between them (:class:`OutputHold`): a shell's file is
+removed at its end, and without the hold a unit that wrote faster than the
+batches and then ended would leave the follower a ``gap``, though it was there
+all along.
+
 When the unit is terminal and every byte up to ``output_bytes`` was delivered,
 the batch ends with one ``end`` event. Threads: ``on_change`` runs in the
 supervisor actor's thread and does O(1) work under the lock; everything else
@@ -25,11 +31,13 @@ runs in the caller's thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +78,45 @@ class Cursor:
         if match is None:
             raise InvalidArgument(f"{text!r} is not an event cursor like '12-4096'")
         return cls(int(match[1]), int(match[2]))
+
+
+class OutputHold:
+    """A follower's open descriptor of one unit's output, kept from read to read.
+
+    Opened at the first read that finds the file, so a stream that starts
+    before the unit writes holds it all the same; closed by ``close`` (or, for
+    a follower that never got to close it, when the hold is collected).
+    """
+
+    def __init__(self, work_id: str) -> None:
+        self.work_id = work_id
+        self._fd: int | None = None
+        self._closed = False
+        self._lock = threading.Lock()  # guards _fd and _closed: an open or a close
+        self._finalizer = weakref.finalize(self, _close_quietly, [None])
+
+    def fd(self, opener: Callable[[str, WorkRecord], int | None], record: WorkRecord) -> int | None:
+        with self._lock:
+            if self._fd is None and not self._closed:
+                self._fd = opener(self.work_id, record)
+                if self._fd is not None:
+                    self._finalizer.detach()
+                    self._finalizer = weakref.finalize(self, _close_quietly, [self._fd])
+            return self._fd
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd, self._closed = self._fd, None, True
+            self._finalizer.detach()
+        if fd is not None:
+            _close_quietly([fd])
+
+
+def _close_quietly(fds: list[int | None]) -> None:
+    for fd in fds:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +242,17 @@ class EventFeed:
 
         return stop
 
-    def read(self, work_id: str, after: Cursor | None, max_bytes: int = CHUNK) -> EventBatch:
-        """The events after ``after`` (None: from the start, with a status snapshot)."""
+    def read(
+        self,
+        work_id: str,
+        after: Cursor | None,
+        max_bytes: int = CHUNK,
+        hold: OutputHold | None = None,
+    ) -> EventBatch:
+        """The events after ``after`` (None: from the start, with a status snapshot).
+
+        ``hold``: the follower's open output file, read instead of opening it again.
+        """
         with self._lock:
             journal = self._units.get(work_id)
             record = None if journal is None else journal.last
@@ -223,7 +279,7 @@ class EventFeed:
                     seq = number
                     events.append(UnitEvent(kind, Cursor(seq, offset), data))
         ended = is_terminal(record.status)
-        offset = self._read_output(work_id, record, ended, seq, offset, max_bytes, events)
+        offset = self._read_output(work_id, record, ended, seq, offset, max_bytes, events, hold)
         done = ended and offset >= record.output_bytes
         if done:
             events.append(UnitEvent("end", Cursor(seq, offset), record_fields(record)))
@@ -238,8 +294,9 @@ class EventFeed:
         offset: int,
         max_bytes: int,
         events: list[UnitEvent],
+        hold: OutputHold | None,
     ) -> int:
-        fd = self._open(work_id, record)
+        fd = self._open(work_id, record) if hold is None else hold.fd(self._open, record)
         if fd is None and ended:
             # The file went with the unit's end: only the stored tail is left.
             start = record.output_bytes - len(record.output_tail)
@@ -256,7 +313,8 @@ class EventFeed:
                     limit = max(0, min(limit, record.output_bytes - offset))
                 data = _outputfile.read_delta(fd, offset, limit) if limit else b""
             finally:
-                os.close(fd)
+                if hold is None:
+                    os.close(fd)
         if data:
             offset += len(data)
             events.append(UnitEvent("output", Cursor(seq, offset), {}, data))
