@@ -132,6 +132,9 @@ def _settle(
         if not for_result and isinstance(error, _errors.WorkFailed | _errors.WorkKilled):
             return error.record, None
         raise error
+    if response.status_code == 406 and not for_result:
+        # Completed with a value JSON cannot carry: a wait needs only the record.
+        return record_of(response.json()["unit"]), None
     body = _check(response).json()
     return record_of(body["unit"]), body
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import subprocess
 import sys
@@ -192,3 +193,18 @@ def test_a_server_that_cannot_be_reached_is_a_workunits_error() -> None:
         with pytest.raises(wu.ServerUnreachable, match=r"GET /v1/units/b00000000 on http://"):
             client.get("b00000000")
         assert issubclass(wu.ServerUnreachable, ConnectionError)
+
+
+@pytest.mark.parametrize("target", ["tests.http.units:pair", "tests.http.units:not_a_number"])
+def test_a_result_json_would_change_is_refused_over_http_not_changed(
+    client: HttpClient, served: Served, target: str
+) -> None:
+    """It came back as [1, 2] or None, where the ledger client hands the value itself."""
+    with client:
+        unit = client.agent(target)
+        assert unit.wait(timeout=20).status is wu.Status.COMPLETED
+        with pytest.raises(wu.UnstorableValue, match="over HTTP a value travels as JSON"):
+            client.result(unit.id)
+    with wu.connect(served.state_dir) as local:
+        value = local.result(unit.id)
+    assert value == (1, 2) if target.endswith("pair") else math.isnan(value)

@@ -73,3 +73,12 @@ def evidenced() -> str:
     """Report progress with evidence, then finish (its record keeps both)."""
     wu.current().progress(0.4, "group 3/8", done=3, total=8)
     return "ok"
+
+
+def pair() -> tuple[int, int]:
+    """A result JSON would bring back as a list: it is pickled, and HTTP refuses it."""
+    return (1, 2)
+
+
+def not_a_number() -> float:
+    return float("nan")

@@ -21,7 +21,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from workunits._errors import InvalidArgument
+from workunits import _strictjson as strictjson
+from workunits._errors import InvalidArgument, UnstorableValue
 from workunits._http import metrics, problems
 from workunits._http.backend import Backend
 from workunits._http.models import (
@@ -139,6 +140,17 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         if isinstance(value, WorkRecord):
             body: dict[str, Any] = {"unit": Unit.of(value).model_dump(), "has_value": False}
         else:
+            try:  # a value JSON would change (NaN, a tuple, a date) is not sent changed
+                strictjson.dumps(value, f"the result of {work_id}")
+            except UnstorableValue as exc:
+                why = str(exc).removesuffix("; nothing was stored")
+                return problems.problem(
+                    406,
+                    "UnstorableValue",
+                    f"{why}: over HTTP a value travels as JSON, so this one cannot; read it "
+                    f"in Python where its state dir is (wu.connect(state_dir).result(id))",
+                    unit=Unit.of(record),
+                )
             body = {"unit": Unit.of(record).model_dump(), "has_value": True, "value": value}
         try:
             data = orjson.dumps(body)
