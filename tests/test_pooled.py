@@ -46,6 +46,30 @@ def wait_for(path: str) -> int:
     return os.getpid()
 
 
+def leave_processes() -> list[int]:
+    """Start a plain child, one in a session of its own and a double-forked one; return."""
+    import shutil  # noqa: PLC0415 - in the worker
+    import subprocess  # noqa: PLC0415
+
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    plain = subprocess.Popen([sleep, "301"])
+    own_session = subprocess.Popen([sleep, "302"], start_new_session=True)
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # pragma: no cover - the middle process: orphans its child at once
+        os.setsid()
+        grandchild = os.fork()
+        if grandchild == 0:
+            os.execv(sleep, [sleep, "303"])  # noqa: S606 - a fixed argv, no shell wanted
+        os.write(write, str(grandchild).encode())
+        os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(write)
+    orphan = int(os.read(read, 32))
+    os.close(read)
+    return [plain.pid, own_session.pid, orphan]
+
+
 def hard_exit() -> None:
     os._exit(7)
 
@@ -388,3 +412,18 @@ def test_reuse_is_refused_by_an_agent_kind_that_runs_a_process_per_unit(
     # Without reuse it runs, in a process of its own.
     unit = psup.submit("x", AgentSpec.build(whoami, ("y",), {}))
     assert unit.result(timeout=WAIT) == psup.get(unit.id).pid
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mechanism", ["auto", "subreaper"])
+def test_a_pooled_units_processes_end_with_it_not_with_the_worker(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch, mechanism: str
+) -> None:
+    """They ran on beside the next units until the supervisor closed (DESIGN §2.9)."""
+    monkeypatch.setenv("WORKUNITS_CONTAINMENT", mechanism)
+    with wu.Supervisor(state_dir, install_signal_handlers=False, pool_size=1) as sup:
+        pids = sup.result(sup.agent(leave_processes, reuse=True).id, timeout=WAIT)
+        for pid in pids:
+            eventually(lambda p=pid: not alive(p), what=f"process {pid} to end")  # type: ignore[misc]
+        # The worker carries on: the next unit runs in it.
+        assert sup.result(sup.agent(whoami, "next", reuse=True).id, timeout=WAIT) > 0

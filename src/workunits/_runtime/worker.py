@@ -47,6 +47,7 @@ def serve(control_fd: int, quiet_fd: int) -> int:
     os.close(quiet_fd)
     control = socket.socket(fileno=control_fd)
     reset = _Reset()
+    leftovers = _Leftovers()
     reader = _framing.FrameReader()
     fds: list[int] = []
     # The next unit's capture, set up while no unit waits (as a warm process's is):
@@ -65,6 +66,7 @@ def serve(control_fd: int, quiet_fd: int) -> int:
                 return EXIT_CONTROL_CLOSED  # not our pool talking: stop rather than guess
             transcript_fd, channel_fd = fds.pop(0), fds.pop(0)
             code = _run_one(frame.call, transcript_fd, channel_fd, capture)
+            leftovers.end_all()  # before UnitDone: the unit's end takes what it started
             reset.restore()
             _framing.send(control, UnitDone(frame.call.unit_id, code), plain=True)
             capture = prepare()
@@ -86,6 +88,77 @@ def _run_one(call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capt
             with contextlib.suppress(OSError):
                 os.close(channel_fd)
     return code
+
+
+class _Leftovers:
+    """The processes a unit started, ended with it (DESIGN §2.9), however they escaped.
+
+    Between units the worker itself is the only process it should have. What
+    else is in its cgroup -- when the cgroup is its own, a unit's: in subreaper
+    mode it is shared with others and is not looked at -- and every child of
+    its (a subreaper's: an escaped orphan comes back here), round by round as
+    their orphans come back, is the unit's and is killed.
+    """
+
+    def __init__(self) -> None:
+        self._me = os.getpid()
+        procs = _own_cgroup_procs()
+        self._cgroup = procs if procs is not None and _pids(procs) == {self._me} else None
+
+    def end_all(self) -> None:
+        for _ in range(_ROUNDS):
+            children = set(_children(self._me))
+            others = set(children)
+            if self._cgroup is not None:
+                others |= _pids(self._cgroup) - {self._me}
+            if not others:
+                return
+            for pid in others:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in children:  # reaped: its orphans come back here for the next round
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+
+_ROUNDS = 100  # a fork loop outrunning the kills is still ended within this many
+
+
+def _children(pid: int) -> list[int]:
+    """The kernel's list of ``pid``'s children (every thread's); empty where it has none."""
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(p) for p in f.read().split())
+    except OSError:
+        return []
+    return found
+
+
+def _own_cgroup_procs() -> str | None:
+    """This process's cgroup v2 ``cgroup.procs`` file, or None without one."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            path = next((line[3:].strip() for line in f if line.startswith("0::")), None)
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mount = next(
+                (line.split(" - ")[0].split()[4] for line in f if " - cgroup2 " in line),
+                None,
+            )
+    except OSError:
+        return None
+    if path is None or mount is None:
+        return None
+    return os.path.join(mount, path.lstrip("/"), "cgroup.procs")
+
+
+def _pids(procs: str) -> set[int]:
+    try:
+        with open(procs, encoding="ascii") as f:
+            return {int(p) for p in f.read().split()}
+    except OSError:
+        return set()
 
 
 class _Reset:
