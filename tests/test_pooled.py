@@ -46,6 +46,12 @@ def wait_for(path: str) -> int:
     return os.getpid()
 
 
+def touch(path: str) -> str:
+    with open(path, "w") as f:
+        f.write("ran")
+    return "ran"
+
+
 def leave_processes() -> list[int]:
     """Start a plain child, one in a session of its own and a double-forked one; return."""
     import shutil  # noqa: PLC0415 - in the worker
@@ -427,3 +433,20 @@ def test_a_pooled_units_processes_end_with_it_not_with_the_worker(
             eventually(lambda p=pid: not alive(p), what=f"process {pid} to end")  # type: ignore[misc]
         # The worker carries on: the next unit runs in it.
         assert sup.result(sup.agent(whoami, "next", reuse=True).id, timeout=WAIT) > 0
+
+
+@pytest.mark.timeout(60)
+def test_a_cancel_of_a_unit_waiting_for_a_worker_ends_it_before_it_runs(
+    psup: wu.Supervisor, tmp_path: Path
+) -> None:
+    """It was asked to stop through a channel no worker read yet: it ran once one freed."""
+    gate, marker = tmp_path / "gate", tmp_path / "marker"
+    busy = psup.agent(wait_for, str(gate), reuse=True)  # the one worker is taken
+    eventually(lambda: psup.get(busy.id).pid is not None, what="the worker to run it")
+    queued = psup.agent(touch, str(marker), reuse=True)
+    assert psup.cancel(queued.id, grace=30)
+    record = psup.wait(queued.id, timeout=WAIT)  # at once, while the worker is still busy
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.CANCELLED)
+    gate.touch()
+    assert psup.wait(busy.id, timeout=WAIT).status is wu.Status.COMPLETED
+    assert not marker.exists()

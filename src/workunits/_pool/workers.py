@@ -205,6 +205,19 @@ class WorkerPool:
             waiting.release_fds()
             waiting.events.exited(None, signum)
 
+    def end_waiting(self, unit_id: str, signum: int) -> bool:
+        """End ``unit_id`` as killed by ``signum`` if it still waits for a worker (its body
+        never runs: a cancel of a queued unit, DESIGN §2.2); False when it runs already
+        (or never came), and nothing is done."""
+        with self._lock:
+            waiting = self._arrived.get(unit_id)
+            if waiting is None:
+                return False
+            self._drop(unit_id)
+        waiting.release_fds()
+        waiting.events.exited(None, signum)
+        return True
+
     def close(self) -> None:
         """End the workers (they exit at EOF) and the units still waiting."""
         with self._lock:

@@ -14,9 +14,11 @@ in the pool, ``reuse`` or not.
 
 from __future__ import annotations
 
+import signal
 from typing import Any, ClassVar
 
 from workunits._errors import SpecError, WorkunitsError
+from workunits._status import Reason
 from workunits._wire.zygote_protocol import Limits, SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch
@@ -78,3 +80,13 @@ class PooledAgentActor(AgentActor):
         pool = self.unit.pool
         if pool is not None:
             pool.signal(self.unit.id, signum)
+
+    def cancel(self, reason: Reason = Reason.CANCELLED) -> None:
+        """A unit still waiting for a worker is ended at once and never runs (as a queued
+        unit's cancel does); one a worker runs is asked, as any agent is."""
+        pool = self.unit.pool
+        if not self._finished and pool is not None:
+            self._ending = self._ending or reason
+            if pool.end_waiting(self.unit.id, signal.SIGTERM):
+                return
+        super().cancel(reason)
