@@ -193,6 +193,21 @@ def test_result_record_transcript_and_one_notice(sup: wu.Supervisor) -> None:
     assert (notice.id, notice.status) == (h.id, wu.Status.COMPLETED)
 
 
+def leave_children() -> list[int]:
+    """Start a plain child and one in a session of its own; return their pids."""
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    plain = subprocess.Popen([sleep, "301"])
+    own_session = subprocess.Popen([sleep, "302"], start_new_session=True)
+    return [plain.pid, own_session.pid]
+
+
+def test_the_processes_a_remote_unit_started_end_with_it(sup: wu.Supervisor) -> None:
+    """Ray reuses its workers: they ran on beside later tasks until Ray stopped."""
+    pids = sup.result(sup.remote(leave_children).id, timeout=60)
+    for pid in pids:
+        wait_until(lambda p=pid: not alive(p), what=f"process {pid} to end")  # type: ignore[misc]
+
+
 def test_pickled_result_and_remote_failure(sup: wu.Supervisor) -> None:
     assert sup.result(sup.remote(return_set).id, timeout=30) == {1, 2}
     h = sup.remote(raise_value_error)

@@ -25,6 +25,7 @@ from workunits._remote.context import RemoteContext
 from workunits._remote.frames import RemoteCall, Returned, Started
 from workunits._remote.outbox import Outbox
 from workunits._runtime import context as _context
+from workunits._runtime import descendants
 from workunits._wire import frames as m
 
 
@@ -77,7 +78,12 @@ def started() -> Started:
 
 
 def _body(call: RemoteCall, capture: FdCapture, outbox: Outbox) -> None:
-    """The helper thread: run the callable, then send its output, then its outcome."""
+    """The helper thread: run the callable, then send its output, then its outcome.
+
+    Ray's worker runs task after task: the processes the callable started end
+    with it (DESIGN §2.9), not with the worker.
+    """
+    before = frozenset(descendants.children(os.getpid()))
     try:
         fn, args, kwargs = cloudpickle.loads(call.payload)
         final = encode_result(fn(*args, **kwargs))
@@ -87,6 +93,7 @@ def _body(call: RemoteCall, capture: FdCapture, outbox: Outbox) -> None:
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
         final = encode_error(exc)
     finally:
+        descendants.end_children(spare=before)
         capture.stop()
     outbox.put(final)
     outbox.close()

@@ -27,6 +27,7 @@ from workunits import _framing
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
 from workunits._runtime.child import prepare, run_unit
+from workunits._runtime.descendants import children
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
 
@@ -107,8 +108,8 @@ class _Leftovers:
 
     def end_all(self) -> None:
         for _ in range(_ROUNDS):
-            children = set(_children(self._me))
-            others = set(children)
+            kids = set(children(self._me))
+            others = set(kids)
             if self._cgroup is not None:
                 others |= _pids(self._cgroup) - {self._me}
             if not others:
@@ -116,24 +117,12 @@ class _Leftovers:
             for pid in others:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            for pid in children:  # reaped: its orphans come back here for the next round
+            for pid in kids:  # reaped: its orphans come back here for the next round
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
 
 
 _ROUNDS = 100  # a fork loop outrunning the kills is still ended within this many
-
-
-def _children(pid: int) -> list[int]:
-    """The kernel's list of ``pid``'s children (every thread's); empty where it has none."""
-    found: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
-                found.extend(int(p) for p in f.read().split())
-    except OSError:
-        return []
-    return found
 
 
 def _own_cgroup_procs() -> str | None:
