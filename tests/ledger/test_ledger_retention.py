@@ -201,3 +201,19 @@ def test_gc_older_than_counts_the_transcripts_it_frees(ledger: Ledger, clock: Ma
     assert freed >= 5000
     assert not path.exists()
     assert ledger.require(without).shown_status == EXPIRED
+
+
+def test_gc_forgets_old_firings_of_a_schedule_but_its_latest(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    """A schedule firing every second added 86,400 rows a day that nothing deleted."""
+    for due in (10.0, 20.0, 30.0):
+        ledger.record_firing("nightly", due, None, due + 10)
+        clock.advance(100)
+    ledger.record_firing("other", 5.0, None, 15.0)
+    clock.advance(10_000)
+    ledger.gc(older_than=1000)
+    assert [(f.schedule, f.due_at) for f in ledger.schedule_firings()] == [
+        ("nightly", 30.0),
+        ("other", 5.0),
+    ]

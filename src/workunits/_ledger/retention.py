@@ -90,7 +90,8 @@ def _files_of(rows: list[Row]) -> list[str]:
 
 
 def forget(db: Database, cut: float) -> int:
-    """Delete units expired before ``cut``, and bookkeeping that ended before it.
+    """Delete units expired before ``cut``, and bookkeeping that ended before it
+    (finished requests, closed sessions, schedules' firings but each one's latest).
 
     Unacknowledged notices of units that have not expired stay whatever their
     age: a parent may still come for them. Returns how many unit rows were deleted.
@@ -103,6 +104,13 @@ def forget(db: Database, cut: float) -> int:
         _drop_notices_of_expired(conn)
         conn.execute("DELETE FROM requests WHERE done_at IS NOT NULL AND done_at <= ?", (cut,))
         conn.execute("DELETE FROM sessions WHERE ended_at IS NOT NULL AND ended_at <= ?", (cut,))
+        # A schedule's record of firings, but its latest (what listings show as `last`).
+        conn.execute(
+            "DELETE FROM schedule_firings WHERE recorded_at <= ? AND due_at < "
+            "(SELECT max(f.due_at) FROM schedule_firings f "
+            "WHERE f.schedule = schedule_firings.schedule)",
+            (cut,),
+        )
     return deleted
 
 
