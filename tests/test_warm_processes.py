@@ -24,9 +24,9 @@ import pytest
 
 import workunits as wu
 from workunits._errors import InvalidArgument
-from workunits._runtime import child
+from workunits._runtime import child, descendants
 from workunits._runtime import context as _context
-from workunits._zygote import _linux, payload, spare, warm
+from workunits._zygote import payload, spare, warm
 
 from .conftest import alive, eventually, parent_of
 
@@ -69,7 +69,7 @@ def zygote_pid(sup: wu.Supervisor) -> int:
 def spares(zygote: int) -> set[int]:
     """The zygote's children that wait for a unit."""
     found = set()
-    for pid in _linux.children(zygote):
+    for pid in descendants.children(zygote):
         try:
             with open(f"/proc/{pid}/comm", "rb") as f:
                 if f.read().rstrip(b"\n") == spare.NAME:

@@ -27,7 +27,7 @@ from workunits import _framing
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
 from workunits._runtime.child import prepare, run_unit
-from workunits._runtime.descendants import children
+from workunits._runtime.descendants import cgroup_of, end_children
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
 
@@ -103,43 +103,22 @@ class _Leftovers:
 
     def __init__(self) -> None:
         self._me = os.getpid()
-        procs = _own_cgroup_procs()
+        own = cgroup_of()
+        procs = None if own is None else os.path.join(own, "cgroup.procs")
         self._cgroup = procs if procs is not None and _pids(procs) == {self._me} else None
 
     def end_all(self) -> None:
         for _ in range(_ROUNDS):
-            kids = set(children(self._me))
-            others = set(kids)
-            if self._cgroup is not None:
-                others |= _pids(self._cgroup) - {self._me}
-            if not others:
-                return
-            for pid in others:
+            strays = set() if self._cgroup is None else _pids(self._cgroup) - {self._me}
+            for pid in strays:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            for pid in kids:  # reaped: its orphans come back here for the next round
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
+            # Reaped: their orphans come back here for the next round.
+            if not end_children() and not strays:
+                return
 
 
 _ROUNDS = 100  # a fork loop outrunning the kills is still ended within this many
-
-
-def _own_cgroup_procs() -> str | None:
-    """This process's cgroup v2 ``cgroup.procs`` file, or None without one."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            path = next((line[3:].strip() for line in f if line.startswith("0::")), None)
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            mount = next(
-                (line.split(" - ")[0].split()[4] for line in f if " - cgroup2 " in line),
-                None,
-            )
-    except OSError:
-        return None
-    if path is None or mount is None:
-        return None
-    return os.path.join(mount, path.lstrip("/"), "cgroup.procs")
 
 
 def _pids(procs: str) -> set[int]:

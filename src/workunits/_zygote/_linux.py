@@ -10,6 +10,8 @@ import signal
 import sys
 from collections.abc import Collection
 
+from workunits._runtime.descendants import kill_children
+
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -84,66 +86,7 @@ def _set_idle_priority(tid: int) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, 19)
 
 
-def children(of: int) -> list[int]:
-    """Processes whose parent is ``of``: the kernel's list, else a scan of /proc.
-
-    The list (``/proc/PID/task/TID/children``) is cheap; it needs
-    CONFIG_PROC_CHILDREN, and is per thread, so every thread's list is read.
-    """
-    pids: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{of}/task")
-        for tid in tasks:
-            with open(f"/proc/{of}/task/{tid}/children", "rb") as f:
-                pids.extend(int(p) for p in f.read().split())
-    except FileNotFoundError:
-        return child_pids(of) if os.path.exists(f"/proc/{of}") else []
-    except OSError:
-        return child_pids(of)
-    return pids
-
-
 def kill_tree_round(of: int, spare: Collection[int] = ()) -> int:
-    """SIGKILL every child of ``of`` but ``spare``, with its group; how many were hit.
-
-    A subreaper calls this until it returns 0, reaping in between: a child's own
-    orphans come back to the subreaper when it dies, and are hit next round.
-    """
-    hit = 0
-    ours = os.getpgrp()
-    for pid in children(of):
-        if pid in spare:
-            continue
-        hit += 1
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            # A child forked a moment ago (a zygote's, before its setsid) is still in
-            # our group: killing that group would kill the caller. Any other group
-            # holds only processes of the same session: descendants of ours.
-            group = os.getpgid(pid)
-            if group != ours:
-                os.killpg(group, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return hit
-
-
-def child_pids(of: int) -> list[int]:
-    """Processes whose parent is ``of`` (scans /proc; empty where there is none)."""
-    pids: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command name may hold spaces or ')': fields resume after the last ')'.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and int(fields[1]) == of:
-            pids.append(int(entry))
-    return pids
+    """SIGKILL every child of ``of`` but ``spare``, with its group; how many were hit
+    (``descendants.kill_children``: a subreaper calls it until it hits none)."""
+    return len(kill_children(of, spare))

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import re
 import time
 from dataclasses import dataclass
 
 from workunits._procid import pid_exists
+from workunits._runtime.descendants import cgroup2_mountinfo, cgroup_of
 
 ENV = "WORKUNITS_CONTAINMENT"
 AUTO = "auto"
@@ -66,33 +66,7 @@ def wanted() -> str:
 
 def own_cgroup() -> str | None:
     """This process's cgroup v2 directory (mount point + path), or None without v2."""
-    mount = _cgroup2_mount()
-    if mount is None:
-        return None
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    path = line[3:].strip()
-                    return os.path.join(mount, path.lstrip("/")).rstrip("/") or mount
-    except OSError:
-        return None
-    return None
-
-
-def cgroup_of(pid: int) -> str | None:
-    """The cgroup v2 directory process ``pid`` is in, or None (gone, or no v2)."""
-    mount = _cgroup2_mount()
-    if mount is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return os.path.join(mount, line[3:].strip().lstrip("/")).rstrip("/") or mount
-    except OSError:
-        return None
-    return None
+    return cgroup_of("self")
 
 
 def inside(path: str, directories: set[str]) -> bool:
@@ -104,24 +78,6 @@ def inside(path: str, directories: set[str]) -> bool:
         path = parent
     return True
 
-
-@functools.cache
-def _cgroup2_mount() -> str | None:
-    found = _cgroup2_mountinfo()
-    return None if found is None else found[0]
-
-
-def _cgroup2_mountinfo() -> tuple[str, list[str]] | None:
-    """The cgroup v2 hierarchy's mount point and super options, or None without one."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            for line in f:
-                before, _, after = line.partition(" - ")
-                fields = after.split()
-                if fields and fields[0] == "cgroup2":
-                    return before.split()[4], fields[-1].split(",")
-    except OSError:
-        return None
     return None
 
 
@@ -306,7 +262,7 @@ def favors_moves() -> bool | None:
     period unless another move happened in the last few milliseconds: units
     started one at a time, with pauses between them, each wait that long.
     """
-    found = _cgroup2_mountinfo()
+    found = cgroup2_mountinfo()
     return None if found is None else "favordynmods" in found[1]
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workunits import _framing
+from workunits._runtime import descendants
 from workunits._runtime.child import report_start_failure, run_unit
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (
@@ -53,7 +54,7 @@ from workunits._wire.zygote_protocol import (
     spawned,
 )
 from workunits._zygote import _linux, guard, keeper, nofile, payload, spare, unit_process
-from workunits._zygote.containment import Cgroups, cgroup_of, inside
+from workunits._zygote.containment import Cgroups, inside
 from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN, RESET_SIGNALS
 from workunits._zygote.warm import Spare, WarmPool, WarmSettings
 
@@ -554,12 +555,12 @@ class Zygote:
         come back (each death is a reap, and the next round).
         """
         ours = self.units.keys() | self.pool.pids()
-        orphans = [pid for pid in _linux.children(self.pid) if pid not in ours]
+        orphans = [pid for pid in descendants.children(self.pid) if pid not in ours]
         if not orphans:
             return
         running = {slot.cgroup for slot in self.units.values() if slot.cgroup is not None}
         for pid in orphans:
-            where = cgroup_of(pid)
+            where = descendants.cgroup_of(pid)
             if where is not None and inside(where, running):
                 continue
             with contextlib.suppress(ProcessLookupError):
@@ -602,7 +603,7 @@ class Zygote:
         deadline = time.monotonic() + 5.0
         me = os.getpid()
         while time.monotonic() < deadline:
-            children = _linux.child_pids(me)
+            children = descendants.child_pids(me)
             if not children:
                 break
             for pid in children:
