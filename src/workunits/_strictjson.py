@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from workunits._errors import LedgerCorrupt, UnstorableValue
+from workunits._errors import LedgerCorrupt, SpecError, UnstorableValue
 
 # orjson serializes signed and unsigned 64-bit integers; beyond that it raises.
 _INT_MIN = -(2**63)
@@ -37,6 +37,16 @@ def dumps(value: object, what: str, *, sort_keys: bool = False) -> bytes:
     if orjson.loads(data) != value:
         raise UnstorableValue(f"{what} would not come back equal from JSON; nothing was stored")
     return data
+
+
+def dumps_argument(value: object, what: str, *, sort_keys: bool = False, hint: str = "") -> bytes:
+    """``dumps`` for what a caller passed (arguments, a name): a value JSON would not
+    bring back equal is the caller's SpecError, its message naming the part (and
+    ending with ``hint``)."""
+    try:
+        return dumps(value, what, sort_keys=sort_keys)
+    except UnstorableValue as exc:
+        raise SpecError(f"{exc}{hint}") from None
 
 
 def dumps_if_exact(value: object, *, sort_keys: bool = False) -> bytes | None:

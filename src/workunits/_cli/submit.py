@@ -16,7 +16,7 @@ import click
 from workunits import _strictjson as strictjson
 from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
 from workunits._client import ClientHandle
-from workunits._errors import SpecError, UnstorableValue
+from workunits._errors import SpecError
 
 
 @cli.command("submit", context_settings={"ignore_unknown_options": False})
@@ -151,10 +151,7 @@ def _json_arg(text: str | None, kind: type, option: str, what: str) -> Any:
         raise SpecError(f"{option} is not valid JSON: {exc}") from None
     if not isinstance(value, kind):
         raise SpecError(f"{option} must be {what}, got {text!r}")
-    try:
-        strictjson.dumps(value, option)  # what the ledger will store must come back equal
-    except UnstorableValue as exc:
-        raise SpecError(str(exc)) from None
+    strictjson.dumps_argument(value, option)  # what the ledger stores must come back equal
     return value
 
 

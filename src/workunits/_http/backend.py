@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from workunits import _ids
 from workunits import _strictjson as strictjson
-from workunits._errors import NotFinished, SpecError, UnstorableValue
+from workunits._errors import NotFinished
 from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
 from workunits._ledger.values import resolve_ref
 from workunits._record import WorkRecord
@@ -283,7 +283,4 @@ class Backend:
 
 def _exact_arguments(target: str, args: object, kwargs: object) -> None:
     """SpecError naming the first argument JSON would not bring back equal."""
-    try:
-        strictjson.dumps({"args": args, "kwargs": kwargs}, f"the arguments for {target!r}")
-    except UnstorableValue as exc:
-        raise SpecError(str(exc)) from None
+    strictjson.dumps_argument({"args": args, "kwargs": kwargs}, f"the arguments for {target!r}")

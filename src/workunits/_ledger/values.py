@@ -48,7 +48,6 @@ from workunits._errors import (
     LedgerTampered,
     SpecError,
     UnloadableValue,
-    UnstorableValue,
     ValueVersionMismatch,
 )
 from workunits._wire.specs import Call
@@ -224,13 +223,13 @@ def encode_spec(spec: object, *, work_id: str, key: bytes) -> Stored:
             if spec.options:
                 doc["options"] = dict(spec.options)
             if isinstance(spec.fn, str):  # no pickle to fall back on: refuse by name
-                try:
-                    data = strictjson.dumps(doc, f"the arguments for {ref!r}", sort_keys=True)
-                except UnstorableValue as exc:
-                    raise SpecError(
-                        f"{exc} (a callable given by reference takes only exact JSON "
-                        f"arguments: ones JSON brings back equal)"
-                    ) from None
+                data = strictjson.dumps_argument(
+                    doc,
+                    f"the arguments for {ref!r}",
+                    sort_keys=True,
+                    hint=" (a callable given by reference takes only exact JSON arguments: "
+                    "ones JSON brings back equal)",
+                )
             else:
                 data = strictjson.dumps_if_exact(doc, sort_keys=True)
             fmt = "ref"

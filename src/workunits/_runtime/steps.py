@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workunits import _strictjson as strictjson
-from workunits._errors import SpecError, UnstorableValue
+from workunits._errors import SpecError
 
 STEPS = "steps"
 STATE = "state"
@@ -110,7 +110,4 @@ def _check_name(name: object) -> None:
     """A step name is non-empty text the checkpoint can hold, checked before anything runs."""
     if not isinstance(name, str) or not name:
         raise SpecError(f"a step name is a non-empty str, got {name!r}")
-    try:
-        strictjson.dumps(name, "the step name")
-    except UnstorableValue as exc:
-        raise SpecError(str(exc)) from None
+    strictjson.dumps_argument(name, "the step name")
