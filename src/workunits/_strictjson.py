@@ -19,8 +19,8 @@ import orjson
 from workunits._errors import LedgerCorrupt, SpecError, UnstorableValue
 
 # orjson serializes signed and unsigned 64-bit integers; beyond that it raises.
-_INT_MIN = -(2**63)
-_INT_MAX = 2**64 - 1
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
 # orjson's own nesting limit; deeper values (or cycles) are refused by the walk.
 MAX_DEPTH = 254
 
@@ -82,7 +82,7 @@ def _walk(value: object, path: str, depth: int, what: str) -> None:
             _refuse(what, path, value, _NOT_TEXT)
         return
     if type(value) is int:
-        if not _INT_MIN <= value <= _INT_MAX:
+        if not INT_MIN <= value <= INT_MAX:
             _refuse(what, path, value, "is an integer beyond 64 bits; store it as a str")
         return
     if type(value) is float:

@@ -49,6 +49,7 @@ from typing import Any
 import orjson
 
 from workunits._record import storable_text
+from workunits._strictjson import INT_MAX, INT_MIN
 
 BATCH_BYTES = 1 << 16  # one event holds at most this much of one stream's text (and a pipe read)
 STREAMS = ((1, "stdout"), (2, "stderr"))
@@ -385,9 +386,6 @@ class _StreamSink(io.BufferedIOBase):
         return len(chunk)
 
 
-_INT64 = (-(2**63), 2**64 - 1)  # the integers orjson writes
-
-
 def _encodable(value: Any) -> Any:
     """``value`` with what orjson refuses made writable: text escaped as the ledger keeps
     it, keys made text, integers beyond 64 bits written as text. A transcript line is a
@@ -403,5 +401,5 @@ def _encodable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_encodable(v) for v in value]
     if isinstance(value, int) and not isinstance(value, bool):
-        return value if _INT64[0] <= value <= _INT64[1] else str(value)
+        return value if INT_MIN <= value <= INT_MAX else str(value)
     return value
