@@ -52,7 +52,6 @@ from workunits._wire.specs import (
     TeammateSpec,
     check_bytes,
 )
-from workunits._wire.submits import check_submit, check_timeout
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
 from workunits.actors.remote import RemoteSpec
@@ -820,11 +819,7 @@ class Supervisor:
         ``catch_up="run-once"`` the latest missed one runs at the next start.
         """
         letter, spec = _scheduled_spec(kind, target, args, kwargs)
-        # Checked now, as a submit checks them: a bad one would fail every firing.
-        check_submit(
-            description="" if description is None else description, key=None, max_attempts=None
-        )
-        options: dict[str, Any] = {"description": description, "timeout": check_timeout(timeout)}
+        options: dict[str, Any] = {"description": description, "timeout": timeout}
         self._ask(rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options))
 
     def unschedule(self, name: str) -> bool:

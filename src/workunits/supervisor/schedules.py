@@ -29,6 +29,7 @@ from workunits._errors import InvalidArgument, WorkunitsError
 from workunits._ledger import Ledger
 from workunits._ledger.schedules import ScheduleRow
 from workunits._record import WorkRecord
+from workunits._wire.submits import check_submit, check_timeout
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,12 @@ class Schedules:
         now: float,
     ) -> ScheduleRow:
         check_schedule(name, cron, tz, catch_up)
+        # Checked now, as a submit checks them: a bad one would fail every firing.
+        description = options.get("description")
+        check_submit(
+            description="" if description is None else description, key=None, max_attempts=None
+        )
+        options = {**options, "timeout": check_timeout(options.get("timeout"))}
         first = next_due(cron, tz, now)
         if first == math.inf:
             raise InvalidArgument(
