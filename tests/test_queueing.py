@@ -8,7 +8,8 @@ import pytest
 
 from tests import upgrade_jobs
 from tests.conftest import eventually
-from workunits import Reason, Status, Supervisor, connect
+from tests.test_kinds import EchoWork
+from workunits import Reason, SpecError, Status, Supervisor, connect
 
 
 @pytest.mark.parametrize("end", ["kill", "cancel"])
@@ -72,3 +73,43 @@ def test_a_deploy_hands_resumable_and_queued_units_to_the_next_supervisor(
         assert second.result(resumable.id) == {"attempt": 2, "checkpoint": {"value": 5}}
         assert second.result(queued.id) == 8
     assert record.reason is not Reason.LOST
+
+
+@pytest.mark.parametrize("name", ["shells", "Shell", "x", "", 3])
+def test_a_concurrency_cap_on_no_kind_is_refused_before_the_state_dir_is_made(
+    tmp_path: Path, name: object
+) -> None:
+    # It would cap nothing: every shell would run at once under a typo.
+    with pytest.raises(SpecError, match=r"concurrency names no kind of this supervisor") as exc:
+        Supervisor(tmp_path / "state", concurrency={name: 1}, install_signal_handlers=False)  # type: ignore[dict-item]
+    assert "kinds: ['agent', 'dream', 'monitor', 'remote', 'shell', 'teammate', 'workflow']" in str(
+        exc.value
+    )
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_cap_by_letter_caps_its_kind(tmp_path: Path) -> None:
+    with Supervisor(tmp_path / "state", concurrency={"b": 1}, install_signal_handlers=False) as sup:
+        blocker = sup.shell(["sleep", "60"])
+        eventually(lambda: sup.get(blocker.id).status is Status.RUNNING)
+        queued = sup.shell(["true"])
+        assert sup.get(queued.id).status is Status.PENDING  # the one slot is taken
+        sup.kill(blocker.id)
+        assert sup.wait(queued.id, timeout=10).status is Status.COMPLETED
+
+
+def test_a_kind_capped_by_name_and_letter_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="caps the shell kind twice"):
+        Supervisor(
+            tmp_path / "state", concurrency={"b": 1, "shell": 2}, install_signal_handlers=False
+        )
+
+
+def test_a_users_kind_given_in_kinds_can_be_capped(tmp_path: Path) -> None:
+    with Supervisor(
+        tmp_path / "state",
+        kinds={"e": EchoWork},
+        concurrency={"echo": 1},
+        install_signal_handlers=False,
+    ) as sup:
+        assert sup.wait(sup.submit("e", b"hi").id, timeout=10).status is Status.COMPLETED

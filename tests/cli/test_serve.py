@@ -104,6 +104,20 @@ def test_serve_refuses_a_bad_concurrency_limit(run: Run, client: wu.Client) -> N
     )
 
 
+def test_serve_refuses_a_cap_on_no_kind(run: Run, client: wu.Client) -> None:
+    result = run("serve", "--concurrency", "shells=1")
+    assert result.exit_code == Exit.USAGE
+    assert "concurrency names no kind of this supervisor: 'shells'" in result.stderr
+
+
+def test_serve_takes_a_kind_by_its_letter_in_place_of_the_default(client: wu.Client) -> None:
+    serve = Serve(client.state_dir, "--concurrency", "a=1")
+    try:
+        assert "at most agent 1 at once" in serve.banner  # not refused as agent capped twice
+    finally:
+        assert serve.stop() == 0
+
+
 def test_serve_with_an_unsynced_ledger_says_so_and_runs_units(client: wu.Client, run: Run) -> None:
     serve = Serve(client.state_dir, "--ledger-sync", "normal")
     try:

@@ -25,6 +25,7 @@ import click
 from workunits._cli import user_code
 from workunits._cli._app import cli, seconds_option, state_option
 from workunits._errors import SpecError
+from workunits._ids import BUILTIN_KINDS
 from workunits._ledger import secretfile
 from workunits._ledger._db import SYNC_MODES
 from workunits._ledger.sessions import DEFAULT_LEASE, MIN_LEASE
@@ -251,7 +252,8 @@ def _limits(items: tuple[str, ...]) -> dict[str, int]:
             value = 0
         if not sep or not kind or value < 1:
             raise SpecError(f"--concurrency takes KIND=N with N >= 1, got {item!r}")
-        limits[kind] = value
+        # A letter replaces the default set by name (a=2 overrides agent's), not beside it.
+        limits[BUILTIN_KINDS.get(kind, kind)] = value
     return limits
 
 

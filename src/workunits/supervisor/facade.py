@@ -61,6 +61,7 @@ from workunits.supervisor import requests as rq
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
 from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.kinds import concurrency_by_name
 from workunits.supervisor.paging import check_limit, page
 from workunits.supervisor.pool import Pool
 from workunits.supervisor.remote_consumers import RemoteConsumers
@@ -189,7 +190,8 @@ class Supervisor:
 
         One supervisor per state dir: a second one raises SupervisorBusy (after
         waiting ``lock_timeout`` seconds for the first to go). ``concurrency``
-        caps running units per kind name (``{"agent": 4}``); the rest wait pending.
+        caps running units per kind, by name or letter (``{"agent": 4}``); the
+        rest wait pending. A name that is no kind of this supervisor is refused.
 
         ``ledger_sync="full"`` (the default) fsyncs every submit, terminal write
         and checkpoint before anyone hears of it: they survive a power cut.
@@ -235,9 +237,7 @@ class Supervisor:
         seconds_or_none(
             "tick_interval", tick_interval, none="no ticks: Supervisor.tick() runs them"
         )
-        for kind_name, limit in (concurrency or {}).items():
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise SpecError(f"concurrency[{kind_name!r}] must be an int >= 1, got {limit!r}")
+        concurrency = concurrency_by_name(concurrency, kinds or {})
         if (
             isinstance(max_resident_ended, bool)
             or not isinstance(max_resident_ended, int)

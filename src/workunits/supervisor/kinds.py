@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from workunits._errors import KindTaken, SpecError, UnknownKind
 from workunits._ids import BUILTIN_KINDS, SESSION_PREFIX, validate_letter
 from workunits.actors.base import WorkActor
@@ -46,3 +48,38 @@ class Kinds:
             if cls.kind == kind:
                 return letter
         raise UnknownKind(f"no kind is registered as {kind!r}")
+
+
+def concurrency_by_name(
+    concurrency: Mapping[str, int] | None, extra_kinds: Mapping[str, type[WorkActor]]
+) -> dict[str, int]:
+    """``concurrency=`` keyed by kind name; a letter is taken for its kind's name.
+
+    A name no kind of this supervisor has would cap nothing, silently (a typo
+    like ``"shells"`` lets every shell run at once), so it is refused. A kind of
+    the user's own is known here only when given in ``kinds=``; one added later
+    with ``register_kind`` cannot be capped, and the message says so.
+    """
+    names = dict(BUILTIN_LETTERS)
+    # A class that is no kind is refused by Kinds.add, with its own message.
+    names.update(
+        (letter, cls.kind)
+        for letter, cls in extra_kinds.items()
+        if isinstance(getattr(cls, "kind", None), str)
+    )
+    known = set(names.values())
+    limits: dict[str, int] = {}
+    for key, limit in (concurrency or {}).items():
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise SpecError(f"concurrency[{key!r}] must be an int >= 1, got {limit!r}")
+        name = names.get(key, key) if isinstance(key, str) else key
+        if name not in known:
+            raise SpecError(
+                f"concurrency names no kind of this supervisor: {key!r}; "
+                f"kinds: {sorted(known)}. Give a kind of your own in kinds= "
+                f"(not register_kind) to cap its running units"
+            )
+        if name in limits:
+            raise SpecError(f"concurrency caps the {name} kind twice (by its name and its letter)")
+        limits[name] = limit
+    return limits
