@@ -9,6 +9,7 @@ Bodies travel by value (cloudpickle), so workers need not import this module.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -191,6 +192,26 @@ def test_result_record_transcript_and_one_notice(sup: wu.Supervisor) -> None:
     notice = sup.notifications().get(timeout=5)
     assert isinstance(notice, wu.Notification)
     assert (notice.id, notice.status) == (h.id, wu.Status.COMPLETED)
+
+
+def test_a_keyed_remote_unit_is_submitted_once(sup: wu.Supervisor) -> None:
+    first = sup.remote(add, 2, 3, key="sum-2-3")
+    again = sup.remote(add, 2, 3, key="sum-2-3")  # a reconnecting caller: no second task
+    assert again.id == first.id
+    assert sup.result(first.id, timeout=30) == 5
+    assert [r.id for r in sup.list(kind="remote")] == [first.id]
+    with pytest.raises(wu.IdempotencyConflict):
+        sup.remote(add, 2, 4, key="sum-2-3")
+
+
+def test_a_keyed_remote_async_unit_is_submitted_once(sup: wu.Supervisor) -> None:
+    async def twice() -> tuple[str, str, object]:
+        first = await sup.remote_async(add, 1, 1, key="one-and-one")
+        again = await sup.remote_async(add, 1, 1, key="one-and-one")
+        return first.id, again.id, await sup.result_async(first.id, timeout=30)
+
+    first, again, result = asyncio.run(twice())
+    assert (again, result) == (first, 2)
 
 
 def leave_children() -> list[int]:

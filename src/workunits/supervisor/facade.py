@@ -479,6 +479,7 @@ class Supervisor:
         resources: Mapping[str, float] | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
@@ -490,6 +491,7 @@ class Supervisor:
         Ray is reached (or started locally, see ``ray_address``) at the first remote
         unit; ``wu.current()`` works inside ``fn``, and its output, progress,
         checkpoints and events stream into the unit's local transcript.
+        ``key`` makes the submit idempotent, as for ``submit``.
         """
         check_available()
         spec = RemoteSpec.build(fn, args, kwargs, resources=resources)
@@ -498,6 +500,7 @@ class Supervisor:
             spec,
             description=spec.name if description is None else description,
             timeout=timeout,
+            key=key,
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
@@ -651,6 +654,7 @@ class Supervisor:
         resources: Mapping[str, float] | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
@@ -664,6 +668,7 @@ class Supervisor:
             spec,
             description=spec.name if description is None else description,
             timeout=timeout,
+            key=key,
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
