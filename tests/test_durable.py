@@ -8,6 +8,7 @@ same unit; nothing of the dead session keeps running.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -143,6 +144,61 @@ def test_a_key_finds_the_unit_it_made_and_refuses_other_arguments(tmp_path: Path
         with pytest.raises(wu.IdempotencyConflict):
             sup.shell("echo two", key="build-42")
         assert len([r for r in sup.list() if r.description == "echo one"]) == 1
+
+
+class Counter:
+    def __init__(self, start: int) -> None:
+        self.n = start
+
+    def on_receive(self, message: Any) -> int:
+        self.n += 1
+        return self.n
+
+
+def submit_keyed(sup: wu.Supervisor, kind: str, n: int) -> str:
+    """Submit a unit of ``kind`` under the key "k"; ``n`` changes its spec."""
+    if kind == "dream":
+        return sup.dream(len, "x" * n, key="k").id
+    if kind == "monitor":
+        return sup.monitor(f"echo {n}", "never", key="k").id
+    return sup.teammate(Counter, n, key="k").id
+
+
+@pytest.mark.parametrize("kind", ["dream", "monitor", "teammate"])
+def test_every_submitter_takes_a_key(tmp_path: Path, kind: str) -> None:
+    # A key given to dream() or teammate() reached the callable as its argument.
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        first = submit_keyed(sup, kind, 1)
+        assert submit_keyed(sup, kind, 1) == first  # a reconnecting caller gets the first unit
+        with pytest.raises(wu.IdempotencyConflict):
+            submit_keyed(sup, kind, 2)
+        assert [r.id for r in sup.list(kind=kind)] == [first]
+        if kind == "teammate":
+            # Counter(1), not Counter(1, key="k")
+            assert sup.ask(first, "tick", timeout=20) == 2
+        else:
+            assert sup.wait(first, 20).status is wu.Status.COMPLETED
+
+
+async def submit_keyed_async(sup: wu.Supervisor) -> list[tuple[str, str]]:
+    """Each async submitter twice under its key: (first ID, second ID)."""
+    pairs = []
+    for _ in range(2):
+        ids = (
+            (await sup.dream_async(len, "x", key="d")).id,
+            (await sup.monitor_async("echo", "never", key="m")).id,
+            (await sup.teammate_async(Counter, 1, key="t")).id,
+        )
+        pairs.append(ids)
+    first, again = pairs
+    return list(zip(first, again, strict=True))
+
+
+def test_every_async_submitter_takes_a_key(tmp_path: Path) -> None:
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        pairs = asyncio.run(submit_keyed_async(sup))
+        assert all(first == again for first, again in pairs)
+        assert len(sup.list()) == 3
 
 
 def test_one_supervisor_per_state_dir(tmp_path: Path) -> None:

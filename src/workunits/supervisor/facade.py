@@ -680,6 +680,7 @@ class Supervisor:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
@@ -690,7 +691,7 @@ class Supervisor:
         )
         name = spec.name if description is None else description
         return await self.submit_async(
-            "d", spec, description=name, timeout=timeout, not_before=not_before
+            "d", spec, description=name, timeout=timeout, key=key, not_before=not_before
         )
 
     async def workflow_async(
@@ -730,6 +731,7 @@ class Supervisor:
         description: str | None = None,
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
         timeout: float | None = None,
+        key: str | None = None,
         not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Like ``monitor`` without blocking the event loop (built on a worker thread)."""
@@ -738,7 +740,7 @@ class Supervisor:
         )
         name = spec.name if description is None else description
         return await self.submit_async(
-            "m", spec, description=name, timeout=timeout, not_before=not_before
+            "m", spec, description=name, timeout=timeout, key=key, not_before=not_before
         )
 
     async def teammate_async(
@@ -747,6 +749,7 @@ class Supervisor:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         memory_limit: int | None = None,
         remote: bool = False,
         resources: Mapping[str, float] | None = None,
@@ -768,7 +771,9 @@ class Supervisor:
             resources=resources,
         )
         name = spec.name if description is None else description
-        request = rq.Register("t", spec, None, name, timeout, restart=policy, not_before=not_before)
+        request = rq.Register(
+            "t", spec, None, name, timeout, key, restart=policy, not_before=not_before
+        )
         record = await self._ask_async(request)
         return TeammateHandle(self, record.id, cls)
 
@@ -1181,6 +1186,7 @@ class Supervisor:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         memory_limit: int | None = None,
         remote: bool = False,
         resources: Mapping[str, float] | None = None,
@@ -1204,6 +1210,9 @@ class Supervisor:
         never. More than ``max_restarts`` restarts within ``within`` seconds and
         it ends ``failed``, reason ``restart-intensity``. ``stop()``, a cancel
         or a kill is never restarted.
+
+        ``key`` makes the submit idempotent, as for ``submit``: a second
+        ``teammate`` call under the key returns a handle to the first one.
         """
         policy = _restart_policy(restart, max_restarts, within, remote=remote)
         spec = _teammate_spec(
@@ -1211,7 +1220,7 @@ class Supervisor:
         )
         name = spec.name if description is None else description
         record = self._ask(
-            rq.Register("t", spec, None, name, timeout, restart=policy, not_before=not_before)
+            rq.Register("t", spec, None, name, timeout, key, restart=policy, not_before=not_before)
         )
         return TeammateHandle(self, record.id, cls)
 
@@ -1223,6 +1232,7 @@ class Supervisor:
         description: str | None = None,
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
         timeout: float | None = None,
+        key: str | None = None,
         not_before: float | datetime.datetime | None = None,
     ) -> WorkHandle:
         """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines.
@@ -1235,7 +1245,9 @@ class Supervisor:
         """
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
         name = spec.name if description is None else description
-        return self.submit("m", spec, description=name, timeout=timeout, not_before=not_before)
+        return self.submit(
+            "m", spec, description=name, timeout=timeout, key=key, not_before=not_before
+        )
 
     def dream(
         self,
@@ -1243,6 +1255,7 @@ class Supervisor:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
@@ -1250,7 +1263,9 @@ class Supervisor:
         """Run ``fn(*args, **kwargs)`` as an agent at idle CPU priority (a ``d`` unit)."""
         spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, idle_priority=True)
         name = spec.name if description is None else description
-        return self.submit("d", spec, description=name, timeout=timeout, not_before=not_before)
+        return self.submit(
+            "d", spec, description=name, timeout=timeout, key=key, not_before=not_before
+        )
 
     def workflow(
         self,
