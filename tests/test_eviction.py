@@ -109,6 +109,9 @@ def test_an_evicted_unit_is_read_from_the_ledger(
     clock.advance(GRACE)
     assert msup.tick() == 1
     assert msup.get(unit.id).status == Status.COMPLETED
+    # Its notice was taken: the ledger's record says so, as memory's did.
+    assert msup.get(unit.id).acknowledged
+    assert [r.acknowledged for r in msup.list()] == [True]
     assert msup.wait(unit.id).status == Status.COMPLETED
     assert msup.result(unit.id).id == unit.id
     assert msup.kill(unit.id) is False
@@ -262,9 +265,15 @@ def test_past_the_cap_the_oldest_ended_records_leave_unread(tmp_path: Path) -> N
         assert sup.tick() == 2
         assert sup.resident_ids() == {units[2].id, units[3].id}
         assert sup.get(units[0].id).status == Status.COMPLETED  # from the ledger
+        assert not sup.get(units[0].id).acknowledged
         # Their notices were never read: they are still there for the parent.
         taken = {sup.notifications().get(timeout=5).id for _ in units}
         assert taken == {u.id for u in units}
+        assert sup.get(units[0].id).acknowledged  # and now they were
+        with connect(tmp_path / "state") as client:  # another reader of the ledger
+            assert [r.acknowledged for r in client.list()] == [True] * 4
+            assert client.get(units[1].id).acknowledged
+            assert client.wait(units[1].id, timeout=0).acknowledged
 
 
 def test_the_default_eviction_grace_is_thirty_seconds(tmp_path: Path) -> None:

@@ -411,7 +411,7 @@ class Client:
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's record. An expired unit keeps its terminal status here; see ``row``."""
-        return self.row(work_id).to_record()
+        return self.ledger.record(self.row(work_id))
 
     def row(self, work_id: str) -> UnitRow:
         """Everything the ledger keeps about the unit: ``shown_status`` reads ``expired``
@@ -428,7 +428,7 @@ class Client:
         parent: str | None = None,
     ) -> builtins.list[WorkRecord]:
         """Records, oldest first. ``status="expired"`` lists the expired units."""
-        return [row.to_record() for row in self.rows(status=status, kind=kind, parent=parent)]
+        return self.ledger.records(self.rows(status=status, kind=kind, parent=parent))
 
     def rows(
         self,
@@ -481,7 +481,7 @@ class Client:
         NotFinished after ``timeout`` seconds (``0`` looks once). Waits back off
         from a few milliseconds to ``poll`` seconds between looks.
         """
-        return self._wait_row(work_id, timeout).to_record()
+        return self.ledger.record(self._wait_row(work_id, timeout))
 
     def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
         wait_timeout(timeout)
@@ -720,7 +720,8 @@ class Client:
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop: each look at the ledger is a
         short call on a worker thread, each pause an ``asyncio.sleep``."""
-        return (await self._wait_row_async(work_id, timeout)).to_record()
+        row = await self._wait_row_async(work_id, timeout)
+        return await asyncio.to_thread(self.ledger.record, row)
 
     async def _wait_row_async(self, work_id: str, timeout: float | None) -> UnitRow:
         wait_timeout(timeout)

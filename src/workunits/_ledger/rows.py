@@ -216,11 +216,12 @@ class UnitRow:
             return None
         return strictjson.loads(self.checkpoint, self.id, "checkpoint")
 
-    def to_record(self) -> WorkRecord:
+    def to_record(self, *, acknowledged: bool = False) -> WorkRecord:
         """The in-memory record this row stands for, as a supervisor would hold it.
 
         A terminal row's notice is in the outbox (written with the transition),
-        so ``notified`` is true exactly when the status is terminal. The memory-only
+        so ``notified`` is true exactly when the status is terminal; whether it
+        was ``acknowledged`` is the outbox's to say (``Ledger.records``). The memory-only
         fields (``evict_after``, ``retain``) start afresh; ``output_offset`` is
         where the record's reader stopped when it left memory. A pickled result
         or cause is handed on as bytes: rows the Ledger reads have had their
@@ -243,6 +244,7 @@ class UnitRow:
             error=self.error,
             reason=self.reason,
             notified=is_terminal(self.status),
+            acknowledged=acknowledged,
             output_offset=self.output_offset,
             attempt=self.attempt,
             pid=self.pid,

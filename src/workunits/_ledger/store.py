@@ -835,6 +835,21 @@ class Ledger:
         """Of these ended units, those whose notice is acknowledged (or already deleted)."""
         return outbox.acknowledged_among(self._db, list(work_ids))
 
+    def records(self, rows: Iterable[UnitRow]) -> builtins.list[WorkRecord]:
+        """The rows as records, each ``acknowledged`` as its notice is in the outbox.
+
+        A row does not hold it: a record read from the ledger would otherwise
+        say "not acknowledged" of every notice a consumer took long ago.
+        """
+        rows = builtins.list(rows)
+        taken = self.acknowledged_among(r.id for r in rows if is_terminal(r.status))
+        return [r.to_record(acknowledged=r.id in taken) for r in rows]
+
+    def record(self, row: UnitRow) -> WorkRecord:
+        """One row as a record (see ``records``)."""
+        (record,) = self.records([row])
+        return record
+
     def outbox_size(self) -> int:
         """Notices not yet acknowledged."""
         return outbox.counts(self._db)[1]

@@ -244,7 +244,7 @@ class LedgerMirror:
         row = self.ledger.get(work_id)
         if row is None:
             raise UnknownWork(f"no work unit {work_id!r} in this state dir")
-        return row.to_record()
+        return self.ledger.record(row)
 
     def rows(
         self,
@@ -255,11 +255,11 @@ class LedgerMirror:
         resident: Container[str],
     ) -> list[WorkRecord]:
         """Rows of units not in memory (``resident`` are)."""
-        return [
-            r.to_record()
+        return self.ledger.records(
+            r
             for r in self.ledger.list(status=status, kind=kind, parent=parent)
             if r.id not in resident
-        ]
+        )
 
     def resumable(self, work_id: str) -> bool:
         row = self.ledger.get(work_id)
