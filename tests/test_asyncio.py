@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import workunits as wu
+from tests.conftest import eventually
 from tests.loop_guard import LoopGuard
 
 WAIT = 30.0
@@ -361,3 +362,21 @@ def test_waits_that_time_out_while_notices_are_taken_lose_none(
         assert client.notifications().claim_nowait() is None
     finally:
         client.close()
+
+
+def test_a_wait_left_on_a_closed_loop_does_not_keep_other_waits_asleep(tmp_path: Path) -> None:
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        unit = sup.shell(["sleep", "60"])
+        loop = asyncio.new_event_loop()
+        abandoned = loop.create_task(sup.wait_async(unit.id))
+        loop.run_until_complete(asyncio.sleep(0))  # the wait is now on its future
+        loop.close()  # ... and nobody will ever cancel it
+        assert not abandoned.done()
+        waits = sup._waiters._waiters  # the order is the point: the dead loop's wait first
+        done: dict[str, Any] = {}
+        waiting = threading.Thread(target=lambda: done.update(record=sup.wait(unit.id, 20)))
+        waiting.start()
+        eventually(lambda: len(waits.get(unit.id, [])) == 2)
+        assert sup.kill(unit.id) is True
+        waiting.join(30)
+        assert done["record"].status is wu.Status.KILLED

@@ -15,12 +15,16 @@ and the wait reads the record as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workunits._record import WorkRecord
 from workunits._status import is_terminal
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -66,7 +70,12 @@ class TerminalWaiters:
             waiter.record = new
             waiter.event.set()
             if waiter.callback is not None:
-                waiter.callback(new)
+                # The waiters were popped: one callback that raised must not
+                # leave the others unwoken for ever.
+                try:
+                    waiter.callback(new)
+                except Exception:
+                    log.exception("a waiter of %s could not be woken", new.id)
 
     def add(self, work_id: str, callback: Callable[[WorkRecord], None] | None = None) -> Waiter:
         waiter = Waiter(callback=callback)
@@ -95,7 +104,9 @@ class TerminalWaiters:
         fut: asyncio.Future[WorkRecord] = loop.create_future()
 
         def resolve(record: WorkRecord) -> None:
-            loop.call_soon_threadsafe(_set, fut, record)
+            # A loop closed with the wait still on it has nobody left to tell.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_set, fut, record)
 
         return self.add(work_id, resolve), fut
 
