@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import eventually
 from tests.helpers import WAIT
-from workunits import Status, Supervisor, SupervisorClosed
+from workunits import Status, Supervisor, SupervisorClosed, connect
 from workunits.supervisor import requests as rq
 
 
@@ -89,3 +90,32 @@ def test_a_wait_after_close_hears_the_supervisor_closed(state_dir: Path) -> None
     assert len(outcome) == 1
     with pytest.raises(SupervisorClosed):
         raise outcome[0]
+
+
+@pytest.mark.parametrize("twin", ["blocking", "async"])
+def test_a_wait_through_a_deploy_hears_the_close_not_an_end(state_dir: Path, twin: str) -> None:
+    """A deploy leaves a pending unit to the next supervisor: it has not ended."""
+    sup = Supervisor(state_dir, concurrency={"shell": 1}, install_signal_handlers=False)
+    sup.shell(["sleep", "30"])
+    unit = sup.shell(["true"])  # queued in memory behind the first
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            if twin == "blocking":
+                outcome.append(sup.wait(unit.id))  # no timeout: never woken, it hangs
+            else:
+                outcome.append(asyncio.run(sup.wait_async(unit.id)))
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    eventually(lambda: len(sup._waiters._waiters.get(unit.id, [])) == 1)
+    sup.close(deploy=True)
+    waiter.join(WAIT)
+    assert not waiter.is_alive()
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], SupervisorClosed), outcome[0]  # not "killed"
+    with connect(state_dir) as client:
+        assert client.get(unit.id).status is Status.PENDING

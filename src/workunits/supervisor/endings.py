@@ -227,8 +227,12 @@ class TerminalTransition:
         # The record as it is now: a retry may land the end after later changes (a read).
         new = self._units.registry.find(ended.new.id) or ended.new
         self._fail_asks(new)
-        self._units.tell_subscribers(ended.old, new)
+        # A deploy stopped it without ending it: the ledger keeps it pending or
+        # running for the next session, so nobody is told it ended (waits hear
+        # of the close instead: TerminalWaiters.close).
         suspended = ended.slot is not None and ended.slot.suspended
+        if not suspended:
+            self._units.tell_subscribers(ended.old, new)
         if ended.notify and not suspended:
             self._notices.notify_parent(new)
         if new.evict_after is not None:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from workunits._errors import SupervisorClosed
 from workunits._record import WorkRecord
 from workunits._status import is_terminal
 
@@ -34,6 +35,8 @@ class Waiter:
     callback: Callable[[WorkRecord], None] | None = None
     # Known not ended when added (see the module docstring): no need to read the record.
     unended: bool = False
+    # Called (after ``event`` is set, with no record) if the supervisor closes first.
+    on_close: Callable[[], None] | None = None
 
 
 def settled(record: WorkRecord) -> bool:
@@ -77,18 +80,33 @@ class TerminalWaiters:
                 except Exception:
                     log.exception("a waiter of %s could not be woken", new.id)
 
-    def add(self, work_id: str, callback: Callable[[WorkRecord], None] | None = None) -> Waiter:
-        waiter = Waiter(callback=callback)
+    def add(
+        self,
+        work_id: str,
+        callback: Callable[[WorkRecord], None] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> Waiter:
+        waiter = Waiter(callback=callback, on_close=on_close)
         with self._lock:
             self._waiters.setdefault(work_id, []).append(waiter)
             waiter.unended = work_id in self._unended
         return waiter
 
     def close(self) -> None:
-        """The supervisor stopped: no end will be told any more; waits read (and learn so)."""
+        """The supervisor stopped: no end will be told any more; waits read (and learn so).
+
+        Waits still waiting are woken without a record: a unit a deploy left
+        for the next session has not ended, and never will in this process.
+        """
         with self._lock:
             self._closed = True
             self._unended.clear()
+            waiters = [w for ws in self._waiters.values() for w in ws]
+            self._waiters.clear()
+        for waiter in waiters:
+            waiter.event.set()
+            if waiter.on_close is not None:
+                waiter.on_close()
 
     def discard(self, work_id: str, waiter: Waiter) -> None:
         with self._lock:
@@ -108,9 +126,18 @@ class TerminalWaiters:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_set, fut, record)
 
-        return self.add(work_id, resolve), fut
+        def closed() -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_fail, fut)
+
+        return self.add(work_id, resolve, closed), fut
 
 
 def _set(fut: asyncio.Future[WorkRecord], record: WorkRecord) -> None:
     if not fut.done():
         fut.set_result(record)
+
+
+def _fail(fut: asyncio.Future[WorkRecord]) -> None:
+    if not fut.done():
+        fut.set_exception(SupervisorClosed("the supervisor closed before the unit ended"))
