@@ -46,6 +46,7 @@ from workunits._retain import Retain
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
 from workunits._seconds import seconds, wait_timeout
 from workunits._status import Status, is_terminal
+from workunits._wire import shell_log
 from workunits._wire.durable import (
     agent_resumable,
     agent_to_durable,
@@ -214,6 +215,8 @@ class Client:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
     ) -> ClientHandle:
         """Submit ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -222,9 +225,20 @@ class Client:
         makes the submit idempotent: the same key returns the unit it already
         names (``handle.created`` is False); the same key with another command
         raises IdempotencyConflict. ``on_lost="restart"`` runs it again (same
-        ID, next attempt) if its supervisor dies while it runs.
+        ID, next attempt) if its supervisor dies while it runs. ``log`` and
+        ``keep_output`` keep its output after the end, as ``Supervisor.shell``.
         """
-        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
+        spec = ShellSpec.build(
+            cmd,
+            cwd=cwd,
+            env=env,
+            output_cap=output_cap,
+            on_lost=on_lost,
+            log=log,
+            keep_output=keep_output,
+        )
+        if spec.log is not None:
+            shell_log.refuse_inside(spec.log, self.state_dir)
         durable = shell_to_durable(spec, check_timeout(timeout))
         name = spec.describe() if description is None else description
         return self._submit(
@@ -624,6 +638,8 @@ class Client:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
     ) -> ClientHandle:
         """Like ``shell`` without blocking the event loop (the synced submit runs on a
         worker thread)."""
@@ -638,6 +654,8 @@ class Client:
             output_cap=output_cap,
             on_lost=on_lost,
             not_before=not_before,
+            log=log,
+            keep_output=keep_output,
         )
 
     async def agent_async(

@@ -146,18 +146,28 @@ def _not_before(not_before: float | datetime.datetime | None) -> str | None:
     return None if at is None else datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat()
 
 
-def _shell_options(
+def _shell_options(  # noqa: PLR0917 - private; one per option of shell()
     cwd: str | os.PathLike[str] | None,
     env: Mapping[str, str] | None,
     output_cap: int,
     on_lost: str,
+    log: str | os.PathLike[str] | None,
+    keep_output: bool,
 ) -> dict[str, Any]:
-    """The shell-only fields, sent only when not their defaults (older servers lack them)."""
+    """The shell-only fields, sent only when not their defaults (older servers lack them).
+
+    A relative ``log`` is made absolute here, against this process's directory,
+    as ``Client.shell`` does: the server takes absolute paths only.
+    """
+    if isinstance(log, str | os.PathLike) and isinstance(text := os.fspath(log), str):
+        log = os.path.abspath(text)  # anything else is sent as it is, for the server to refuse
     return {
         "cwd": None if cwd is None else os.fspath(cwd),
         "env": None if env is None else dict(env),
         "output_cap": None if output_cap == DEFAULT_OUTPUT_CAP else output_cap,
         "on_lost": None if on_lost == "fail" else on_lost,
+        "log": log,
+        "keep_output": keep_output or None,
     }
 
 
@@ -370,6 +380,8 @@ class HttpClient:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
         parent: str | None = None,
     ) -> HttpHandle:
         """Submit a shell unit (``POST /v1/units``); ``key`` is the Idempotency-Key.
@@ -377,7 +389,7 @@ class HttpClient:
         As ``Client.shell``; ``parent`` (HTTP only) makes it a child of a unit.
         """
         options = {
-            **_shell_options(cwd, env, output_cap, on_lost),
+            **_shell_options(cwd, env, output_cap, on_lost, log, keep_output),
             "timeout": timeout,
             "description": description,
             "not_before": _not_before(not_before),
@@ -439,11 +451,13 @@ class HttpClient:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
         parent: str | None = None,
     ) -> HttpHandle:
         """Like ``shell`` without blocking the event loop."""
         options = {
-            **_shell_options(cwd, env, output_cap, on_lost),
+            **_shell_options(cwd, env, output_cap, on_lost, log, keep_output),
             "timeout": timeout,
             "description": description,
             "not_before": _not_before(not_before),

@@ -14,7 +14,6 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 from workunits import _outputfile
 from workunits._claim import Claim, NoticeSource
@@ -80,10 +79,11 @@ class OutputStream(Iterator[bytes]):
     The read offset is this stream's own: other readers (the supervisor's
     ``read_output``, other clients) do not move it. Sources, in order of
     preference: an agent's transcript (``transcripts/<id>.jsonl``, kept after
-    the end), the live output file at ``row.output_path`` (kept open, so its
-    removal at the end does not cut the read short), and once the file is gone
-    before it was ever opened, the ``output_tail`` the terminal write stored
-    (the last 64 KiB; what came before it is no longer anywhere).
+    the end) or a shell's log (``transcripts/<id>.log``, the log or a symlink
+    to the caller's), the live output file at ``row.output_path`` (kept open,
+    so its removal at the end does not cut the read short), and once the file
+    is gone before it was ever opened, the ``output_tail`` the terminal write
+    stored (the last 64 KiB; what came before it is no longer anywhere).
     """
 
     def __init__(
@@ -101,7 +101,8 @@ class OutputStream(Iterator[bytes]):
         self.follow = follow
         self.offset = 0
         self._ledger = ledger
-        self._transcript = Path(_outputfile.transcript_path(ledger.state_dir, work_id))
+        # Names that outlive the unit: read from the start, never replaced.
+        self._kept = _outputfile.kept_paths(ledger.state_dir, work_id)
         self._backoff = Backoff(stop, poll)
         self._chunk = chunk
         self._fd: int | None = None
@@ -165,7 +166,11 @@ class OutputStream(Iterator[bytes]):
                 # its supervisor; an ended one's tail comes from the ledger.
                 url = None if ended or self._remote is None else self._remote.url_for(row)
                 return b"" if url is None else self._read_elsewhere(url)
-        data = _outputfile.read_delta(self._fd, self.offset, self._chunk)
+        limit = self._chunk
+        if ended and self._path == self._kept[1]:
+            # A caller's log is theirs to write on: nothing past the unit's own bytes.
+            limit = max(0, min(limit, row.output_bytes - self.offset))
+        data = _outputfile.read_delta(self._fd, self.offset, limit) if limit else b""
         if not data and not ended and self._replaced():
             # A restarted shell attempt writes a fresh file at the same path.
             self._close_fd()
@@ -175,7 +180,7 @@ class OutputStream(Iterator[bytes]):
         return data
 
     def _open_source(self, row: UnitRow) -> None:
-        for path in (str(self._transcript), row.output_path):
+        for path in (*self._kept, row.output_path):
             if path is None:
                 continue
             fd = _outputfile.open_for_reading(path)
@@ -193,8 +198,8 @@ class OutputStream(Iterator[bytes]):
     def _replaced(self) -> bool:
         assert self._fd is not None
         assert self._path is not None
-        if self._path == str(self._transcript):
-            return False  # transcripts are appended to across attempts, never replaced
+        if self._path in self._kept:
+            return False  # transcripts and logs are appended to across attempts, never replaced
         try:
             now = os.stat(self._path)
         except FileNotFoundError:

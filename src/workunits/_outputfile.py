@@ -17,7 +17,7 @@ from workunits._record import TAIL_BYTES
 
 # Agents' JSONL transcripts, one per unit, under the state dir; an agent's output
 # file is a second name (a hard link) of its transcript. Kept after the end,
-# deleted at expiry.
+# deleted at expiry. Shells' kept logs (or their pointers) live beside them.
 TRANSCRIPTS_DIR = "transcripts"
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -30,6 +30,21 @@ class OutputFileError(OSError):
 def transcript_path(state_dir: str | os.PathLike[str], work_id: str) -> str:
     """Where the unit ``work_id`` (a validated ID) keeps its transcript."""
     return os.path.join(state_dir, TRANSCRIPTS_DIR, f"{work_id}.jsonl")
+
+
+def log_path(state_dir: str | os.PathLike[str], work_id: str) -> str:
+    """Where the shell unit ``work_id`` (a validated ID) keeps its log.
+
+    With ``keep_output=True`` the log itself; with ``log=PATH`` a symlink to the
+    caller's file, so a reader finds an ended shell's output by its ID alone, and
+    retention, deleting this name, leaves the caller's file alone.
+    """
+    return os.path.join(state_dir, TRANSCRIPTS_DIR, f"{work_id}.log")
+
+
+def kept_paths(state_dir: str | os.PathLike[str], work_id: str) -> tuple[str, str]:
+    """The names under which a unit's output outlives it: a transcript, a shell's log."""
+    return transcript_path(state_dir, work_id), log_path(state_dir, work_id)
 
 
 def private_dir(path: Path) -> Path:

@@ -529,3 +529,35 @@ def test_a_record_carries_its_progress_evidence_and_when_it_came(api: httpx.Clie
     assert unit["progress_message"] == "group 3/8"
     assert unit["progress_at"] is not None
     assert unit["progress_at"] >= before
+
+
+def test_a_shell_log_is_written_and_read_whole_after_the_end(
+    api: httpx.Client, tmp_path: Path
+) -> None:
+    whole = b"".join(b"%d\n" % i for i in range(1, 30001))  # more than the stored tail
+    log = tmp_path / "out.log"
+    theirs = _submit(api, {"kind": "shell", "command": "seq 1 30000", "log": str(log)})
+    ours = _submit(api, {"kind": "shell", "command": "seq 1 30000", "keep_output": True})
+    for r in (theirs, ours):
+        assert r.status_code == 201
+        assert _result(api, r.json()["id"]).json()["unit"]["status"] == "completed"
+        out = api.get(f"/v1/units/{r.json()['id']}/output", params={"limit": 1 << 20})
+        assert out.content == whole
+    assert log.read_bytes() == whole
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"log": "relative.log"}, "log must be an absolute path"),
+        ({"log": "/no/such/dir/x.log", "keep_output": True}, "give log or keep_output, not both"),
+        ({"log": "/no/such/dir/x.log"}, "does not exist; create it first"),
+    ],
+)
+def test_a_bad_shell_log_is_refused(api: httpx.Client, extra: dict[str, Any], says: str) -> None:
+    params: dict[str, str | int] = {"kind": "shell", "limit": 500}
+    before = api.get("/v1/units", params=params).json()["items"]
+    r = _submit(api, {"kind": "shell", "command": "true", **extra})
+    assert r.status_code in {400, 422}
+    assert says in r.json()["detail"]
+    assert api.get("/v1/units", params=params).json()["items"] == before

@@ -208,3 +208,14 @@ def test_a_result_json_would_change_is_refused_over_http_not_changed(
     with wu.connect(served.state_dir) as local:
         value = local.result(unit.id)
     assert value == (1, 2) if target.endswith("pair") else math.isnan(value)
+
+
+def test_a_relative_log_is_taken_from_the_callers_directory(
+    client: HttpClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server takes absolute paths only; the client resolves one as Client.shell does."""
+    monkeypatch.chdir(tmp_path)
+    handle = client.shell("echo logged", log="mine.log")
+    assert handle.wait(timeout=30).status is wu.Status.COMPLETED
+    assert (tmp_path / "mine.log").read_bytes() == b"logged\n"
+    assert b"".join(handle.stream()) == b"logged\n"

@@ -108,6 +108,8 @@ class Backend:
                 env=body.env,
                 output_cap=DEFAULT_OUTPUT_CAP if body.output_cap is None else body.output_cap,
                 on_lost=body.on_lost or "fail",
+                log=body.log,
+                keep_output=bool(body.keep_output),
             )
             description = spec.describe() if body.description is None else body.description
             return await self.sup.submit_async("b", spec, description=description, **options)

@@ -77,11 +77,24 @@ class ShellSubmit(_Options):
     on_lost: Literal["fail", "restart"] | None = Field(
         None, description="restart: run it again (same ID) if its supervisor dies while it runs"
     )
+    log: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+        None,
+        description="An absolute path on the server's host: the output goes into this file, "
+        "which stays after the end (the first attempt truncates it, later ones append)",
+    )
+    keep_output: bool | None = Field(
+        None, description="true: keep the whole output in the state dir until the unit expires"
+    )
 
     @model_validator(mode="after")
     def _one_command(self) -> ShellSubmit:
         if (self.argv is None) == (self.command is None):
             raise ValueError("give exactly one of argv (a list) or command (a string)")
+        if self.log is not None and self.keep_output:
+            raise ValueError("give log or keep_output, not both")
+        if self.log is not None and not self.log.startswith("/"):
+            # Relative to what? The server's directory is nothing its callers know.
+            raise ValueError(f"log must be an absolute path, got {self.log!r}")
         return self
 
 
@@ -172,7 +185,8 @@ class ScheduleBody(_Strict):
 
     ``cron``: minute hour day-of-month month day-of-week (a sixth field is
     seconds), read in ``tz``. The unit takes no ``parent``, ``retry``,
-    ``not_before``, ``cwd``, ``env``, ``on_lost``, ``memory_limit`` or ``output_cap``.
+    ``not_before``, ``cwd``, ``env``, ``on_lost``, ``log``, ``keep_output``,
+    ``memory_limit`` or ``output_cap``.
     """
 
     cron: Annotated[str, Field(min_length=1, max_length=256)]
@@ -185,7 +199,7 @@ class ScheduleBody(_Strict):
         u = self.unit
         given = [n for n in ("parent", "retry", "not_before") if getattr(u, n) is not None]
         if isinstance(u, ShellSubmit):
-            shell_only = ("cwd", "env", "output_cap", "on_lost")
+            shell_only = ("cwd", "env", "output_cap", "on_lost", "log", "keep_output")
             given += [n for n in shell_only if getattr(u, n) is not None]
         else:
             given += [n for n in ("memory_limit", "output_cap") if getattr(u, n) is not None]

@@ -4,8 +4,8 @@
 are copied at different moments, and the pair may not open. Here SQLite's
 online backup API copies the database as of one transaction (readers do not
 block the supervisor, which goes on writing). The copy then names the files
-that state needs -- value store files by reference, agents' transcripts by
-unit -- and they are copied after it. Value files never change once written;
+that state needs -- value store files by reference, agents' transcripts and
+shells' kept logs by unit -- and they are copied after it. Value files never change once written;
 one may be deleted after the snapshot (a checkpoint replaced, a unit
 expired): then the whole copy is taken again.
 
@@ -128,15 +128,17 @@ def _copy_values(state_dir: Path, dest: Path, names: list[str]) -> int:
 
 
 def _copy_transcripts(state_dir: Path, dest: Path, ids: list[str]) -> int:
+    """Agents' transcripts and shells' kept logs; a pointer to a caller's log (a
+    symlink) is not ours to copy."""
     copied = 0
     for work_id in ids:
-        source = Path(_outputfile.transcript_path(state_dir, work_id))
-        if not source.is_file() or source.is_symlink():
-            continue
-        target = Path(_outputfile.transcript_path(dest, work_id))
-        target.parent.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-            shutil.copyfileobj(src, out)  # append-only: a prefix of it is a transcript
-        copied += 1
+        sources = _outputfile.kept_paths(state_dir, work_id)
+        for source, target in zip(sources, _outputfile.kept_paths(dest, work_id), strict=True):
+            if not os.path.isfile(source) or os.path.islink(source):
+                continue
+            Path(target).parent.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                shutil.copyfileobj(src, out)  # append-only: a prefix of it is a transcript
+            copied += 1
     return copied

@@ -23,6 +23,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -713,8 +714,8 @@ class Ledger:
     # -- retention -----------------------------------------------------------------
 
     def expire(self) -> int:
-        """Drop spec, result, output tail, checkpoint and transcript of ended units past
-        ``expire_at``.
+        """Drop spec, result, output tail, checkpoint and transcript (or kept log) of
+        ended units past ``expire_at``.
 
         The small row stays and reads ``expired``; retained units wait. Returns
         how many units expired now.
@@ -739,17 +740,20 @@ class Ledger:
         return len(expired), freed
 
     def _drop_transcripts(self, work_ids: Iterable[str]) -> int:
-        """Delete the transcripts of expired units (after the commit); the bytes freed."""
+        """Delete the transcripts and kept logs of expired units (after the commit);
+        the bytes freed. A pointer to a caller's log goes, the caller's file stays."""
         freed = 0
         for work_id in work_ids:
             if not _ids.is_valid(work_id):
                 continue  # a path is never built from an unchecked value, even our own row's
-            path = Path(_outputfile.transcript_path(self.state_dir, work_id))
-            try:
-                freed += path.lstat().st_size
-                path.unlink()
-            except FileNotFoundError:
-                continue  # not an agent, or already gone
+            for path in _outputfile.kept_paths(self.state_dir, work_id):
+                try:
+                    info = os.lstat(path)
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue  # not of this kind, or already gone
+                if not stat.S_ISLNK(info.st_mode):
+                    freed += info.st_size
         return freed
 
     def gc(self, older_than: float | None = None) -> int:

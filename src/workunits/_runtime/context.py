@@ -480,9 +480,13 @@ class UnitContext:
         timeout: float | None = None,
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
     ) -> ChildHandle:
-        """Start a child shell unit."""
-        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap)
+        """Start a child shell unit (``log``/``keep_output``: as ``Supervisor.shell``)."""
+        spec = ShellSpec.build(
+            cmd, cwd=cwd, env=env, output_cap=output_cap, log=log, keep_output=keep_output
+        )
         return self._spawn(
             "b", spec, spec.describe() if description is None else description, timeout
         )

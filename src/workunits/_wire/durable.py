@@ -7,6 +7,7 @@ so share idempotency keys.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from workunits._errors import SpecError
@@ -14,7 +15,7 @@ from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, Call, ShellSpec
 
 
 def shell_to_durable(spec: ShellSpec, timeout: float | None) -> dict[str, Any]:
-    return {
+    stored: dict[str, Any] = {
         "argv": list(spec.argv),
         "cwd": spec.cwd,
         "env": None if spec.env is None else dict(spec.env),
@@ -22,17 +23,32 @@ def shell_to_durable(spec: ShellSpec, timeout: float | None) -> dict[str, Any]:
         "on_lost": spec.on_lost,
         "timeout": timeout,
     }
+    # Only when asked for, so a spec stored before logs existed keeps its hash: a
+    # resubmit by key still finds its unit, and one that adds a log conflicts.
+    if spec.log is not None:
+        stored["log"] = spec.log
+    if spec.keep_output:
+        stored["keep_output"] = True
+    return stored
 
 
 def shell_from_durable(stored: Any) -> tuple[ShellSpec, float | None]:
     if not isinstance(stored, dict) or not isinstance(stored.get("argv"), list):
         raise SpecError(f"a stored shell spec is a dict with an argv list, got {stored!r:.80}")
+    log = stored.get("log")
+    keep_output = stored.get("keep_output", False)
+    if not (log is None or (isinstance(log, str) and os.path.isabs(log))) or not isinstance(
+        keep_output, bool
+    ):
+        raise SpecError(f"a stored shell spec's log is an absolute path or None: {stored!r:.80}")
     spec = ShellSpec(
         argv=tuple(stored["argv"]),
         cwd=stored.get("cwd"),
         env=stored.get("env"),
         output_cap=int(stored.get("output_cap", DEFAULT_OUTPUT_CAP)),
         on_lost=str(stored.get("on_lost", "fail")),
+        log=log,
+        keep_output=keep_output,
     )
     return spec, stored.get("timeout")
 

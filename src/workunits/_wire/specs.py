@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from workunits._errors import SpecError
+from workunits._wire import shell_log
 from workunits._wire.calls import dumps_call
 from workunits._wire.zygote_protocol import Limits
 
@@ -79,6 +80,10 @@ class ShellSpec:
     env: Mapping[str, str] | None = None
     output_cap: int = DEFAULT_OUTPUT_CAP
     on_lost: str = "fail"  # or "restart": run again when its supervisor died mid-run
+    # Where the output is kept after the end: the caller's file (an absolute path),
+    # or, with keep_output, a log in the state dir until the unit expires.
+    log: str | None = None
+    keep_output: bool = False
 
     @classmethod
     def build(
@@ -89,8 +94,13 @@ class ShellSpec:
         env: Mapping[str, str] | None,
         output_cap: int,
         on_lost: str = "fail",
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
     ) -> ShellSpec:
-        """Check the caller's arguments; every problem is a SpecError naming the argument."""
+        """Check the caller's arguments; every problem is a SpecError naming the argument.
+
+        A relative ``log`` resolves against this process's working directory, now.
+        """
         if isinstance(cmd, str):
             if not cmd.strip():
                 raise SpecError("cmd is an empty string; give a shell command or an argv list")
@@ -118,7 +128,16 @@ class ShellSpec:
         check_bytes("output_cap", output_cap)
         if on_lost not in ("fail", "restart"):
             raise SpecError(f"on_lost must be 'fail' or 'restart', got {on_lost!r}")
-        return cls(argv=argv, cwd=cwd_str, env=env, output_cap=output_cap, on_lost=on_lost)
+        log_path = _log(log, keep_output)
+        return cls(
+            argv=argv,
+            cwd=cwd_str,
+            env=env,
+            output_cap=output_cap,
+            on_lost=on_lost,
+            log=log_path,
+            keep_output=keep_output,
+        )
 
     def describe(self) -> str:
         """The command as text; bytes that are not UTF-8 are shown as ``\\xff`` escapes."""
@@ -126,6 +145,18 @@ class ShellSpec:
         # The argv keeps such bytes as they were given (surrogates, as os.fsdecode
         # makes them); a description is text, stored and shown as such.
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _log(log: str | os.PathLike[str] | None, keep_output: object) -> str | None:
+    """A shell's ``log`` as its absolute path, checked with ``keep_output``."""
+    if not isinstance(keep_output, bool):
+        raise SpecError(f"keep_output must be True or False, got {keep_output!r}")
+    if log is not None and keep_output:
+        raise SpecError(
+            "give log=PATH or keep_output=True, not both: log= keeps the output in "
+            "your file, keep_output=True in the state dir until the unit expires"
+        )
+    return None if log is None else shell_log.check(log)
 
 
 @dataclass(frozen=True, slots=True)

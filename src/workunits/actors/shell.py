@@ -3,6 +3,13 @@
 The zygote forks and execs the command in its own session; stdout and stderr
 are the output file's descriptor itself, so output never passes through the
 supervisor's memory.
+
+With a log (``log=PATH``, or ``keep_output=True`` for one in the state dir)
+the descriptor is the log's, and the output file is a second name of it, as
+an agent's is of its transcript: live readers see no difference, and the
+terminal transition removes only that name. A caller's log is also pointed at
+from the state dir (``_outputfile.log_path``), so readers find it by ID after
+the end; retention deletes the pointer, never the caller's file.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from workunits import _outputfile
 from workunits._errors import SpecError
 from workunits._record import Outcome
 from workunits._status import Reason, Status
-from workunits._wire import durable
+from workunits._wire import durable, shell_log
 from workunits._wire.actor_messages import ProcessExited, ProcessLost, ProcessSpawnFailed
 from workunits._wire.specs import ShellSpec
 from workunits._wire.zygote_protocol import Limits, SpawnExec
@@ -55,16 +62,8 @@ class ShellActor(WorkActor):
         return self.unit.zygote.ready
 
     def launch(self) -> None:
-        # A later attempt (a retry, or a restart after its supervisor died) appends
-        # to the output its earlier attempts wrote, so a reader's offset stays good;
-        # a symlink planted there is refused. A first attempt removes nothing:
-        # whatever is already at its path is refused by create(), not replaced.
-        fd = None
-        if self.unit.attempt > 1:
-            with contextlib.suppress(FileNotFoundError):
-                fd = _outputfile.reopen_for_append(self.unit.output_path)
-        if fd is None:
-            fd = self.unit.create_file(self.unit.output_path)
+        log = self._log()
+        fd = self._open_output() if log is None else self._open_log(log)
         try:
             # The zygote forks and execs; the kernel enforces the output cap
             # (RLIMIT_FSIZE: past it the command gets SIGXFSZ).
@@ -78,6 +77,51 @@ class ShellActor(WorkActor):
             self.unit.zygote.spawn_exec(request, fd, self.process_watch())
         finally:
             os.close(fd)
+
+    def _log(self) -> str | None:
+        """Where this unit's output is kept after its end, if anywhere."""
+        if self.spec.log is not None:
+            return self.spec.log
+        if self.spec.keep_output:
+            return _outputfile.log_path(self.unit.state_dir, self.unit.id)
+        return None
+
+    def _open_output(self) -> int:
+        # A later attempt (a retry, or a restart after its supervisor died) appends
+        # to the output its earlier attempts wrote, so a reader's offset stays good;
+        # a symlink planted there is refused. A first attempt removes nothing:
+        # whatever is already at its path is refused by create(), not replaced.
+        if self.unit.attempt > 1:
+            with contextlib.suppress(FileNotFoundError):
+                return _outputfile.reopen_for_append(self.unit.output_path)
+        return self.unit.create_file(self.unit.output_path)
+
+    def _open_log(self, log: str) -> int:
+        """The log, opened for this attempt, with the output file made a second name of it.
+
+        As an agent's transcript: a later attempt appends to what the earlier ones
+        wrote, and the dead session's output name (if any) gives way to a new one.
+        """
+        later = self.unit.attempt > 1
+        if self.spec.log is None:  # keep_output: ours, in the state dir
+            if later and os.path.lexists(log):
+                fd = _outputfile.reopen_for_append(log)
+            else:
+                fd = self.unit.create_file(log)
+        else:
+            # Checked at submit too; a unit that waited (pending, resumed) checks again.
+            shell_log.refuse_inside(log, self.unit.state_dir)
+            fd = shell_log.open_for_attempt(log, append=later)
+        try:
+            if self.spec.log is not None:
+                shell_log.point_to(log, _outputfile.log_path(self.unit.state_dir, self.unit.id))
+            if later:
+                _outputfile.remove(self.unit.output_path)
+            _outputfile.link(log, self.unit.output_path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def signal_work(self, signum: int) -> None:
         self.unit.zygote.signal(self.unit.id, signum)

@@ -12,8 +12,8 @@ two independent sequences, and a :class:`Cursor` holds a position in each:
   a cursor older than that is answered with a fresh ``status`` snapshot (the
   record as it is now), which is also what a follower with no cursor gets first.
 - ``offset``: bytes of output delivered. Output is read from the unit's files by
-  offset (an agent's transcript, else its output file), never through the
-  record's own offset. Once the file is gone (a shell unit's ends with the unit),
+  offset (an agent's transcript or a shell's log, else its output file), never
+  through the record's own offset. Once the file is gone (a shell's ends with it),
   what is left is the stored tail (the last 64 KiB): a ``gap`` event names the
   bytes no longer held, then the tail follows.
 
@@ -321,9 +321,8 @@ class EventFeed:
         return offset
 
     def _open(self, work_id: str, record: WorkRecord) -> int | None:
-        # An agent's transcript outlives it; other units' files go at their end.
-        transcript = _outputfile.transcript_path(self._state_dir, work_id)
-        for path in (transcript, record.output_path):
+        # An agent's transcript and a shell's log outlive it; other files go at its end.
+        for path in (*_outputfile.kept_paths(self._state_dir, work_id), record.output_path):
             if path is not None:
                 fd = _outputfile.open_for_reading(path)
                 if fd is not None:

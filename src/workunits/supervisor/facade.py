@@ -404,6 +404,8 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
     ) -> WorkHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -413,8 +415,24 @@ class Supervisor:
         ``retry=wu.Retry(...)`` runs it again when it exits with a retried code
         (any non-zero one by default); ``stall_after`` sends its parent a
         ``StallEvent`` when it writes nothing for that many seconds.
+
+        The output file is removed at the end, leaving its last 64 KiB in the
+        record. ``log="path"`` writes the output into that file instead (a
+        relative path is taken from the current directory), which the unit's
+        output file names too while it runs; the file stays yours after the end.
+        ``keep_output=True`` keeps it in the state dir until the unit expires.
+        Later attempts append to it. Give one or the other: a log that cannot be
+        written raises SpecError here, or fails the unit before its command runs.
         """
-        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
+        spec = ShellSpec.build(
+            cmd,
+            cwd=cwd,
+            env=env,
+            output_cap=output_cap,
+            on_lost=on_lost,
+            log=log,
+            keep_output=keep_output,
+        )
         return self.submit(
             "b",
             spec,
@@ -590,9 +608,19 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        log: str | os.PathLike[str] | None = None,
+        keep_output: bool = False,
     ) -> WorkHandle:
         """Like ``shell`` without blocking the event loop."""
-        spec = ShellSpec.build(cmd, cwd=cwd, env=env, output_cap=output_cap, on_lost=on_lost)
+        spec = ShellSpec.build(
+            cmd,
+            cwd=cwd,
+            env=env,
+            output_cap=output_cap,
+            on_lost=on_lost,
+            log=log,
+            keep_output=keep_output,
+        )
         return await self.submit_async(
             "b",
             spec,

@@ -23,6 +23,8 @@ from workunits._record import Outcome, WorkRecord, replace
 from workunits._restart import Restart
 from workunits._retry import Retry, check_retry
 from workunits._status import Status, is_terminal
+from workunits._wire import shell_log
+from workunits._wire.specs import ShellSpec
 from workunits._wire.submits import (
     check_attempts,
     check_not_before,
@@ -184,6 +186,9 @@ class Starts:
         actor_class = kind_class.actor_for(spec)
         if actor_class is not kind_class:  # the class that will run it has its own rules
             actor_class.validate_spec(spec)
+        if isinstance(spec, ShellSpec) and spec.log is not None:
+            # Only here is the state dir known; the launch checks again.
+            shell_log.refuse_inside(spec.log, self._around.state_dir)
         check_submit(description=description, key=key, max_attempts=max_attempts)
         check_timeout(timeout)
         max_attempts = check_attempts(check_retry(retry), max_attempts)
