@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import workunits as wu
-from tests.cli.conftest import Run
+from tests.cli.conftest import Run, one_line_error
 from tests.client_support import FakeSupervisor
 from workunits._cli import Exit
 
@@ -116,3 +118,59 @@ def test_submit_not_before_keeps_the_unit_pending_that_long(run: Run, client: wu
     assert before + 90 <= row.not_before <= time.time() + 90
     agent = run("submit", "-q", "--not-before", "2m", "--agent", "tests.upgrade_jobs:done")
     assert client.row(agent.stdout.strip()).not_before is not None
+
+
+# -- a shell's kept output (--log, --keep-output) ------------------------------------
+
+
+def test_submit_log_is_stored_as_an_absolute_path(
+    run: Run, client: wu.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    work_id = run("submit", "-q", "--log", "build.log", "--", "make").stdout.strip()
+    assert _spec(client, work_id)["log"] == str(tmp_path / "build.log")
+    kept = run("submit", "-q", "--keep-output", "--", "make").stdout.strip()
+    assert _spec(client, kept)["keep_output"] is True
+    assert "log" not in _spec(client, kept)
+    assert not (tmp_path / "build.log").exists()  # a submit writes nothing; the launch does
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--log", "x.log", "--keep-output", "--", "true"], "not both"),
+        (["--log", "no/such/dir/x.log", "--", "true"], "does not exist; create it first"),
+        (["--log", ".", "--", "true"], "is a directory"),
+        (["--agent", "tests.test_client:add", "--log", "x.log"], "--log or --keep-output"),
+        (["--workflow", "tests.test_client:add", "--keep-output"], "--log or --keep-output"),
+    ],
+)
+def test_submit_refuses_a_bad_log_in_one_line(  # noqa: PLR0917 - fixtures and parameters
+    run: Run,
+    client: wu.Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    needle: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    one_line_error(run("submit", *args), Exit.USAGE, needle)
+    assert client.list() == []
+    assert not (tmp_path / "x.log").exists()
+
+
+def test_show_and_tail_of_a_shell_with_a_log(run: Run, state_dir: Path, tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    with wu.Supervisor(state_dir, install_signal_handlers=False) as sup:
+        theirs = sup.shell("seq 1 30000", log=log).id
+        ours = sup.shell("seq 1 30000", keep_output=True).id
+        for work_id in (theirs, ours):
+            sup.wait(work_id, 30)
+    whole = b"".join(b"%d\n" % i for i in range(1, 30001))
+    assert str(log) in run("show", theirs, columns=400).stdout
+    assert json.loads(run("show", "--json", theirs).stdout)["log"] == str(log)
+    shown = json.loads(run("show", "--json", ours).stdout)["log"]
+    assert Path(shown).read_bytes() == whole
+    # An ended shell's tail comes whole from its log, not from the stored 64 KiB.
+    assert run("tail", theirs).stdout_bytes == whole
+    assert run("tail", ours).stdout_bytes == whole

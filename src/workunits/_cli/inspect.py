@@ -9,6 +9,7 @@ row then makes no progress until the next supervisor resumes or fails it.
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from workunits import _outputfile
 from workunits._cli import _render
 from workunits._cli._app import cli, emit_json, id_argument, json_option, opened, state_option
 from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
@@ -83,7 +85,8 @@ def show(state_dir: Path, as_json: bool, work_id: str) -> None:
             emit_json(_show_doc(client, row, supervised))
             return
         Console().print(
-            _details(row, time.time(), supervised), _children_tree(client, row, supervised)
+            _details(row, time.time(), supervised, _log(client, row)),
+            _children_tree(client, row, supervised),
         )
 
 
@@ -103,6 +106,7 @@ def _show_doc(client: Client, row: UnitRow, supervised: bool) -> dict[str, Any]:
     json_result = row.result is not None and row.result.format == "json"
     doc["result"] = client.ledger.load_result(row.id) if json_result else None
     doc["output_tail"] = row.output_tail.decode("utf-8", "replace")
+    doc["log"] = _log(client, row)
     doc["children"] = [child.id for child in client.rows(parent=row.id)]
     return doc
 
@@ -116,7 +120,21 @@ def _when(t: float | None, now: float) -> str:
     return f"{stamp} ({rel})"
 
 
-def _details(row: UnitRow, now: float, supervised: bool) -> RenderableType:
+def _log(client: Client, row: UnitRow) -> str | None:
+    """Where a shell's output is kept after its end: the caller's ``log=`` file, or its
+    kept log in the state dir (the state dir's name for either, which expiry removes)."""
+    if row.kind != "shell":
+        return None
+    kept = _outputfile.log_path(client.state_dir, row.id)
+    try:
+        return os.readlink(kept)  # log=PATH: a pointer to the caller's file
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return kept  # keep_output: the log itself (readlink says EINVAL)
+
+
+def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> RenderableType:
     head = Text.assemble(
         (row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row, supervised)
     )
@@ -157,6 +175,7 @@ def _details(row: UnitRow, now: float, supervised: bool) -> RenderableType:
     if row.cancel_requested and not is_terminal(row.status):
         field("cancel", "requested")
     field("output", _output(row))
+    field("log", log)
     if row.expired_at is not None:
         field("expired", _when(row.expired_at, now) + "; result and output are gone")
     elif row.expire_at is not None:

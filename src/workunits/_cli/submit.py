@@ -35,6 +35,17 @@ from workunits._errors import SpecError
     show_default=True,
     help="If the supervisor dies mid-run: fail the unit, or run it again.",
 )
+@click.option(
+    "--log",
+    "log",
+    metavar="PATH",
+    help="Write the output into this file, which stays after the end (relative: to here).",
+)
+@click.option(
+    "--keep-output",
+    is_flag=True,
+    help="Keep the whole output in the state dir until the unit expires.",
+)
 @click.option("--agent", "ref", metavar="MODULE:FUNCTION", help="Run a callable, not a command.")
 @click.option(
     "--workflow",
@@ -62,6 +73,8 @@ def submit(
     cwd: str | None,
     env_items: tuple[str, ...],
     on_lost: str,
+    log: str | None,
+    keep_output: bool,
     ref: str | None,
     workflow_ref: str | None,
     args_json: str | None,
@@ -77,6 +90,7 @@ def submit(
     \b
     workunits submit --key nightly -d tests -- make test   (argv, no shell)
     workunits submit -- 'make test | tee log'              (one word: /bin/sh -c)
+    workunits submit --log build.log -- make               (output kept in build.log)
     workunits submit --agent pkg.mod:fn --args '[1, 2]' --kwargs '{"n": 3}'
     workunits submit --workflow pkg.mod:nightly --key nightly-2024-06-01
     """
@@ -87,9 +101,10 @@ def submit(
     with opened(state_dir, create=True) as client:
         if ref is not None or workflow_ref is not None:
             option = "--agent" if ref is not None else "--workflow"
-            if command or cwd or env_items or on_lost != "fail":
+            if command or cwd or env_items or on_lost != "fail" or log or keep_output:
                 raise SpecError(
-                    f"{option} runs a callable: it takes no command, --cwd, --env or --on-lost"
+                    f"{option} runs a callable: it takes no command, --cwd, --env, "
+                    f"--on-lost, --log or --keep-output"
                 )
             args = _json_arg(args_json, list, "--args", "a JSON list")
             kwargs = _json_arg(kwargs_json, dict, "--kwargs", "a JSON object")
@@ -118,6 +133,8 @@ def submit(
                 description=description,
                 on_lost=on_lost,
                 not_before=delay,
+                log=log,
+                keep_output=keep_output,
             )
         _report(handle, quiet=quiet, as_json=as_json)
 
