@@ -64,3 +64,13 @@ def child_then_fail(take_in_first: bool) -> dict[str, object]:
     except wu.NoNotification:
         taken = None
     return {"waited": waited.status.value, "notice": taken}
+
+
+def start_a_keyed_child(key: str | None) -> list[str]:
+    """Start a child (under ``key``), fail the first attempt, and return the IDs started."""
+    ctx = wu.current()
+    child = ctx.shell(["true"], key=key)
+    if ctx.attempt == 1:
+        raise Flaky("the child is started; this attempt fails")
+    ctx.wait(child, timeout=30)
+    return [child.id]

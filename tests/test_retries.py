@@ -17,7 +17,13 @@ from workunits._ledger import Ledger
 from workunits.testing import ManualClock
 
 from .conftest import eventually
-from .retry_jobs import Flaky, child_then_fail, fail_until, raise_value_error
+from .retry_jobs import (
+    Flaky,
+    child_then_fail,
+    fail_until,
+    raise_value_error,
+    start_a_keyed_child,
+)
 
 
 def waiting(sup: wu.Supervisor, work_id: str, attempt: int) -> wu.WorkRecord:
@@ -79,6 +85,28 @@ def test_the_last_attempt_s_failure_is_the_unit_s_end(
     assert "attempt 2 is not good enough" in (record.error or "")
     with pytest.raises(wu.WorkFailed):
         msup.result(unit.id)
+
+
+@pytest.mark.parametrize("key", ["the-child", None])
+def test_a_later_attempt_gets_the_child_its_key_names(sup: wu.Supervisor, key: str | None) -> None:
+    unit = sup.agent(start_a_keyed_child, key, retry=wu.Retry(initial=0.01, jitter=False))
+    (child,) = sup.result(unit.id, timeout=60)
+    children = [r.id for r in sup.list(parent=unit.id)]
+    if key is None:  # each attempt started its own
+        assert len(children) == 2
+        assert child in children
+    else:  # the second attempt found the first attempt's child, and started none
+        assert children == [child]
+
+
+def test_two_parents_may_give_their_children_one_key(sup: wu.Supervisor) -> None:
+    # Keys are scoped to the parent: neither gets the other's child.
+    policy = wu.Retry(initial=0.01, jitter=False)
+    units = [sup.agent(start_a_keyed_child, "fetch", retry=policy) for _ in "ab"]
+    children = [sup.result(u.id, timeout=60)[0] for u in units]
+    assert len(set(children)) == 2
+    for unit, child in zip(units, children, strict=True):
+        assert sup.get(child).parent == unit.id
 
 
 def test_only_the_exceptions_the_policy_names_are_retried(msup: wu.Supervisor) -> None:

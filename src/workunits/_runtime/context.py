@@ -465,11 +465,19 @@ class UnitContext:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> ChildHandle:
-        """Start a child agent unit (registered through the supervisor, parent = this unit)."""
+        """Start a child agent unit (registered through the supervisor, parent = this unit).
+
+        ``key`` makes the start idempotent among this unit's children: a later
+        attempt of this unit (a retry, a resume after a restart) that starts a
+        child under the same key gets the child the earlier attempt started,
+        instead of a second one doing the same work.
+        """
         spec = AgentSpec.build(fn, args, kwargs)
-        return self._spawn("a", spec, spec.name if description is None else description, timeout)
+        name = spec.name if description is None else description
+        return self._spawn("a", spec, name, timeout, key)
 
     def shell(
         self,
@@ -478,6 +486,7 @@ class UnitContext:
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         log: str | os.PathLike[str] | None = None,
@@ -488,7 +497,7 @@ class UnitContext:
             cmd, cwd=cwd, env=env, output_cap=output_cap, log=log, keep_output=keep_output
         )
         return self._spawn(
-            "b", spec, spec.describe() if description is None else description, timeout
+            "b", spec, spec.describe() if description is None else description, timeout, key
         )
 
     def teammate(
@@ -497,12 +506,13 @@ class UnitContext:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> ChildTeammate:
         """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
         spec = TeammateSpec.for_class(cls, args, kwargs)
         name = spec.name if description is None else description
-        return ChildTeammate(self, self._spawn("t", spec, name, timeout).id)
+        return ChildTeammate(self, self._spawn("t", spec, name, timeout, key).id)
 
     def monitor(
         self,
@@ -512,10 +522,12 @@ class UnitContext:
         description: str | None = None,
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
         timeout: float | None = None,
+        key: str | None = None,
     ) -> ChildHandle:
         """Start a child monitor; its events come into ``notifications()``."""
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
-        return self._spawn("m", spec, spec.name if description is None else description, timeout)
+        name = spec.name if description is None else description
+        return self._spawn("m", spec, name, timeout, key)
 
     def dream(
         self,
@@ -523,17 +535,21 @@ class UnitContext:
         *args: Any,
         description: str | None = None,
         timeout: float | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child dream: an agent at idle CPU priority, the first to be shed."""
         spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
-        return self._spawn("d", spec, spec.name if description is None else description, timeout)
+        name = spec.name if description is None else description
+        return self._spawn("d", spec, name, timeout, key)
 
     def _spawn(
-        self, letter: str, spec: Any, description: str, timeout: float | None
+        self, letter: str, spec: Any, description: str, timeout: float | None, key: str | None
     ) -> ChildHandle:
+        if key is not None and (not isinstance(key, str) or not key):
+            raise SpecError(f"key must be a non-empty str, got {key!r}")
         self._raise_if_cancelled()
-        child_id = self._request(lambda req: m.Spawn(req, letter, spec, description, timeout))
+        child_id = self._request(lambda req: m.Spawn(req, letter, spec, description, timeout, key))
         self._transcript.write("child", child=child_id, status="started", kind=letter)
         return ChildHandle(self, str(child_id))
 

@@ -72,6 +72,7 @@ class Spawn:
     spec: Any
     description: str
     timeout: float | None
+    key: str | None = None  # the unit's own: the supervisor scopes it to the parent
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workunits._errors import UnknownWork, WorkunitsError
+from workunits._errors import SpecError, UnknownWork, WorkunitsError
 from workunits._record import WorkRecord
 from workunits._status import Reason
 from workunits._wire import frames as m
@@ -30,6 +30,7 @@ class ChildRequests:
                 parent=parent,
                 description=request.description,
                 timeout=request.timeout,
+                key=child_key(parent, request.key),
             )
         except WorkunitsError as exc:
             self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
@@ -67,3 +68,17 @@ class ChildRequests:
                 return False
             record = found
         return False
+
+
+def child_key(parent: str, key: object) -> str | None:
+    """A child's idempotency key, scoped to its parent.
+
+    Keys are one namespace in the ledger; two parents that name a child "fetch"
+    must each get their own, and a later attempt of one parent its earlier
+    attempt's.
+    """
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise SpecError(f"key must be a non-empty str, got {key!r}")
+    return f"{parent}/{key}"
