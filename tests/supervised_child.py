@@ -14,7 +14,9 @@ its first line once the unit runs, then, by MODE:
   collected, then the program exits normally;
 - ``signal-in-lock``: the program has its own SIGTERM handler, and waits for it
   while holding a lock the supervisor's close needs (its waiters' lock); once
-  its handler has run it lets go, closes and prints the unit's status.
+  its handler has run it lets go, closes and prints the unit's status;
+- ``close-in-thread``: a daemon thread closes the supervisor, and the program
+  returns as soon as that close has begun (atexit must let it finish).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def main() -> None:
     sup = Supervisor(state_dir / "main")
     unit = start_unit(sup)
     if mode == "exit":
+        return
+    if mode == "close-in-thread":
+        threading.Thread(target=sup.close, daemon=True).start()
+        while not sup._closed:  # begun: atexit finds a close under way
+            threading.Event().wait(0.001)
         return
     if mode == "raise":
         raise RuntimeError("the program crashed; its supervisor must still clean up")

@@ -228,6 +228,20 @@ def test_a_program_that_ends_without_close_kills_its_units_at_exit(spawn: Any, m
     assert process_gone(child.unit_pid)
 
 
+def test_an_exit_during_a_close_in_another_thread_lets_that_close_finish(
+    spawn: Any, state_dir: Path
+) -> None:
+    # The close's thread is a daemon: the interpreter exiting would cut it short,
+    # leaving its units running in the ledger, for the next supervisor to run again.
+    child = spawn("close-in-thread")
+    _, err = child.proc.communicate(timeout=WAIT)
+    assert child.proc.returncode == 0, err
+    assert process_gone(child.unit_pid)
+    with connect(state_dir / "main") as client:
+        (record,) = client.list()
+    assert (record.status, record.reason) == (Status.KILLED, Reason.SHUTDOWN)
+
+
 def test_signal_handlers_arrive_with_the_first_supervisor_that_wants_them(spawn: Any) -> None:
     # The program's first supervisor asked for no signal handlers; its second did.
     child = spawn("quiet-first")

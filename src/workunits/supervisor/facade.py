@@ -1433,9 +1433,11 @@ class Supervisor:
             self._close_once(deploy)
         finally:
             self._close_done.set()
+            # Only now: an exit while this close runs (in a daemon thread, or the
+            # cleanup thread after a signal) must find it, and wait for it.
+            _cleanup.untrack(self)
 
     def _close_once(self, deploy: bool) -> None:
-        _cleanup.untrack(self)
         try:
             end_all_work(self._channel, self._waiters, deploy=deploy, grace=self._shutdown_grace)
         except SupervisorClosed:
