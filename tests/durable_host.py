@@ -23,7 +23,7 @@ def main(state: str, mode: str, log: str) -> None:
         unit = sup.workflow(migrate, log, 0.3, key="migration")
         ids = {"migration": unit.id, "recovered": sup.recovered}
         if mode == "mixed":
-            ids["shell"] = sup.shell("sleep 600").id
+            ids["shell"] = sup.shell("echo before-crash; exec sleep 600").id
             ids["restart"] = sup.shell("sleep 600", on_lost="restart").id
             # A lambda has no import reference: it is pickled and cannot resume.
             ids["lambda"] = sup.agent(lambda: sleep_long()).id  # noqa: PLW0108

@@ -119,6 +119,8 @@ def test_after_a_crash_units_resume_or_fail_lost_as_their_kind_says(
     names = ("shell", "restart", "lambda", "agent")
     with wu.connect(state) as client:
         pids = [pid_of(client, ids[name]) for name in names]
+    shell_output = state / "output" / f"{ids['shell']}.out"
+    eventually(lambda: shell_output.read_bytes() == b"before-crash\n")
     host.sigkill()
     for pid in pids:
         gone(pid)
@@ -129,6 +131,11 @@ def test_after_a_crash_units_resume_or_fail_lost_as_their_kind_says(
         for name in ("shell", "lambda"):
             record = sup.get(ids[name])
             assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
+            # Its end kept what it wrote and cleaned its output file, as any end does.
+            assert record.output_bytes == len(record.output_tail) > 0
+            assert record.output_path is not None
+            assert not os.path.lexists(record.output_path)
+        assert sup.get(ids["shell"]).output_tail == b"before-crash\n"
         for name in ("restart", "agent"):
             pid = pid_of(sup, ids[name])
             record = sup.get(ids[name])

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from workunits import _outputfile
 from workunits._clock import Clock
 from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsError
 from workunits._ledger import Ledger, Request, UnitRow, Write
@@ -224,6 +225,7 @@ class Recovery:
                 "reason": reason.value,
                 "error": error,
                 "ended_at": self._clock.now(),
+                **_final_output(row),
             },
         )
         # pending -> failed is no transition (only a cancel ends a pending unit): a
@@ -356,3 +358,28 @@ def _lease_instead(status: str) -> dict[str, Any]:
         "status": status,
         "error": "retains are leases now: use Client.retain(id, lease=...), which renews",
     }
+
+
+def _final_output(row: UnitRow) -> dict[str, object]:
+    """The output's size and tail, as any terminal transition stores them (invariant 7).
+
+    A unit lost with its session ends here, not in a terminal transition: without
+    this its record said it wrote nothing, and its output file was never removed.
+    A unit of another host's session (a shared ledger) has its file there, not here.
+    """
+    path = row.output_path
+    if path is None:
+        return {}
+    try:
+        fd = _outputfile.open_for_reading(path)
+    except OSError:
+        log.exception("could not open the output of %s, lost with its session", row.id)
+        return {}
+    if fd is None:
+        return {}
+    try:
+        size, tail = _outputfile.drain(fd)
+    finally:
+        os.close(fd)
+    _outputfile.remove(path)  # an agent's transcript, its other name, is kept
+    return {"output_bytes": size, "output_tail": tail}
