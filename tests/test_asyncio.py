@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -380,3 +382,40 @@ def test_a_wait_left_on_a_closed_loop_does_not_keep_other_waits_asleep(tmp_path:
         assert sup.kill(unit.id) is True
         waiting.join(30)
         assert done["record"].status is wu.Status.KILLED
+
+
+CANCELLED_ENTER = """
+import asyncio, sys
+import workunits as wu
+
+async def main() -> None:
+    sup = wu.Supervisor(sys.argv[1], install_signal_handlers=False)
+    entering = asyncio.create_task(sup.__aenter__())
+    await asyncio.sleep(0)  # the start-up is on its thread now
+    entering.cancel()
+    try:
+        await entering
+    except asyncio.CancelledError:
+        pass
+    unit = await sup.shell_async("exec sleep 60")  # it started all the same
+    print(unit.id, flush=True)
+
+asyncio.run(main())  # and the program ends without closing it
+"""
+
+
+def test_a_supervisor_whose_async_with_was_cancelled_still_ends_its_work_at_exit(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    done = subprocess.run(
+        [sys.executable, "-c", CANCELLED_ENTER, str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with wu.connect(state) as client:
+        record = client.get(done.stdout.strip())
+    assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.SHUTDOWN)

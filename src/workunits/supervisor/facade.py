@@ -369,9 +369,21 @@ class Supervisor:
 
     async def __aenter__(self) -> Supervisor:
         """Start (on a worker thread, off the event loop) and return the supervisor."""
-        if await asyncio.to_thread(self._run_pending_start):
+        if await asyncio.to_thread(self._start_and_track):
             _cleanup.track(self, signals=self._signals)  # the loop's thread: O(1) work
         return self
+
+    def _start_and_track(self) -> bool:
+        """The start-up for ``__aenter__``, closed at exit even if nobody awaits it.
+
+        A cancelled ``await`` does not stop the thread: the start-up finishes,
+        and its work must still end at exit. Signal handlers are installed by
+        the loop's thread after the await (only the main thread may).
+        """
+        ran = self._run_pending_start()
+        if ran:
+            _cleanup.track(self, signals=False)
+        return ran
 
     async def __aexit__(self, *exc: object) -> None:
         """``close()`` on a worker thread: ending work waits up to the shutdown grace."""
