@@ -1150,7 +1150,10 @@ class Supervisor:
                     return record
             if waiter.event.wait(timeout) and waiter.record is not None:
                 return waiter.record
-            raise NotFinished(self.get(work_id), timeout)
+            record = self.get(work_id)
+            if settled(record):  # it ended between the timeout and this read
+                return record
+            raise NotFinished(record, timeout)
         finally:
             self._waiters.discard(work_id, waiter)
 
@@ -1174,7 +1177,10 @@ class Supervisor:
                 async with asyncio.timeout(timeout):
                     return await fut
             except TimeoutError:
-                raise NotFinished(await self._ask_async(rq.Get(work_id)), timeout) from None
+                record = await self._ask_async(rq.Get(work_id))
+                if settled(record):  # it ended between the timeout and this read
+                    return record
+                raise NotFinished(record, timeout) from None
         finally:
             self._waiters.discard(work_id, waiter)
 
