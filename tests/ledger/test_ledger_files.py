@@ -55,6 +55,15 @@ def test_a_key_others_can_read_is_refused(state_dir: Path) -> None:
         Ledger(state_dir)
 
 
+def test_a_symlink_planted_as_the_key_is_refused_saying_so(state_dir: Path) -> None:
+    Ledger(state_dir).close()
+    key = state_dir / KEY_FILE
+    key.rename(state_dir / "real.key")
+    os.symlink(state_dir / "real.key", key)
+    with pytest.raises(LedgerError, match="is a symlink, and the key that signs"):
+        Ledger(state_dir)
+
+
 def test_a_symlink_planted_as_the_database_is_refused(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir(mode=0o700)

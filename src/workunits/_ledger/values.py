@@ -139,7 +139,17 @@ def _publish_key(tmp: Path, path: Path) -> None:
 
 
 def _read_key(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        # A key read through a link could be anyone's: refused, as the state dir's
+        # other files are, with what to do rather than "too many levels of links".
+        raise LedgerError(
+            f"{path} is a symlink, and the key that signs this ledger is never read "
+            f"through one; put the key file itself there (or remove the link)"
+        ) from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
