@@ -7,6 +7,7 @@ holds it. Reads of an evicted unit are answered from the ledger.
 
 from __future__ import annotations
 
+import logging
 import math
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GRACE
+from tests.conftest import GRACE, eventually
 from workunits import (
     InvalidWorkId,
     Notification,
@@ -312,3 +313,17 @@ def test_a_remote_viewer_cannot_retain_a_unit_the_ledger_never_saw(msup: Supervi
         msup.remote_consumers.retain("b00000000", 30.0, "a-viewer")
     with pytest.raises(InvalidWorkId):
         msup.remote_consumers.retain("q1234", 30.0, "a-viewer")
+
+
+def test_a_renewing_retain_stops_quietly_when_its_supervisor_closes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sup = Supervisor(tmp_path / "state", install_signal_handlers=False)
+    unit = sup.shell(["true"])
+    sup.wait(unit.id, timeout=10)
+    sup.retain(unit.id, lease=5).keep_renewing(every=0.01)
+    name = f"workunits-retain-{unit.id}"
+    assert any(t.name == name for t in threading.enumerate())
+    sup.close()
+    eventually(lambda: all(t.name != name for t in threading.enumerate()))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

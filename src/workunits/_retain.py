@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from workunits._errors import SpecError
+from workunits._errors import ClientClosed, SpecError, SupervisorClosed
 from workunits._seconds import seconds
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,9 @@ class Retain:
                 try:
                     if not self.renew():
                         return
-                except Exception:  # its supervisor or client closed, the ledger failed...
+                except (SupervisorClosed, ClientClosed):  # closed: the lease is over, quietly
+                    return
+                except Exception:  # the ledger failed...
                     log.warning(
                         "retain of %s: renewing failed; stopped", self.work_id, exc_info=True
                     )
