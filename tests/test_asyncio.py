@@ -12,6 +12,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +288,8 @@ def test_the_client_twins(guard: LoopGuard, sup: wu.Supervisor, state_dir: Path)
                 "get": (await client.get_async(agent.id)).status,
                 "listed": len(await client.list_async(kind="agent")),
                 "row": (await client.row_async(agent.id)).id == agent.id,
+                "rows": len(await client.rows_async(kind="shell")),
+                "retained": await retained(client, agent.id),
             }
         finally:
             await asyncio.to_thread(client.close)
@@ -300,7 +303,15 @@ def test_the_client_twins(guard: LoopGuard, sup: wu.Supervisor, state_dir: Path)
         "get": wu.Status.COMPLETED,
         "listed": 2,
         "row": True,
+        "rows": 2,
+        "retained": True,
     }
+
+
+async def retained(client: wu.Client, work_id: str) -> bool:
+    """Retain the unit from the loop, then let it go (a short write, off the loop)."""
+    retain = await client.retain_async(work_id, lease=30)
+    return await asyncio.to_thread(retain.release)
 
 
 def test_notices_async_twins_on_the_client_and_the_mailbox(
@@ -419,3 +430,75 @@ def test_a_supervisor_whose_async_with_was_cancelled_still_ends_its_work_at_exit
     with wu.connect(state) as client:
         record = client.get(done.stdout.strip())
     assert (record.status, record.reason) == (wu.Status.KILLED, wu.Reason.SHUTDOWN)
+
+
+# Calls that do not wait on the supervisor, or are for tests and tools: no twin.
+NO_TWIN = {
+    "advertise",  # serve's, once at start
+    "ask_future",  # returns a future already
+    "close",  # `async with` closes on a worker thread
+    "event_feed",
+    "events",
+    "pool",
+    "remote_consumers",
+    "resident_ids",
+    "tick",
+}
+
+
+def test_every_blocking_call_has_an_async_twin() -> None:
+    calls = {
+        name
+        for name, value in vars(wu.Supervisor).items()
+        if callable(value) and not name.startswith("_") and not name.endswith("_async")
+    }
+    missing = sorted(c for c in calls - NO_TWIN if not hasattr(wu.Supervisor, f"{c}_async"))
+    assert missing == []
+
+
+class Ping(wu.WorkActor):
+    kind = "ping"
+
+    def launch(self) -> None:
+        self.finish(wu.Outcome(wu.Status.COMPLETED, exit_code=0))
+
+    def signal_work(self, signum: int) -> None:
+        self.finish(self.outcome_for_exit(None, signum))
+
+
+def test_the_management_twins(guard: LoopGuard, tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        async with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+            await sup.register_kind_async("q", Ping)
+            ping = await sup.submit_async("q", None)
+            await sup.schedule_async("nightly", "0 3 * * *", "shell", "echo nightly")
+            names = [s.name for s in await sup.schedules_async()]
+            removed = await sup.unschedule_async("nightly")
+            dream = await sup.dream_async(time.sleep, 60)
+            async with asyncio.timeout(WAIT):  # shed kills running dreams only
+                while (await dream.get_async()).status is not wu.Status.RUNNING:
+                    await asyncio.sleep(0.01)
+            shed = await sup.shed_async()
+            retain = await sup.retain_async(ping.id, lease=30)
+            await asyncio.to_thread(retain.release)
+            tree = await sup.tree_async()
+            return {
+                "ping": (await ping.wait_async(timeout=WAIT)).status,
+                "names": names,
+                "removed": removed,
+                "shed": shed == [dream.id],
+                "tree": ping.id in tree,
+                "gc": await sup.gc_async(),
+                "drain": await sup.drain_async(5),
+            }
+
+    out = guard.run(main)
+    assert out == {
+        "ping": wu.Status.COMPLETED,
+        "names": ["nightly"],
+        "removed": True,
+        "shed": True,
+        "tree": True,
+        "gc": 0,
+        "drain": [],
+    }

@@ -735,6 +735,22 @@ class Client:
         """Like ``list`` without blocking the event loop."""
         return await asyncio.to_thread(self.list, status, kind, parent)
 
+    async def rows_async(
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+        limit: int | None = None,
+        ended_after: float | None = None,
+    ) -> builtins.list[UnitRow]:
+        """Like ``rows`` without blocking the event loop."""
+        return await asyncio.to_thread(self.rows, status, kind, parent, limit, ended_after)
+
+    async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
+        """Like ``retain`` without blocking the event loop (``renew`` and ``release``
+        are short ledger writes: from the loop, run them with ``asyncio.to_thread``)."""
+        return await asyncio.to_thread(self.retain, work_id, lease)
+
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop: each look at the ledger is a
         short call on a worker thread, each pause an ``asyncio.sleep``."""

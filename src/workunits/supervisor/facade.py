@@ -872,13 +872,39 @@ class Supervisor:
         options: dict[str, Any] = {"description": description, "timeout": timeout}
         self._ask(rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options))
 
+    async def schedule_async(
+        self,
+        name: str,
+        cron: str,
+        kind: str,
+        target: Any,
+        *args: Any,
+        tz: str = "UTC",
+        catch_up: str = "skip",
+        description: str | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Like ``schedule`` without blocking the event loop (pickled on a worker thread)."""
+        letter, spec = await asyncio.to_thread(_scheduled_spec, kind, target, args, kwargs)
+        options: dict[str, Any] = {"description": description, "timeout": timeout}
+        await self._ask_async(rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options))
+
     def unschedule(self, name: str) -> bool:
         """Stop the schedule ``name`` (units it started go on); False when there was none."""
         return self._ask(rq.RemoveSchedule(name))
 
+    async def unschedule_async(self, name: str) -> bool:
+        """Like ``unschedule`` without blocking the event loop."""
+        return await self._ask_async(rq.RemoveSchedule(name))
+
     def schedules(self) -> builtins.list[ScheduleInfo]:
         """Each schedule by name: its cron, next due time and latest firing (or miss)."""
         return self._ask(rq.ListSchedules())
+
+    async def schedules_async(self) -> builtins.list[ScheduleInfo]:
+        """Like ``schedules`` without blocking the event loop."""
+        return await self._ask_async(rq.ListSchedules())
 
     def resident_ids(self) -> set[str]:
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
@@ -888,9 +914,17 @@ class Supervisor:
         """Expire ended units past their retention; forget those expired ``older_than`` ago."""
         return self._ask(rq.Gc(older_than))
 
+    async def gc_async(self, older_than: float | None = None) -> int:
+        """Like ``gc`` without blocking the event loop."""
+        return await self._ask_async(rq.Gc(older_than))
+
     def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
         """Add a kind under an unused letter; built-in letters and ``s`` are refused."""
         self._ask(rq.RegisterKind(letter, actor_class))
+
+    async def register_kind_async(self, letter: str, actor_class: type[WorkActor]) -> None:
+        """Like ``register_kind`` without blocking the event loop."""
+        await self._ask_async(rq.RegisterKind(letter, actor_class))
 
     # -- reading ---------------------------------------------------------------
 
@@ -954,6 +988,12 @@ class Supervisor:
         if root is not None:
             _ids.validate(root)
         return render_tree(self.list(), root)
+
+    async def tree_async(self, root: str | None = None) -> str:
+        """Like ``tree`` without blocking the event loop."""
+        if root is not None:
+            _ids.validate(root)
+        return render_tree(await self.list_async(), root)
 
     @overload
     def read_output(
@@ -1080,7 +1120,16 @@ class Supervisor:
         once if this process exits.
         """
         lease = check_lease(lease)
-        lease_id = self._ask(rq.Lease(work_id, lease))
+        return self._retain(work_id, self._ask(rq.Lease(work_id, lease)), lease)
+
+    async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
+        """Like ``retain`` without blocking the event loop. The lease's ``renew`` and
+        ``release`` are short blocking asks: from the loop, run them with
+        ``asyncio.to_thread``, or let ``keep_renewing`` renew from its own thread."""
+        lease = check_lease(lease)
+        return self._retain(work_id, await self._ask_async(rq.Lease(work_id, lease)), lease)
+
+    def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
         return Retain(
             work_id,
             lease_id,
@@ -1352,9 +1401,13 @@ class Supervisor:
         They end ``killed`` with reason ``shed``, which tells them apart from an
         explicit kill: shed work is worth resubmitting when the load falls.
         """
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-            raise SpecError(f"n must be an int >= 0 or None, got {n!r}")
+        _check_shed(n)
         return self._ask(rq.Shed(n))
+
+    async def shed_async(self, n: int | None = None) -> builtins.list[str]:
+        """Like ``shed`` without blocking the event loop."""
+        _check_shed(n)
+        return await self._ask_async(rq.Shed(n))
 
     # -- messages to teammates ------------------------------------------------------
 
@@ -1424,6 +1477,10 @@ class Supervisor:
                 self._waiters.discard(work_id, waiter)
         return still
 
+    async def drain_async(self, timeout: float) -> builtins.list[str]:
+        """Like ``drain`` without blocking the event loop (it waits on a worker thread)."""
+        return await asyncio.to_thread(self.drain, timeout)
+
     def close(self, *, deploy: bool = False) -> None:
         """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent.
 
@@ -1476,6 +1533,11 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_shed(n: object) -> None:
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+        raise SpecError(f"n must be an int >= 0 or None, got {n!r}")
 
 
 def _scheduled_spec(
