@@ -277,6 +277,7 @@ LEDGER_ONLY = {
         "row",
         "row_async",
         "rows",
+        "rows_async",
         "request",
         "request_result",
         "readonly",

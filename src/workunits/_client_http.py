@@ -768,7 +768,17 @@ class HttpClient:
         """
         lease = check_lease(lease)
         response = self._http.post(f"/v1/units/{_unit(work_id)}/retain", json={"lease": lease})
-        lease_id = str(_check(response).json()["lease_id"])
+        return self._retain(work_id, str(_check(response).json()["lease_id"]), lease)
+
+    async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
+        """Like ``retain`` without blocking the event loop (``renew`` and ``release``
+        are short blocking requests: from the loop, run them with ``asyncio.to_thread``)."""
+        lease = check_lease(lease)
+        path = f"/v1/units/{_unit(work_id)}/retain"
+        response = await self._aclient().post(path, json={"lease": lease})
+        return self._retain(work_id, str(_check(response).json()["lease_id"]), lease)
+
+    def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
         return Retain(
             work_id,
             lease_id,

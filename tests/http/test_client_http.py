@@ -74,6 +74,8 @@ def test_async_twins(served: Served) -> None:
             record = await client.wait_async(s.id, timeout=20)
             assert record.status is wu.Status.KILLED
             assert (await client.get_async(s.id)).id == s.id
+            retain = await client.retain_async(s.id, lease=30)
+            assert await asyncio.to_thread(retain.release)  # it was held
 
     asyncio.run(main())
 
