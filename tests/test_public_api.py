@@ -16,6 +16,9 @@ import workunits.supervisor
 import workunits.testing
 
 WORKUNITS = {
+    "Claim",
+    "OutputChunk",
+    "Retain",
     "AskTimeout",
     "Attempt",
     "Cancelled",

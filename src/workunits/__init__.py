@@ -8,6 +8,7 @@ needs only the unit runtime.
 from typing import TYPE_CHECKING
 
 from workunits import _lazy
+from workunits._claim import Claim as Claim
 from workunits._errors import AskTimeout as AskTimeout
 from workunits._errors import Cancelled as Cancelled
 from workunits._errors import ClientClosed as ClientClosed
@@ -56,8 +57,10 @@ from workunits._record import MailboxItem as MailboxItem
 from workunits._record import MonitorEvent as MonitorEvent
 from workunits._record import Notification as Notification
 from workunits._record import Outcome as Outcome
+from workunits._record import OutputChunk as OutputChunk
 from workunits._record import StallEvent as StallEvent
 from workunits._record import WorkRecord as WorkRecord
+from workunits._retain import Retain as Retain
 from workunits._retry import Attempt as Attempt
 from workunits._retry import Retry as Retry
 from workunits._runtime.context import ChildHandle as ChildHandle
@@ -91,6 +94,7 @@ __all__ = [
     "Cancelled",
     "ChildHandle",
     "ChildTeammate",
+    "Claim",
     "Client",
     "ClientClosed",
     "ClientHandle",
@@ -116,8 +120,10 @@ __all__ = [
     "NotRetryable",
     "Notification",
     "Outcome",
+    "OutputChunk",
     "Pool",
     "Reason",
+    "Retain",
     "Retry",
     "ScheduleFiring",
     "ScheduleInfo",
