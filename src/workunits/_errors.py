@@ -280,6 +280,15 @@ class LedgerCorrupt(LedgerError):
     """A ledger file, or one column of one row, holds what the ledger cannot read."""
 
 
+# What to do about a units row that does not decode: the end of every LedgerCorrupt
+# message about one (either ledger), wherever it is raised.
+REPAIR = (
+    "; the row was changed outside workunits: restore the ledger from a backup "
+    "(`workunits backup` makes one of an embedded ledger; a PostgreSQL ledger, the "
+    "database's own), or delete that unit's row"
+)
+
+
 class LedgerFull(LedgerError):
     """The disk holding the state dir is full; the transaction was rolled back."""
 

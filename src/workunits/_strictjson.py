@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from workunits._errors import LedgerCorrupt, SpecError, UnstorableValue
+from workunits._errors import REPAIR, LedgerCorrupt, SpecError, UnstorableValue
 
 # orjson serializes signed and unsigned 64-bit integers; beyond that it raises.
 INT_MIN = -(2**63)
@@ -58,13 +58,13 @@ def dumps_if_exact(value: object, *, sort_keys: bool = False) -> bytes | None:
 
 
 def loads(data: bytes, work_id: str, column: str) -> Any:
-    """Decode a JSON column; a bad one is LedgerCorrupt naming the unit and column."""
+    """Decode a JSON column; a bad one is LedgerCorrupt naming the unit and column, and
+    saying how to repair the row."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise LedgerCorrupt(
-            f"unit {work_id}: column {column} does not hold valid JSON ({exc}); "
-            f"the row was changed outside workunits"
+            f"unit {work_id}: column {column} does not hold valid JSON ({exc}){REPAIR}"
         ) from None
 
 

@@ -320,6 +320,29 @@ def test_a_corrupt_checkpoint_names_the_unit_and_column(ledger: Ledger) -> None:
         row.last_checkpoint()
 
 
+@pytest.mark.parametrize("column", ["checkpoint", "result"])
+def test_a_json_column_that_does_not_parse_says_how_to_repair_the_row(
+    ledger: Ledger, column: str
+) -> None:
+    """As every other corrupt column does: the unit, the column, and what to do."""
+    unit = start(ledger, new_unit(ledger).id)
+    sets = f"{column} = ?" + (", result_format = 'json'" if column == "result" else "")
+    with raw(ledger) as conn:
+        conn.execute(f"UPDATE units SET {sets} WHERE id = ?", (b"{not json", unit.id))  # noqa: S608
+
+    def read() -> object:
+        if column == "result":
+            return ledger.load_result(unit.id)
+        return ledger.require(unit.id).last_checkpoint()
+
+    with pytest.raises(LedgerCorrupt) as caught:
+        read()
+    message = str(caught.value)
+    assert f"unit {unit.id}: column {column} does not hold valid JSON" in message
+    assert message.endswith("or delete that unit's row"), message
+    assert "restore the ledger from a backup (`workunits backup` makes one" in message
+
+
 def test_a_corrupt_status_is_reported_by_writes_too(ledger: Ledger) -> None:
     unit = new_unit(ledger)
     with raw(ledger) as conn:

@@ -20,20 +20,13 @@ import orjson
 
 from workunits import _ids
 from workunits import _strictjson as strictjson
-from workunits._errors import LedgerCorrupt
+from workunits._errors import REPAIR, LedgerCorrupt
 from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
 from workunits._record import Notification, WorkRecord
 from workunits._restart import Restart, policy_from_json
 from workunits._retry import Attempt, Retry, attempts_from_json
 from workunits._status import Reason, Status, is_terminal
-
-# What to do about a row that does not decode, said by every such error (either ledger).
-REPAIR = (
-    "; the row was changed outside workunits: restore the ledger from a backup "
-    "(`workunits backup` makes one of an embedded ledger; a PostgreSQL ledger, the "
-    "database's own), or delete that unit's row"
-)
 
 EXPIRED = "expired"
 """How a unit whose retention ran out shows its status (its terminal status is kept)."""

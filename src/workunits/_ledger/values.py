@@ -42,6 +42,7 @@ import cloudpickle
 
 from workunits import _strictjson as strictjson
 from workunits._errors import (
+    REPAIR,
     LedgerCorrupt,
     LedgerError,
     LedgerFull,
@@ -270,7 +271,7 @@ def decode_spec(stored: Stored, *, work_id: str, key: bytes) -> object:
         return strictjson.loads(stored.data, work_id, "spec")
     if stored.format == "pickle":
         return _unpickle(stored, work_id, "spec")
-    raise LedgerCorrupt(f"unit {work_id}: column spec_format holds {stored.format!r}")
+    raise LedgerCorrupt(f"unit {work_id}: column spec_format holds {stored.format!r}{REPAIR}")
 
 
 def spec_hash(kind: str, stored: Stored) -> str:
@@ -314,7 +315,7 @@ def decode_result(stored: Stored, *, work_id: str, key: bytes) -> Any:
     if stored.format == "pickle":
         _verify(stored, "result", work_id, key)
         return _unpickle(stored, work_id, "result")
-    raise LedgerCorrupt(f"unit {work_id}: column result_format holds {stored.format!r}")
+    raise LedgerCorrupt(f"unit {work_id}: column result_format holds {stored.format!r}{REPAIR}")
 
 
 def seal(data: bytes, fmt: str, *, purpose: str, work_id: str, key: bytes) -> Stored:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from workunits import _ids
-from workunits._errors import InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
+from workunits._errors import REPAIR, InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
 from workunits._ledger.backend import Connection
 from workunits._ledger.rows import EXTRA_COLUMNS, RECORD_COLUMNS, UnitRow, encode_notification
 from workunits._ledger.values import Stored
@@ -211,7 +211,9 @@ def _has_ended(conn: Connection, work_id: str) -> bool:
 def status_of(value: object, work_id: str) -> Status:
     if isinstance(value, str) and value in _STATUSES:
         return Status(value)
-    raise LedgerCorrupt(f"unit {work_id}: column status holds {value!r}, which is not a status")
+    raise LedgerCorrupt(
+        f"unit {work_id}: column status holds {value!r:.60}, which is not a status{REPAIR}"
+    )
 
 
 def record_columns(record: WorkRecord) -> dict[str, object]:
