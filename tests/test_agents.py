@@ -46,6 +46,21 @@ def raise_unpicklable() -> None:
     raise Unpicklable("cannot travel")
 
 
+class RebuildFails:
+    """Pickles, but unpickling it raises: its rebuild runs code that fails."""
+
+    def __reduce__(self) -> Any:
+        return (_fail_to_rebuild, ())
+
+
+def _fail_to_rebuild() -> None:
+    raise RuntimeError("cannot rebuild here")
+
+
+def return_rebuild_fails() -> RebuildFails:
+    return RebuildFails()
+
+
 def exit_with(code: int) -> None:
     sys.exit(code)
 
@@ -145,6 +160,26 @@ def test_pickled_result_for_non_json_values(sup: wu.Supervisor) -> None:
     h = sup.agent(tuple, [1, 2])
     assert sup.result(h.id, timeout=20) == (1, 2)
     assert sup.get(h.id).result_format == "pickle"
+
+
+@pytest.mark.timeout(30)
+def test_a_result_that_pickles_but_does_not_unpickle_is_unloadable_not_its_own_error(
+    sup: wu.Supervisor,
+) -> None:
+    """The unit completed: its value's own exception would read as the unit's failure.
+    Every reader says the value cannot be loaded here, and why."""
+    h = sup.agent(return_rebuild_fails)
+    assert sup.wait(h.id, timeout=20).status == wu.Status.COMPLETED
+    with pytest.raises(wu.UnloadableValue) as from_supervisor:
+        sup.result(h.id, timeout=20)
+    with wu.connect(sup.state_dir) as client, pytest.raises(wu.UnloadableValue) as from_client:
+        client.result(h.id)
+    for info in (from_supervisor, from_client):
+        message = str(info.value)
+        assert f"unit {h.id}: its result cannot be loaded in this process" in message
+        assert "RuntimeError: cannot rebuild here" in message
+        assert info.value.name == f"{__name__}._fail_to_rebuild"
+        assert isinstance(info.value.__cause__, RuntimeError)
 
 
 @pytest.mark.timeout(30)

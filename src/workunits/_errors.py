@@ -21,7 +21,8 @@ WorkunitsError
 │                        spec is no longer kept
 ├── StaleAttempt         a write from an attempt that is no longer the unit's current one
 ├── UnstorableValue      a checkpoint or result that would not come back equal (also a ValueError)
-├── UnloadableValue      a stored result whose class cannot be imported in this process
+├── UnloadableValue      a stored result that cannot be loaded in this process: its class
+│                        does not import, or rebuilding it raises
 ├── SupervisorBusy       another supervisor holds the state dir's lock
 ├── SupervisorClosed     the supervisor was closed, or its actor is gone
 ├── ClientClosed         a ledger client was closed (also ends its waits in other threads)
@@ -231,10 +232,14 @@ class SupervisorBusy(WorkunitsError):
 
 
 class UnloadableValue(WorkunitsError):
-    """A stored value (a pickled result) names a class or function this process cannot import.
+    """A stored value (a pickled result) cannot be loaded in this process.
 
-    ``name`` is what could not be loaded (``module.qualname``). The value itself
-    is intact: load it where that code is importable.
+    It names a class or function this process cannot import, or rebuilding it
+    ran its code (a ``__reduce__`` callable, ``__setstate__``) and that raised;
+    the original error is the ``__cause__``. ``name`` is what could not be
+    loaded (``module.qualname``): the missing class, or the function whose
+    rebuild raised (``pickle`` when the bytes themselves do not load). The
+    value itself is intact: load it where that code imports and runs.
     """
 
     def __init__(self, message: str, name: str) -> None:

@@ -27,9 +27,7 @@ import hashlib
 import hmac
 import importlib
 import importlib.metadata
-import io
 import os
-import pickle
 import re
 import secrets
 import stat
@@ -48,9 +46,9 @@ from workunits._errors import (
     LedgerFull,
     LedgerTampered,
     SpecError,
-    UnloadableValue,
     ValueVersionMismatch,
 )
+from workunits._wire import unpickle
 from workunits._wire.specs import Call
 
 KEY_FILE = "secret.key"
@@ -378,32 +376,4 @@ def _unpickle(stored: Stored, work_id: str, what: str) -> Any:
             f"Run it with those versions, or resubmit it with an importable function "
             f"('module:qualname') so that it is stored as a reference"
         )
-    try:
-        return _NamingUnpickler(io.BytesIO(stored.data)).load()  # HMAC-verified bytes
-    except _Unimportable as missing:
-        raise UnloadableValue(
-            f"unit {work_id}: its {what} needs {missing.name}, which cannot be imported in "
-            f"this process ({missing.cause}); load it where that code is importable",
-            missing.name,
-        ) from None
-
-
-class _Unimportable(Exception):
-    def __init__(self, name: str, cause: Exception) -> None:
-        super().__init__(name)
-        self.name = name
-        self.cause = cause
-
-
-class _NamingUnpickler(pickle.Unpickler):
-    """``pickle.loads`` (what ``cloudpickle.loads`` is) that says which class is missing.
-
-    A value whose class cannot be imported here would otherwise surface as a
-    bare ModuleNotFoundError or AttributeError from deep inside pickle.
-    """
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return super().find_class(module, name)
-        except (ImportError, AttributeError) as exc:
-            raise _Unimportable(f"{module}.{name}", exc) from exc
+    return unpickle.load(stored.data, work_id, what)  # HMAC-verified bytes

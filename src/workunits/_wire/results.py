@@ -16,6 +16,7 @@ from workunits._errors import TeammateError, WorkExpired, WorkFailed, WorkKilled
 from workunits._record import WorkRecord
 from workunits._status import Status
 from workunits._wire import frames as m
+from workunits._wire import unpickle
 
 
 def decode_value(data: bytes, fmt: str) -> Any:
@@ -33,7 +34,8 @@ def result_of(record: WorkRecord) -> Any:
             return record
         if record.result_format == "json":  # a row's column: a bad one is LedgerCorrupt
             return _strictjson.loads(record.result, record.id, "result")
-        return decode_value(record.result, record.result_format)
+        # Rebuilding it runs the value's code: one that fails is UnloadableValue.
+        return unpickle.load(record.result, record.id, "result")
     if record.status == Status.KILLED:
         raise WorkKilled(record)
     failure = WorkFailed(record)
