@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from workunits._ledger import Ledger
+from workunits._ledger import Ledger, UnitRow
+from workunits._ledger.unreadable import Unreadable
 
-from .support import ManualClock, new_unit, start
+from .support import ManualClock, new_unit, raw, start
 
 SESSION = "s00000001"
 
@@ -99,3 +100,28 @@ def _sent(ledger: Ledger, work_id: str, value: int) -> int:
     seq = ledger.send_signal(work_id, "go", value)
     assert seq is not None
     return seq
+
+
+def test_a_pending_row_that_does_not_decode_is_claimed_once_and_leaves_the_queue(
+    ledger: Ledger, other: Ledger
+) -> None:
+    """Left in the queue it would be the oldest pending row for ever: it would take the
+    one slot of every claim, and every look would find work to claim."""
+    bad = new_unit(other, created_at=1.0).id
+    good = new_unit(other, created_at=2.0).id
+    with raw(other) as conn:
+        conn.execute("UPDATE units SET parent = 'not-an-id' WHERE id = ?", (bad,))
+    (first,) = ledger.claim_pending(SESSION, {"agent": 1}, 10)
+    assert isinstance(first, Unreadable)
+    assert first.id == bad
+    assert first.row is None
+    assert "column parent holds 'not-an-id'" in str(first.error)
+    (second,) = ledger.claim_pending(SESSION, {"agent": 1}, 10)
+    assert isinstance(second, UnitRow)
+    assert second.id == good
+    assert ledger.claim_pending(SESSION, {"agent": 1}, 10) == []
+    with raw(other) as conn:
+        kept = conn.execute(
+            "SELECT status, parent, session FROM units WHERE id = ?", (bad,)
+        ).fetchone()
+    assert tuple(kept) == ("pending", "not-an-id", SESSION)

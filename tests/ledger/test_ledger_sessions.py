@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ledger.support import ManualClock, new_unit, start
+from tests.ledger.support import ManualClock, new_unit, raw, start
 from workunits._errors import InvalidWorkId
-from workunits._ledger import Ledger, LedgerError
+from workunits._ledger import Ledger, LedgerCorrupt, LedgerError, UnitRow
+from workunits._ledger.unreadable import Unreadable
 
 
 def test_a_session_is_opened_beaten_and_closed(ledger: Ledger, clock: ManualClock) -> None:
@@ -47,3 +48,33 @@ def test_units_of_dead_sessions_are_the_running_units_of_other_sessions(
     assert [r.id for r in ledger.units_of_dead_sessions("s00000002", stale_after=30)] == [dead]
     assert [s.id for s in ledger.live_sessions(stale_after=100)] == ["s00000001", "s00000002"]
     assert mine not in [r.id for r in ledger.units_of_dead_sessions("s00000002")]
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_a_taken_over_row_that_does_not_decode_is_unreadable_and_the_others_are_taken(
+    ledger: Ledger, clock: ManualClock, exclusive: bool
+) -> None:
+    """Decoded row by row: the damaged one is handed back as an Unreadable naming it,
+    moved to the new session with nothing else changed (a later takeover finds it)."""
+    ledger.open_session("s00000001", 1)
+    bad = start(ledger, new_unit(ledger, created_at=1.0).id, session="s00000001").id
+    good = start(ledger, new_unit(ledger, created_at=2.0).id, session="s00000001").id
+    with raw(ledger) as conn:
+        conn.execute("UPDATE units SET parent = 'not-an-id' WHERE id = ?", (bad,))
+    ledger.close_session("s00000001")
+    ledger.open_session("s00000002", 2)
+    won, rows = ledger.take_over("s00000002", exclusive=exclusive)
+    assert won == ["s00000001"]
+    (unreadable, row) = rows
+    assert isinstance(unreadable, Unreadable)
+    assert unreadable.row is None
+    assert unreadable.id == bad
+    assert isinstance(unreadable.error, LedgerCorrupt)
+    assert f"unit {bad}: column parent holds 'not-an-id'" in str(unreadable.error)
+    assert isinstance(row, UnitRow)
+    assert row.id == good
+    with raw(ledger) as conn:
+        kept = conn.execute(
+            "SELECT status, parent, session FROM units WHERE id = ?", (bad,)
+        ).fetchone()
+    assert tuple(kept) == ("running", "not-an-id", "s00000002")

@@ -10,6 +10,7 @@ Modules, one concept each:
 - ``writes``      the one function that changes a unit's status, with fence and outbox
 - ``retention``   expiry to a small ``expired`` row, and forgetting
 - ``rows``        typed rows and their conversions to and from ``WorkRecord``
+- ``unreadable``  rows that do not decode: skipped one by one by readers of many, reported
 - ``outbox``      notifications waiting for delivery (invariant 11)
 - ``requests``    commands from other processes
 - ``sessions``    supervisor runs and the units a dead one left running

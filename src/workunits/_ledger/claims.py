@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from workunits._ledger import unreadable
 from workunits._ledger.backend import Database
 from workunits._ledger.rows import UnitRow
+from workunits._ledger.unreadable import Unreadable
 from workunits._status import Status
 
 _PICK = "SELECT * FROM units WHERE status = ? AND session IS NULL"
@@ -31,11 +33,18 @@ _PICK = "SELECT * FROM units WHERE status = ? AND session IS NULL"
 
 def claim(
     db: Database, me: str, free: Mapping[str, int], batch: int, *, row_locks: bool
-) -> list[UnitRow]:
+) -> list[UnitRow | Unreadable]:
     """Claim the oldest unowned pending units for session ``me``; return their rows.
 
     ``free``: kinds with a concurrency limit, and how many more this
     supervisor can run now (0: none is claimed). Other kinds: up to ``batch``.
+
+    A row that does not decode is claimed too, and returned as an Unreadable
+    (see ``unreadable``): left in the queue, it would be the oldest pending
+    row for ever, take a slot of every claim and make every tick's look find
+    work and open a synced write. Claimed, it leaves the queue with nothing
+    else in it changed; when this session is taken over it goes back to the
+    queue, and the next claim finds it again, repaired or not.
     """
     lock = " FOR UPDATE SKIP LOCKED" if row_locks else ""
     limited = sorted(free)
@@ -52,13 +61,13 @@ def claim(
     with db.read() as conn:
         if conn.execute(_PICK + " LIMIT 1", (Status.PENDING.value,)).fetchone() is None:
             return []
-    claimed: list[UnitRow] = []
+    claimed: list[UnitRow | Unreadable] = []
     with db.write(durable=True) as conn:
         for where, params in picks:
             # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
             sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"
             rows = conn.execute(sql, (Status.PENDING.value, *params)).fetchall()
-            claimed.extend(UnitRow.from_sql(row) for row in rows)
+            claimed.extend(unreadable.decode(row) for row in rows)
         if claimed:
             conn.executemany(
                 "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in claimed]

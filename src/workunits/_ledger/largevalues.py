@@ -14,7 +14,7 @@ import dataclasses
 import hmac
 from collections.abc import Iterable
 
-from workunits._errors import LedgerTampered
+from workunits._errors import LedgerCorrupt, LedgerTampered
 from workunits._ledger import values, valuestore
 from workunits._ledger.backend import Connection
 from workunits._ledger.rows import TERMINAL
@@ -44,7 +44,8 @@ class LargeValues:
         return dataclasses.replace(stored, data=b"", file=name)
 
     def load(self, stored: Stored, *, purpose: str, work_id: str) -> Stored:
-        """``stored`` with its bytes, verified against its reference (LedgerTampered)."""
+        """``stored`` with its bytes, verified against its reference (LedgerTampered);
+        LedgerCorrupt naming the unit when they are gone."""
         if stored.file is None:
             return stored
         owner, named_purpose, mac = valuestore.parse_name(stored.file)
@@ -53,7 +54,15 @@ class LargeValues:
                 f"unit {work_id}: its {purpose} refers to {stored.file}, a value of another "
                 f"unit or purpose; the ledger was edited"
             )
-        full = dataclasses.replace(stored, data=self.store.get(stored.file), file=None)
+        try:
+            data = self.store.get(stored.file)
+        except LedgerCorrupt as exc:  # gone: say whose it was, and what to do
+            raise LedgerCorrupt(
+                f"unit {work_id}: its {purpose} cannot be read: {exc}. Restore the state dir "
+                f"from a backup (`workunits backup` keeps the value files with an embedded "
+                f"ledger; a PostgreSQL ledger, the database's own), or delete that unit's row"
+            ) from None
+        full = dataclasses.replace(stored, data=data, file=None)
         if not hmac.compare_digest(mac, self._mac(purpose, work_id, full)):
             raise LedgerTampered(
                 f"unit {work_id}: the stored {purpose} ({stored.file}) fails its integrity check "

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 
 from workunits import _ids
 from workunits._errors import InvalidWorkId, LedgerError, SessionLost, SpecError
+from workunits._ledger import unreadable
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import UnitRow
+from workunits._ledger.unreadable import Unreadable
 from workunits._status import Status
 
 
@@ -133,7 +135,7 @@ def check_not_taken(conn: Connection, session_id: str) -> None:
 
 def take_over(
     db: Database, me: str, now: float, *, exclusive: bool, default_lease: float = DEFAULT_LEASE
-) -> tuple[list[str], list[UnitRow]]:
+) -> tuple[list[str], list[UnitRow | Unreadable]]:
     """Take over every session whose lease lapsed (or that ended); its running units.
 
     One transaction: the sessions won (a conditional UPDATE, so of two
@@ -143,6 +145,11 @@ def take_over(
     claim. ``exclusive``: the caller holds the only supervisor lock there can
     be (SQLite), so every other session is dead, lease or not, and running
     units that name no session are taken too.
+
+    Rows are decoded one by one: one that does not decode is an Unreadable
+    (see ``unreadable``) and the others are taken all the same. It is moved to
+    ``me`` too, and nothing else in it changes: whoever takes ``me`` over
+    later (the next supervisor, on SQLite) finds it again, repaired or not.
     """
     validate(me)
     lapsed = (
@@ -161,12 +168,12 @@ def take_over(
             ).fetchall()
         ]
         owners = [*won]
-        rows: list[UnitRow] = []
+        rows: list[UnitRow | Unreadable] = []
         if won or exclusive:
             marks = ", ".join("?" * len(won)) or "NULL"
             null_too = " OR session IS NULL" if exclusive else ""
             rows = [
-                UnitRow.from_sql(row)
+                unreadable.decode(row)
                 for row in conn.execute(
                     f"SELECT * FROM units WHERE status = ? AND (session IN ({marks}){null_too}) "  # noqa: S608
                     "ORDER BY created_at, id",

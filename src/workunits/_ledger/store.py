@@ -60,6 +60,7 @@ from workunits._ledger import (
     signals,
     statedir,
     submits,
+    unreadable,
     values,
     valuestore,
     writes,
@@ -75,6 +76,7 @@ from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, Unit
 from workunits._ledger.sessions import Session
 from workunits._ledger.signals import Signal
 from workunits._ledger.submit_group import SubmitGroup
+from workunits._ledger.unreadable import Unreadable
 from workunits._ledger.valuestore_db import DatabaseValueStore
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._record import Notification, WorkRecord
@@ -567,6 +569,26 @@ class Ledger:
                 row = dataclasses.replace(row, output_path=own)
         return row
 
+    def _checked_each(
+        self, rows: Iterable[UnitRow | Unreadable]
+    ) -> builtins.list[UnitRow | Unreadable]:
+        """Each row ``_checked``; one whose stored values fail is an Unreadable, without them.
+
+        Its lifecycle columns decoded, so its reader may still end it. A failure
+        of the ledger's moment (a lost connection reading a large value) is one
+        too: the reader tells them apart, and retries that one.
+        """
+        out: builtins.list[UnitRow | Unreadable] = []
+        for found in rows:
+            if isinstance(found, Unreadable):
+                out.append(found)
+                continue
+            try:
+                out.append(self._checked(found))
+            except LedgerError as exc:
+                out.append(unreadable.failed_check(found, exc))
+        return out
+
     def output_path_of(self, work_id: str) -> str:
         """Where the unit's output file lives in this state dir."""
         return str(self.state_dir / "output" / f"{_ids.validate(work_id)}.out")
@@ -1014,9 +1036,10 @@ class Ledger:
 
     def take_over(
         self, session_id: str, *, exclusive: bool, default_lease: float = sessions.DEFAULT_LEASE
-    ) -> tuple[builtins.list[str], builtins.list[UnitRow]]:
+    ) -> tuple[builtins.list[str], builtins.list[UnitRow | Unreadable]]:
         """Sessions whose lease lapsed, taken over by ``session_id``, and their running units
-        (now ``session_id``'s, to resume or fail); see ``sessions.take_over``."""
+        (now ``session_id``'s, to resume or fail); see ``sessions.take_over``. A row that
+        cannot be read is an Unreadable in its place (``unreadable``)."""
         won, rows = sessions.take_over(
             self._db,
             session_id,
@@ -1024,18 +1047,19 @@ class Ledger:
             exclusive=exclusive,
             default_lease=default_lease,
         )
-        return won, [self._checked(row) for row in rows]
+        return won, self._checked_each(rows)
 
     def claim_pending(
         self, session_id: str, free: Mapping[str, int], batch: int
-    ) -> builtins.list[UnitRow]:
-        """Claim unowned pending units for ``session_id`` (see ``claims``)."""
+    ) -> builtins.list[UnitRow | Unreadable]:
+        """Claim unowned pending units for ``session_id`` (see ``claims``); a row that
+        cannot be read is an Unreadable in its place (``unreadable``)."""
         sessions.validate(session_id)
         rows = self._polls.poll(
             ("claims", session_id, tuple(sorted(free.items())), batch),
             lambda: claims.claim(self._db, session_id, free, batch, row_locks=self._db.row_locks),
         )
-        return [self._checked(row) for row in rows]
+        return self._checked_each(rows)
 
     def advertise(self, session_id: str, url: str) -> None:
         """Record the URL ``session_id``'s HTTP API is reached at (``serve --advertise``)."""

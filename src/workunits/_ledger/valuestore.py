@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workunits import _ids
-from workunits._errors import LedgerError, LedgerFull, LedgerTampered
+from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, LedgerTampered
 
 LARGE_VALUE = 1 << 20
 """Values above this many bytes go to the value store; the ledger keeps a reference."""
@@ -64,7 +64,7 @@ class ValueStore(Protocol):
         """Store ``data`` under ``name`` (complete or not at all); fsync it when ``durable``."""
 
     def get(self, name: str) -> bytes:
-        """The bytes stored under ``name``; LedgerError when they are gone."""
+        """The bytes stored under ``name``; LedgerCorrupt when they are gone."""
 
     def delete(self, name: str) -> int:
         """Remove ``name`` if present; the bytes freed."""
@@ -121,7 +121,7 @@ class FileValueStore:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise LedgerError(
+            raise LedgerCorrupt(
                 f"the value file {name} is missing from {self.root}; it was deleted outside "
                 f"workunits, or the state dir was copied without it (use `workunits backup`)"
             ) from None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from workunits._errors import LedgerError
+from workunits._errors import LedgerCorrupt
 from workunits._ledger import valuestore
 from workunits._ledger.backend import Database
 
@@ -49,7 +49,7 @@ class DatabaseValueStore:
         with self._db.read() as conn:
             row = conn.execute("SELECT data FROM large_values WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise LedgerError(
+            raise LedgerCorrupt(
                 f"the large value {name} is missing from {self._db.where} (table large_values); "
                 f"it was deleted outside workunits"
             )

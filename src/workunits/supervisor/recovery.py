@@ -27,6 +27,13 @@ nothing here either (invariant 14): a request that could not be applied is
 held and applied first at the next tick, a dead session's unit that could not
 be resumed is tried again at the next tick (unless a held cancel or kill is
 about it), and a pending unit that could not be adopted is adopted later.
+
+A row changed outside workunits stops nothing but its own unit (``unreadable``):
+one that does not decode is left as it is, neither resumed nor started nor
+ended, and logged once at ERROR with what is wrong and how to repair it; a
+later supervisor finds it again. One whose stored value (a checkpoint, a
+value file) fails its check fails ``lost`` with that error, as a unit whose
+spec fails its check does. Every other unit is resumed, adopted and run.
 """
 
 from __future__ import annotations
@@ -40,8 +47,9 @@ from typing import Any
 from workunits import _outputfile
 from workunits._clock import Clock
 from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsError
-from workunits._ledger import Ledger, Request, UnitRow, Write
+from workunits._ledger import Ledger, Request, UnitRow, Write, unreadable
 from workunits._ledger.requests import END_VERBS
+from workunits._ledger.unreadable import Unreadable
 from workunits._record import Outcome, replace
 from workunits._status import Reason, Status, is_terminal
 from workunits.supervisor.backlog import retryable
@@ -96,7 +104,8 @@ class Recovery:
         self._lease = lease
         self._shared = shared
         self._next_takeover = 0.0
-        self._claimed: list[UnitRow] = []  # claimed, not yet started (the ledger failed)
+        # Claimed, not yet started (the ledger failed); an Unreadable here is read again.
+        self._claimed: list[UnitRow | Unreadable] = []
 
     @property
     def recovered(self) -> bool:
@@ -136,10 +145,28 @@ class Recovery:
         resumed: list[str] = []
         lost: list[str] = []
         for row in rows:
-            outcome = self._resume_or_lose(row)
+            if isinstance(row, Unreadable):
+                outcome = self._take_unreadable(row)
+            else:
+                outcome = self._resume_or_lose(row)
             if outcome is not None:
                 (resumed if outcome else lost).append(row.id)
         return resumed, lost
+
+    def _take_unreadable(self, bad: Unreadable) -> bool | None:
+        """A dead session's unit whose row cannot be read: False once failed ``lost``,
+        None when it is left as it is (or tried again at the next tick)."""
+        if bad.row is None:
+            unreadable.report(bad, logging.ERROR, "is left as it is, not resumed")
+            return None
+        if retryable(bad.error):
+            self._left.add(bad.id)
+            what = f"the resume of {bad.id} (tried again)"
+            self._mirror.backlog.report(bad.error, what, kept=False)
+            return None
+        unreadable.report(bad, logging.ERROR, "cannot be resumed and fails lost")
+        self._lose(bad.row, f"lost: could not resume it: {type(bad.error).__name__}: {bad.error}")
+        return False
 
     def apply_requests(self) -> None:
         """Every tick, before anything starts: apply other processes' requests."""
@@ -203,7 +230,18 @@ class Recovery:
     def _resume_left(self) -> None:
         for work_id in sorted(self._left):
             self._left.discard(work_id)
-            row = self._ledger.get(work_id)
+            try:
+                row = self._ledger.get(work_id)
+            except LedgerError as exc:
+                if retryable(exc):
+                    self._left.add(work_id)
+                    what = f"the resume of {work_id} (tried again)"
+                    self._mirror.backlog.report(exc, what, kept=False)
+                else:  # damaged since it was taken over: left for a repair
+                    unreadable.report(
+                        Unreadable(work_id, exc), logging.ERROR, "is left as it is, not resumed"
+                    )
+                continue
             if (
                 row is not None
                 and row.status == Status.RUNNING
@@ -246,19 +284,33 @@ class Recovery:
         # Claimed at an earlier tick, but the ledger failed before they started.
         rows, self._claimed = self._claimed, []
         rows += self._ledger.claim_pending(self._session, free, ADOPT_BATCH)
-        for i, row in enumerate(rows):
-            if row.id in self._units or self._mirror.backlog.holds(row.id):
+        for i, item in enumerate(rows):
+            if item.id in self._units or self._mirror.backlog.holds(item.id):
                 continue  # in memory, or its lost end is waiting to be written
+            if isinstance(item, Unreadable):
+                if item.row is None:
+                    # Claimed (out of the queue), and otherwise left as it is for a repair.
+                    unreadable.report(item, logging.ERROR, "is left as it is, not started")
+                    continue
+                bare = item.row
+                if not retryable(item.error):
+                    unreadable.report(item, logging.ERROR, "cannot be started and fails")
+                    self._lose(bare, f"could not start: {type(item.error).__name__}: {item.error}")
+                    continue
+            else:
+                bare = item
             try:
+                # An Unreadable for the ledger's moment is read again: it may pass now.
+                row = item if isinstance(item, UnitRow) else self._ledger.require(item.id)
                 actor_class = self._units.kinds.actor_class(row.id[0])
                 spec, timeout = actor_class.from_durable(self._ledger.load_spec(row.id))
             except (WorkunitsError, UnknownKind) as exc:
                 if retryable(exc):  # not the unit's fault: adopted at a later tick
-                    what = f"the adoption of {row.id} (tried again)"
+                    what = f"the adoption of {bare.id} (tried again)"
                     self._mirror.backlog.report(exc, what, kept=False)
                     self._claimed = rows[i:]  # claimed already: no one else starts them
                     break
-                self._lose(row, f"could not start: {type(exc).__name__}: {exc}")
+                self._lose(bare, f"could not start: {type(exc).__name__}: {exc}")
                 continue
             self._starts.admit(
                 row.to_record(), actor_class, spec, timeout, row.checkpoint, adopted=True
