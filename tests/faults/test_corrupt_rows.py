@@ -192,6 +192,33 @@ def test_a_running_unit_whose_checkpoint_file_is_gone_fails_lost_naming_it(
         logged_once(caplog, work_id, "its checkpoint cannot be read", "delete that unit's row")
 
 
+@pytest.mark.timeout(120)
+def test_a_running_unit_whose_checkpoint_is_not_json_fails_lost_without_a_process(
+    tmp_path: Path, hosts: list[Host], caplog: pytest.LogCaptureFixture
+) -> None:
+    state, gate = tmp_path / "state", tmp_path / "gate"
+    host = Host("large_values_host", str(state), "10", str(gate))
+    hosts.append(host)
+    work_id = host.read()["id"]
+    with wu.connect(state) as client:
+        eventually(lambda: client.get(work_id).progress == 0.5, timeout=60, what="checkpoints")
+    host.sigkill()
+    edit(state, "UPDATE units SET checkpoint = ? WHERE id = ?", b"{next", work_id)
+    caplog.set_level(logging.ERROR, logger="workunits")
+
+    with wu.Supervisor(state, install_signal_handlers=False) as sup:
+        assert sup.recovered["lost"] == [work_id]
+        record = sup.wait(work_id, timeout=30)
+        assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
+        assert record.attempt == 1  # no attempt began, no process was started for it
+        error = record.error or ""
+        assert f"LedgerCorrupt: unit {work_id}: column checkpoint does not hold valid JSON" in (
+            error
+        )
+        assert error.endswith("or delete that unit's row"), error
+        logged_once(caplog, work_id, "column checkpoint", REPAIR)
+
+
 # -- pending units: at start, and while a supervisor runs ---------------------------------
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from workunits import _outputfile
 from workunits._clock import Clock
-from workunits._errors import LedgerError, SpecError, UnknownKind, WorkunitsError
+from workunits._errors import LedgerCorrupt, LedgerError, SpecError, UnknownKind, WorkunitsError
 from workunits._ledger import Ledger, Request, UnitRow, Write, unreadable
 from workunits._ledger.requests import END_VERBS
 from workunits._ledger.unreadable import Unreadable
@@ -190,6 +190,14 @@ class Recovery:
         if self._held_end_for(row.id):
             self._left.add(row.id)  # its cancel or kill is applied first
             return None
+        try:
+            # What a next attempt resumes from: refused here, naming the unit and the
+            # column, rather than as a bare JSON error from a process started for it.
+            row.last_checkpoint()
+        except LedgerCorrupt as exc:
+            unreadable.report(Unreadable(row.id, exc, row), logging.ERROR, "fails lost")
+            self._lose(row, f"lost: could not resume it: {type(exc).__name__}: {exc}")
+            return False
         if row.retry_at is not None and self._adopt_waiting is not None:
             if self._adopt_waiting(row):
                 return True
