@@ -40,6 +40,7 @@ from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
+from workunits._ledger.unreadable import Unreadable
 from workunits._record import WorkRecord
 from workunits._remote_output import RemoteOutput
 from workunits._retain import Retain
@@ -451,16 +452,25 @@ class Client:
         parent: str | None = None,
         limit: int | None = None,
         ended_after: float | None = None,
+        *,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
     ) -> builtins.list[UnitRow]:
         """Like ``list``, with the ledger's full rows; ``ended_after`` keeps units that
         ended at or after that time (seconds since the epoch).
 
         ``kind`` is a kind's name or letter. UnknownKind for one that is neither
         built in nor the kind of any unit here (a typo must not read as "none").
+        A row that cannot be read is left out and handed to ``on_unreadable``
+        (by default, logged as a warning: see ``Ledger.list``).
         """
         name = _ids.BUILTIN_KINDS.get(kind, kind) if kind is not None else None
         rows = self.ledger.list(
-            status=status, kind=name, parent=parent, limit=limit, ended_after=ended_after
+            status=status,
+            kind=name,
+            parent=parent,
+            limit=limit,
+            ended_after=ended_after,
+            on_unreadable=on_unreadable,
         )
         unknown = (
             not rows

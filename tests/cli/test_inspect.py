@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 
 import workunits as wu
 from tests.cli.conftest import Run
@@ -63,6 +64,25 @@ def test_ls_filters_and_json(run: Run, client: wu.Client, fake: FakeSupervisor) 
     ]
     assert run("ls", "--status", "failed").stdout.count(shell) == 1
     assert run("ls", "--parent", shell).stdout.strip() == "no units (--all shows ended ones)"
+
+
+def test_ls_lists_the_other_units_and_names_a_row_it_cannot_read_on_stderr(
+    run: Run, client: wu.Client
+) -> None:
+    bad = client.shell("true").id
+    good = client.shell("make").id
+    db = sqlite3.connect(client.state_dir / "ledger.db")
+    with db:
+        db.execute("UPDATE units SET status = 'bogus' WHERE id = ?", (bad,))
+    db.close()
+    for argv in (("ls", "--all"), ("ls", "--json")):
+        result = run(*argv, columns=120)
+        assert result.exit_code == Exit.OK, result.output
+        assert good in result.stdout
+        assert bad not in result.stdout
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"workunits: left out of the list: unit {bad}: column status")
+        assert line.endswith("or delete that unit's row"), line
 
 
 def test_ls_says_so_when_there_is_nothing(run: Run, client: wu.Client) -> None:

@@ -264,3 +264,30 @@ def test_a_pending_row_that_does_not_decode_takes_no_slot_from_the_units_behind_
         assert raw_row(state, bad, "status", "session") == ("pending", sup.session)
         # Later submits are adopted as well: the tick goes on.
         assert client.result(client.agent("tests.faults.jobs:add", 3, 3).id, timeout=30) == 6
+
+
+# -- listing ------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_row_that_does_not_decode_is_left_out_of_a_list_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    caplog.set_level(logging.WARNING, logger="workunits")
+    with wu.Supervisor(state, install_signal_handlers=False) as sup:
+        bad = sup.agent("tests.faults.jobs:add", 1, 1).id
+        good = sup.agent("tests.faults.jobs:add", 2, 2).id
+        assert sup.result(bad, timeout=30) == 2
+        assert sup.result(good, timeout=30) == 4
+    edit(state, "UPDATE units SET status = 'bogus' WHERE id = ?", bad)
+
+    with wu.Supervisor(state, install_signal_handlers=False) as sup, wu.connect(state) as client:
+        for listing in (sup.list(), client.list(), sup.list(), client.list()):
+            assert [r.id for r in listing] == [good]
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and bad in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in warned]  # once per process
+    assert warned[0].name.startswith("workunits")
+    message = warned[0].getMessage()
+    assert f"unit {bad}: column status holds 'bogus'" in message
+    assert REPAIR in message

@@ -13,6 +13,7 @@ import pytest
 
 from tests.ledger.support import new_unit, raw, start
 from workunits._ledger import Ledger, LedgerTampered
+from workunits._ledger.unreadable import Unreadable
 from workunits._record import WorkRecord
 from workunits._status import Status
 
@@ -87,8 +88,11 @@ def test_a_tampered_pickle_in_a_row_makes_reading_it_fail(
         conn.execute(f"UPDATE units SET {column} = ? WHERE id = ?", (evil, record.id))  # noqa: S608
     with pytest.raises(LedgerTampered, match=f"unit {record.id}: the stored {column}"):
         ledger.get(record.id)
-    with pytest.raises(LedgerTampered):
-        ledger.list()
+    # A listing leaves it out (the others are listed) and says why.
+    left_out: list[Unreadable] = []
+    assert ledger.list(on_unreadable=left_out.append) == []
+    assert [bad.id for bad in left_out] == [record.id]
+    assert isinstance(left_out[0].error, LedgerTampered)
     assert not marker.exists()
 
 

@@ -23,10 +23,19 @@ from rich.tree import Tree
 
 from workunits import _outputfile
 from workunits._cli import _render
-from workunits._cli._app import cli, emit_json, id_argument, json_option, opened, state_option
+from workunits._cli._app import (
+    cli,
+    emit_json,
+    id_argument,
+    json_option,
+    opened,
+    printable,
+    state_option,
+)
 from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
 from workunits._client import Client
 from workunits._ledger import EXPIRED, UnitRow
+from workunits._ledger.unreadable import Unreadable
 from workunits._procid import pid_exists
 from workunits._record import signal_name
 from workunits._status import Status, is_terminal
@@ -54,7 +63,7 @@ def ls(
 ) -> None:
     """List units: pending and running ones, or every one with --all."""
     with opened(state_dir) as client:
-        rows = client.rows(status=status, kind=kind, parent=parent)
+        rows = client.rows(status=status, kind=kind, parent=parent, on_unreadable=_left_out)
         supervised = client.supervisor_running()
     if status is None and not show_all:
         rows = [r for r in rows if not is_terminal(r.status)]
@@ -70,6 +79,11 @@ def ls(
     console.print(
         _render.units_table(rows, time.time(), width=console.width, supervised=supervised)
     )
+
+
+def _left_out(bad: Unreadable) -> None:
+    """A row that cannot be read: one line on stderr, and the others are listed."""
+    click.echo(f"workunits: left out of the list: {printable(str(bad.error))}", err=True)
 
 
 @cli.command("show")

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -410,10 +411,15 @@ class Ledger:
         parent: str | None = None,
         limit: int | None = None,
         ended_after: float | None = None,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
     ) -> builtins.list[UnitRow]:
         """Units oldest first. ``status="expired"`` lists expired units; a real status
         lists units that have it and are not expired (their status reads ``expired``).
-        ``ended_after`` keeps units that ended at or after that time."""
+        ``ended_after`` keeps units that ended at or after that time.
+
+        A row that cannot be read (``unreadable``) is left out, and the others
+        listed: each left out goes to ``on_unreadable``, by default a warning
+        logged once per process naming it and how to repair it."""
         clauses: builtins.list[str] = []
         params: builtins.list[object] = []
         if status == EXPIRED:
@@ -439,7 +445,15 @@ class Ledger:
                 f"SELECT * FROM units {where} ORDER BY created_at, id LIMIT ?",  # noqa: S608
                 params,
             ).fetchall()
-        return [self._checked(UnitRow.from_sql(row)) for row in rows]
+        listed: builtins.list[UnitRow] = []
+        for found in self._checked_each(unreadable.decode(row) for row in rows):
+            if isinstance(found, UnitRow):
+                listed.append(found)
+            elif on_unreadable is not None:
+                on_unreadable(found)
+            else:
+                unreadable.report(found, logging.WARNING, "is left out of the list")
+        return listed
 
     def load_spec(self, work_id: str) -> object:
         """The unit's spec, verified (LedgerTampered) before anything in it is loaded."""
