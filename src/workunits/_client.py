@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime
+import functools
 import os
 import threading
 import time
@@ -752,9 +753,18 @@ class Client:
         parent: str | None = None,
         limit: int | None = None,
         ended_after: float | None = None,
+        *,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
     ) -> builtins.list[UnitRow]:
         """Like ``rows`` without blocking the event loop."""
-        return await asyncio.to_thread(self.rows, status, kind, parent, limit, ended_after)
+        return await asyncio.to_thread(
+            functools.partial(self.rows, on_unreadable=on_unreadable),
+            status,
+            kind,
+            parent,
+            limit,
+            ended_after,
+        )
 
     async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
         """Like ``retain`` without blocking the event loop (``renew`` and ``release``
