@@ -178,12 +178,14 @@ def test_an_ask_that_raises_goes_to_its_asker_and_a_tell_that_raises_fails_the_a
 
 
 @pytest.mark.timeout(60)
-def test_a_handler_that_raises_keyboard_interrupt_stops_the_actor_and_reaches_its_sender() -> None:
+def test_a_handler_that_raises_keyboard_interrupt_fails_the_actor_and_reaches_its_sender() -> None:
     ref = Recorder.start()
     actor = started()
     with pytest.raises(KeyboardInterrupt):
         ref.tell("interrupt")  # handled here, in this thread
     assert not ref.is_alive()
+    # It failed (on_failure: a unit's kind ends its unit there), not only stopped.
+    assert [type(e) for e in actor.failures] == [KeyboardInterrupt]
     assert actor.queued is not None
     with pytest.raises(pykka.ActorDeadError):
         actor.queued.get(timeout=5)  # refused, not left waiting

@@ -31,6 +31,7 @@ WORKUNITS = {
     "InvalidArgument",
     "InvalidTransition",
     "InvalidWorkId",
+    "KindFault",
     "KindTaken",
     "LedgerCorrupt",
     "LedgerError",

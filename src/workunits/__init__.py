@@ -16,6 +16,7 @@ from workunits._errors import IdempotencyConflict as IdempotencyConflict
 from workunits._errors import InvalidArgument as InvalidArgument
 from workunits._errors import InvalidTransition as InvalidTransition
 from workunits._errors import InvalidWorkId as InvalidWorkId
+from workunits._errors import KindFault as KindFault
 from workunits._errors import KindTaken as KindTaken
 from workunits._errors import LedgerCorrupt as LedgerCorrupt
 from workunits._errors import LedgerError as LedgerError
@@ -102,6 +103,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidTransition",
     "InvalidWorkId",
+    "KindFault",
     "KindTaken",
     "LedgerCorrupt",
     "LedgerError",

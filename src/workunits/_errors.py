@@ -4,6 +4,8 @@ WorkunitsError
 ├── InvalidWorkId        malformed ID (also a ValueError)
 ├── UnknownKind          well-formed ID or kind letter nobody registered (also a LookupError)
 ├── KindTaken            register_kind() with a letter in use or reserved (also a ValueError)
+├── KindFault            a kind's code raised what is not an Exception (SystemExit,
+│                        KeyboardInterrupt, a cancel); contained, it fails that unit only
 ├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
 │   └── WorkExpired      the ledger knows the unit, but its retention ran out: no result
 ├── InvalidArgument      a call was given a value it cannot take (also a ValueError)
@@ -81,6 +83,16 @@ class UnknownKind(WorkunitsError, LookupError):
 
 class KindTaken(WorkunitsError, ValueError):
     """``register_kind`` was given a letter that is reserved or already in use."""
+
+
+class KindFault(WorkunitsError):
+    """A kind's code raised what is not an ``Exception`` (``sys.exit``, a cancel...).
+
+    Raised from it, in its place, where the supervisor called the kind
+    (``actors.kind_code``): uncontained, it would stop every actor of the
+    supervisor. It fails the unit (or the submit) it was called for, as any
+    other error of the kind's would; the message names the kind and its hook.
+    """
 
 
 class UnknownWork(WorkunitsError, KeyError):

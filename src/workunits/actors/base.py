@@ -15,9 +15,11 @@ through this actor when it has nothing to add (``end_on_exit``).
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import queue
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -34,6 +36,7 @@ from workunits._record import Outcome
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 from workunits.actors.inline import InlineInbox, start_inline
+from workunits.actors.kind_code import call_kind
 from workunits.actors.process_events import ProcessWatch
 from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
@@ -83,10 +86,13 @@ class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
     says so has its work launched in between, in the starting (the
     supervisor's) thread, so the work does not wait for a thread start; the
     zygote's events for it queue in the actor's inbox until its thread runs.
+    The kind's ``__init__`` runs here too, in the starting thread: what it
+    raises is contained (``kind_code``), and fails the start of this unit only.
     """
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        actor = super().__call__(*args, **kwargs)
+        create = functools.partial(super().__call__, *args, **kwargs)
+        actor = call_kind(cls, create, hook="__init__")
         actor._on_creation()
         return actor
 
@@ -221,12 +227,19 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
 
     def _on_creation(self) -> None:
         """The starting (supervisor's) thread, in start order, before this actor's thread runs."""
-        if self.launch_early():
-            self._launch_now()
+        self._launch_now(early=True)
 
-    def _launch_now(self) -> None:
+    def _launch_now(self, *, early: bool = False) -> None:
+        """``launch``, kept with what it raised (``on_start`` fails the unit with it).
+
+        ``early``: only when ``launch_early()`` says so, else nothing happens yet.
+        Both are the kind's code: ``call_kind`` makes a ``sys.exit`` in them an error.
+        """
+        kind = type(self)
         try:
-            self.launch()
+            if early and not call_kind(kind, self.launch_early):
+                return
+            call_kind(kind, self.launch)
         except Exception as exc:  # noqa: BLE001 - any launch error fails the unit, with its cause
             self._launched = (exc,)
         else:
@@ -266,6 +279,35 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
             super()._start_actor_loop()
         else:
             threads.run(self._actor_loop, threads.thread_name(type(self)))
+
+    def _actor_loop_setup(self) -> None:
+        """pykka's first step of this actor's loop (and of ``start_inline``): ``on_start``.
+
+        pykka stops an actor whose ``on_start`` raised without calling
+        ``on_failure``, which would leave its unit running for ever, unkillable;
+        here the unit fails as after a failed handler, and what is not an
+        Exception is contained first (``kind_code``).
+        """
+        try:
+            call_kind(type(self), self.on_start)
+        except Exception:  # noqa: BLE001 - as pykka's loop after a failed handler
+            self._handle_failure(*sys.exc_info())
+            try:
+                call_kind(type(self), self.on_failure, *sys.exc_info())
+            except Exception:  # noqa: BLE001 - pykka logs it the same way
+                self._handle_failure(*sys.exc_info())
+
+    def _handle_receive(self, message: Any) -> Any:
+        """pykka's step for each message, on its loop and on ``InlineInbox``'s.
+
+        Every handler of a kind's (``on_receive``, ``signal_work`` through
+        ``kill``, ``on_stop`` at the stop) runs under it, so what a kind raises
+        that is not an Exception fails this unit only (``kind_code``): pykka's
+        loop would stop every actor of the supervisor for it.
+        """
+        return call_kind(
+            type(self), super()._handle_receive, message, hook=f"handling {type(message).__name__}"
+        )
 
     def on_start(self) -> None:
         if self._launched is None:
@@ -343,13 +385,15 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         if self._finished:
             return
         self._finished = True
-        # Whatever the work holds must not outlive the unit: kill it, release it.
+        # Whatever the work holds must not outlive the unit: kill it, release it. The
+        # kind's code, which may be what failed: contained (``kind_code``).
+        kind = type(self)
         try:
-            self.signal_work(signal.SIGKILL)
+            call_kind(kind, self.signal_work, signal.SIGKILL)
         except Exception:
             log.exception("%s: could not kill the work of a failed actor", self.unit.id)
         try:
-            self.on_stop()
+            call_kind(kind, self.on_stop)
         except Exception:
             log.exception("%s: could not release the work of a failed actor", self.unit.id)
         error = ACTOR_FAILED

@@ -97,11 +97,13 @@ class InlineInbox:
                 raise
 
     def _stop_at(self, actor: pykka.Actor) -> None:
-        """A handler raised what is not an ``Exception`` (KeyboardInterrupt in the sender's
-        thread): the actor stops, as on a thread of its own, and the sender gets it.
-        What is left is refused, so nothing waits on an actor nobody drives."""
+        """A handler raised what is not an ``Exception``: a KeyboardInterrupt of the main
+        thread's (a kind's own BaseException is an error by now, ``kind_code``). The actor
+        fails, as after a failed handler (``on_failure``: its unit ends, nothing of it is
+        left running), and the sender gets it. What is left is refused, so nothing waits
+        on an actor nobody drives."""
         if not actor.actor_stopped.is_set():
-            actor._stop()  # pykka's: unregister, on_stop
+            _fail(actor)
         with self._lock:
             left, self._queue = list(self._queue), deque()
             self._busy = False
@@ -119,11 +121,16 @@ def handle_envelope(actor: pykka.Actor, envelope: Envelope[Any]) -> None:
         if envelope.reply_to is not None:
             envelope.reply_to.set_exception()
         else:
-            actor._handle_failure(*sys.exc_info())
-            try:
-                actor.on_failure(*sys.exc_info())
-            except Exception:  # noqa: BLE001 - pykka logs it the same way
-                actor._handle_failure(*sys.exc_info())
+            _fail(actor)
+
+
+def _fail(actor: pykka.Actor) -> None:
+    """As pykka's loop after a handler raised ``sys.exc_info()``: log, stop, ``on_failure``."""
+    actor._handle_failure(*sys.exc_info())
+    try:
+        actor.on_failure(*sys.exc_info())
+    except Exception:  # noqa: BLE001 - pykka logs it the same way
+        actor._handle_failure(*sys.exc_info())
 
 
 def _refuse(actor: pykka.Actor, envelope: Envelope[Any]) -> None:

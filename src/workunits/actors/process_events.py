@@ -36,6 +36,7 @@ from workunits._wire.actor_messages import (
     ProcessSpawnFailed,
 )
 from workunits._zygote._linux import kill_through_pidfd
+from workunits.actors.kind_code import call_kind
 
 if TYPE_CHECKING:
     from workunits.actors.base import WorkActor
@@ -89,14 +90,25 @@ class ProcessWatch:
 
     def exited(self, exit_code: int | None, signum: int | None) -> None:
         """The end straight to the supervisor when ``end_on_exit`` gives it; then
-        ``ProcessExited`` to the actor (to end the unit itself, or only to stop)."""
+        ``ProcessExited`` to the actor (to end the unit itself, or only to stop).
+
+        Both hooks are the kind's code, run on the Reaper's thread: what they raise
+        is contained (``kind_code``) and logged by the Reaper, and the actor is
+        told all the same, so it ends the unit (a failed ``end_on_exit`` fails it
+        there too, as the actor's own failure).
+        """
         self.release()
         actor = self._actor
-        outcome = actor.end_on_exit(exit_code, signum)
-        if outcome is not None and actor.claim_end():
-            actor.ended_on_exit(outcome)
-            actor.unit.report_end(actor.unit.id, outcome)  # first: the actor's stop can wait
-        self._teller.tell(ProcessExited(exit_code, signum))
+        kind = type(actor)
+        try:
+            outcome = call_kind(kind, actor.end_on_exit, exit_code, signum)
+            if outcome is not None and actor.claim_end():
+                try:
+                    call_kind(kind, actor.ended_on_exit, outcome)
+                finally:  # claimed: nobody else reports it
+                    actor.unit.report_end(actor.unit.id, outcome)  # first: the stop can wait
+        finally:
+            self._teller.tell(ProcessExited(exit_code, signum))
 
     def kill(self) -> None:
         """SIGKILL the unit's process now through its pidfd (any thread).

@@ -49,6 +49,7 @@ from workunits._wire.actor_messages import (
 )
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
+from workunits.actors.kind_code import contained
 from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor import requests as rq
@@ -238,17 +239,24 @@ class SupervisorActor(pykka.ThreadingActor):
         if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
             self._submits.commit()  # the same for submits (see ``supervisor.submits``)
         self._pids.apply(self._units)
-        if isinstance(message, rq.Register):
-            self._submits.add(message)  # answered once its group's commit is durable
-            return None
-        if isinstance(message, rq.Request):
-            # Asked: an exception belongs to the asker, and pykka hands it over.
-            self._answer(message)
-            return None
-        # Told: a bad message must never stop the supervisor; log it and go on.
         try:
-            self._handle_tell(message)
-        except Exception:
+            if isinstance(message, rq.Register):
+                self._submits.add(message)  # answered once its group's commit is durable
+            elif isinstance(message, rq.Request):
+                # Asked: an exception belongs to the asker, and pykka hands it over.
+                self._answer(message)
+            else:
+                self._handle_tell(message)
+        except BaseException as exc:
+            # The last line of invariant 14, behind ``kind_code``'s at each call into a
+            # kind: pykka's loop would stop every actor for what is not an Exception
+            # (user code this thread ran: a spec's own methods, say).
+            fault = contained(exc, None, f"handling {type(message).__name__}")
+            if isinstance(message, rq.Request):
+                if fault is exc:
+                    raise
+                raise fault from exc
+            # Told: a bad message must never stop the supervisor; log it and go on.
             log.exception("supervisor: failed to handle %r", message)
         return None
 

@@ -31,6 +31,7 @@ from workunits._record import Notification, WorkRecord, replace
 from workunits._restart import UNBOUNDED_ATTEMPTS
 from workunits._status import Status, is_terminal
 from workunits.actors.base import WorkActor
+from workunits.actors.kind_code import call_kind
 from workunits.supervisor.backlog import Backlog, Pending
 from workunits.supervisor.slots import Slot
 
@@ -78,11 +79,14 @@ class LedgerMirror:
         With ``starts_now`` the row is inserted ``running`` (this session's); the
         caller's start then writes nothing more (``running_in_ledger``).
         """
-        durable = actor_class.to_durable(spec, timeout)
+        durable = call_kind(actor_class, actor_class.to_durable, spec, timeout)
         stored = self.ledger.encode_spec(durable, record.id)
         # A unit with a retry policy keeps its spec and continues after a lost
         # supervisor too: one attempt counter serves both (supervisor.retries).
-        resumable = actor_class.resumable(durable, stored.format) or record.retry is not None
+        resumable = (
+            call_kind(actor_class, actor_class.resumable, durable, stored.format)
+            or record.retry is not None
+        )
         attempts = max_attempts if max_attempts is not None else (3 if resumable else 1)
         if record.restart is not None:
             # A restart policy keeps the spec too; its intensity, not a count, bounds it.

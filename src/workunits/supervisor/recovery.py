@@ -52,6 +52,7 @@ from workunits._ledger.requests import END_VERBS
 from workunits._ledger.unreadable import Unreadable
 from workunits._record import Outcome, replace
 from workunits._status import Reason, Status, is_terminal
+from workunits.actors.kind_code import call_kind
 from workunits.supervisor.backlog import retryable
 from workunits.supervisor.control import Control
 from workunits.supervisor.durable import LedgerMirror
@@ -217,7 +218,7 @@ class Recovery:
             actor_class = self._units.kinds.actor_class(row.id[0])
             durable = self._ledger.load_spec(row.id)
             if row.resumable and row.attempt < row.max_attempts:
-                spec, timeout = actor_class.from_durable(durable)
+                spec, timeout = call_kind(actor_class, actor_class.from_durable, durable)
                 attempt = self._ledger.begin_attempt(row.id, self._session, expected=row.attempt)
                 record = replace(row.to_record(), status=Status.PENDING, attempt=attempt, pid=None)
                 self._starts.admit(record, actor_class, spec, timeout, row.checkpoint, adopted=True)
@@ -311,7 +312,9 @@ class Recovery:
                 # An Unreadable for the ledger's moment is read again: it may pass now.
                 row = item if isinstance(item, UnitRow) else self._ledger.require(item.id)
                 actor_class = self._units.kinds.actor_class(row.id[0])
-                spec, timeout = actor_class.from_durable(self._ledger.load_spec(row.id))
+                spec, timeout = call_kind(
+                    actor_class, actor_class.from_durable, self._ledger.load_spec(row.id)
+                )
             except (WorkunitsError, UnknownKind) as exc:
                 if retryable(exc):  # not the unit's fault: adopted at a later tick
                     what = f"the adoption of {bare.id} (tried again)"

@@ -19,6 +19,7 @@ from workunits._ledger import Ledger
 from workunits._record import WorkRecord
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
 from workunits._status import is_terminal
+from workunits.actors.kind_code import call_kind
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.starts import Starts
 from workunits.supervisor.units import Units
@@ -63,7 +64,9 @@ class Reruns:
             return slot.launch
         actor_class = self._units.kinds.actor_class(work_id[0])
         try:
-            spec, timeout = actor_class.from_durable(self._ledger.load_spec(work_id))
+            spec, timeout = call_kind(
+                actor_class, actor_class.from_durable, self._ledger.load_spec(work_id)
+            )
         except UnknownWork as exc:
             raise NotRetryable(
                 f"{work_id} cannot be started again: {exc}. {SPEC_NOT_KEPT}"

@@ -41,6 +41,7 @@ from workunits._record import Outcome, WorkRecord, replace
 from workunits._restart import Restart
 from workunits._retry import Attempt
 from workunits._status import Reason, Status, is_terminal
+from workunits.actors.kind_code import call_kind
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.starts import Starts
 from workunits.supervisor.units import Units
@@ -170,7 +171,9 @@ class Retries:
         assert row.retry_at is not None
         try:
             actor_class = self._units.kinds.actor_class(row.id[0])
-            spec, timeout = actor_class.from_durable(self._ledger.load_spec(row.id))
+            spec, timeout = call_kind(
+                actor_class, actor_class.from_durable, self._ledger.load_spec(row.id)
+            )
             self._ledger.write(row.id, attempt=row.attempt, session=self._session, pid=None)
         except (WorkunitsError, UnknownKind):
             log.exception("could not continue the retries of %s", row.id)

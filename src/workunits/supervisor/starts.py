@@ -35,6 +35,7 @@ from workunits._wire.submits import (
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.kind_code import call_kind
 from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor.backlog import retryable
@@ -182,10 +183,11 @@ class Starts:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
         kinds = self._units.kinds
         kind_class = kinds.actor_class(_ids.validate_letter(letter))
-        kind_class.validate_spec(spec)
-        actor_class = kind_class.actor_for(spec)
+        # The kind's code, on this (the supervisor's) thread: contained (``kind_code``).
+        call_kind(kind_class, kind_class.validate_spec, spec)
+        actor_class = call_kind(kind_class, kind_class.actor_for, spec)
         if actor_class is not kind_class:  # the class that will run it has its own rules
-            actor_class.validate_spec(spec)
+            call_kind(actor_class, actor_class.validate_spec, spec)
         if isinstance(spec, ShellSpec) and spec.log is not None:
             # Only here is the state dir known; the launch checks again.
             shell_log.refuse_inside(spec.log, self._around.state_dir)
