@@ -205,6 +205,36 @@ def test_an_end_that_is_not_an_end_fails_the_unit_instead_of_leaving_it_running(
     assert sup.notifications().get(timeout=WAIT).id == unit.id
 
 
+class FinishesWith(WorkActor):
+    """A kind with a bug in its end: finishes with its spec, which is no Outcome."""
+
+    kind: ClassVar[str] = "finishes-with"
+
+    def launch(self) -> None:
+        self.finish(self.unit.spec)
+
+    def signal_work(self, signum: int) -> None:
+        self.finish(self.outcome_for_exit(None, signum))
+
+
+@pytest.mark.parametrize("end", ["done", None, Status.COMPLETED])
+def test_an_end_that_is_not_an_outcome_fails_the_unit_instead_of_leaving_it_running(
+    sup: Supervisor, end: Any
+) -> None:
+    """Its actor had stopped and the supervisor dropped the end (AttributeError on
+    ``outcome.status``): the unit ran on for ever, and kill or cancel said False."""
+    sup.register_kind("q", FinishesWith)
+    unit = sup.submit("q", end)
+    record = sup.wait(unit.id, WAIT)
+    assert record.status == Status.FAILED
+    assert record.error == (
+        f"its kind (finishes-with) reported {end!r} ({type(end).__name__}) as its end, "
+        f"not an Outcome: a bug in that kind"
+    )
+    assert sup.notifications().get(timeout=WAIT).id == unit.id
+    assert sup.kill(unit.id) is False  # ended: nothing to kill
+
+
 class CompletesWhenKilled(ScriptedWork):
     """A kind that answers a kill by completing, with a reason of its choosing."""
 

@@ -289,7 +289,8 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def _handle_tell(self, message: object) -> None:  # noqa: PLR0912 - a case each
         match message:
-            case EndReport(work_id, outcome):
+            case EndReport(work_id, reported):
+                outcome = self._endings.checked(work_id, reported)  # a kind's bug fails it
                 end = self._retries.intercept(work_id, self._control.as_asked(work_id, outcome))
                 if end is not None:
                     self._endings.report(work_id, end)

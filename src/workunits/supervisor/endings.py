@@ -141,22 +141,38 @@ class TerminalTransition:
             self._make_terminal(work_id, outcome)
         self.commit()
 
+    def checked(self, work_id: str, outcome: object) -> Outcome:
+        """A kind's reported end (an ``EndReport``'s), as the supervisor takes it.
+
+        A kind's bug -- something that is not an ``Outcome`` (``finish("done")``),
+        or an ``Outcome`` whose status is not an end -- fails the unit, naming the
+        bug: kept as it came, it would run on for ever, unkillable (its actor has
+        stopped). Checked first, before anything reads the outcome.
+        """
+        if (
+            isinstance(outcome, Outcome)
+            and isinstance(outcome.status, str)  # a Status, or its value
+            and is_terminal(outcome.status)
+        ):
+            return outcome
+        record = self._units.registry.find(work_id)
+        kind = "?" if record is None else record.kind
+        if isinstance(outcome, Outcome):
+            status = getattr(outcome.status, "value", outcome.status)
+            what = f"an end with status {status}, which is not an end"
+        else:
+            what = f"{outcome!r} ({type(outcome).__name__}) as its end, not an Outcome"
+        return Outcome(
+            Status.FAILED,
+            error=f"its kind ({kind}) reported {what}: a bug in that kind",
+            actor_failed=True,
+        )
+
     def _make_terminal(self, work_id: str, outcome: Outcome) -> None:
         """The in-memory half of the terminal transition: no one is told yet."""
         record = self._units.registry.find(work_id)
         if record is None or is_terminal(record.status):
             return  # already ended: "exited after kill" and friends are normal
-        if not is_terminal(outcome.status):
-            # A kind's bug: an end must end the unit, or it would run on for ever,
-            # unkillable (its actor has stopped). The record says whose bug it was.
-            outcome = Outcome(
-                Status.FAILED,
-                error=(
-                    f"its kind ({record.kind}) reported an end with status "
-                    f"{outcome.status.value}, which is not an end: a bug in that kind"
-                ),
-                actor_failed=True,
-            )
         slot = self._units.slot(work_id)
         size, tail = self._drain_output(record, slot)
         now = self._clock.now()
