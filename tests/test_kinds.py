@@ -109,6 +109,46 @@ def test_builtin_letters_are_refused_even_before_their_kind_exists(
         shared_sup.register_kind(letter, EchoWork)
 
 
+class Impostor(EchoWork):
+    """A user's kind that took a built-in kind's name."""
+
+    kind: ClassVar[str] = "shell"
+
+
+class Unnamed(EchoWork):
+    kind = 42  # type: ignore[assignment]  # the bug under test
+
+
+class OneLetter(EchoWork):
+    kind: ClassVar[str] = "b"
+
+
+@pytest.mark.parametrize("name", ["shell", "agent", "dream", "remote"])
+def test_a_builtin_kinds_name_is_refused(shared_sup: Supervisor, name: str) -> None:
+    """``sup.list(kind="shell")`` answered with the impostor's units."""
+    impostor = type("Impostor", (EchoWork,), {"kind": name})
+    with pytest.raises(KindTaken, match=f"kind name {name!r} is the built-in kind of prefix"):
+        shared_sup.register_kind("g", impostor)
+    with pytest.raises(UnknownKind):
+        shared_sup.submit("g", b"")  # nothing was registered
+
+
+def test_another_kinds_name_is_refused(sup: Supervisor) -> None:
+    sup.register_kind("e", EchoWork)
+    with pytest.raises(KindTaken, match="kind name 'echo' is the registered kind of prefix 'e'"):
+        sup.register_kind("g", EchoWork)
+    with pytest.raises(KindTaken, match="'shell'"):
+        sup.register_kind("g", Impostor)
+    assert sup.list(kind="shell") == []
+
+
+@pytest.mark.parametrize("kind", [Unnamed, OneLetter])
+def test_a_kind_name_that_is_no_name_is_refused(shared_sup: Supervisor, kind: type) -> None:
+    """``kind = 42`` passed registration and failed every submit with an AttributeError."""
+    with pytest.raises(SpecError, match="a kind's name is a str of two characters or more"):
+        shared_sup.register_kind("g", kind)
+
+
 @pytest.mark.parametrize("not_a_kind", [object, int, "EchoWork", None, lambda: None])
 def test_only_work_actor_subclasses_are_kinds(shared_sup: Supervisor, not_a_kind: Any) -> None:
     with pytest.raises(SpecError, match="WorkActor subclass"):

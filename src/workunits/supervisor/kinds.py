@@ -32,7 +32,37 @@ class Kinds:
             raise KindTaken(
                 f"{letter!r} is reserved for the built-in {BUILTIN_LETTERS[letter]} kind"
             )
+        if not builtin:
+            self._check_name(letter, actor_class)
         self._by_letter[letter] = actor_class
+
+    def _check_name(self, letter: str, actor_class: type[WorkActor]) -> None:
+        """A kind's name (its class's ``kind``) is what records, ``list(kind=...)``
+        and concurrency caps know it by: a str, one kind's only.
+
+        A name already held (``"shell"``) made ``list(kind="shell")`` answer the
+        other kind's units, and a name that is not a str failed every submit.
+        """
+        name = actor_class.kind
+        how = f'set `kind: ClassVar[str] = "..."` on {actor_class.__qualname__}'
+        if not isinstance(name, str) or len(name) < 2:
+            raise SpecError(
+                f"a kind's name is a str of two characters or more (one letter would read "
+                f"as a prefix), got {name!r} from {actor_class.__qualname__}: {how}"
+            )
+        for held, cls in self._by_letter.items():
+            if cls.kind == name:
+                owner = "built-in" if held in BUILTIN_LETTERS else "registered"
+                raise KindTaken(
+                    f"{letter!r}: the kind name {name!r} is the {owner} kind of prefix "
+                    f"{held!r}; {how} with a name of its own"
+                )
+        for held, builtin_name in BUILTIN_LETTERS.items():  # taken even before it exists
+            if builtin_name == name:
+                raise KindTaken(
+                    f"{letter!r}: the kind name {name!r} is reserved for the built-in kind "
+                    f"of prefix {held!r}; {how} with a name of its own"
+                )
 
     def actor_class(self, letter: str) -> type[WorkActor]:
         try:
