@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -20,6 +21,7 @@ from workunits import (
     SpecError,
     Status,
     Supervisor,
+    SupervisorClosed,
     UnknownKind,
     WorkActor,
     _outputfile,
@@ -458,3 +460,38 @@ def test_a_kill_answered_true_ends_the_unit_killed_whatever_it_reports_after(
     notice = sup.notifications().get(timeout=WAIT)
     assert isinstance(notice, Notification)
     assert notice.status == Status.KILLED
+
+
+class ChecksSlowly(EchoWork):
+    """A kind whose ``validate_spec`` waits (what the guide says not to do)."""
+
+    kind: ClassVar[str] = "slow-check"
+    checking: ClassVar[threading.Event] = threading.Event()
+    go_on: ClassVar[threading.Event] = threading.Event()
+    where: ClassVar[str] = ""  # the thread it ran on
+
+    @classmethod
+    def validate_spec(cls, spec: Any) -> None:
+        cls.checking.set()
+        assert cls.go_on.wait(WAIT)  # released by the test
+        cls.where = threading.current_thread().name
+
+
+def test_validate_spec_runs_on_the_supervisors_thread_and_a_slow_one_is_named(
+    state_dir: Path,
+) -> None:
+    """The guide said "the caller's thread"; a submit that outwaits ``ask_timeout``
+    said the supervisor "did not answer", as if it had closed."""
+    with Supervisor(state_dir, install_signal_handlers=False, ask_timeout=0.5) as sup:
+        sup.register_kind("v", ChecksSlowly)
+        with pytest.raises(SupervisorClosed) as refused:
+            sup.submit("v", b"checked slowly")
+        assert ChecksSlowly.checking.is_set()
+        message = str(refused.value)
+        assert "did not answer within 0.5 s (ask_timeout): it is not closed but busy" in message
+        assert "the call may still take effect" in message
+        ChecksSlowly.go_on.set()
+        # Not closed: the submit took effect once the check ended, on the supervisor's thread.
+        (record,) = eventually(lambda: sup.list(kind="v"), what="the slow submit")
+        assert sup.wait(record.id, WAIT).status == Status.COMPLETED
+        assert ChecksSlowly.where.startswith("SupervisorActor")

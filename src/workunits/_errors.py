@@ -26,7 +26,8 @@ WorkunitsError
 ├── UnloadableValue      a stored result that cannot be loaded in this process: its class
 │                        does not import, or rebuilding it raises
 ├── SupervisorBusy       another supervisor holds the state dir's lock
-├── SupervisorClosed     the supervisor was closed, or its actor is gone
+├── SupervisorClosed     the supervisor was closed, or its actor is gone or did not answer
+│                        within ask_timeout
 ├── ClientClosed         a ledger client was closed (also ends its waits in other threads)
 ├── ServerUnreachable    an HTTP client could not reach its server, or lost it mid-answer
 │                        (also a ConnectionError)
@@ -150,7 +151,11 @@ class InvalidTransition(WorkunitsError):
 
 
 class SupervisorClosed(WorkunitsError):
-    """The supervisor is closed (or its actor died); it accepts no more calls."""
+    """The supervisor is closed (or its actor died); it accepts no more calls.
+
+    Also raised when its actor did not answer within ``ask_timeout``: then it
+    is busy, not closed, the message says so, and the call may still take effect.
+    """
 
 
 class ClientClosed(WorkunitsError):

@@ -145,7 +145,13 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:
-        """Raise SpecError when ``spec`` cannot make a unit of this kind (caller's thread)."""
+        """Raise SpecError when ``spec`` cannot make a unit of this kind.
+
+        Runs on the supervisor's thread, as the submit is registered: every other
+        call and unit waits meanwhile, and a submit that waits longer than
+        ``ask_timeout`` fails. So it is quick and does no I/O, like an ``inline``
+        kind's handlers: it checks the spec in hand, nothing it would fetch.
+        """
 
     @classmethod
     def actor_for(cls, spec: Any) -> type[WorkActor]:

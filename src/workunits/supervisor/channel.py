@@ -33,6 +33,22 @@ from workunits.supervisor.requests import Request
 R = TypeVar("R")
 
 
+def no_answer(timeout: float) -> SupervisorClosed:
+    """An ask the supervisor did not answer in time: it is busy, not closed.
+
+    A ``SupervisorClosed`` still, as documented (``except SupervisorClosed``
+    is how callers learn a call did not go through), but the message says
+    what happened: the request stays in the actor's inbox and may yet take
+    effect, so the caller looks before doing it again.
+    """
+    return SupervisorClosed(
+        f"the supervisor did not answer within {timeout} s (ask_timeout): it is not "
+        f"closed but busy (a kind's slow validate_spec, a slow ledger write), and the "
+        f"call may still take effect; check its effect (get, list) before trying again, "
+        f"or give Supervisor(ask_timeout=) more time"
+    )
+
+
 class ActorChannel:
     def __init__(self, ref: pykka.ActorRef[Any], timeout: float) -> None:
         self._ref = ref
@@ -56,12 +72,10 @@ class ActorChannel:
         except pykka.ActorDeadError:
             raise SupervisorClosed("the supervisor is closed") from None
         except pykka.Timeout:
-            raise SupervisorClosed(
-                f"the supervisor actor did not answer within {self._timeout} s"
-            ) from None
+            raise no_answer(self._timeout) from None
         # A deferred request (a submit in a group commit) is answered after that.
         if not request.wait_settled(max(0.0, deadline - time.monotonic())):
-            raise SupervisorClosed(f"the supervisor actor did not answer within {self._timeout} s")
+            raise no_answer(self._timeout)
         return request.answered()
 
     async def ask_async(self, request: Request[R]) -> R:
@@ -154,13 +168,11 @@ class _Relay:
                 if pending.request.wait_settled(left):
                     outcome = (True, pending.request.answered())
                 else:
-                    error = f"the supervisor actor did not answer within {self._timeout} s"
-                    outcome = (False, SupervisorClosed(error))
+                    outcome = (False, no_answer(self._timeout))
             except pykka.ActorDeadError:
                 outcome = (False, SupervisorClosed("the supervisor is closed"))
             except pykka.Timeout:
-                error = f"the supervisor actor did not answer within {self._timeout} s"
-                outcome = (False, SupervisorClosed(error))
+                outcome = (False, no_answer(self._timeout))
             except BaseException as exc:  # noqa: BLE001 - the asker's, as with a blocking ask
                 outcome = (False, exc)
             # The loop may have closed meanwhile: then nobody is waiting.
