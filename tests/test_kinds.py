@@ -495,3 +495,26 @@ def test_validate_spec_runs_on_the_supervisors_thread_and_a_slow_one_is_named(
         (record,) = eventually(lambda: sup.list(kind="v"), what="the slow submit")
         assert sup.wait(record.id, WAIT).status == Status.COMPLETED
         assert ChecksSlowly.where.startswith("SupervisorActor")
+
+
+def test_a_supervisor_without_a_units_kind_reads_it_from_the_ledger(state_dir: Path) -> None:
+    """Reads of a unit whose kind this supervisor has not registered raised UnknownKind,
+    although ``list()`` showed it and ``wu.connect`` read it fine."""
+    with Supervisor(state_dir, install_signal_handlers=False) as first:
+        first.register_kind("e", EchoWork)
+        done = first.submit("e", b"ended under the first supervisor")
+        assert done.wait(timeout=WAIT).status == Status.COMPLETED
+        first.notifications().get(timeout=WAIT)
+    with Supervisor(state_dir, install_signal_handlers=False) as sup:
+        record = sup.get(done.id)
+        assert (record.kind, record.status) == ("echo", Status.COMPLETED)
+        assert record.output_tail == b"ended under the first supervisor"
+        assert sup.wait(done.id, timeout=WAIT) == record
+        assert sup.result(done.id, timeout=WAIT) == record  # a kind with no value: its record
+        assert sup.list(kind="echo") == [record]
+        assert sup.kill(done.id) is False  # ended: a no-op, as for any ended unit
+        assert sup.cancel(done.id) is False
+        with pytest.raises(UnknownKind):
+            sup.list(kind="echoes")  # a typo still reads as no such kind
+        with pytest.raises(UnknownKind, match="no unit of the ledger has that ID"):
+            sup.get("e00000000")  # and an ID nobody has, as before

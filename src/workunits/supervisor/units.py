@@ -18,9 +18,9 @@ from typing import Any
 import pykka
 
 from workunits import _ids
-from workunits._errors import UnknownWork
+from workunits._errors import UnknownKind, UnknownWork
 from workunits._record import WorkRecord
-from workunits._status import Status
+from workunits._status import Status, is_terminal
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.registry import Change, Registry
@@ -140,12 +140,48 @@ class Units:
     # -- reads -----------------------------------------------------------------
 
     def evicted(self, work_id: str) -> bool:
-        """Validate ``work_id``; True when only the ledger still knows it (UnknownWork if none)."""
-        _ids.prefix_of(work_id, self.kinds)
-        if work_id in self.registry:
-            return False
-        self._mirror.get(work_id)
+        """Validate ``work_id``; True when only the ledger still knows it (UnknownWork if none).
+
+        A unit of a kind this supervisor has not registered (another supervisor's
+        kind, or this one started without its ``kinds=``) is never in memory: the
+        ledger answers for it, and once it has ended it is like any evicted unit.
+        One that has not ended cannot be ended here (kill, cancel): UnknownKind,
+        saying what to register.
+        """
+        if self._routable(work_id):
+            if work_id in self.registry:
+                return False
+            self._mirror.get(work_id)
+            return True
+        record = self._unroutable(work_id)
+        if not is_terminal(record.status):
+            letter = work_id[0]
+            raise UnknownKind(
+                f"{work_id} is a {record.kind} unit, and no kind is registered for its "
+                f"prefix {letter!r} in this supervisor, so it cannot end it: register the "
+                f"kind here (Supervisor(kinds={{{letter!r}: ...}}), or "
+                f"register_kind({letter!r}, ...)) and try again"
+            )
         return True
+
+    def _routable(self, work_id: str) -> bool:
+        """Validate ``work_id``; True when a kind of this supervisor has its prefix."""
+        try:
+            _ids.prefix_of(work_id, self.kinds)
+        except UnknownKind:
+            return False
+        return True
+
+    def _unroutable(self, work_id: str) -> WorkRecord:
+        """The ledger's record of a unit whose prefix no kind here has (UnknownKind if none)."""
+        try:
+            return self._mirror.get(work_id)
+        except UnknownWork:
+            prefix = work_id[0]
+            raise UnknownKind(
+                f"{work_id!r} has prefix {prefix!r}, which no kind is registered for, "
+                f"and no unit of the ledger has that ID"
+            ) from None
 
     def lookup(self, work_id: str) -> WorkRecord:
         """The record in memory; UnknownWork (saying so) for one only the ledger still has."""
@@ -157,15 +193,18 @@ class Units:
         return self.registry.get(work_id)
 
     def get(self, work_id: str) -> WorkRecord:
-        """From memory, or from the ledger once the record was evicted (or never loaded)."""
-        _ids.prefix_of(work_id, self.kinds)
+        """From memory, or from the ledger once the record was evicted (or never loaded).
+
+        The ledger also answers for a unit whose kind this supervisor has not
+        registered, as it does for a ``wu.connect`` client.
+        """
+        if not self._routable(work_id):
+            return self._unroutable(work_id)
         found = self.registry.find(work_id)
         return found if found is not None else self._mirror.get(work_id)
 
     def list(self, status: Status | None, kind: str | None, parent: str | None) -> list[WorkRecord]:
-        kind_name = (
-            None if kind is None else self.kinds.actor_class(self.kinds.letter_of(kind)).kind
-        )
+        kind_name = None if kind is None else self._kind_name(kind)
         if parent is not None:
             self.get(parent)
         in_memory = [
@@ -176,3 +215,13 @@ class Units:
             and (parent is None or r.parent == parent)
         ]
         return in_memory + self._mirror.rows(status, kind_name, parent, resident=self.registry)
+
+    def _kind_name(self, kind: str) -> str:
+        """The name of a kind given by letter or name: one of this supervisor's, else
+        one the ledger's units have (a kind this supervisor has not registered)."""
+        try:
+            return self.kinds.actor_class(self.kinds.letter_of(kind)).kind
+        except UnknownKind:
+            if self._mirror.ledger.list(kind=kind, limit=1):
+                return kind
+            raise
