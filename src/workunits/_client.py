@@ -141,20 +141,53 @@ def connect(
     )
 
 
+@overload
 async def connect_async(
     state_dir: str | os.PathLike[str] = ".workunits",
     *,
     create: bool = True,
     poll: float = DEFAULT_POLL,
     clock: Clock | None = None,
-) -> Client:
+    ledger: str | None = None,
+    secret_file: str | os.PathLike[str] | None = None,
+) -> Client: ...
+
+
+@overload
+async def connect_async(state_dir: str, *, token: str, timeout: float = 60.0) -> HttpClient: ...
+
+
+async def connect_async(
+    state_dir: str | os.PathLike[str] = ".workunits",
+    *,
+    create: bool = True,
+    poll: float = DEFAULT_POLL,
+    clock: Clock | None = None,
+    token: str | None = None,
+    timeout: float = 60.0,
+    ledger: str | None = None,
+    secret_file: str | os.PathLike[str] | None = None,
+) -> Client | HttpClient:
     """``connect`` without blocking the event loop: the ledger is opened on a worker thread.
 
-    The client's ``_async`` methods then read and write the ledger on worker
-    threads (one short call each) and wait with ``asyncio.sleep``, never with a
-    thread parked per waiter.
+    It takes what ``connect`` takes: an ``http(s)://`` address with ``token=``
+    gives an HttpClient, a ``postgresql://`` URL (or ``ledger=``) a client of
+    that ledger. The client's ``_async`` methods then read and write the
+    ledger on worker threads (one short call each) and wait with
+    ``asyncio.sleep``, never with a thread parked per waiter.
     """
-    return await asyncio.to_thread(Client, state_dir, create=create, poll=poll, clock=clock)
+    opened = functools.partial(
+        connect,
+        state_dir,
+        create=create,
+        poll=poll,
+        clock=clock,
+        token=token,
+        timeout=timeout,
+        ledger=ledger,
+        secret_file=secret_file,
+    )
+    return await asyncio.to_thread(opened)
 
 
 class Client:

@@ -80,6 +80,26 @@ def test_async_twins(served: Served) -> None:
     asyncio.run(main())
 
 
+def test_connect_async_reaches_an_address_as_connect_does(served: Served, tmp_path: Path) -> None:
+    async def main() -> wu.Status:
+        client = await wu.connect_async(served.url, token=served.token)
+        assert isinstance(client, HttpClient)
+        async with client:
+            unit = await client.shell_async("true")
+            return (await client.wait_async(unit.id, timeout=20)).status
+
+    assert asyncio.run(main()) is wu.Status.COMPLETED
+
+
+def test_connect_async_refuses_an_address_without_a_token_and_makes_no_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # it made ./http:/host:port/ with a ledger in it
+    with pytest.raises(wu.SpecError, match="needs token="):
+        asyncio.run(wu.connect_async("http://127.0.0.1:9"))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_connect_needs_a_token_for_an_address() -> None:
     with pytest.raises(wu.SpecError, match="needs token="):
         wu.connect("http://127.0.0.1:1")
