@@ -88,6 +88,18 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def fail_twice(count: str) -> int:
+    """Raise TimeoutError on the first two runs (counted in the file ``count``)."""
+    runs = Path(count)
+    with runs.open("a") as f:
+        f.write("x")
+    n = len(runs.read_text())
+    print(f"run {n}")
+    if n < 3:
+        raise TimeoutError(f"run {n} timed out")
+    return n
+
+
 def raise_value_error() -> None:
     raise ValueError("bad input 42")
 
@@ -192,6 +204,20 @@ def test_result_record_transcript_and_one_notice(sup: wu.Supervisor) -> None:
     notice = sup.notifications().get(timeout=5)
     assert isinstance(notice, wu.Notification)
     assert (notice.id, notice.status) == (h.id, wu.Status.COMPLETED)
+
+
+def test_a_remote_unit_is_retried_with_its_transcript_running_on(
+    sup: wu.Supervisor, tmp_path: Path
+) -> None:
+    policy = wu.Retry(max_attempts=4, initial=0.01, jitter=False, on=(TimeoutError,))
+    unit = sup.remote(fail_twice, str(tmp_path / "count"), retry=policy)
+    assert sup.result(unit.id, timeout=60) == 3
+    record = sup.get(unit.id)
+    assert (record.attempt, len(record.attempts)) == (3, 2)
+    evs = events(sup, unit.id)
+    assert [e["data"] for e in of_type(evs, "stdout")] == ["run 1\n", "run 2\n", "run 3\n"]
+    seqs = [e["seq"] for e in evs]
+    assert seqs == list(range(1, len(seqs) + 1))  # one transcript, numbered on
 
 
 def test_a_keyed_remote_unit_is_submitted_once(sup: wu.Supervisor) -> None:

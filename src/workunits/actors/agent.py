@@ -21,7 +21,7 @@ import pykka
 from workunits import _framing, _outputfile
 from workunits._errors import SpecError
 from workunits._record import Outcome
-from workunits._runtime.transcript import append_event, cut_to, last_seq
+from workunits._runtime.transcript import append_event, cut_to
 from workunits._status import Reason, Status
 from workunits._wire import durable
 from workunits._wire import frames as m
@@ -175,20 +175,8 @@ class AgentActor(WorkActor):
         return self.unit.zygote.ready
 
     def launch(self) -> None:
-        first_seq = 1
-        if self.unit.attempt > 1 and os.path.lexists(self._transcript_path):
-            # A resumed attempt appends to the transcript its earlier attempts wrote.
-            transcript_fd = _outputfile.reopen_for_append(self._transcript_path)
-            first_seq = last_seq(self._transcript_path) + 1
-            _outputfile.remove(self.unit.output_path)  # the dead session's name for it
-        else:
-            transcript_fd = self.unit.create_file(self._transcript_path, append=True)
-        try:
-            # Before the channel exists: a refused link must leave no socket behind.
-            _outputfile.link(self._transcript_path, self.unit.output_path)
-        except BaseException:
-            os.close(transcript_fd)
-            raise
+        # Before the channel exists: a refused link must leave no socket behind.
+        transcript_fd, first_seq = self.unit.open_transcript(self._transcript_path)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._channel = ours

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import os
 import queue
 import signal
 import sys
@@ -33,6 +34,7 @@ from pykka._envelope import Envelope  # the type pykka's actor loop takes from a
 from workunits import _outputfile
 from workunits._clock import Clock
 from workunits._record import Outcome
+from workunits._runtime.transcript import last_seq
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 from workunits.actors.inline import InlineInbox, start_inline
@@ -76,6 +78,27 @@ class UnitBinding:
         if self.files is None:
             return _outputfile.create(path, append=append)
         return self.files.create(path, append=append)
+
+    def open_transcript(self, path: str) -> tuple[int, int]:
+        """This attempt's transcript at ``path``, with the output file made a second
+        name of it: its append descriptor, and the ``seq`` its next event takes.
+
+        A later attempt (a retry, a resume) appends to what the earlier ones
+        wrote, and the output name the earlier one left gives way to a new one.
+        """
+        first_seq = 1
+        if self.attempt > 1 and os.path.lexists(path):
+            fd = _outputfile.reopen_for_append(path)
+            first_seq = last_seq(path) + 1
+            _outputfile.remove(self.output_path)
+        else:
+            fd = self.create_file(path, append=True)
+        try:
+            _outputfile.link(path, self.output_path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, first_seq
 
 
 class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC

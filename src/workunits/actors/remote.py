@@ -145,10 +145,10 @@ class RemoteActor(WorkActor):
         runtime = self.runtime
         if runtime is None:
             raise SpecError("the remote kind was registered without a Ray runtime")
-        fd = self.unit.create_file(self._transcript_path, append=True)
+        # A retry's attempt appends to the transcript of the attempts before it.
+        fd, first_seq = self.unit.open_transcript(self._transcript_path)
         self._transcript_fd = fd
-        self._transcript = TranscriptWriter(fd)
-        _outputfile.link(self._transcript_path, self.unit.output_path)
+        self._transcript = TranscriptWriter(fd, first_seq)
         api = runtime.ready()
         if api is not None:
             self._place(api)
