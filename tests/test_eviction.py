@@ -154,6 +154,34 @@ def test_a_retain_lease_holds_the_record_until_released(
     assert msup.tick() == 1, "a release looks at the record again at once"
 
 
+def test_release_by_id_ends_the_leases_retain_took(
+    msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
+) -> None:
+    unit = drive.start()
+    msup.retain(unit.id, lease=1000)  # the caller keeps no Retain
+    msup.retain(unit.id, lease=1000)
+    kept = msup.retain(unit.id, lease=1000)
+    assert kept.release()  # one ended by its Retain: release(id) ends the other two
+    drive.exit(unit.id, 0)
+    _take(msup, unit.id)
+    clock.advance(GRACE + RECHECK)
+    assert msup.tick() == 0
+    assert msup.release(unit.id) is True
+    assert msup.release(unit.id) is False  # none held any more
+    assert msup.tick() == 1
+
+
+def test_a_clients_release_by_id_ends_its_lease(tmp_path: Path) -> None:
+    with Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        unit = sup.shell(["true"])
+        sup.wait(unit.id, timeout=10)
+    with connect(tmp_path / "state") as client:
+        retain = client.retain(unit.id, lease=1000)
+        assert client.release(unit.id) is True
+        assert client.release(unit.id) is False
+        assert not retain.renew()  # the lease is gone
+
+
 def test_a_lease_nobody_renews_lapses(
     msup: Supervisor, drive: ScriptedDriver, clock: ManualClock
 ) -> None:

@@ -291,7 +291,13 @@ LEDGER_ONLY = {
 }
 # Options only the HTTP client takes, each with a default, so code written for
 # ``wu.connect(state_dir)`` still runs unchanged against an address.
-HTTP_EXTRAS = {"shell": {"parent"}, "shell_async": {"parent"}, "notifications": {"lease"}}
+HTTP_EXTRAS = {
+    "shell": {"parent"},
+    "shell_async": {"parent"},
+    "notifications": {"lease"},
+    "release": {"lease_id"},  # its older call: one lease by its ID
+    "release_async": {"lease_id"},
+}
 
 
 def _http_pairs() -> list[tuple[type, type]]:

@@ -44,7 +44,7 @@ from workunits._ledger.retains import check_lease
 from workunits._ledger.unreadable import Unreadable
 from workunits._record import WorkRecord
 from workunits._remote_output import RemoteOutput
-from workunits._retain import Retain
+from workunits._retain import HeldRetains, Retain
 from workunits._retry import SPEC_NOT_KEPT, check_retryable
 from workunits._seconds import seconds, wait_timeout
 from workunits._status import Status, is_terminal
@@ -214,6 +214,7 @@ class Client:
         self._remote_output = RemoteOutput(self._ledger, token)
         self._poll = float(poll)
         self._closed = threading.Event()
+        self._held = HeldRetains()  # leases retain() gave out: release(id) ends them
 
     def __repr__(self) -> str:
         return f"<workunits.Client {str(self.state_dir)!r}{' closed' if self.closed else ''}>"
@@ -633,13 +634,19 @@ class Client:
         self.row(work_id)  # InvalidWorkId / UnknownWork now
         lease = check_lease(lease)
         lease_id = self.ledger.retain(work_id, lease)
-        return Retain(
+        return self._held.hold(
             work_id,
             lease_id,
             lease,
             renew=lambda seconds: self.ledger.renew_retain(lease_id, seconds),
             release=lambda: self.ledger.release_retain(lease_id),
         )
+
+    def release(self, work_id: str) -> bool:
+        """End the retain leases taken on the unit through this client (``retain``) and
+        not yet released; True if there was one. ``Retain.release()`` ends one."""
+        _ids.validate(work_id)
+        return self._held.release(work_id)
 
     def request(self, verb: str, work_id: str, args: dict[str, Any] | None = None) -> int | None:
         """Append a request for the supervisor; return its sequence number.
@@ -803,6 +810,10 @@ class Client:
         """Like ``retain`` without blocking the event loop (``renew`` and ``release``
         are short ledger writes: from the loop, run them with ``asyncio.to_thread``)."""
         return await asyncio.to_thread(self.retain, work_id, lease)
+
+    async def release_async(self, work_id: str) -> bool:
+        """Like ``release`` without blocking the event loop."""
+        return await asyncio.to_thread(self.release, work_id)
 
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop: each look at the ledger is a

@@ -54,7 +54,7 @@ from workunits._errors import (
 )
 from workunits._ledger.retains import check_lease
 from workunits._record import Notification, WorkRecord
-from workunits._retain import Retain
+from workunits._retain import HeldRetains, Retain
 from workunits._seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 from workunits._status import Reason, Status
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
@@ -340,6 +340,7 @@ class HttpClient:
         self._async_loop: asyncio.AbstractEventLoop | None = None
         self._closed = threading.Event()
         self._lease_keeper = LeaseKeeper()  # renews the notice claims held through this client
+        self._held = HeldRetains()  # leases retain() gave out: release(id) ends them
 
     def __repr__(self) -> str:
         return f"<workunits.HttpClient {self.url!r}{' closed' if self.closed else ''}>"
@@ -779,7 +780,7 @@ class HttpClient:
         return self._retain(work_id, str(_check(response).json()["lease_id"]), lease)
 
     def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
-        return Retain(
+        return self._held.hold(
             work_id,
             lease_id,
             lease,
@@ -795,14 +796,25 @@ class HttpClient:
         )
         return r.status_code == 200
 
-    def release(self, work_id: str, lease_id: str) -> bool:
-        """Release a retain lease by its ID; False if it had already gone."""
+    def release(self, work_id: str, lease_id: str | None = None) -> bool:
+        """Release a retain lease by its ID; False if it had already gone.
+
+        Without ``lease_id``: every lease this client's ``retain`` took on the
+        unit and did not release yet, as ``Client.release`` does.
+        """
+        if lease_id is None:
+            _unit(work_id)
+            return self._held.release(work_id)
         return (
             self._http.delete(
                 f"/v1/units/{_unit(work_id)}/retain/{quote(lease_id, safe='')}"
             ).status_code
             == 204
         )
+
+    async def release_async(self, work_id: str, lease_id: str | None = None) -> bool:
+        """Like ``release`` without blocking the event loop."""
+        return await asyncio.to_thread(self.release, work_id, lease_id)
 
     def take_notice(
         self, timeout: float = 0.0, lease: float = 30.0

@@ -26,6 +26,7 @@ class Retain:
     __slots__ = (
         "_keeper",
         "_lock",
+        "_on_release",
         "_release",
         "_released",
         "_renew",
@@ -42,12 +43,14 @@ class Retain:
         *,
         renew: Callable[[float], bool],
         release: Callable[[], bool],
+        on_release: Callable[[Retain], None] | None = None,
     ) -> None:
         self.work_id = work_id
         self.lease_id = lease_id
         self.lease = lease
         self._renew = renew
         self._release = release
+        self._on_release = on_release
         self._released = False
         self._keeper: threading.Event | None = None
         # Guards _released and _keeper: a check and an assignment, O(1).
@@ -79,6 +82,8 @@ class Retain:
             keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.set()
+        if self._on_release is not None:
+            self._on_release(self)
         return self._release()
 
     def keep_renewing(self, every: float | None = None) -> Retain:
@@ -128,3 +133,47 @@ class Retain:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class HeldRetains:
+    """The leases one supervisor or client handed out and that are not released yet.
+
+    So that ``release(id)`` ends them by the unit's ID, as ``retain(id)`` began
+    them, for a caller that did not keep the ``Retain``.
+    """
+
+    def __init__(self) -> None:
+        # Guards _by_unit: a dict or list change, O(leases of one unit).
+        self._lock = threading.Lock()
+        self._by_unit: dict[str, list[Retain]] = {}
+
+    def hold(
+        self,
+        work_id: str,
+        lease_id: str,
+        lease: float,
+        *,
+        renew: Callable[[float], bool],
+        release: Callable[[], bool],
+    ) -> Retain:
+        """A new ``Retain``, held here until it is released (either way)."""
+        retain = Retain(
+            work_id, lease_id, lease, renew=renew, release=release, on_release=self._dropped
+        )
+        with self._lock:
+            self._by_unit.setdefault(work_id, []).append(retain)
+        return retain
+
+    def release(self, work_id: str) -> bool:
+        """End every lease on ``work_id`` still held here; True if one was."""
+        with self._lock:
+            held = self._by_unit.pop(work_id, [])
+        return any([retain.release() for retain in held])  # a list: release them all
+
+    def _dropped(self, retain: Retain) -> None:
+        with self._lock:
+            held = self._by_unit.get(retain.work_id)
+            if held is not None and retain in held:
+                held.remove(retain)
+                if not held:
+                    del self._by_unit[retain.work_id]

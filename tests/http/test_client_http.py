@@ -76,6 +76,9 @@ def test_async_twins(served: Served) -> None:
             assert (await client.get_async(s.id)).id == s.id
             retain = await client.retain_async(s.id, lease=30)
             assert await asyncio.to_thread(retain.release)  # it was held
+            await client.retain_async(s.id, lease=30)  # kept by the client, ended by ID
+            assert await client.release_async(s.id) is True
+            assert await client.release_async(s.id) is False
 
     asyncio.run(main())
 

@@ -36,7 +36,7 @@ from workunits._mailbox import Mailbox
 from workunits._record import OutputChunk, WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
 from workunits._restart import Restart, check_restart
-from workunits._retain import Retain
+from workunits._retain import HeldRetains, Retain
 from workunits._retry import Retry
 from workunits._schedule import ScheduleInfo
 from workunits._seconds import seconds, seconds_or_none, wait_timeout
@@ -260,6 +260,7 @@ class Supervisor:
         self._closing_thread: threading.Thread | None = None
         self._close_done = threading.Event()  # set when the first close() has finished
         self._waiters = TerminalWaiters()
+        self._held = HeldRetains()  # leases retain() gave out: release(id) ends them
 
         def start_up() -> None:
             self._start_up(
@@ -1130,13 +1131,24 @@ class Supervisor:
         return self._retain(work_id, await self._ask_async(rq.Lease(work_id, lease)), lease)
 
     def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
-        return Retain(
+        return self._held.hold(
             work_id,
             lease_id,
             lease,
             renew=lambda seconds: self._ask(rq.RenewLease(lease_id, seconds)),
             release=lambda: self._ask(rq.EndLease(work_id, lease_id)),
         )
+
+    def release(self, work_id: str) -> bool:
+        """End the retain leases taken on the unit through this supervisor (``retain``)
+        and not yet released; True if there was one. ``Retain.release()`` ends one."""
+        _ids.validate(work_id)
+        return self._held.release(work_id)
+
+    async def release_async(self, work_id: str) -> bool:
+        """Like ``release`` without blocking the event loop."""
+        _ids.validate(work_id)
+        return await asyncio.to_thread(self._held.release, work_id)
 
     def notifications(self) -> Mailbox:
         """The application's mailbox: one notice per top-level unit that ends."""
