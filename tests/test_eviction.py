@@ -24,8 +24,10 @@ from workunits import (
     Status,
     Supervisor,
     UnknownWork,
+    WorkExpired,
     connect,
 )
+from workunits.supervisor.durable import EXPIRE_EVERY
 from workunits.supervisor.eviction import RECHECK
 from workunits.testing import ManualClock, ScriptedDriver
 
@@ -355,3 +357,26 @@ def test_a_renewing_retain_stops_quietly_when_its_supervisor_closes(
     sup.close()
     eventually(lambda: all(t.name != name for t in threading.enumerate()))
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_unit_that_expires_while_in_memory_reads_expired(tmp_path: Path) -> None:
+    # Its notice was never taken, so it stays in memory: the ledger said expired,
+    # and reads of the record in memory went on serving its result (HTTP 200, not 410).
+    clock = ManualClock()
+    with Supervisor(
+        tmp_path / "state",
+        clock=clock,
+        tick_interval=None,
+        install_signal_handlers=False,
+        expire_after=60,
+    ) as sup:
+        drive = ScriptedDriver(sup)
+        unit = drive.start()
+        drive.exit(unit.id, 0)
+        clock.advance(61 + EXPIRE_EVERY)
+        sup.tick()
+        assert unit.id in sup.resident_ids()
+        record = sup.get(unit.id)
+        assert (record.shown_status, record.output_tail) == ("expired", b"")
+        with pytest.raises(WorkExpired):
+            sup.result(unit.id)

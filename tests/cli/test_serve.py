@@ -104,6 +104,12 @@ def test_serve_refuses_a_bad_concurrency_limit(run: Run, client: wu.Client) -> N
     )
 
 
+def test_serve_refuses_a_retention_that_is_no_duration(run: Run, client: wu.Client) -> None:
+    result = run("serve", "--expire-after", "soon")
+    assert result.exit_code == Exit.USAGE
+    assert "soon" in result.stderr
+
+
 def test_serve_refuses_a_cap_on_no_kind(run: Run, client: wu.Client) -> None:
     result = run("serve", "--concurrency", "shells=1")
     assert result.exit_code == Exit.USAGE

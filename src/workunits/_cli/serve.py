@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 import click
 
 from workunits._cli import user_code
-from workunits._cli._app import cli, seconds_option, state_option
+from workunits._cli._app import cli, parse_duration, seconds_option, state_option
 from workunits._errors import SpecError
 from workunits._ids import BUILTIN_KINDS
 from workunits._ledger import secretfile
 from workunits._ledger._db import SYNC_MODES
 from workunits._ledger.sessions import DEFAULT_LEASE, MIN_LEASE
+from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits.supervisor.facade import Supervisor
 
 if TYPE_CHECKING:
@@ -124,6 +125,15 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     "signs stored specs and is the HTTP token, in place of the state dir's own "
     "[env: WORKUNITS_SECRET_FILE].",
 )
+@click.option(
+    "--expire-after",
+    "expire_after_text",
+    metavar="DURATION",
+    default=f"{DEFAULT_EXPIRE_AFTER / 86400:g}d",
+    show_default=True,
+    help="How long an ended unit keeps its result, tail and checkpoint (90s, 15m, 12h, 7d); "
+    "then it reads expired (HTTP 410), and gc forgets it later.",
+)
 def serve(  # noqa: PLR0917 - click passes every option by position
     state_dir: Path,
     limits: tuple[str, ...],
@@ -138,6 +148,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     session_lease: float,
     advertise: str | None,
     secret_file: Path | None,
+    expire_after_text: str,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -148,6 +159,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     and SIGHUP end every running unit (reason shutdown).
     """
     concurrency = _limits(limits)
+    expire_after = parse_duration(expire_after_text)
     if advertise is not None and http_bind is None:
         raise SpecError("--advertise names where the --http API is reached: give --http too")
     secret = secretfile.resolve(secret_file)
@@ -164,6 +176,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
             session_lease=session_lease,
             on_session_lost=wait_for_signal.session_lost,
             secret_file=secret_file,
+            expire_after=expire_after,
         )
         deploy = False
         http = None

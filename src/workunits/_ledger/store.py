@@ -756,12 +756,16 @@ class Ledger:
         The small row stays and reads ``expired``; retained units wait. Returns
         how many units expired now.
         """
+        return len(self.expire_due())
+
+    def expire_due(self) -> builtins.list[str]:
+        """``expire``, returning the IDs of the units that expired now."""
         expired, files = retention.expire(self._db, self._clock.now())
         self._drop_transcripts(expired)
         self._large.delete(files)
         if expired:
             self._db.give_back_space()
-        return len(expired)
+        return expired
 
     def expire_ended_before(self, cut: float) -> tuple[int, int]:
         """Expire what is due and every ended, unretained unit that ended at or before ``cut``.

@@ -457,7 +457,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._schedules.tick(now)
             try:
                 if self._recovery.recovered:  # a tick may come before the session row exists
-                    self._mirror.periodic(now)
+                    self._control.expired(self._mirror.periodic(now), now)
             except SessionLost as exc:
                 self._lose_session(exc)
                 return evicted

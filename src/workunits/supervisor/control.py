@@ -208,6 +208,26 @@ class Control:
 
     # -- retention (invariant 8) and output (invariant 6) ----------------------
 
+    def expired(self, work_ids: list[str], now: float) -> None:
+        """Units the retention sweep expired in the ledger: their records in memory
+        drop what the rows dropped, so every read says ``expired`` (HTTP 410), not
+        only those of units that already left memory."""
+        for work_id in work_ids:
+            if self._units.registry.find(work_id) is None:
+                continue
+            self._units.write(
+                work_id,
+                lambda r: replace(
+                    r,
+                    expired_at=now,
+                    result=None,
+                    result_format=None,
+                    cause=None,
+                    output_tail=b"",
+                    progress_message="",
+                ),
+            )
+
     def retain(self, work_id: str) -> WorkRecord:
         """A hold by a reader of this process (a stream); none is needed once evicted."""
         if self._units.evicted(work_id):

@@ -296,24 +296,26 @@ class LedgerMirror:
         """Every tick: retry the writes that failed (see ``Backlog``)."""
         self.backlog.retry()
 
-    def periodic(self, now: float) -> None:
+    def periodic(self, now: float) -> list[str]:
         """The session's heartbeat and the retention sweep (with the claims of dead
-        consumers handed back), each at its own pace.
+        consumers handed back), each at its own pace; the IDs of the units it expired.
 
         Raises SessionLost when the heartbeat finds the session taken over.
         """
+        expired: list[str] = []
         try:
             if now >= self._next_heartbeat:
                 self._next_heartbeat = now + self._heartbeat_every
                 self.ledger.heartbeat(self.session)
             if now >= self._next_expire:
                 self._next_expire = now + EXPIRE_EVERY
-                self.ledger.expire()
+                expired = self.ledger.expire_due()
                 self.ledger.release_dead_claims()
         except SessionLost:
             raise
         except LedgerError as exc:
             self.backlog.report(exc, "the session's heartbeat or the retention sweep", kept=False)
+        return expired
 
     # -- shutdown -------------------------------------------------------------------------
 
