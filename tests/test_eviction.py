@@ -380,3 +380,6 @@ def test_a_unit_that_expires_while_in_memory_reads_expired(tmp_path: Path) -> No
         assert (record.shown_status, record.output_tail) == ("expired", b"")
         with pytest.raises(WorkExpired):
             sup.result(unit.id)
+        # Listed as a client lists it: as expired, no longer as completed.
+        assert [r.id for r in sup.list(status="expired")] == [unit.id]
+        assert sup.list(status="completed") == []

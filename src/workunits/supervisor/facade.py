@@ -29,6 +29,7 @@ from workunits._ledger import SupervisorLock, secretfile, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
+from workunits._ledger.rows import EXPIRED
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
 from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
@@ -944,12 +945,14 @@ class Supervisor:
     ) -> list[WorkRecord]:
         """The records in memory and in the ledger, filtered by status, kind or parent.
 
-        ``limit`` and ``after`` (a unit's ID: the last of the previous page) read
-        them a page at a time, oldest first (``supervisor/paging.py``).
+        ``status="expired"`` lists the expired units; a status lists the units
+        that have it and are not expired. ``limit`` and ``after`` (a unit's ID:
+        the last of the previous page) read them a page at a time, oldest first
+        (``supervisor/paging.py``).
         """
         check_limit(limit)
         after_record = None if after is None else self.get(after)
-        records = self._ask(rq.ListUnits(_status_filter(status), kind, parent))
+        records = _shown(self._ask(rq.ListUnits(_status_filter(status), kind, parent)), status)
         if limit is None and after_record is None:
             return records
         return page(records, limit, after_record)
@@ -970,7 +973,8 @@ class Supervisor:
         """Like ``list`` without blocking the event loop."""
         check_limit(limit)
         after_record = None if after is None else await self.get_async(after)
-        records = await self._ask_async(rq.ListUnits(_status_filter(status), kind, parent))
+        listed = await self._ask_async(rq.ListUnits(_status_filter(status), kind, parent))
+        records = _shown(listed, status)
         if limit is None and after_record is None:
             return records
         return page(records, limit, after_record)
@@ -1566,14 +1570,24 @@ def _scheduled_spec(
 
 
 def _status_filter(status: Status | str | None) -> Status | None:
-    if status is None:
+    if status is None or status == EXPIRED:
         return None
     try:
         return Status(status)
     except ValueError:
         raise SpecError(
-            f"status must be one of {[s.value for s in Status]}, got {status!r}"
+            f"status must be one of {[s.value for s in Status]} or {EXPIRED!r}, got {status!r}"
         ) from None
+
+
+def _shown(records: list[WorkRecord], status: Status | str | None) -> list[WorkRecord]:
+    """``status="expired"`` lists the expired units; a status, those that have it and are
+    not expired (their status reads ``expired``), as a client's ``list`` does."""
+    if status is None:
+        return records
+    if status == EXPIRED:
+        return [r for r in records if r.expired_at is not None]
+    return [r for r in records if r.expired_at is None]
 
 
 def _read_request(
