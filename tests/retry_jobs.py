@@ -74,3 +74,24 @@ def start_a_keyed_child(key: str | None) -> list[str]:
         raise Flaky("the child is started; this attempt fails")
     ctx.wait(child, timeout=30)
     return [child.id]
+
+
+def children_with_options(gate: str) -> dict[str, object]:
+    """Start children with retry=, stall_after= and not_before=, as a top-level submit takes."""
+    ctx = wu.current()
+    flaky = ctx.agent(fail_until, 2, retry=wu.Retry(initial=0.01, jitter=False))
+    quiet = ctx.agent(go_quiet, gate, stall_after=0.2)
+    held = ctx.shell(["true"], not_before=3600)
+    stall = None
+    while stall is None:  # the first child's end may come first: its notice, then the stall
+        item = ctx.notifications().get(timeout=30)
+        if isinstance(item, wu.StallEvent):
+            stall = item
+    with open(gate, "w") as f:
+        f.write("went on")
+    return {
+        "flaky": ctx.result(flaky, timeout=30),
+        "stalled": stall.id == quiet.id,
+        "quiet": ctx.result(quiet, timeout=30),
+        "held": ctx.get(held).status.value,
+    }

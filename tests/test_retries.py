@@ -20,6 +20,7 @@ from .conftest import eventually
 from .retry_jobs import (
     Flaky,
     child_then_fail,
+    children_with_options,
     fail_until,
     raise_value_error,
     start_a_keyed_child,
@@ -97,6 +98,16 @@ def test_a_later_attempt_gets_the_child_its_key_names(sup: wu.Supervisor, key: s
         assert child in children
     else:  # the second attempt found the first attempt's child, and started none
         assert children == [child]
+
+
+def test_a_child_takes_retry_stall_after_and_not_before(sup: wu.Supervisor, tmp_path: Path) -> None:
+    unit = sup.agent(children_with_options, str(tmp_path / "gate"))
+    assert sup.result(unit.id, timeout=60) == {
+        "flaky": 2,  # its first attempt failed, its retry completed
+        "stalled": True,  # the parent got the quiet child's StallEvent
+        "quiet": "went on",
+        "held": "pending",  # not before an hour from now
+    }
 
 
 def test_two_parents_may_give_their_children_one_key(sup: wu.Supervisor) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import os
 import queue
@@ -37,7 +38,7 @@ from workunits._errors import (
 )
 from workunits._mailbox import Mailbox
 from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
-from workunits._retry import error_types
+from workunits._retry import Retry, error_types
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps
 from workunits._seconds import ask_timeout, seconds, wait_timeout
@@ -466,6 +467,9 @@ class UnitContext:
         description: str | None = None,
         timeout: float | None = None,
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child agent unit (registered through the supervisor, parent = this unit).
@@ -473,11 +477,22 @@ class UnitContext:
         ``key`` makes the start idempotent among this unit's children: a later
         attempt of this unit (a retry, a resume after a restart) that starts a
         child under the same key gets the child the earlier attempt started,
-        instead of a second one doing the same work.
+        instead of a second one doing the same work. ``retry``, ``stall_after``
+        (its ``StallEvent`` comes to this unit's ``notifications()``) and
+        ``not_before`` are those of a top-level submit; every child takes them.
         """
         spec = AgentSpec.build(fn, args, kwargs)
         name = spec.name if description is None else description
-        return self._spawn("a", spec, name, timeout, key)
+        return self._spawn(
+            "a",
+            spec,
+            name,
+            timeout=timeout,
+            key=key,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
+        )
 
     def shell(
         self,
@@ -487,6 +502,9 @@ class UnitContext:
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         log: str | os.PathLike[str] | None = None,
@@ -497,7 +515,14 @@ class UnitContext:
             cmd, cwd=cwd, env=env, output_cap=output_cap, log=log, keep_output=keep_output
         )
         return self._spawn(
-            "b", spec, spec.describe() if description is None else description, timeout, key
+            "b",
+            spec,
+            spec.describe() if description is None else description,
+            timeout=timeout,
+            key=key,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
         )
 
     def teammate(
@@ -507,12 +532,25 @@ class UnitContext:
         description: str | None = None,
         timeout: float | None = None,
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ChildTeammate:
         """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
         spec = TeammateSpec.for_class(cls, args, kwargs)
         name = spec.name if description is None else description
-        return ChildTeammate(self, self._spawn("t", spec, name, timeout, key).id)
+        child = self._spawn(
+            "t",
+            spec,
+            name,
+            timeout=timeout,
+            key=key,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
+        )
+        return ChildTeammate(self, child.id)
 
     def monitor(
         self,
@@ -523,11 +561,23 @@ class UnitContext:
         rate_limit: float | None = DEFAULT_RATE_LIMIT,
         timeout: float | None = None,
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
     ) -> ChildHandle:
         """Start a child monitor; its events come into ``notifications()``."""
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
         name = spec.name if description is None else description
-        return self._spawn("m", spec, name, timeout, key)
+        return self._spawn(
+            "m",
+            spec,
+            name,
+            timeout=timeout,
+            key=key,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
+        )
 
     def dream(
         self,
@@ -536,20 +586,46 @@ class UnitContext:
         description: str | None = None,
         timeout: float | None = None,
         key: str | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+        not_before: float | datetime.datetime | None = None,
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child dream: an agent at idle CPU priority, the first to be shed."""
         spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
         name = spec.name if description is None else description
-        return self._spawn("d", spec, name, timeout, key)
+        return self._spawn(
+            "d",
+            spec,
+            name,
+            timeout=timeout,
+            key=key,
+            retry=retry,
+            stall_after=stall_after,
+            not_before=not_before,
+        )
 
     def _spawn(
-        self, letter: str, spec: Any, description: str, timeout: float | None, key: str | None
+        self,
+        letter: str,
+        spec: Any,
+        description: str,
+        *,
+        timeout: float | None,
+        key: str | None,
+        retry: Retry | None,
+        stall_after: float | None,
+        not_before: float | datetime.datetime | None,
     ) -> ChildHandle:
+        """Ask the supervisor to start a child; the options are checked there, as a submit's."""
         if key is not None and (not isinstance(key, str) or not key):
             raise SpecError(f"key must be a non-empty str, got {key!r}")
         self._raise_if_cancelled()
-        child_id = self._request(lambda req: m.Spawn(req, letter, spec, description, timeout, key))
+        child_id = self._request(
+            lambda req: m.Spawn(
+                req, letter, spec, description, timeout, key, retry, stall_after, not_before
+            )
+        )
         self._transcript.write("child", child=child_id, status="started", kind=letter)
         return ChildHandle(self, str(child_id))
 

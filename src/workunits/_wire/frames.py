@@ -73,6 +73,9 @@ class Spawn:
     description: str
     timeout: float | None
     key: str | None = None  # the unit's own: the supervisor scopes it to the parent
+    retry: Any = None  # a workunits.Retry
+    stall_after: float | None = None
+    not_before: Any = None  # seconds from now, or a datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,9 @@ class ChildRequests:
                 description=request.description,
                 timeout=request.timeout,
                 key=child_key(parent, request.key),
+                retry=request.retry,
+                stall_after=request.stall_after,
+                not_before=request.not_before,
             )
         except WorkunitsError as exc:
             self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
