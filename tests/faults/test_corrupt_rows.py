@@ -203,7 +203,14 @@ def test_a_running_unit_whose_checkpoint_is_not_json_fails_lost_without_a_proces
     with wu.connect(state) as client:
         eventually(lambda: client.get(work_id).progress == 0.5, timeout=60, what="checkpoints")
     host.sigkill()
-    edit(state, "UPDATE units SET checkpoint = ? WHERE id = ?", b"{next", work_id)
+    # Unsigned, as a ledger written before checkpoints were signed keeps it: the
+    # JSON itself is then what fails (a signed one fails its HMAC first).
+    edit(
+        state,
+        "UPDATE units SET checkpoint = ?, checkpoint_mac = NULL WHERE id = ?",
+        b"{next",
+        work_id,
+    )
     caplog.set_level(logging.ERROR, logger="workunits")
 
     with wu.Supervisor(state, install_signal_handlers=False) as sup:
@@ -217,6 +224,27 @@ def test_a_running_unit_whose_checkpoint_is_not_json_fails_lost_without_a_proces
         )
         assert error.endswith("or delete that unit's row"), error
         logged_once(caplog, work_id, "column checkpoint", REPAIR)
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_changed_outside_workunits_is_not_resumed_from(
+    tmp_path: Path, hosts: list[Host]
+) -> None:
+    state, gate = tmp_path / "state", tmp_path / "gate"
+    host = Host("large_values_host", str(state), "10", str(gate))
+    hosts.append(host)
+    work_id = host.read()["id"]
+    with wu.connect(state) as client:
+        eventually(lambda: client.get(work_id).progress == 0.5, timeout=60, what="checkpoints")
+    host.sigkill()
+    edit(state, "UPDATE units SET checkpoint = ? WHERE id = ?", b'{"done": 9}', work_id)
+
+    with wu.Supervisor(state, install_signal_handlers=False) as sup:
+        assert sup.recovered["lost"] == [work_id]
+        record = sup.wait(work_id, timeout=30)
+        assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
+        assert record.attempt == 1  # never resumed from what someone else wrote
+        assert "LedgerTampered" in (record.error or "")
 
 
 # -- pending units: at start, and while a supervisor runs ---------------------------------

@@ -79,6 +79,26 @@ def test_a_tampered_pending_spec_fails_with_ledger_tampered_and_never_runs(
         assert sup.result(untouched.id, timeout=20) == str(tmp_path / "good")
 
 
+def test_a_json_result_changed_outside_workunits_is_refused_as_tampered(tmp_path: Path) -> None:
+    # JSON runs no code, but a caller acts on what it says: {"approved": false}
+    # must not read as true because someone edited the row.
+    state = tmp_path / "state"
+    with Supervisor(state, install_signal_handlers=False) as sup:
+        unit = sup.agent("tests.faults.jobs:touch", str(tmp_path / "marker"))
+        assert sup.result(unit.id, timeout=20) == str(tmp_path / "marker")
+    with sqlite3.connect(state / "ledger.db") as db:
+        db.execute("UPDATE units SET result = ? WHERE id = ?", (b'"/etc/passwd"', unit.id))
+    db.close()
+
+    with (
+        Supervisor(state, install_signal_handlers=False) as sup,
+        pytest.raises(wu.LedgerTampered, match=rf"{unit.id}.*result fails its integrity check"),
+    ):
+        sup.result(unit.id, timeout=20)
+    with wu.connect(state) as client, pytest.raises(wu.LedgerTampered, match=unit.id):
+        client.result(unit.id, timeout=20)
+
+
 def test_a_result_changed_into_bad_json_is_ledger_corrupt_for_every_reader(
     tmp_path: Path,
 ) -> None:
@@ -91,7 +111,11 @@ def test_a_result_changed_into_bad_json_is_ledger_corrupt_for_every_reader(
     with sqlite3.connect(state / "ledger.db") as db:
         (fmt,) = db.execute("SELECT result_format FROM units WHERE id = ?", (unit.id,)).fetchone()
         assert fmt == "json"
-        db.execute("UPDATE units SET result = ? WHERE id = ?", (b"\xff\x00\xff", unit.id))
+        # Unsigned, as a result written before JSON was signed: the JSON is what fails.
+        db.execute(
+            "UPDATE units SET result = ?, result_mac = NULL WHERE id = ?",
+            (b"\xff\x00\xff", unit.id),
+        )
     db.close()
 
     with (

@@ -35,13 +35,14 @@ def _ended(ledger: Ledger, **changes: Any) -> WorkRecord:
     return record
 
 
-def test_a_records_json_result_is_stored_as_it_is(ledger: Ledger) -> None:
+def test_a_records_json_result_is_stored_as_it_is_and_signed(ledger: Ledger) -> None:
     record = _ended(
         ledger, status=Status.COMPLETED, result=orjson.dumps([1, 2]), result_format="json"
     )
     row = ledger.require(record.id)
     assert row.result is not None
-    assert (row.result.format, row.result.mac) == ("json", None)
+    assert (row.result.format, row.result.data) == ("json", b"[1,2]")
+    assert row.result.mac is not None  # what a caller acts on is bound to this unit
     assert ledger.load_result(record.id) == [1, 2]
     assert row.to_record().result == orjson.dumps([1, 2])
     assert row.to_record().result_format == "json"

@@ -199,7 +199,12 @@ CREATE TABLE large_values (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# Signed checkpoints (see schema._V8).
+_V8 = """
+ALTER TABLE units ADD COLUMN checkpoint_mac bytea;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

@@ -18,7 +18,7 @@ _DROP = (
     "SET expired_at = ?, spec = NULL, spec_mac = NULL, spec_versions = NULL, "
     "result = NULL, result_format = NULL, result_mac = NULL, result_versions = NULL, "
     "cause = NULL, cause_format = NULL, cause_mac = NULL, cause_versions = NULL, "
-    "output_tail = NULL, checkpoint = NULL, progress_message = NULL, "
+    "output_tail = NULL, checkpoint = NULL, checkpoint_mac = NULL, progress_message = NULL, "
     "spec_file = NULL, result_file = NULL, checkpoint_file = NULL"
 )
 # The value store files the rows being expired refer to, deleted after the commit.

@@ -184,6 +184,7 @@ class UnitRow:
     # The value store reference of a large checkpoint (``checkpoint`` is then
     # empty until the Ledger loads it).
     checkpoint_file: str | None = None
+    checkpoint_mac: bytes | None = None  # None: written before checkpoints were signed
     progress_at: float | None = None
     evidence: dict[str, Any] | None = None
     retry: Retry | None = None
@@ -343,6 +344,7 @@ class UnitRow:
             expire_at=c.opt("expire_at", float),
             expired_at=c.opt("expired_at", float),
             checkpoint_file=c.opt("checkpoint_file", str),
+            checkpoint_mac=c.opt("checkpoint_mac", bytes),
             progress_at=c.opt("progress_at", float),
             evidence=c.json("progress_evidence"),
             retry=policy if isinstance(policy, Retry) else None,

@@ -224,7 +224,13 @@ _V7 = """
 ALTER TABLE sessions ADD COLUMN url TEXT;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# Checkpoints are signed as specs and results are (values.signed_json): a
+# checkpoint changed outside workunits is refused, not resumed from.
+_V8 = """
+ALTER TABLE units ADD COLUMN checkpoint_mac BLOB;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

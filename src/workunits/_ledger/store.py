@@ -571,6 +571,10 @@ class Ledger:
             ref = values.Stored("json", b"", file=row.checkpoint_file)
             data = self._large.load(ref, purpose="checkpoint", work_id=row.id).data
             row = dataclasses.replace(row, checkpoint=data, checkpoint_file=None)
+        if row.checkpoint is not None and not is_terminal(row.status):
+            # What a later attempt resumes from, as it was saved; an ended unit's is moot.
+            checkpoint = values.Stored("json", row.checkpoint, row.checkpoint_mac)
+            values.verify(checkpoint, purpose="checkpoint", work_id=row.id, key=self._signing_key)
         for purpose, stored in (("result", row.result), ("cause", row.cause)):
             if stored is not None:
                 values.verify(stored, purpose=purpose, work_id=row.id, key=self._signing_key)
@@ -664,9 +668,8 @@ class Ledger:
     def _store_checkpoint(
         self, work_id: str, attempt: int, data: bytes, consumed: Sequence[int] = ()
     ) -> bool:
-        stored = self._large.offload(
-            values.Stored("json", data), purpose="checkpoint", work_id=work_id, durable=True
-        )
+        signed = values.signed_json(data, "checkpoint", work_id, self._signing_key)
+        stored = self._large.offload(signed, purpose="checkpoint", work_id=work_id, durable=True)
         with self._db.write(durable=True) as conn:
             row = conn.execute(
                 "SELECT status, attempt, checkpoint_file FROM units WHERE id = ?", (work_id,)
@@ -680,8 +683,9 @@ class Ledger:
             else:
                 ended = False
                 conn.execute(
-                    "UPDATE units SET checkpoint = ?, checkpoint_file = ? WHERE id = ?",
-                    (stored.data, stored.file, work_id),
+                    "UPDATE units SET checkpoint = ?, checkpoint_file = ?, checkpoint_mac = ? "
+                    "WHERE id = ?",
+                    (stored.data, stored.file, stored.mac, work_id),
                 )
                 if consumed:
                     signals.consume(conn, work_id, consumed, self._clock.now())

@@ -297,10 +297,10 @@ def encode_result(value: object, *, work_id: str, key: bytes, json_only: bool = 
     not bring back equal, instead of pickling it.
     """
     if json_only:
-        return Stored("json", strictjson.dumps(value, f"result of {work_id}"))
+        return signed_json(strictjson.dumps(value, f"result of {work_id}"), "result", work_id, key)
     data = strictjson.dumps_if_exact(value)
     if data is not None:
-        return Stored("json", data)
+        return signed_json(data, "result", work_id, key)
     tag = versions()
     data = _pickle(value, f"result of {work_id}")
     mac = mac_of(key, purpose="result", work_id=work_id, fmt="pickle", versions=tag, data=data)
@@ -309,6 +309,7 @@ def encode_result(value: object, *, work_id: str, key: bytes, json_only: bool = 
 
 def decode_result(stored: Stored, *, work_id: str, key: bytes) -> Any:
     if stored.format == "json":
+        verify(stored, purpose="result", work_id=work_id, key=key)
         return strictjson.loads(stored.data, work_id, "result")
     if stored.format == "pickle":
         _verify(stored, "result", work_id, key)
@@ -324,7 +325,7 @@ def seal(data: bytes, fmt: str, *, purpose: str, work_id: str, key: bytes) -> St
     nothing and is stored as it is.
     """
     if fmt == "json":
-        return Stored("json", data)
+        return signed_json(data, purpose, work_id, key)
     if fmt != "pickle":
         raise SpecError(f"{work_id}: {purpose} format {fmt!r} is neither 'json' nor 'pickle'")
     tag = versions()
@@ -333,9 +334,20 @@ def seal(data: bytes, fmt: str, *, purpose: str, work_id: str, key: bytes) -> St
 
 
 def verify(stored: Stored, *, purpose: str, work_id: str, key: bytes) -> None:
-    """Raise LedgerTampered unless a pickled value's HMAC verifies (JSON passes)."""
-    if stored.format != "json":
+    """Raise LedgerTampered unless the value's HMAC verifies.
+
+    JSON runs no code, but what it says is acted on (a result handed to a
+    caller, a checkpoint a later attempt resumes from), so it is signed too.
+    JSON stored before it was signed has no HMAC, and passes.
+    """
+    if stored.format != "json" or stored.mac is not None:
         _verify(stored, purpose, work_id, key)
+
+
+def signed_json(data: bytes, purpose: str, work_id: str, key: bytes) -> Stored:
+    """JSON bytes with the HMAC that binds them to this unit and purpose."""
+    mac = mac_of(key, purpose=purpose, work_id=work_id, fmt="json", versions=None, data=data)
+    return Stored("json", data, mac)
 
 
 # -- helpers --------------------------------------------------------------------
