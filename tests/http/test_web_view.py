@@ -106,3 +106,32 @@ def test_table_progress_output_cancel_and_retain(
         assert "cancelled" in page.locator('dd[data-field="cause"]').inner_text()
         page.evaluate("location.hash = '#/'")  # leave the page
         _until(lambda: work_id not in ledger_client.ledger.retained([work_id]))
+
+
+def _login(page: Page, served: Served) -> None:
+    page.goto(f"{served.url}/?token={served.token}")  # sets the cookie, redirects to /
+
+
+def _text(page: Page) -> str:
+    """The unit page's output as the page holds it."""
+    text: str = page.locator("#u-output").evaluate("e => e.textContent")
+    return text
+
+
+def _shell(served: Served, command: str) -> str:
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
+        unit: str = api.post("/v1/units", json={"kind": "shell", "command": command}).json()["id"]
+        return unit
+
+
+@pytest.mark.timeout(120)
+def test_non_ascii_output_split_across_chunks_shows_as_written(served: Served, page: Page) -> None:
+    """A 64 KiB chunk ends inside a 3-byte character (sent as base64): no mojibake."""
+    line = "✓" * 99 + "\n"
+    work_id = _shell(served, f"""python3 -c 'print("{"✓" * 99}\\n" * 3000, end="")'""")
+    _login(page, served)
+    page.goto(f"{served.url}/#/unit/{work_id}")
+    status = page.locator('dd[data-field="status"]')
+    _until(lambda: status.inner_text() == "completed", 60)
+    _until(lambda: _text(page).count("\n") >= 3000, 60)
+    assert _text(page) == line * 3000

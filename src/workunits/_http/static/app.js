@@ -46,6 +46,11 @@ function treeOrder(units, depth) {  // parents before their children, children i
   return out;
 }
 
+const encoder = new TextEncoder();
+// An output event's bytes: its text (valid UTF-8, so encoding gives them back) or base64.
+const bytesOf = (d) => d.text != null ? encoder.encode(d.text)
+  : Uint8Array.from(atob(d.base64), (c) => c.charCodeAt(0));
+
 let unitState = null;  // {id, source, lease, renew}
 async function openUnit(id) {
   closeUnit();
@@ -70,12 +75,16 @@ async function openUnit(id) {
       return ev.type === "stdout" || ev.type === "stderr" ? ev.data
         : `[${ev.type}${ev.message ? " " + ev.message : ""}]\n`; } catch { return l + "\n"; } }).join("");
   };
+  // Output is bytes: a chunk may end inside a UTF-8 character (the server then sends
+  // it as base64), so one streaming decoder turns the whole run of chunks into text.
+  let decoder = new TextDecoder();
   source.addEventListener("output", (e) => { const d = JSON.parse(e.data);
-    out.textContent += show(d.text ?? atob(d.base64)); out.scrollTop = out.scrollHeight; });
+    out.textContent += show(decoder.decode(bytesOf(d), {stream: true})); out.scrollTop = out.scrollHeight; });
   source.addEventListener("gap", (e) => { const d = JSON.parse(e.data);
+    decoder = new TextDecoder();  // the bytes it held belong to what is gone
     out.insertAdjacentHTML("beforeend", `<span class="gap">[bytes ${d.from}-${d.to} are no longer kept]\n</span>`); });
   for (const kind of ["status", "progress"]) source.addEventListener(kind, () => showRecord(id));
-  source.addEventListener("end", () => { source.close(); showRecord(id); });
+  source.addEventListener("end", () => { source.close(); out.textContent += show(decoder.decode()); showRecord(id); });
 }
 async function showRecord(id) {
   const r = await api(`/v1/units/${id}`);
