@@ -112,6 +112,11 @@ def _login(page: Page, served: Served) -> None:
     page.goto(f"{served.url}/?token={served.token}")  # sets the cookie, redirects to /
 
 
+def _kill(served: Served, work_id: str) -> None:
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
+        api.post(f"/v1/units/{work_id}/kill").raise_for_status()
+
+
 def _text(page: Page) -> str:
     """The unit page's output as the page holds it."""
     text: str = page.locator("#u-output").evaluate("e => e.textContent")
@@ -128,10 +133,41 @@ def _shell(served: Served, command: str) -> str:
 def test_non_ascii_output_split_across_chunks_shows_as_written(served: Served, page: Page) -> None:
     """A 64 KiB chunk ends inside a 3-byte character (sent as base64): no mojibake."""
     line = "✓" * 99 + "\n"
-    work_id = _shell(served, f"""python3 -c 'print("{"✓" * 99}\\n" * 3000, end="")'""")
+    # It stays a while: a shell's output file goes at its end, and only its tail is kept.
+    work_id = _shell(served, f"""python3 -c 'print("{"✓" * 99}\\n" * 3000, end="")'; sleep 60""")
     _login(page, served)
     page.goto(f"{served.url}/#/unit/{work_id}")
-    status = page.locator('dd[data-field="status"]')
-    _until(lambda: status.inner_text() == "completed", 60)
     _until(lambda: _text(page).count("\n") >= 3000, 60)
     assert _text(page) == line * 3000
+    _kill(served, work_id)
+
+
+@pytest.mark.timeout(180)
+def test_large_output_keeps_the_page_responsive_and_its_last_part(
+    served: Served, page: Page
+) -> None:
+    """20 MB of output: the tab answers throughout, keeps the last 1 MiB and says so."""
+    work_id = _shell(
+        served,
+        "yes 'forty characters of output, line after' | head -c 20000000; echo END; sleep 60",
+    )
+    _login(page, served)
+    page.goto(f"{served.url}/#/unit/{work_id}")
+    slowest = 0.0
+
+    def ended() -> bool:
+        nonlocal slowest
+        started = time.monotonic()
+        done: bool = page.evaluate(
+            "document.getElementById('u-output').textContent.endsWith('END\\n')"
+        )
+        slowest = max(slowest, time.monotonic() - started)
+        return done
+
+    _until(ended, 120)
+    assert slowest < 5, f"the page did not answer for {slowest:.1f} s"
+    assert len(_text(page)) <= 1 << 20
+    note = page.locator("#u-trimmed")
+    assert note.is_visible()
+    assert f"workunits tail {work_id}" in note.inner_text()
+    _kill(served, work_id)

@@ -78,13 +78,69 @@ async function openUnit(id) {
   // Output is bytes: a chunk may end inside a UTF-8 character (the server then sends
   // it as base64), so one streaming decoder turns the whole run of chunks into text.
   let decoder = new TextDecoder();
+  const view = new OutputView(out, id);
+  state.view = view;
   source.addEventListener("output", (e) => { const d = JSON.parse(e.data);
-    out.textContent += show(decoder.decode(bytesOf(d), {stream: true})); out.scrollTop = out.scrollHeight; });
+    view.add(show(decoder.decode(bytesOf(d), {stream: true}))); });
   source.addEventListener("gap", (e) => { const d = JSON.parse(e.data);
-    decoder = new TextDecoder();  // the bytes it held belong to what is gone
-    out.insertAdjacentHTML("beforeend", `<span class="gap">[bytes ${d.from}-${d.to} are no longer kept]\n</span>`); });
+    view.add(show(decoder.decode()));  // the bytes it held belong to what is gone
+    const gap = document.createElement("span"); gap.className = "gap";
+    gap.textContent = `[bytes ${d.from}-${d.to} are no longer kept]\n`; view.add(gap); });
   for (const kind of ["status", "progress"]) source.addEventListener(kind, () => showRecord(id));
-  source.addEventListener("end", () => { source.close(); out.textContent += show(decoder.decode()); showRecord(id); });
+  source.addEventListener("end", () => { source.close(); view.add(show(decoder.decode())); showRecord(id); });
+}
+
+// The output pane: text arrives as fast as the unit writes, so it is queued and
+// appended at most five times a second as new text nodes (never by rewriting the
+// <pre>), and only the last KEEP characters stay on the page: a note says how
+// to read the rest.
+const KEEP = 1 << 20;
+class OutputView {
+  constructor(pre, id) {
+    this.pre = pre; this.id = id; this.queue = []; this.queued = 0; this.kept = 0; this.frame = 0;
+    pre.textContent = "";
+    const note = $("#u-trimmed"); note.hidden = true;
+    note.querySelector("code").textContent = `workunits tail ${id}`;
+    note.querySelector("a").href = `/v1/units/${id}/output?offset=0&limit=1048576`;
+  }
+  add(item) {  // a string, or an element (a gap's note)
+    if (item === "") return;
+    this.queue.push(item); this.queued += item.length ?? item.textContent.length;
+    if (this.queued > 2 * KEEP) this.squeeze();  // a hidden tab gets no frames: stay bounded
+    // At most five flushes a second: each lays the pane out again.
+    if (!this.frame) this.frame = setTimeout(() => requestAnimationFrame(() => this.flush()), 200);
+  }
+  squeeze() {  // keep the queue's last KEEP characters
+    let keep = 0; let i = this.queue.length;
+    while (i > 0 && keep < KEEP) { i -= 1; const it = this.queue[i]; keep += it.length ?? it.textContent.length; }
+    this.trimmed();  // more than twice KEEP came: some goes
+    let first = this.queue[i];
+    if (typeof first === "string" && keep > KEEP) { first = first.slice(keep - KEEP); keep = KEEP; }
+    this.queue = [first, ...this.queue.slice(i + 1)]; this.queued = keep;
+    this.pre.textContent = ""; this.kept = 0;  // all of the page's text is older than the queue
+  }
+  flush() {
+    this.frame = 0;
+    if (this.closed) return;
+    const pre = this.pre;
+    const follow = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;  // at the bottom: stay there
+    let text = "";
+    const put = () => { if (text) { pre.appendChild(document.createTextNode(text)); this.kept += text.length; text = ""; } };
+    for (const it of this.queue) {
+      if (typeof it === "string") { text += it; } else { put(); pre.appendChild(it); this.kept += it.textContent.length; }
+    }
+    put(); this.queue = []; this.queued = 0;
+    while (this.kept > KEEP && pre.firstChild) {
+      const node = pre.firstChild; const len = node.textContent.length;
+      if (node.nodeType === Node.TEXT_NODE && this.kept - len < KEEP) {  // cut inside this node
+        node.deleteData(0, this.kept - KEEP); this.kept = KEEP;
+      } else { node.remove(); this.kept -= len; }
+      this.trimmed();
+    }
+    if (follow) pre.scrollTop = pre.scrollHeight;
+  }
+  trimmed() { $("#u-trimmed").hidden = false; }
+  close() { this.closed = true; this.queue = []; }
 }
 async function showRecord(id) {
   const r = await api(`/v1/units/${id}`);
@@ -100,6 +156,7 @@ function closeUnit() {
   const state = unitState; unitState = null;
   if (!state) return;
   if (state.source) state.source.close();
+  if (state.view) state.view.close();
   if (state.renew) clearInterval(state.renew);
   // keepalive: the release still goes out when the page itself is being left.
   if (state.lease) fetch(state.lease, {method: "DELETE", credentials: "same-origin", keepalive: true});
