@@ -193,6 +193,31 @@ def test_list_filters_and_cursor(api: httpx.Client) -> None:
     assert bad.status_code == 400
 
 
+def test_list_newest_first_pages_back_through_older_units(api: httpx.Client) -> None:
+    """``order=newest``: a live view's first page holds the newest units, whatever the count."""
+    oldest = api.get("/v1/units", params={"limit": 1000}).json()["items"]
+    ids = [_submit(api, {"kind": "shell", "command": "true"}).json()["id"] for _ in range(3)]
+    first = api.get("/v1/units", params={"order": "newest", "limit": 2}).json()
+    assert [u["id"] for u in first["items"]] == ids[::-1][:2]
+    second = api.get(
+        "/v1/units", params={"order": "newest", "limit": 2, "after": first["next"]}
+    ).json()
+    assert second["items"][0]["id"] == ids[0]
+    walked: list[str] = []
+    after = None
+    for _ in range(1000):  # bounded: pages of three
+        params: dict[str, Any] = {"order": "newest", "limit": 3}
+        if after:
+            params["after"] = after
+        page = api.get("/v1/units", params=params).json()
+        walked += [u["id"] for u in page["items"]]
+        after = page["next"]
+        if after is None:
+            break
+    assert walked == ids[::-1] + [u["id"] for u in oldest][::-1]
+    assert api.get("/v1/units", params={"order": "sideways"}).status_code == 422
+
+
 def test_agent_result_value_and_failure(api: httpx.Client) -> None:
     r = _submit(api, {"kind": "agent", "target": "tests.http.units:add", "args": [2, 3]})
     assert r.status_code == 201

@@ -12,7 +12,7 @@ import base64
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import orjson
@@ -112,9 +112,13 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         parent: str | None = None,
         limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
         after: Annotated[str | None, Query(max_length=64)] = None,
+        *,
+        order: Literal["oldest", "newest"] = "oldest",
     ) -> UnitPage:
-        """Units oldest first, a page at a time: pass ``next`` back as ``after``."""
-        records = await backend.list_units(status, kind, parent, limit + 1, after)
+        """Units oldest first (``order=newest``: newest first), a page at a time: pass
+        ``next`` back as ``after`` for the next page in the same order."""
+        newest = order == "newest"
+        records = await backend.list_units(status, kind, parent, limit + 1, after, newest=newest)
         more = len(records) > limit
         items = [Unit.of(rec) for rec in records[:limit]]
         return UnitPage(items=items, next=items[-1].id if more and items else None)

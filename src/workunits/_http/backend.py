@@ -145,11 +145,13 @@ class Backend:
         parent: str | None,
         limit: int,
         after: str | None,
+        *,
+        newest: bool = False,
     ) -> builtins.list[WorkRecord]:
         check_limit(limit)
         after_record = None if after is None else await self.sup.get_async(after)
         records = await self.sup.list_async(status, kind, parent)
-        return page(records, limit, after_record)
+        return page(records, limit, after_record, newest=newest)
 
     async def all_records(self) -> builtins.list[WorkRecord]:
         return await self.sup.list_async()

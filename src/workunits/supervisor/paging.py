@@ -3,6 +3,8 @@
 Units are ordered by (created_at, id), which never changes for a unit, so a
 page that starts after the last unit of the previous one neither repeats nor
 skips a unit that existed then; units created since appear on later pages.
+``newest=True`` walks the same order backwards, newest first (a live view's
+first page); its later pages hold older units.
 """
 
 from __future__ import annotations
@@ -19,11 +21,19 @@ def check_limit(limit: int | None) -> None:
 
 
 def page(
-    records: Iterable[WorkRecord], limit: int | None, after: WorkRecord | None
+    records: Iterable[WorkRecord],
+    limit: int | None,
+    after: WorkRecord | None,
+    *,
+    newest: bool = False,
 ) -> list[WorkRecord]:
-    """Records after ``after`` (in (created_at, id) order), at most ``limit`` of them."""
-    ordered = sorted(records, key=lambda r: (r.created_at, r.id))
+    """Records after ``after`` (in (created_at, id) order, or its reverse with
+    ``newest``), at most ``limit`` of them."""
+    ordered = sorted(records, key=lambda r: (r.created_at, r.id), reverse=newest)
     if after is not None:
         mark = (after.created_at, after.id)
-        ordered = [r for r in ordered if (r.created_at, r.id) > mark]
+        if newest:
+            ordered = [r for r in ordered if (r.created_at, r.id) < mark]
+        else:
+            ordered = [r for r in ordered if (r.created_at, r.id) > mark]
     return ordered if limit is None else ordered[:limit]

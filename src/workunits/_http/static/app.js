@@ -23,20 +23,22 @@ const bar = (u) => {
 };
 
 let listTimer = null;
+const SHOWN = 500;  // rows in the table: the newest units
 async function refreshList() {
-  const params = new URLSearchParams({limit: "500"});
+  const params = new URLSearchParams({limit: String(SHOWN), order: "newest"});
   if ($("#f-status").value) params.set("status", $("#f-status").value);
   if ($("#f-kind").value) params.set("kind", $("#f-kind").value);
   const r = await api(`/v1/units?${params}`);
   if (!r.ok) return;
-  let units = (await r.json()).items.reverse();  // newest first
+  const page = await r.json();
+  let units = page.items;  // newest first
   const depth = {};
   if ($("#f-tree").checked) units = treeOrder(units, depth);
   $("#units tbody").innerHTML = units.map((u) => `<tr data-id="${esc(u.id)}" class="row-${esc(u.status)}">
     <td class="id" style="padding-left:${8 + 18 * (depth[u.id] || 0)}px">${depth[u.id] ? "└ " : ""}${esc(u.id)}</td>
     <td>${esc(u.kind)}</td><td class="status-${esc(u.status)}">${esc(u.expired ? "expired" : u.status)}</td>
     <td>${age(u.created_at)}</td><td class="progress">${bar(u)}</td><td class="desc">${esc(u.description)}</td></tr>`).join("");
-  $("#conn").textContent = `live · ${units.length} units`;
+  $("#conn").textContent = `live · ${page.next ? `the newest ${units.length}` : units.length} units`;
 }
 function treeOrder(units, depth) {  // parents before their children, children indented
   const byParent = {}; const ids = new Set(units.map((u) => u.id)); const out = [];
