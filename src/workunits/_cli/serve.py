@@ -183,7 +183,9 @@ def serve(  # noqa: PLR0917 - click passes every option by position
         try:
             if http_bind is not None:
                 token = None if secret is None else secret.token
-                http = _start_http(supervisor, http_bind, tls_cert, tls_key, insecure, token)
+                http = _start_http(
+                    supervisor, http_bind, tls_cert, tls_key, insecure, token, advertise
+                )
                 supervisor.advertise(advertise or http.url)
             caps = ", ".join(f"{kind} {n}" for kind, n in sorted(concurrency.items()))
             unsynced = "; ledger not fsynced" if ledger_sync == "normal" else ""
@@ -239,6 +241,7 @@ def _start_http(  # noqa: PLR0917 - serve's own options, passed on
     tls_key: str | None,
     insecure: bool,
     token: str | None,
+    advertise: str | None,
 ) -> HttpServer:
     try:
         from workunits._http.server import HttpServer, parse_bind  # noqa: PLC0415 - optional extra
@@ -248,7 +251,14 @@ def _start_http(  # noqa: PLR0917 - serve's own options, passed on
         ) from None
     host, port = parse_bind(bind)
     server = HttpServer(
-        sup, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure, token=token
+        sup,
+        host,
+        port,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        insecure=insecure,
+        token=token,
+        advertise=advertise,
     )
     url = server.start()
     click.echo(f"workunits serve: HTTP API at {url} (workunits ui opens the web view)", err=True)

@@ -5,7 +5,10 @@
   ``/healthz`` needs it, as ``Authorization: Bearer`` or as the cookie the web
   view gets from ``/?token=...`` (HttpOnly, SameSite=Strict).
 - ``Host`` must name the bound address (or localhost on a loopback bind): a DNS
-  rebinding page reaches the port under a name of its own and is refused.
+  rebinding page reaches the port under a name of its own and is refused. A
+  wildcard bind (``0.0.0.0``, ``::``) accepts the localhost names, the
+  machine's host name, any of its own IP addresses, and the advertised URL's
+  host (``serve --advertise``); any other name is still refused.
 - A request that carries ``Origin`` must come from this server's origin; a
   state-changing request that authenticates with the cookie must carry it.
 - Bodies are limited to ``MAX_BODY`` bytes, and must say their length.
@@ -17,13 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
+import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
@@ -34,6 +39,7 @@ COOKIE = "workunits_token"
 MAX_BODY = 1 << 20
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+WILDCARDS = ("0.0.0.0", "::")  # noqa: S104 - names of a wildcard bind, to recognise one
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -87,16 +93,68 @@ class Guard:
         self._token = token.encode()
         self._tls = tls
         self.hosts: set[str] = set()
+        # A wildcard bind's port: a Host that is one of this machine's IP addresses
+        # with it is accepted (an address literal cannot be a rebinding page's name).
+        self._any_address_port: int | None = None
+        self._local: dict[str, bool] = {}  # IP literal -> whether it is this machine's
 
     def allow(self, host: str, port: int) -> None:
-        """Accept ``Host: host:port`` (and localhost names for a loopback bind)."""
+        """Accept ``Host: host:port`` (and localhost names for a loopback bind; for a
+        wildcard bind, those, the machine's names and its own addresses too)."""
         names = {host if ":" not in host else f"[{host}]"}
-        if host in ("127.0.0.1", "::1", "localhost"):
+        if host in ("127.0.0.1", "::1", "localhost", *WILDCARDS):
             names.update(LOOPBACK_NAMES)
+        if host in WILDCARDS:
+            self._any_address_port = port
+            names.update({socket.gethostname(), socket.getfqdn()})
         for name in names:
-            self.hosts.add(f"{name}:{port}")
-            if port == (443 if self._tls else 80):
-                self.hosts.add(name)
+            self._add(name.lower(), port)
+
+    def allow_url(self, url: str) -> None:
+        """Also accept the host of ``url``, the address this server is advertised at."""
+        parts = urlsplit(url)
+        if parts.hostname:
+            name = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+            https = parts.scheme == "https"
+            self._add(name.lower(), parts.port or (443 if https else 80))
+
+    def _add(self, name: str, port: int) -> None:
+        self.hosts.add(f"{name}:{port}")
+        if port == (443 if self._tls else 80):
+            self.hosts.add(name)
+
+    def _known_host(self, host: str) -> bool:
+        host = host.lower()
+        if host in self.hosts:
+            return True
+        if self._any_address_port is None:
+            return False
+        name, sep, port = host.rpartition(":")
+        if not sep or "]" in port:  # no port: the scheme's default
+            name, port = host, str(443 if self._tls else 80)
+        if port != str(self._any_address_port):
+            return False
+        return self._is_local_address(name.removeprefix("[").removesuffix("]"))
+
+    def _is_local_address(self, text: str) -> bool:
+        known = self._local.get(text)
+        if known is not None:
+            return known
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            return False
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        try:  # only an address of this machine can be bound
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                probe.bind((str(address), 0))
+        except OSError:
+            local = False
+        else:
+            local = True
+        if len(self._local) < 1024:  # bounded: Host is the client's to choose
+            self._local[text] = local
+        return local
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,7 +177,7 @@ class Guard:
         self, scope: Scope, headers: dict[str, str]
     ) -> tuple[int, str, str, list[tuple[bytes, bytes]]] | None:
         host = headers.get("host", "")
-        if host not in self.hosts:
+        if not self._known_host(host):
             return 421, "MisdirectedRequest", f"Host {host!r} is not this server's name", []
         origin = headers.get("origin")
         scheme = "https" if self._tls else "http"

@@ -59,8 +59,10 @@ class HttpServer:
         tls_key: str | None = None,
         insecure: bool = False,
         token: str | None = None,
+        advertise: str | None = None,
     ) -> None:
-        """``token``: the shared secret file's (``secretfile``); else the state dir's own."""
+        """``token``: the shared secret file's (``secretfile``); else the state dir's own.
+        ``advertise``: the URL other hosts reach this server at; its host is accepted."""
         if (tls_cert is None) != (tls_key is None):
             raise SpecError("--tls-cert and --tls-key go together")
         tls = tls_cert is not None
@@ -86,6 +88,7 @@ class HttpServer:
         )
         self._server = uvicorn.Server(config)
         self._host = host
+        self._advertise = advertise
         self._scheme = "https" if tls else "http"
         self._thread = threading.Thread(target=self._server.run, name="workunits-http")
         self.url = ""
@@ -105,6 +108,8 @@ class HttpServer:
             raise SupervisorClosed(f"the HTTP server did not start on {self._host}")
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.guard.allow(self._host, port)
+        if self._advertise is not None:
+            self.guard.allow_url(self._advertise)
         shown = f"[{self._host}]" if ":" in self._host else self._host
         self.url = f"{self._scheme}://{shown}:{port}"
         path = self._state_dir / URL_FILE
