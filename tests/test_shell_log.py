@@ -24,6 +24,7 @@ from tests.helpers import WAIT, read_until
 from workunits import _outputfile
 from workunits._wire.durable import shell_from_durable, shell_to_durable
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, ShellSpec
+from workunits.supervisor.events import Cursor
 from workunits.testing import ManualClock
 
 from .conftest import eventually
@@ -228,6 +229,53 @@ def test_a_shell_resumed_after_its_supervisor_died_appends_to_its_log(
         assert (record.status, record.attempt) == (wu.Status.COMPLETED, 2)
     assert log.read_bytes() == b"first\nsecond\n"
     assert record.output_tail == b"first\nsecond\n"
+
+
+def _resumed(state_dir: Path, command: str, log: Path | None, first: bytes) -> str:
+    """A shell whose attempt 1 wrote ``first`` (into ``log``) and whose supervisor died."""
+    with wu.connect(state_dir) as client:
+        unit = client.shell(command, on_lost="restart", log=log)
+    fake = FakeSupervisor(state_dir)
+    try:
+        fake.open_session()
+        fake.start(unit.id)
+        fake.ledger.write(unit.id, attempt=1, pid=_dead_pid())
+        if log is not None:
+            log.write_bytes(first)
+        fake.die()
+    finally:
+        fake.close()
+    return unit.id
+
+
+def _output_after(sup: wu.Supervisor, work_id: str, cursor: str) -> bytes:
+    got, after, done = b"", Cursor.parse(cursor), False
+    while not done:
+        batch = sup.events(work_id, after=after)
+        got += b"".join(ev.output for ev in batch.events if ev.type == "output")
+        after, done = batch.cursor, batch.ended
+    return got
+
+
+def test_a_follower_of_attempt_1_reads_a_resumed_shells_new_output_from_its_start(
+    state_dir: Path,
+) -> None:
+    """Its cursor counted bytes of attempt 1's file: attempt 2's are not read from there."""
+    work_id = _resumed(state_dir, "echo second", None, b"")
+    with wu.Supervisor(state_dir, install_signal_handlers=False) as sup:
+        assert sup.wait(work_id, WAIT).attempt == 2
+        assert _output_after(sup, work_id, "9-3-1") == b"second\n"  # not b"ond\n"
+
+
+def test_a_follower_of_attempt_1_goes_on_in_a_resumed_shells_log(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """A log goes on across attempts: the cursor's offset still holds, nothing repeats."""
+    log = tmp_path / "resumed.log"
+    work_id = _resumed(state_dir, "echo second", log, b"first\n")
+    with wu.Supervisor(state_dir, install_signal_handlers=False) as sup:
+        assert sup.wait(work_id, WAIT).attempt == 2
+        assert _output_after(sup, work_id, "9-6-1") == b"second\n"
 
 
 # -- retention and backup ----------------------------------------------------------------

@@ -11,7 +11,8 @@ two independent sequences, and a :class:`Cursor` holds a position in each:
   journal keeps the last ``PER_UNIT`` changes of the last ``UNITS`` units;
   a cursor older than that is answered with a fresh ``status`` snapshot (the
   record as it is now), which is also what a follower with no cursor gets first.
-- ``offset``: bytes of output delivered. Output is read from the unit's files by
+- ``offset``: bytes of output delivered (of ``attempt``'s output: a resumed shell
+  starts a new file, read from 0). Output is read from the unit's files by
   offset (an agent's transcript or a shell's log, else its output file), never
   through the record's own offset. Once the file is gone (a shell's ends with it),
   what is left is the stored tail (the last 64 KiB): a ``gap`` event names the
@@ -58,17 +59,24 @@ CHUNK = 64 << 10
 CHECKPOINT_INLINE = 4 << 10
 """A ``checkpoint`` event carries the state itself up to this many bytes of JSON."""
 
-_CURSOR_RE = re.compile(r"(\d{1,18})-(\d{1,18})")
+_CURSOR_RE = re.compile(r"(\d{1,18})-(\d{1,18})(?:-(\d{1,9}))?")
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Cursor:
-    """A position in a unit's event stream; ``str(cursor)`` is ``"<seq>-<offset>"``."""
+    """A position in a unit's event stream; ``str(cursor)`` is ``"<seq>-<offset>"``,
+    or ``"<seq>-<offset>-<attempt>"`` once it knows whose output the offset counts.
+
+    ``attempt`` 0 is a cursor that does not say (one written before it was kept).
+    """
 
     seq: int = 0
     offset: int = 0
+    attempt: int = 0
 
     def __str__(self) -> str:
+        if self.attempt:
+            return f"{self.seq}-{self.offset}-{self.attempt}"
         return f"{self.seq}-{self.offset}"
 
     @classmethod
@@ -76,8 +84,8 @@ class Cursor:
         """The cursor an event's ``id`` names; InvalidArgument for anything else."""
         match = _CURSOR_RE.fullmatch(text.strip()) if isinstance(text, str) else None
         if match is None:
-            raise InvalidArgument(f"{text!r} is not an event cursor like '12-4096'")
-        return cls(int(match[1]), int(match[2]))
+            raise InvalidArgument(f"{text!r} is not an event cursor like '12-4096-1'")
+        return cls(int(match[1]), int(match[2]), int(match[3] or 0))
 
 
 class OutputHold:
@@ -152,6 +160,7 @@ def record_fields(record: WorkRecord) -> dict[str, Any]:
         "reason": None if record.reason is None else record.reason.value,
         "error": record.error,
         "output_bytes": record.output_bytes,
+        "attempt": record.attempt,
     }
 
 
@@ -264,26 +273,32 @@ class EventFeed:
         if record is None:
             record = self._get(work_id)  # from memory or the ledger; raises for unknown IDs
         events: list[UnitEvent] = []
+        attempt = record.attempt
         offset = 0 if after is None else after.offset
+        if after is not None and after.attempt not in (0, attempt) and not self._kept(work_id):
+            # Another attempt's output (it resumed), in a file that is gone: that offset
+            # counts none of this attempt's bytes, whose output is read from its start.
+            # (A transcript or a kept log goes on across attempts: its offsets hold.)
+            offset, after = 0, None
         if after is None or after.seq > last_seq or after.seq + 1 < first_kept:
             # No cursor, or one this journal cannot continue: start from how it is now.
             seq = last_seq
-            events.append(UnitEvent("status", Cursor(seq, offset), record_fields(record)))
+            events.append(UnitEvent("status", Cursor(seq, offset, attempt), record_fields(record)))
             if record.progress is not None or record.progress_message:
                 data = {"value": record.progress, "message": record.progress_message}
-                events.append(UnitEvent("progress", Cursor(seq, offset), data))
+                events.append(UnitEvent("progress", Cursor(seq, offset, attempt), data))
         else:
             seq = after.seq
             for number, kind, data in changes:
                 if number > seq:
                     seq = number
-                    events.append(UnitEvent(kind, Cursor(seq, offset), data))
+                    events.append(UnitEvent(kind, Cursor(seq, offset, attempt), data))
         ended = is_terminal(record.status)
         offset = self._read_output(work_id, record, ended, seq, offset, max_bytes, events, hold)
         done = ended and offset >= record.output_bytes
         if done:
-            events.append(UnitEvent("end", Cursor(seq, offset), record_fields(record)))
-        return EventBatch(events, Cursor(seq, offset), record, done)
+            events.append(UnitEvent("end", Cursor(seq, offset, attempt), record_fields(record)))
+        return EventBatch(events, Cursor(seq, offset, attempt), record, done)
 
     def _read_output(  # noqa: PLR0917 - private, called once
         self,
@@ -301,7 +316,8 @@ class EventFeed:
             # The file went with the unit's end: only the stored tail is left.
             start = record.output_bytes - len(record.output_tail)
             if offset < start:
-                events.append(UnitEvent("gap", Cursor(seq, start), {"from": offset, "to": start}))
+                gap = {"from": offset, "to": start}
+                events.append(UnitEvent("gap", Cursor(seq, start, record.attempt), gap))
                 offset = start
             data = record.output_tail[offset - start : offset - start + max_bytes]
         elif fd is None:
@@ -317,8 +333,12 @@ class EventFeed:
                     os.close(fd)
         if data:
             offset += len(data)
-            events.append(UnitEvent("output", Cursor(seq, offset), {}, data))
+            events.append(UnitEvent("output", Cursor(seq, offset, record.attempt), {}, data))
         return offset
+
+    def _kept(self, work_id: str) -> bool:
+        """Whether the unit's output is a file that every attempt appends to."""
+        return any(os.path.lexists(p) for p in _outputfile.kept_paths(self._state_dir, work_id))
 
     def _open(self, work_id: str, record: WorkRecord) -> int | None:
         # An agent's transcript and a shell's log outlive it; other files go at its end.

@@ -63,7 +63,7 @@ async function openUnit(id) {
   if (held.ok && unitState === state) {
     state.lease = held.headers.get("location");
     $("#u-retain").textContent = "retained while open";
-    state.renew = setInterval(() => api(state.lease, {method: "PUT", body: JSON.stringify({lease: 30})}), 10000);
+    state.renew = setInterval(() => renewRetain(state), 10000);
   } else if (held.ok) { api(held.headers.get("location"), {method: "DELETE"}); }
   await showRecord(id);
   // EventSource reconnects by itself and sends Last-Event-ID: the stream resumes where it left.
@@ -82,9 +82,16 @@ async function openUnit(id) {
   let decoder = new TextDecoder();
   const view = new OutputView(out, id);
   state.view = view;
+  let next = 0;  // the output offset the next event starts at
   source.addEventListener("output", (e) => { const d = JSON.parse(e.data);
+    if (d.offset < next) {  // a new attempt's output, from its start (the unit resumed)
+      view.add(show(decoder.decode()));
+      const note = document.createElement("span"); note.className = "gap";
+      note.textContent = "[a new attempt: its output from the start]\n"; view.add(note);
+    }
+    next = d.offset + d.bytes;
     view.add(show(decoder.decode(bytesOf(d), {stream: true}))); });
-  source.addEventListener("gap", (e) => { const d = JSON.parse(e.data);
+  source.addEventListener("gap", (e) => { const d = JSON.parse(e.data); next = d.to;
     view.add(show(decoder.decode()));  // the bytes it held belong to what is gone
     const gap = document.createElement("span"); gap.className = "gap";
     gap.textContent = `[bytes ${d.from}-${d.to} are no longer kept]\n`; view.add(gap); });
@@ -143,6 +150,25 @@ class OutputView {
   }
   trimmed() { $("#u-trimmed").hidden = false; }
   close() { this.closed = true; this.queue = []; }
+}
+// A retain lapses when its renewals stop reaching a live server (a restart that
+// took longer than its lease): take a new one, or say that it is gone.
+async function renewRetain(state) {
+  const body = JSON.stringify({lease: 30});
+  let r;
+  try { r = await api(state.lease, {method: "PUT", body}); } catch { return; }  // down: the next try
+  if (r.status !== 404 || unitState !== state) return;
+  const again = await api(`/v1/units/${state.id}/retain`, {method: "POST", body});
+  if (again.ok && unitState === state) {
+    state.lease = again.headers.get("location");
+    $("#u-retain").textContent = "retained while open";
+  } else {
+    if (again.ok) api(again.headers.get("location"), {method: "DELETE"});
+    if (unitState === state) {
+      state.lease = null; clearInterval(state.renew);
+      $("#u-retain").textContent = "not retained: the lease lapsed and could not be taken again";
+    }
+  }
 }
 async function showRecord(id) {
   const r = await api(`/v1/units/${id}`);
