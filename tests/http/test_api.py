@@ -87,6 +87,33 @@ def test_browser_token_becomes_a_strict_httponly_cookie(served: Served) -> None:
         assert browser.get("/", params={"token": "wrong"}).status_code == 401
 
 
+def test_every_response_refuses_framing_and_carries_a_content_security_policy(
+    served: Served, api: httpx.Client
+) -> None:
+    """A page elsewhere cannot frame the web view and take its clicks (clickjacking)."""
+    with httpx.Client(base_url=served.url, timeout=10) as anon:
+        responses = [
+            api.get("/"),
+            api.get("/static/app.js"),
+            api.get("/v1/units"),
+            anon.get("/healthz"),
+            anon.get("/v1/units"),  # a refusal too
+            api.get("/v1/units", headers={"Host": "evil.test"}),
+        ]
+    for r in responses:
+        assert r.headers["x-frame-options"] == "DENY", r.url
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
+        policy = r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy
+        assert "default-src 'self'" in policy
+        assert "unsafe-inline" not in policy
+    docs = api.get("/docs")
+    assert docs.status_code == 200
+    assert "frame-ancestors 'none'" in docs.headers["content-security-policy"]
+    assert docs.headers["x-frame-options"] == "DENY"
+
+
 def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
     r = api.post(
         "/v1/units", content=b"x" * (2 << 20), headers={"content-type": "application/json"}

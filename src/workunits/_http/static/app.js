@@ -17,7 +17,7 @@ const bar = (u) => {
   if (u.progress == null && !u.progress_message) return "";
   const ended = u.terminal;  // the server's is_terminal(): no status list here
   const fill = ended || u.progress == null ? "" :
-    `<span class="bar"><span style="width:${Math.round(u.progress * 100)}%"></span></span>`;
+    `<span class="bar"><span data-width="${Math.round(u.progress * 100)}"></span></span>`;
   const when = !ended && u.progress_at ? `<span class="age">${age(u.progress_at)} ago</span> ` : "";
   return `${fill}${when}<span class="msg">${esc(u.progress_message)}</span>`;
 };
@@ -35,9 +35,12 @@ async function refreshList() {
   const depth = {};
   if ($("#f-tree").checked) units = treeOrder(units, depth);
   $("#units tbody").innerHTML = units.map((u) => `<tr data-id="${esc(u.id)}" class="row-${esc(u.status)}">
-    <td class="id" style="padding-left:${8 + 18 * (depth[u.id] || 0)}px">${depth[u.id] ? "└ " : ""}${esc(u.id)}</td>
+    <td class="id" data-depth="${depth[u.id] || 0}">${depth[u.id] ? "└ " : ""}${esc(u.id)}</td>
     <td>${esc(u.kind)}</td><td class="status-${esc(u.status)}">${esc(u.expired ? "expired" : u.status)}</td>
     <td>${age(u.created_at)}</td><td class="progress">${bar(u)}</td><td class="desc">${esc(u.description)}</td></tr>`).join("");
+  // Sizes go through the CSSOM: the page's policy refuses inline style attributes.
+  for (const el of $("#units tbody").querySelectorAll("[data-width]")) el.style.width = `${el.dataset.width}%`;
+  for (const el of $("#units tbody").querySelectorAll("[data-depth]")) el.style.paddingLeft = `${8 + 18 * el.dataset.depth}px`;
   $("#conn").textContent = `live · ${page.next ? `the newest ${units.length}` : units.length} units`;
 }
 function treeOrder(units, depth) {  // parents before their children, children indented
