@@ -114,6 +114,26 @@ def test_every_response_refuses_framing_and_carries_a_content_security_policy(
     assert docs.headers["x-frame-options"] == "DENY"
 
 
+def test_the_login_cookie_is_only_for_this_servers_own_page(served: Served) -> None:
+    """Another page of the site (another port) cannot use it, nor claim a notice with it."""
+    with httpx.Client(base_url=served.url, timeout=10) as browser:
+        browser.get("/", params={"token": served.token})  # the cookie
+        own = {"Sec-Fetch-Site": "same-origin"}
+        assert browser.get("/v1/units", headers=own).status_code == 200
+        assert browser.get("/", headers={"Sec-Fetch-Site": "none"}).status_code == 200  # typed in
+        for site in ("same-site", "cross-site"):
+            r = browser.get("/v1/units", headers={"Sec-Fetch-Site": site})
+            assert r.status_code == 403, site
+            assert "login cookie" in r.json()["detail"]
+        # <img src=".../v1/notifications?lease=600">: a GET that would claim a notice.
+        for headers in ({}, own, {"Sec-Fetch-Site": "same-site"}):
+            r = browser.get("/v1/notifications", params={"lease": 600}, headers=headers)
+            assert r.status_code == 403, headers
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=10) as api:
+        nobody = {"parent": "bzzzzzzzz"}  # whose notices none are: nothing is taken here
+        assert api.get("/v1/notifications", params=nobody).status_code == 204
+
+
 def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
     r = api.post(
         "/v1/units", content=b"x" * (2 << 20), headers={"content-type": "application/json"}

@@ -10,7 +10,10 @@
   machine's host name, any of its own IP addresses, and the advertised URL's
   host (``serve --advertise``); any other name is still refused.
 - A request that carries ``Origin`` must come from this server's origin; a
-  state-changing request that authenticates with the cookie must carry it.
+  state-changing request that authenticates with the cookie must carry it. A
+  request that authenticates with the cookie must not be a cross-site or
+  same-site one (``Sec-Fetch-Site``: another port of this host is the same
+  site), and notices, which a GET claims, are never taken with the cookie.
 - Bodies are limited to ``MAX_BODY`` bytes, and must say their length.
 - Every response says it may not be framed (``frame-ancestors 'none'``,
   ``X-Frame-Options``: a page elsewhere cannot overlay the web view and take
@@ -227,6 +230,19 @@ class Guard:
         cookie = SimpleCookie(headers.get("cookie", ""))
         morsel = cookie.get(COOKIE)
         if morsel is not None and hmac.compare_digest(morsel.value.encode(), self._token):
+            # The cookie is sent by every page of the same site (another port of this
+            # host too): only this server's own page, or an address typed in, uses it.
+            site = headers.get("sec-fetch-site", "same-origin")
+            if site not in ("same-origin", "none"):
+                return 403, "Forbidden", f"a {site} request may not use the login cookie", []
+            if path.startswith("/v1/notifications"):
+                # GET claims a notice: a page's <img> would, without Fetch Metadata.
+                return (
+                    403,
+                    "Forbidden",
+                    "notices are claimed with Authorization: Bearer, not the login cookie",
+                    [],
+                )
             if scope["method"] not in SAFE_METHODS and origin is None:
                 return (
                     403,
