@@ -134,6 +134,24 @@ def test_the_login_cookie_is_only_for_this_servers_own_page(served: Served) -> N
         assert api.get("/v1/notifications", params=nobody).status_code == 204
 
 
+def test_each_server_on_a_host_has_its_own_login_cookie(
+    served: Served, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A browser sends a host's cookies to every port: logins must not clash or leak."""
+    other = Served(tmp_path_factory.mktemp("other") / "state")
+    try:
+        with httpx.Client(timeout=10) as browser:  # one cookie jar, as a browser has
+            for server in (served, other):
+                r = browser.get(f"{server.url}/", params={"token": server.token})
+                name, _, rest = r.headers["set-cookie"].partition("=")
+                assert name == f"workunits_token_{server.url.rsplit(':', 1)[1]}"
+                assert server.token not in rest  # the token never leaves for another port
+            for server in (served, other):  # logging into the second kept the first
+                assert browser.get(f"{server.url}/v1/units").status_code == 200
+    finally:
+        other.stop()
+
+
 def test_bodies_are_limited_and_validated(api: httpx.Client) -> None:
     r = api.post(
         "/v1/units", content=b"x" * (2 << 20), headers={"content-type": "application/json"}

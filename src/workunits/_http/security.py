@@ -3,7 +3,10 @@
 - The token is ``http.token`` in the state dir, made at the first start (0600,
   ``O_EXCL``: never overwritten, never read through a symlink). Every path but
   ``/healthz`` needs it, as ``Authorization: Bearer`` or as the cookie the web
-  view gets from ``/?token=...`` (HttpOnly, SameSite=Strict).
+  view gets from ``/?token=...`` (HttpOnly, SameSite=Strict). Browsers send a
+  host's cookies to all of its ports, so the cookie is named for the port
+  (servers on one host keep their logins apart) and holds a value derived
+  from the token, not the token: another port's server never sees a token.
 - ``Host`` must name the bound address (or localhost on a loopback bind): a DNS
   rebinding page reaches the port under a name of its own and is refused. A
   wildcard bind (``0.0.0.0``, ``::``) accepts the localhost names, the
@@ -123,6 +126,8 @@ class Guard:
         self._token = token.encode()
         self._tls = tls
         self.hosts: set[str] = set()
+        self._cookie = COOKIE  # named for the port once it is known (allow)
+        self._cookie_value = hmac.new(self._token, b"workunits web view", "sha256").hexdigest()
         # A wildcard bind's port: a Host that is one of this machine's IP addresses
         # with it is accepted (an address literal cannot be a rebinding page's name).
         self._any_address_port: int | None = None
@@ -134,6 +139,7 @@ class Guard:
         names = {host if ":" not in host else f"[{host}]"}
         if host in ("127.0.0.1", "::1", "localhost", *WILDCARDS):
             names.update(LOOPBACK_NAMES)
+        self._cookie = f"{COOKIE}_{port}"
         if host in WILDCARDS:
             self._any_address_port = port
             names.update({socket.gethostname(), socket.getfqdn()})
@@ -228,8 +234,8 @@ class Guard:
         ):
             return None
         cookie = SimpleCookie(headers.get("cookie", ""))
-        morsel = cookie.get(COOKIE)
-        if morsel is not None and hmac.compare_digest(morsel.value.encode(), self._token):
+        morsel = cookie.get(self._cookie)
+        if morsel is not None and hmac.compare_digest(morsel.value, self._cookie_value):
             # The cookie is sent by every page of the same site (another port of this
             # host too): only this server's own page, or an address typed in, uses it.
             site = headers.get("sec-fetch-site", "same-origin")
@@ -258,7 +264,7 @@ class Guard:
         if not hmac.compare_digest(offered.encode(), self._token):
             await _send_problem(send, 401, "Unauthorized", "that token is not this server's", [])
             return
-        cookie = f"{COOKIE}={self._token.decode()}; HttpOnly; SameSite=Strict; Path=/"
+        cookie = f"{self._cookie}={self._cookie_value}; HttpOnly; SameSite=Strict; Path=/"
         if self._tls:
             cookie += "; Secure"
         await send(
