@@ -7,6 +7,10 @@
   host's cookies to all of its ports, so the cookie is named for the port
   (servers on one host keep their logins apart) and holds a value derived
   from the token, not the token: another port's server never sees a token.
+- ``workunits ui --open`` hands the browser a one-time login code instead
+  (``/?login=...``, valid ``LOGIN_LIFETIME`` seconds, an HMAC under the
+  token), so the token is not on the browser's command line, where other
+  local users could read it.
 - ``Host`` must name the bound address (or localhost on a loopback bind): a DNS
   rebinding page reaches the port under a name of its own and is refused. A
   wildcard bind (``0.0.0.0``, ``::``) accepts the localhost names, the
@@ -38,6 +42,7 @@ import ipaddress
 import os
 import secrets
 import socket
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -73,6 +78,9 @@ SECURITY_HEADERS = (
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
 )
+
+LOGIN_LIFETIME = 60
+"""Seconds a login code from ``login_code`` may be exchanged for the cookie, once."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -113,6 +121,17 @@ def read_token(state_dir: Path) -> str:
     return token
 
 
+def login_code(token: str) -> str:
+    """A one-time code that logs a browser in within ``LOGIN_LIFETIME`` seconds."""
+    expiry = int(time.time()) + LOGIN_LIFETIME
+    nonce = secrets.token_urlsafe(12)
+    return f"{expiry}.{nonce}.{_login_mac(token.encode(), expiry, nonce)}"
+
+
+def _login_mac(token: bytes, expiry: int, nonce: str) -> str:
+    return hmac.new(token, f"workunits login {expiry} {nonce}".encode(), "sha256").hexdigest()
+
+
 def token_id(token: str) -> str:
     """A short public name for a token: the owner of its claims and leases is ``http:<id>``."""
     return hashlib.sha256(token.encode()).hexdigest()[:12]
@@ -132,6 +151,7 @@ class Guard:
         # with it is accepted (an address literal cannot be a rebinding page's name).
         self._any_address_port: int | None = None
         self._local: dict[str, bool] = {}  # IP literal -> whether it is this machine's
+        self._used: dict[str, int] = {}  # login code nonce -> its expiry: used once
 
     def allow(self, host: str, port: int) -> None:
         """Accept ``Host: host:port`` (and localhost names for a loopback bind; for a
@@ -208,6 +228,9 @@ class Guard:
             if "token" in query:
                 await self._hand_cookie(send, query["token"][0])
                 return
+            if "login" in query:
+                await self._hand_cookie_for_code(send, query["login"][0])
+                return
         await self.app(scope, receive, send)
 
     def _refusal(
@@ -226,7 +249,8 @@ class Guard:
         if "transfer-encoding" in headers:
             return 411, "LengthRequired", "send a Content-Length with the body", []
         path = scope["path"]
-        if path == "/healthz" or (path == "/" and b"token=" in scope.get("query_string", b"")):
+        query = scope.get("query_string", b"")
+        if path == "/healthz" or (path == "/" and (b"token=" in query or b"login=" in query)):
             return None
         auth = headers.get("authorization", "")
         if auth[:7].lower() == "bearer " and hmac.compare_digest(
@@ -260,10 +284,37 @@ class Guard:
         hint = "send Authorization: Bearer <the state dir's http.token>, or open `workunits ui`"
         return 401, "Unauthorized", hint, [(b"www-authenticate", b"Bearer")]
 
+    async def _hand_cookie_for_code(self, send: Send, code: str) -> None:
+        if not self._redeem(code):
+            detail = (
+                "that login code is not this server's, was used already, or expired: "
+                "run `workunits ui --open` again"
+            )
+            await _send_problem(send, 401, "Unauthorized", detail, [])
+            return
+        await self._send_cookie(send)
+
+    def _redeem(self, code: str) -> bool:
+        """Whether ``code`` is a live login code of this token, used now for the first time."""
+        expiry_text, _, rest = code.partition(".")
+        nonce, _, mac = rest.partition(".")
+        now = int(time.time())
+        if not expiry_text.isdigit() or not now <= int(expiry_text) <= now + LOGIN_LIFETIME:
+            return False
+        expected = _login_mac(self._token, int(expiry_text), nonce)
+        if not hmac.compare_digest(mac, expected) or nonce in self._used:
+            return False
+        self._used = {n: e for n, e in self._used.items() if e >= now}  # only live ones
+        self._used[nonce] = int(expiry_text)
+        return True
+
     async def _hand_cookie(self, send: Send, offered: str) -> None:
         if not hmac.compare_digest(offered.encode(), self._token):
             await _send_problem(send, 401, "Unauthorized", "that token is not this server's", [])
             return
+        await self._send_cookie(send)
+
+    async def _send_cookie(self, send: Send) -> None:
         cookie = f"{self._cookie}={self._cookie_value}; HttpOnly; SameSite=Strict; Path=/"
         if self._tls:
             cookie += "; Secure"
