@@ -171,3 +171,26 @@ def test_large_output_keeps_the_page_responsive_and_its_last_part(
     assert note.is_visible()
     assert f"workunits tail {work_id}" in note.inner_text()
     _kill(served, work_id)
+
+
+@pytest.mark.timeout(60)
+def test_an_unknown_unit_says_so(served: Served, page: Page) -> None:
+    _login(page, served)
+    page.goto(f"{served.url}/#/unit/bzzzzzzzz")
+    missing = page.locator("#u-missing")
+    missing.wait_for(state="visible", timeout=20_000)
+    assert "bzzzzzzzz" in missing.inner_text()
+    assert not page.locator("#b-kill").is_visible()
+
+
+@pytest.mark.timeout(90)
+def test_the_header_says_when_the_server_is_down(page: Page, tmp_path: Path) -> None:
+    server = Served(tmp_path / "state")
+    try:
+        _login(page, server)
+        conn = page.locator("#conn")
+        _until(lambda: conn.inner_text().startswith("live"))
+    finally:
+        server.stop()
+    _until(lambda: "unreachable" in conn.inner_text())
+    assert conn.get_attribute("class") == "down"

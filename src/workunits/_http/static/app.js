@@ -3,10 +3,19 @@
 "use strict";
 const $ = (s) => document.querySelector(s);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+// The header says whether the page is live, or what is wrong and since when.
+let downSince = null;
+const connOk = (text) => { downSince = null; $("#conn").textContent = text; $("#conn").className = "";
+  $("main").classList.remove("stale"); };
+const connBad = (text) => { downSince ||= new Date(); $("#conn").className = "down";
+  $("#conn").textContent = `${text} (since ${downSince.toLocaleTimeString()})`; $("main").classList.add("stale"); };
 const api = async (path, opts = {}) => {
-  const r = await fetch(path, {credentials: "same-origin", ...opts,
-    headers: {"content-type": "application/json", ...(opts.headers || {})}});
-  if (r.status === 401) { $("#conn").textContent = "not logged in: open the address `workunits ui` prints"; }
+  let r;
+  try {
+    r = await fetch(path, {credentials: "same-origin", ...opts,
+      headers: {"content-type": "application/json", ...(opts.headers || {})}});
+  } catch (e) { connBad("server unreachable: retrying"); throw e; }
+  if (r.status === 401) connBad("not logged in: open the address `workunits ui` prints");
   return r;
 };
 const age = (t) => { const s = Math.max(0, Date.now() / 1000 - t);
@@ -28,8 +37,9 @@ async function refreshList() {
   const params = new URLSearchParams({limit: String(SHOWN), order: "newest"});
   if ($("#f-status").value) params.set("status", $("#f-status").value);
   if ($("#f-kind").value) params.set("kind", $("#f-kind").value);
-  const r = await api(`/v1/units?${params}`);
-  if (!r.ok) return;
+  let r;
+  try { r = await api(`/v1/units?${params}`); } catch { return; }  // the header says so
+  if (!r.ok) { if (r.status !== 401) connBad(`the server answered ${r.status}`); return; }
   const page = await r.json();
   let units = page.items;  // newest first
   const depth = {};
@@ -41,7 +51,7 @@ async function refreshList() {
   // Sizes go through the CSSOM: the page's policy refuses inline style attributes.
   for (const el of $("#units tbody").querySelectorAll("[data-width]")) el.style.width = `${el.dataset.width}%`;
   for (const el of $("#units tbody").querySelectorAll("[data-depth]")) el.style.paddingLeft = `${8 + 18 * el.dataset.depth}px`;
-  $("#conn").textContent = `live · ${page.next ? `the newest ${units.length}` : units.length} units`;
+  connOk(`live · ${page.next ? `the newest ${units.length}` : units.length} units`);
 }
 function treeOrder(units, depth) {  // parents before their children, children indented
   const byParent = {}; const ids = new Set(units.map((u) => u.id)); const out = [];
@@ -61,16 +71,25 @@ async function openUnit(id) {
   closeUnit();
   $("#list-view").hidden = true; $("#unit-view").hidden = false;
   $("#u-title").textContent = id; $("#u-output").textContent = ""; $("#u-record").innerHTML = "";
+  $("#unit-view").classList.remove("missing"); $("#u-retain").textContent = "";
   const state = unitState = {id, source: null, lease: null, renew: null};
+  let known;
+  try { known = await showRecord(id); } catch {  // unreachable (the header says so): try again
+    setTimeout(() => { if (unitState === state) openUnit(id); }, 2000); return;
+  }
+  if (!known || unitState !== state) return;
   const held = await api(`/v1/units/${id}/retain`, {method: "POST", body: JSON.stringify({lease: 30})});
   if (held.ok && unitState === state) {
     state.lease = held.headers.get("location");
     $("#u-retain").textContent = "retained while open";
     state.renew = setInterval(() => renewRetain(state), 10000);
   } else if (held.ok) { api(held.headers.get("location"), {method: "DELETE"}); }
-  await showRecord(id);
   // EventSource reconnects by itself and sends Last-Event-ID: the stream resumes where it left.
   const source = state.source = new EventSource(`/v1/units/${id}/events`);
+  source.addEventListener("open", () => { if (unitState === state) connOk("live"); });
+  source.addEventListener("error", () => { if (unitState !== state) return;
+    if (source.readyState === EventSource.CLOSED) connBad("the event stream ended with an error: reload the page");
+    else connBad("server unreachable: reconnecting"); });
   const out = $("#u-output");
   let partial = "";  // an agent's output is its JSONL transcript: show what it printed
   const show = (text) => {
@@ -98,8 +117,9 @@ async function openUnit(id) {
     view.add(show(decoder.decode()));  // the bytes it held belong to what is gone
     const gap = document.createElement("span"); gap.className = "gap";
     gap.textContent = `[bytes ${d.from}-${d.to} are no longer kept]\n`; view.add(gap); });
-  for (const kind of ["status", "progress"]) source.addEventListener(kind, () => showRecord(id));
-  source.addEventListener("end", () => { source.close(); view.add(show(decoder.decode())); showRecord(id); });
+  const reshow = () => showRecord(id).catch(() => {});  // unreachable: the header says so
+  for (const kind of ["status", "progress"]) source.addEventListener(kind, reshow);
+  source.addEventListener("end", () => { source.close(); view.add(show(decoder.decode())); reshow(); });
 }
 
 // The output pane: text arrives as fast as the unit writes, so it is queued and
@@ -173,15 +193,24 @@ async function renewRetain(state) {
     }
   }
 }
+// The record on the unit's page; false (and why, in its place) when there is none.
 async function showRecord(id) {
   const r = await api(`/v1/units/${id}`);
-  if (!r.ok || !unitState || unitState.id !== id) return;
+  if (!unitState || unitState.id !== id) return false;
+  if ([400, 404, 410].includes(r.status)) {  // malformed, unknown, expired: say which
+    const problem = await r.json().catch(() => ({}));
+    $("#unit-view").classList.add("missing");
+    $("#u-missing").textContent = `${problem.title || r.status}: ${problem.detail || "no such unit"}`;
+    return false;
+  }
+  if (!r.ok) return false;
   const u = await r.json();
   unitState.transcript = ["agent", "workflow", "dream", "teammate", "remote"].includes(u.kind);
   const rows = [["status", u.expired ? "expired" : u.status], ["kind", u.kind], ["description", u.description],
     ["parent", u.parent], ["attempt", u.attempt], ["progress", u.progress == null ? "" : `${Math.round(u.progress * 100)}% ${u.progress_message}`],
     ["created", new Date(u.created_at * 1000).toLocaleString()], ["cause", u.cause], ["error", u.error], ["output bytes", u.output_bytes]];
   $("#u-record").innerHTML = rows.map(([k, v]) => `<dt>${k}</dt><dd data-field="${k}">${esc(v)}</dd>`).join("");
+  return true;
 }
 function closeUnit() {
   const state = unitState; unitState = null;
@@ -195,8 +224,8 @@ function closeUnit() {
 async function act(verb) {
   if (!unitState) return;
   const body = verb === "cancel" ? JSON.stringify({grace: 2}) : undefined;
-  await api(`/v1/units/${unitState.id}/${verb}`, {method: "POST", body});
-  showRecord(unitState.id);
+  try { await api(`/v1/units/${unitState.id}/${verb}`, {method: "POST", body}); } catch { return; }
+  showRecord(unitState.id).catch(() => {});
 }
 
 function route() {
