@@ -194,3 +194,18 @@ def test_the_header_says_when_the_server_is_down(page: Page, tmp_path: Path) -> 
         server.stop()
     _until(lambda: "unreachable" in conn.inner_text())
     assert conn.get_attribute("class") == "down"
+
+
+@pytest.mark.timeout(60)
+def test_one_long_description_wraps_inside_the_window(served: Served, page: Page) -> None:
+    long = "x" * 3000  # one word: nothing to break it at but anywhere
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
+        body = {"kind": "shell", "command": "true", "description": long}
+        work_id = api.post("/v1/units", json=body).json()["id"]
+    _login(page, served)
+    page.locator(f'tr[data-id="{work_id}"]').wait_for(timeout=20_000)
+    width: int = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1100  # the viewport's
+    page.goto(f"{served.url}/#/unit/{work_id}")
+    page.locator('dd[data-field="description"]').wait_for(timeout=20_000)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1100
