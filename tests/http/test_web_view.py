@@ -209,3 +209,19 @@ def test_one_long_description_wraps_inside_the_window(served: Served, page: Page
     page.goto(f"{served.url}/#/unit/{work_id}")
     page.locator('dd[data-field="description"]').wait_for(timeout=20_000)
     assert page.evaluate("document.documentElement.scrollWidth") <= 1100
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_units_traceback_keeps_its_lines(served: Served, page: Page) -> None:
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
+        body = {"kind": "agent", "target": "tests.http.units:boom", "args": ["it broke"]}
+        work_id = api.post("/v1/units", json=body).json()["id"]
+        api.get(f"/v1/units/{work_id}/result", params={"wait": 30})
+    _login(page, served)
+    page.goto(f"{served.url}/#/unit/{work_id}")
+    error = page.locator('dd[data-field="error"]')
+    _until(lambda: "it broke" in error.inner_text())
+    lines = error.inner_text().splitlines()
+    assert lines[0] == "ValueError: it broke", lines[:2]
+    assert "Traceback (most recent call last):" in lines
+    assert len(lines) > 3
