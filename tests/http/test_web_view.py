@@ -225,3 +225,39 @@ def test_a_failed_units_traceback_keeps_its_lines(served: Served, page: Page) ->
     assert lines[0] == "ValueError: it broke", lines[:2]
     assert "Traceback (most recent call last):" in lines
     assert len(lines) > 3
+
+
+@pytest.mark.timeout(90)
+def test_rows_are_links_reached_by_tab_and_a_selected_id_survives_refreshes(
+    served: Served, page: Page
+) -> None:
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=30) as api:
+        body = {"kind": "agent", "target": "tests.http.units:ticker", "args": [400, 0.1]}
+        work_id = api.post("/v1/units", json=body).json()["id"]
+    _login(page, served)
+    link = page.locator(f'tr[data-id="{work_id}"] a[href="#/unit/{work_id}"]')
+    link.wait_for(timeout=20_000)
+    bar = page.locator(f'tr[data-id="{work_id}"] [role="progressbar"]')
+    bar.wait_for(timeout=20_000)
+    assert page.locator("#conn").get_attribute("aria-live") == "polite"
+    # Select the ID, as someone copying it does, and mark the row's element.
+    page.evaluate(
+        """id => { const a = document.querySelector(`tr[data-id="${id}"] a`);
+        a.closest("tr").marked = true;
+        const range = document.createRange(); range.selectNodeContents(a);
+        getSelection().removeAllRanges(); getSelection().addRange(range); }""",
+        work_id,
+    )
+    first = bar.get_attribute("aria-valuenow")
+    _until(lambda: bar.get_attribute("aria-valuenow") != first)  # refreshed since
+    assert page.evaluate("getSelection().toString()") == work_id
+    assert page.evaluate(f"document.querySelector('tr[data-id=\"{work_id}\"]').marked")
+    for _ in range(50):  # the keyboard reaches the row's link
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.getAttribute('href')") == f"#/unit/{work_id}":
+            break
+    else:
+        pytest.fail("Tab never reached the unit's link")
+    page.keyboard.press("Enter")
+    _until(lambda: page.url.endswith(f"#/unit/{work_id}"))
+    _kill(served, work_id)

@@ -5,10 +5,11 @@ const $ = (s) => document.querySelector(s);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 // The header says whether the page is live, or what is wrong and since when.
 let downSince = null;
-const connOk = (text) => { downSince = null; $("#conn").textContent = text; $("#conn").className = "";
+const say = (text) => { if ($("#conn").textContent !== text) $("#conn").textContent = text; };
+const connOk = (text) => { downSince = null; say(text); $("#conn").className = "";
   $("main").classList.remove("stale"); };
 const connBad = (text) => { downSince ||= new Date(); $("#conn").className = "down";
-  $("#conn").textContent = `${text} (since ${downSince.toLocaleTimeString()})`; $("main").classList.add("stale"); };
+  say(`${text} (since ${downSince.toLocaleTimeString()})`); $("main").classList.add("stale"); };
 const api = async (path, opts = {}) => {
   let r;
   try {
@@ -26,7 +27,8 @@ const bar = (u) => {
   if (u.progress == null && !u.progress_message) return "";
   const ended = u.terminal;  // the server's is_terminal(): no status list here
   const fill = ended || u.progress == null ? "" :
-    `<span class="bar"><span data-width="${Math.round(u.progress * 100)}"></span></span>`;
+    `<span class="bar" role="progressbar" aria-label="progress" aria-valuemin="0" aria-valuemax="100" ` +
+    `aria-valuenow="${Math.round(u.progress * 100)}"><span data-width="${Math.round(u.progress * 100)}"></span></span>`;
   const when = !ended && u.progress_at ? `<span class="age">${age(u.progress_at)} ago</span> ` : "";
   return `${fill}${when}<span class="msg">${esc(u.progress_message)}</span>`;
 };
@@ -44,14 +46,46 @@ async function refreshList() {
   let units = page.items;  // newest first
   const depth = {};
   if ($("#f-tree").checked) units = treeOrder(units, depth);
-  $("#units tbody").innerHTML = units.map((u) => `<tr data-id="${esc(u.id)}" class="row-${esc(u.status)}">
-    <td class="id" data-depth="${depth[u.id] || 0}">${depth[u.id] ? "└ " : ""}${esc(u.id)}</td>
-    <td>${esc(u.kind)}</td><td class="status-${esc(u.status)}">${esc(u.expired ? "expired" : u.status)}</td>
-    <td>${age(u.created_at)}</td><td class="progress">${bar(u)}</td><td class="desc">${esc(u.description)}</td></tr>`).join("");
-  // Sizes go through the CSSOM: the page's policy refuses inline style attributes.
-  for (const el of $("#units tbody").querySelectorAll("[data-width]")) el.style.width = `${el.dataset.width}%`;
-  for (const el of $("#units tbody").querySelectorAll("[data-depth]")) el.style.paddingLeft = `${8 + 18 * el.dataset.depth}px`;
+  showRows(units, depth);
   connOk(`live · ${page.next ? `the newest ${units.length}` : units.length} units`);
+}
+// The table is updated in place: a row per unit, kept while the unit is shown,
+// and a cell is rewritten only when what it shows changed, so a selection (an
+// ID being copied) and the keyboard focus survive the refreshes.
+const rows = new Map();  // unit ID -> its <tr>
+function showRows(units, depth) {
+  const tbody = $("#units tbody");
+  const shown = new Set();
+  let prev = null;
+  for (const u of units) {
+    shown.add(u.id);
+    let tr = rows.get(u.id);
+    if (!tr) { tr = newRow(u.id); rows.set(u.id, tr); }
+    fillRow(tr, u, depth[u.id] || 0);
+    const at = prev ? prev.nextSibling : tbody.firstChild;
+    if (at !== tr) tbody.insertBefore(tr, at);
+    prev = tr;
+  }
+  for (const [id, tr] of rows) if (!shown.has(id)) { tr.remove(); rows.delete(id); }
+}
+function newRow(id) {
+  const tr = document.createElement("tr"); tr.dataset.id = id;
+  tr.innerHTML = `<td class="id"><span class="branch"></span><a href="#/unit/${esc(id)}">${esc(id)}</a></td>` +
+    "<td></td><td></td><td></td><td class=\"progress\"></td><td class=\"desc\"></td>";
+  return tr;
+}
+const setCell = (td, html) => { if (td.dataset.html !== html) { td.innerHTML = html; td.dataset.html = html; return true; } return false; };
+function fillRow(tr, u, depth) {
+  const [id, kind, status, made, progress, desc] = tr.cells;
+  tr.className = `row-${u.status}`;
+  id.style.paddingLeft = `${8 + 18 * depth}px`;  // the CSSOM: the policy refuses style attributes
+  setCell(id.firstChild, depth ? "└ " : "");
+  setCell(kind, esc(u.kind));
+  status.className = `status-${u.status}`;
+  setCell(status, esc(u.expired ? "expired" : u.status));
+  setCell(made, age(u.created_at));
+  if (setCell(progress, bar(u))) for (const el of progress.querySelectorAll("[data-width]")) el.style.width = `${el.dataset.width}%`;
+  setCell(desc, esc(u.description));
 }
 function treeOrder(units, depth) {  // parents before their children, children indented
   const byParent = {}; const ids = new Set(units.map((u) => u.id)); const out = [];
@@ -236,8 +270,9 @@ function route() {
   $("#list-view").hidden = false; $("#unit-view").hidden = true;
   refreshList(); listTimer = setInterval(refreshList, 500);
 }
+// A click anywhere on a row opens it, unless it ends a text selection (copying an ID).
 $("#units tbody").addEventListener("click", (e) => { const tr = e.target.closest("tr[data-id]");
-  if (tr) location.hash = `#/unit/${tr.dataset.id}`; });
+  if (tr && !e.target.closest("a") && !String(getSelection())) location.hash = `#/unit/${tr.dataset.id}`; });
 for (const f of ["#f-status", "#f-kind", "#f-tree"]) $(f).addEventListener("change", refreshList);
 $("#b-cancel").addEventListener("click", () => act("cancel"));
 $("#b-kill").addEventListener("click", () => act("kill"));
