@@ -108,6 +108,14 @@ def test_table_progress_output_cancel_and_retain(
         _until(lambda: work_id not in ledger_client.ledger.retained([work_id]))
 
 
+def _pumping_until(page: Page, check: Callable[[], bool], timeout: float = 20.0) -> None:
+    """``_until`` for checks of page events, which Playwright delivers while it waits."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        page.wait_for_timeout(50)
+
+
 def _login(page: Page, served: Served) -> None:
     page.goto(f"{served.url}/?token={served.token}")  # sets the cookie, redirects to /
 
@@ -261,3 +269,31 @@ def test_rows_are_links_reached_by_tab_and_a_selected_id_survives_refreshes(
     page.keyboard.press("Enter")
     _until(lambda: page.url.endswith(f"#/unit/{work_id}"))
     _kill(served, work_id)
+
+
+@pytest.mark.timeout(60)
+def test_the_list_is_polled_once_a_second_and_not_while_the_tab_is_hidden(
+    served: Served, page: Page
+) -> None:
+    lists: list[str] = []
+    page.on("request", lambda r: lists.append(r.url) if "/v1/units?" in r.url else None)
+    _login(page, served)
+    page.locator("#conn").wait_for(timeout=20_000)
+    _pumping_until(page, lambda: len(lists) >= 2)
+    assert all("order=newest" in url and "limit=500" in url for url in lists)
+    count = len(lists)
+    page.wait_for_timeout(3000)  # a rate is counted over a window of time
+    assert len(lists) - count <= 4  # about one a second (it was two)
+    page.evaluate(
+        """() => { Object.defineProperty(document, "hidden", {value: true, configurable: true});
+        document.dispatchEvent(new Event("visibilitychange")); }"""
+    )
+    count = len(lists)
+    page.wait_for_timeout(3000)
+    assert len(lists) - count <= 1  # at most the one already under way
+    page.evaluate(
+        """() => { Object.defineProperty(document, "hidden", {value: false, configurable: true});
+        document.dispatchEvent(new Event("visibilitychange")); }"""
+    )
+    count = len(lists)
+    _pumping_until(page, lambda: len(lists) > count, 5)  # shown again: it refreshes at once

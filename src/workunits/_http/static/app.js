@@ -33,8 +33,22 @@ const bar = (u) => {
   return `${fill}${when}<span class="msg">${esc(u.progress_message)}</span>`;
 };
 
+// The list is polled, one request at a time: every second while the tab is seen,
+// every two while the server does not answer, and not at all while the tab is
+// hidden (it refreshes the moment it is shown again). Each poll asks for the
+// page the table shows, no more.
 let listTimer = null;
+const POLL = 1000;
 const SHOWN = 500;  // rows in the table: the newest units
+const listShown = () => $("#unit-view").hidden;
+function pollListIn(delay) { clearTimeout(listTimer); listTimer = setTimeout(pollList, delay); }
+async function pollList() {
+  if (document.hidden || !listShown()) return;
+  try { await refreshList(); } finally { if (listShown() && !document.hidden) pollListIn(downSince ? 2 * POLL : POLL); }
+}
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) clearTimeout(listTimer); else if (listShown()) pollListIn(0);
+});
 async function refreshList() {
   const params = new URLSearchParams({limit: String(SHOWN), order: "newest"});
   if ($("#f-status").value) params.set("status", $("#f-status").value);
@@ -264,11 +278,11 @@ async function act(verb) {
 
 function route() {
   const m = location.hash.match(/^#\/unit\/([a-z][0-9a-z]{8})$/);
-  clearInterval(listTimer);
-  if (m) { openUnit(m[1]); return; }
+  clearTimeout(listTimer);
+  if (m) { $("#unit-view").hidden = false; openUnit(m[1]); return; }
   closeUnit();
   $("#list-view").hidden = false; $("#unit-view").hidden = true;
-  refreshList(); listTimer = setInterval(refreshList, 500);
+  pollListIn(0);
 }
 // A click anywhere on a row opens it, unless it ends a text selection (copying an ID).
 $("#units tbody").addEventListener("click", (e) => { const tr = e.target.closest("tr[data-id]");
