@@ -454,6 +454,23 @@ def test_notifications_claim_ack_release(api: httpx.Client) -> None:
     assert api.get("/v1/notifications").status_code == 204
 
 
+def test_a_claimed_notice_is_acknowledged_by_id_alone(api: httpx.Client) -> None:
+    """``POST /v1/notifications/{id}/ack`` as the API names it: the claim's token is
+    optional for a caller with the API's token."""
+    unit = _submit(api, {"kind": "shell", "command": "true"}).json()
+    _result(api, unit["id"])
+    unclaimed = api.post(f"/v1/notifications/{unit['id']}/ack")
+    assert unclaimed.status_code == 409  # claim it first
+    for _ in range(500):  # earlier tests' notices first, each acknowledged by ID
+        claim = api.get("/v1/notifications", params={"wait": 20})
+        assert claim.status_code == 200
+        assert api.post(f"/v1/notifications/{claim.json()['id']}/ack").status_code == 200
+        if claim.json()["id"] == unit["id"]:
+            break
+    again = api.post(f"/v1/notifications/{unit['id']}/ack")
+    assert again.status_code == 409  # acknowledged already: never delivered again
+
+
 def test_metrics(api: httpx.Client) -> None:
     unit = _submit(api, {"kind": "shell", "command": "true"}).json()
     _result(api, unit["id"])  # ended: an end to count, whichever test ran before

@@ -445,10 +445,17 @@ def _notices(backend: Backend, owner: str) -> APIRouter:
         return JSONResponse(_notice_out(claim).model_dump(), headers={"Location": location})
 
     @r.post("/{work_id}/ack")
-    async def ack(work_id: str, body: TokenBody) -> Response:
-        """Acknowledge: no consumer receives this notice again. 409 if the claim was lost."""
-        if not await backend.ack(work_id, body.token):
-            return problems.problem(409, "ClaimLost", f"the claim on {work_id}'s notice is gone")
+    async def ack(work_id: str, body: TokenBody | None = None) -> Response:
+        """Acknowledge: no consumer receives this notice again. 409 if the claim was lost.
+
+        With the claim's ``token`` (its body), only that claim acknowledges; without
+        one, the notice's claim, whoever holds it (a caller with the API's token may
+        end any). A notice nobody claimed is claimed first (GET), then acknowledged.
+        """
+        if not await backend.ack(work_id, None if body is None else body.token):
+            return problems.problem(
+                409, "ClaimLost", f"{work_id}'s notice is not claimed (or no longer)"
+            )
         return JSONResponse({"acknowledged": True})
 
     @r.put("/{work_id}/claims/{token}")

@@ -268,7 +268,7 @@ class Backend:
     async def claim(self, parent: str | None, owner: str, lease: float) -> NoticeClaim | None:
         return await _run(self.sup.remote_consumers.claim, parent, owner, lease)
 
-    async def ack(self, work_id: str, token: str) -> bool:
+    async def ack(self, work_id: str, token: str | None) -> bool:
         return await _run(self.sup.remote_consumers.ack, work_id, token)
 
     async def release_claim(self, work_id: str, token: str) -> bool:

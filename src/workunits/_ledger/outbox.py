@@ -114,15 +114,18 @@ def _release_dead(conn: Connection, now: float) -> int:
     return len(dead)
 
 
-def ack(db: Database, work_id: str, token: str, now: float) -> bool:
-    """Acknowledge the notice claimed with ``token``; False if that claim is no longer held."""
+def ack(db: Database, work_id: str, token: str | None, now: float) -> bool:
+    """Acknowledge the notice claimed with ``token`` (None: by whichever claim holds it);
+    False if that claim is no longer held (or, with None, none is)."""
     _ids.validate(work_id)
+    held = "claimed_by IS NOT NULL" if token is None else "claimed_by = ?"
+    params = (now, work_id) if token is None else (now, work_id, token)
     # Fully synced: an acknowledged notice must never be delivered again.
     with db.write(durable=True) as conn:
         cursor = conn.execute(
-            "UPDATE notifications SET delivered_at = ?, claim_until = NULL "
-            "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
-            (now, work_id, token),
+            "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
+            f"WHERE id = ? AND {held} AND delivered_at IS NULL",
+            params,
         )
         return cursor.rowcount == 1
 

@@ -868,8 +868,9 @@ class Ledger:
         """Hand back the claims of consumers that died (process gone, lease lapsed); how many."""
         return outbox.release_dead(self._db, self._clock.now())
 
-    def ack_notice(self, work_id: str, token: str) -> bool:
-        """Acknowledge a claimed notice; False if the claim was lost (it lapsed or was released)."""
+    def ack_notice(self, work_id: str, token: str | None) -> bool:
+        """Acknowledge a claimed notice (``token`` None: whoever claimed it); False if the
+        claim was lost (it lapsed or was released)."""
         return outbox.ack(self._db, work_id, token, self._clock.now())
 
     def release_notice(self, work_id: str, token: str) -> bool:

@@ -47,7 +47,7 @@ class RemoteConsumers:
             return None
         return NoticeClaim(claimed.notice, claimed.token, seconds)
 
-    def ack(self, work_id: str, token: str) -> bool:
+    def ack(self, work_id: str, token: str | None) -> bool:
         _ids.validate(work_id)
         return self._ledger.ack_notice(work_id, token)
 
