@@ -554,6 +554,26 @@ def test_checkpoints_are_events(api: httpx.Client) -> None:
     assert len(seqs) == len(set(seqs))  # each checkpoint has its own place in the journal
 
 
+def test_a_follower_that_comes_late_gets_the_last_checkpoint_in_its_snapshot(
+    api: httpx.Client,
+) -> None:
+    unit = _submit(
+        api, {"kind": "agent", "target": "tests.http.units:saver", "args": [3, 0.05]}
+    ).json()
+    assert _result(api, unit["id"]).json()["value"] == 3
+    # No cursor: a snapshot of how the unit is now, its last checkpoint with it.
+    with api.stream("GET", f"/v1/units/{unit['id']}/events") as r:
+        seen = []
+        for event in _sse(r.iter_lines()):
+            seen.append(event)
+            if event[0] == "end":
+                break
+    kinds = [e[0] for e in seen]
+    assert kinds[0] == "status"
+    (checkpoint,) = [e[2] for e in seen if e[0] == "checkpoint"]
+    assert checkpoint["bytes"] > 10_000  # the last one saved: too large to inline
+
+
 def test_events_after_the_end_replay_the_tail_with_a_gap(api: httpx.Client) -> None:
     big = 100_000
     unit = _submit(

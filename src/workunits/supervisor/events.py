@@ -287,6 +287,11 @@ class EventFeed:
             if record.progress is not None or record.progress_message:
                 data = {"value": record.progress, "message": record.progress_message}
                 events.append(UnitEvent("progress", Cursor(seq, offset, attempt), data))
+            # What it saved last, as a follower there all along saw it: a snapshot
+            # is how the unit is now, its checkpoint included.
+            last = next((c for c in reversed(changes) if c[1] == "checkpoint"), None)
+            if last is not None:
+                events.append(UnitEvent("checkpoint", Cursor(seq, offset, attempt), last[2]))
         else:
             seq = after.seq
             for number, kind, data in changes:
