@@ -22,6 +22,7 @@ from .retry_jobs import (
     child_then_fail,
     children_with_options,
     fail_until,
+    go_quiet,
     raise_value_error,
     start_a_keyed_child,
 )
@@ -217,3 +218,21 @@ def test_a_later_attempt_sees_the_end_of_a_child_an_earlier_attempt_started(
     unit = sup.agent(child_then_fail, take_in_first, retry=policy)
     expected = None if take_in_first else [True, True]
     assert sup.result(unit.id, timeout=60) == {"waited": "completed", "notice": expected}
+
+
+def test_a_clients_submit_takes_retry_and_stall_after(sup: wu.Supervisor, tmp_path: Path) -> None:
+    """Issue 17's options on every submit: through the ledger client too."""
+    gate = tmp_path / "gate"
+    with wu.connect(sup.state_dir) as client:
+        flaky = client.agent(fail_until, 2, retry=wu.Retry(initial=0.01, jitter=False))
+        quiet = client.agent(go_quiet, str(gate), stall_after=0.2)
+        assert client.result(flaky.id, timeout=60) == 2
+        assert client.row(flaky.id).attempt == 2
+        stalls = sup.notifications()
+        while not isinstance(event := stalls.get(timeout=30), wu.StallEvent):
+            pass  # the flaky unit's notice comes first, or not
+        assert event.id == quiet.id
+        gate.write_text("went on")
+        assert client.result(quiet.id, timeout=60) == "went on"
+        with pytest.raises(wu.SpecError, match="disagree"):
+            client.agent(fail_until, 2, max_attempts=2, retry=wu.Retry(max_attempts=3))

@@ -45,7 +45,7 @@ from workunits._ledger.unreadable import Unreadable
 from workunits._record import WorkRecord
 from workunits._remote_output import RemoteOutput
 from workunits._retain import HeldRetains, Retain
-from workunits._retry import SPEC_NOT_KEPT, check_retryable
+from workunits._retry import SPEC_NOT_KEPT, Retry, check_retry, check_retryable
 from workunits._seconds import seconds, wait_timeout
 from workunits._status import Status, is_terminal
 from workunits._wire import shell_log
@@ -63,7 +63,13 @@ from workunits._wire.specs import (
     check_limits,
     durable_options,
 )
-from workunits._wire.submits import check_not_before, check_submit, check_timeout
+from workunits._wire.submits import (
+    check_attempts,
+    check_not_before,
+    check_stall_after,
+    check_submit,
+    check_timeout,
+)
 
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient
@@ -251,6 +257,8 @@ class Client:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
     ) -> ClientHandle:
@@ -278,7 +286,15 @@ class Client:
         durable = shell_to_durable(spec, check_timeout(timeout))
         name = spec.describe() if description is None else description
         return self._submit(
-            "b", "shell", durable, name, key=key, max_attempts=None, not_before=not_before
+            "b",
+            "shell",
+            durable,
+            name,
+            key=key,
+            max_attempts=None,
+            not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def agent(
@@ -292,6 +308,8 @@ class Client:
         memory_limit: int | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Submit ``fn(*args, **kwargs)`` as an ``a`` unit (pending until ``not_before``, if given).
@@ -315,6 +333,8 @@ class Client:
             memory_limit=memory_limit,
             output_cap=output_cap,
             not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def workflow(
@@ -327,6 +347,8 @@ class Client:
         max_attempts: int | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Submit ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
@@ -347,6 +369,8 @@ class Client:
             memory_limit=memory_limit,
             output_cap=DEFAULT_OUTPUT_CAP,
             not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def _call_unit(
@@ -364,6 +388,8 @@ class Client:
         memory_limit: int | None,
         output_cap: int,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
     ) -> ClientHandle:
         if isinstance(fn, str):
             check_limits(memory_limit, output_cap)
@@ -381,7 +407,15 @@ class Client:
         if description is not None:
             name = description
         return self._submit(
-            letter, kind, durable, name, key=key, max_attempts=max_attempts, not_before=not_before
+            letter,
+            kind,
+            durable,
+            name,
+            key=key,
+            max_attempts=max_attempts,
+            not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     def _submit(
@@ -394,8 +428,13 @@ class Client:
         key: str | None,
         max_attempts: int | None,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
     ) -> ClientHandle:
         check_submit(description=description, key=key, max_attempts=max_attempts)
+        # One attempt counter for retries and resumes, as Starts.register keeps it.
+        max_attempts = check_attempts(check_retry(retry), max_attempts)
+        stall_after = check_stall_after(stall_after)
         start_at = check_not_before(not_before, self._clock.now())
         work_id = _ids.mint(letter)
         stored = self.ledger.encode_spec(durable, work_id)
@@ -414,6 +453,8 @@ class Client:
             session=None,
             output_path=str(self.state_dir / "output" / f"{work_id}.out"),
             not_before=start_at,
+            retry=retry,
+            stall_after=stall_after,
         )
         row, created = self.ledger.submit(new)
         return ClientHandle(self, row.id, created=created)
@@ -689,6 +730,8 @@ class Client:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
     ) -> ClientHandle:
@@ -705,6 +748,8 @@ class Client:
             output_cap=output_cap,
             on_lost=on_lost,
             not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
             log=log,
             keep_output=keep_output,
         )
@@ -720,6 +765,8 @@ class Client:
         memory_limit: int | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Like ``agent`` without blocking the event loop (pickled and submitted on a
@@ -738,6 +785,8 @@ class Client:
             memory_limit=memory_limit,
             output_cap=output_cap,
             not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     async def workflow_async(
@@ -750,6 +799,8 @@ class Client:
         max_attempts: int | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> ClientHandle:
         """Like ``workflow`` without blocking the event loop."""
@@ -767,6 +818,8 @@ class Client:
             memory_limit=memory_limit,
             output_cap=DEFAULT_OUTPUT_CAP,
             not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
         )
 
     async def get_async(self, work_id: str) -> WorkRecord:

@@ -55,6 +55,7 @@ from workunits._errors import (
 from workunits._ledger.retains import check_lease
 from workunits._record import Notification, WorkRecord
 from workunits._retain import HeldRetains, Retain
+from workunits._retry import Retry, check_retry
 from workunits._seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 from workunits._status import Reason, Status
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
@@ -215,6 +216,30 @@ def _call_options(  # noqa: PLR0917 - the submit options, passed on in one place
         "output_cap": None if output_cap == DEFAULT_OUTPUT_CAP else output_cap,
         "not_before": _not_before(not_before),
         "kwargs": kwargs,
+    }
+
+
+def _policy(retry: Retry | None, stall_after: float | None) -> dict[str, Any]:
+    """``retry`` and ``stall_after`` as ``POST /v1/units`` takes them."""
+    return {"retry": _retry_body(retry), "stall_after": stall_after}
+
+
+def _retry_body(retry: Retry | None) -> dict[str, Any] | None:
+    if check_retry(retry) is None:
+        return None
+    assert retry is not None
+    if tuple(retry.on) != (Exception,):
+        raise SpecError(
+            "over HTTP a Retry retries any exception (or exit_codes): its on= names Python "
+            "types the server cannot take; drop on=, or submit with the Python API on the host"
+        )
+    return {
+        "max_attempts": retry.max_attempts,
+        "backoff": retry.backoff,
+        "initial": retry.initial,
+        "max_delay": retry.max_delay,
+        "jitter": retry.jitter,
+        "exit_codes": None if retry.exit_codes is None else list(retry.exit_codes),
     }
 
 
@@ -381,6 +406,8 @@ class HttpClient:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
         parent: str | None = None,
@@ -395,6 +422,7 @@ class HttpClient:
             "description": description,
             "not_before": _not_before(not_before),
             "parent": parent,
+            **_policy(retry, stall_after),
         }
         return self._submit(_shell_body(cmd, options), key)
 
@@ -409,12 +437,14 @@ class HttpClient:
         memory_limit: int | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> HttpHandle:
         """Submit ``fn`` (importable, or ``"module:qualname"``) with JSON arguments."""
         options = _call_options(
             description, timeout, max_attempts, memory_limit, output_cap, not_before, kwargs
-        )
+        ) | _policy(retry, stall_after)
         return self._submit(_call_body("agent", fn, args, options), key)
 
     def workflow(
@@ -427,12 +457,14 @@ class HttpClient:
         max_attempts: int | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> HttpHandle:
         """Submit a workflow (``w``), named like an agent."""
         options = _call_options(
             description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
-        )
+        ) | _policy(retry, stall_after)
         return self._submit(_call_body("workflow", fn, args, options), key)
 
     def _submit(self, body: dict[str, Any], key: str | None) -> HttpHandle:
@@ -452,6 +484,8 @@ class HttpClient:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         on_lost: str = "fail",
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
         parent: str | None = None,
@@ -463,6 +497,7 @@ class HttpClient:
             "description": description,
             "not_before": _not_before(not_before),
             "parent": parent,
+            **_policy(retry, stall_after),
         }
         return await self._submit_async(_shell_body(cmd, options), key)
 
@@ -477,12 +512,14 @@ class HttpClient:
         memory_limit: int | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> HttpHandle:
         """Like ``agent`` without blocking the event loop."""
         options = _call_options(
             description, timeout, max_attempts, memory_limit, output_cap, not_before, kwargs
-        )
+        ) | _policy(retry, stall_after)
         return await self._submit_async(_call_body("agent", fn, args, options), key)
 
     async def workflow_async(
@@ -495,12 +532,14 @@ class HttpClient:
         max_attempts: int | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
         **kwargs: Any,
     ) -> HttpHandle:
         """Like ``workflow`` without blocking the event loop."""
         options = _call_options(
             description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
-        )
+        ) | _policy(retry, stall_after)
         return await self._submit_async(_call_body("workflow", fn, args, options), key)
 
     async def _submit_async(self, body: dict[str, Any], key: str | None) -> HttpHandle:

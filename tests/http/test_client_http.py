@@ -244,3 +244,18 @@ def test_a_relative_log_is_taken_from_the_callers_directory(
     assert handle.wait(timeout=30).status is wu.Status.COMPLETED
     assert (tmp_path / "mine.log").read_bytes() == b"logged\n"
     assert b"".join(handle.stream()) == b"logged\n"
+
+
+def test_retry_and_stall_after_travel_with_a_submit(served: Served, tmp_path: Path) -> None:
+    policy = wu.Retry(max_attempts=3, initial=0.01, jitter=False, exit_codes=(3,))
+    marker = tmp_path / "ran-once"
+    with wu.connect(served.url, token=served.token) as client:
+        flaky = client.shell(f"test -e {marker} || {{ touch {marker}; exit 3; }}", retry=policy)
+        record = client.wait(flaky.id, timeout=30)
+        assert (record.status, record.attempt) == (wu.Status.COMPLETED, 2)
+        quiet = client.shell("sleep 30", stall_after=0.5)
+        with wu.connect(served.state_dir) as ledger:
+            assert ledger.row(quiet.id).stall_after == 0.5
+        client.kill(quiet.id)
+        with pytest.raises(wu.SpecError, match="on= names Python types"):
+            client.agent("tests.http.units:add", 1, 2, retry=wu.Retry(on=(TimeoutError,)))

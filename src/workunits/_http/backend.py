@@ -97,6 +97,7 @@ class Backend:
             "key": key,
             "retry": retry,
             "not_before": body.not_before,
+            "stall_after": body.stall_after,
         }
         if isinstance(body, ShellSubmit):
             cmd: str | list[str] = (

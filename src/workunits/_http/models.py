@@ -59,6 +59,11 @@ class _Options(_Strict):
         "with its offset (e.g. 2026-01-01T03:00:00Z)",
     )
     retry: RetryBody | None = None
+    stall_after: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description="Send the parent a stalled event after this many seconds without "
+        "progress, output or checkpoint",
+    )
 
 
 class ShellSubmit(_Options):
@@ -185,7 +190,7 @@ class ScheduleBody(_Strict):
 
     ``cron``: minute hour day-of-month month day-of-week (a sixth field is
     seconds), read in ``tz``. The unit takes no ``parent``, ``retry``,
-    ``not_before``, ``cwd``, ``env``, ``on_lost``, ``log``, ``keep_output``,
+    ``not_before``, ``stall_after``, ``cwd``, ``env``, ``on_lost``, ``log``, ``keep_output``,
     ``memory_limit`` or ``output_cap``.
     """
 
@@ -197,7 +202,8 @@ class ScheduleBody(_Strict):
     @model_validator(mode="after")
     def _plain_unit(self) -> ScheduleBody:
         u = self.unit
-        given = [n for n in ("parent", "retry", "not_before") if getattr(u, n) is not None]
+        plain = ("parent", "retry", "not_before", "stall_after")
+        given = [n for n in plain if getattr(u, n) is not None]
         if isinstance(u, ShellSubmit):
             shell_only = ("cwd", "env", "output_cap", "on_lost", "log", "keep_output")
             given += [n for n in shell_only if getattr(u, n) is not None]
