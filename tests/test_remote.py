@@ -42,17 +42,21 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster() -> Iterator[None]:
+    # Short: Ray's socket paths must fit AF_UNIX's 107 bytes, and pytest's own temp
+    # dirs grow with every run (pytest-1029/popen-gw1/... did not fit).
+    ray_dir = tempfile.mkdtemp(prefix="wu-ray-")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
         logging_level=logging.WARNING,
         configure_logging=False,
-        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+        _temp_dir=ray_dir,
     )
     yield
     ray.shutdown()
+    shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 @pytest.fixture
