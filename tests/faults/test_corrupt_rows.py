@@ -190,6 +190,11 @@ def test_a_running_unit_whose_checkpoint_file_is_gone_fails_lost_naming_it(
         assert f"unit {work_id}: its checkpoint cannot be read" in error
         assert f"the value file {checkpoint} is missing" in error
         logged_once(caplog, work_id, "its checkpoint cannot be read", "delete that unit's row")
+        # Ended, its checkpoint is moot: the record reads, without it.
+        record = sup.wait(work_id, timeout=30)
+        assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
+    with wu.connect(state) as client:
+        assert client.row(work_id).checkpoint is None
 
 
 @pytest.mark.timeout(120)
@@ -245,6 +250,8 @@ def test_a_checkpoint_changed_outside_workunits_is_not_resumed_from(
         assert (record.status, record.reason) == (wu.Status.FAILED, wu.Reason.LOST)
         assert record.attempt == 1  # never resumed from what someone else wrote
         assert "LedgerTampered" in (record.error or "")
+    with wu.connect(state) as client:
+        assert client.row(work_id).checkpoint is None  # never shown as if it were its own
 
 
 # -- pending units: at start, and while a supervisor runs ---------------------------------

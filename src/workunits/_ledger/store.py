@@ -40,6 +40,7 @@ from workunits._errors import (
     InvalidTransition,
     LedgerCorrupt,
     LedgerError,
+    LedgerTampered,
     NoLedger,
     SpecError,
     StaleAttempt,
@@ -567,14 +568,14 @@ class Ledger:
         if row.result is not None and row.result.file is not None:
             result = self._large.load(row.result, purpose="result", work_id=row.id)
             row = dataclasses.replace(row, result=result)
-        if row.checkpoint_file is not None:
-            ref = values.Stored("json", b"", file=row.checkpoint_file)
-            data = self._large.load(ref, purpose="checkpoint", work_id=row.id).data
-            row = dataclasses.replace(row, checkpoint=data, checkpoint_file=None)
-        if row.checkpoint is not None and not is_terminal(row.status):
-            # What a later attempt resumes from, as it was saved; an ended unit's is moot.
-            checkpoint = values.Stored("json", row.checkpoint, row.checkpoint_mac)
-            values.verify(checkpoint, purpose="checkpoint", work_id=row.id, key=self._signing_key)
+        try:
+            row = self._checked_checkpoint(row)
+        except (LedgerCorrupt, LedgerTampered):
+            if not is_terminal(row.status):
+                raise  # what a later attempt would resume from: refused
+            # An ended unit's checkpoint is moot: one that is gone or fails its check
+            # is left out, and the rest of the record reads as it is.
+            row = dataclasses.replace(row, checkpoint=None, checkpoint_file=None)
         for purpose, stored in (("result", row.result), ("cause", row.cause)):
             if stored is not None:
                 values.verify(stored, purpose=purpose, work_id=row.id, key=self._signing_key)
@@ -606,6 +607,17 @@ class Ledger:
             except LedgerError as exc:
                 out.append(unreadable.failed_check(found, exc))
         return out
+
+    def _checked_checkpoint(self, row: UnitRow) -> UnitRow:
+        """``row`` with its checkpoint loaded (a large one) and verified, as it was saved."""
+        if row.checkpoint_file is not None:
+            ref = values.Stored("json", b"", file=row.checkpoint_file)
+            data = self._large.load(ref, purpose="checkpoint", work_id=row.id).data
+            row = dataclasses.replace(row, checkpoint=data, checkpoint_file=None)
+        if row.checkpoint is not None:
+            checkpoint = values.Stored("json", row.checkpoint, row.checkpoint_mac)
+            values.verify(checkpoint, purpose="checkpoint", work_id=row.id, key=self._signing_key)
+        return row
 
     def output_path_of(self, work_id: str) -> str:
         """Where the unit's output file lives in this state dir."""
