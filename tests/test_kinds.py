@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +28,7 @@ from workunits import (
     _outputfile,
 )
 from workunits.actors import ProcessExited, ProcessLost, ProcessSpawnFailed, SpawnExec
-from workunits.testing import ScriptedDriver, ScriptedWork
+from workunits.testing import ManualClock, ScriptedDriver, ScriptedWork
 
 
 class EchoWork(WorkActor):
@@ -518,3 +519,22 @@ def test_a_supervisor_without_a_units_kind_reads_it_from_the_ledger(state_dir: P
             sup.list(kind="echoes")  # a typo still reads as no such kind
         with pytest.raises(UnknownKind, match="no unit of the ledger has that ID"):
             sup.get("e00000000")  # and an ID nobody has, as before
+
+
+def test_a_pending_unit_of_a_kind_not_registered_waits_for_it(tmp_path: Path) -> None:
+    """Not failed lost: a supervisor started without the kind keeps it pending, and
+    starts it once the kind is registered."""
+    state = tmp_path / "state"
+    first = Supervisor(state, kinds={"e": EchoWork}, install_signal_handlers=False)
+    unit = first.submit("e", b"hello", not_before=0.2)
+    first.close(deploy=True)  # left pending for the next supervisor
+    # Its delay is over for this one: its ticks claim the unit at once.
+    clock = ManualClock(start=time.time() + 3600)
+    with Supervisor(state, clock=clock, tick_interval=None, install_signal_handlers=False) as sup:
+        sup.tick()
+        sup.tick()
+        assert sup.get(unit.id).status is Status.PENDING  # not failed for its kind
+        sup.register_kind("e", EchoWork)
+        sup.tick()  # the next tick starts it
+        record = sup.wait(unit.id, timeout=WAIT)
+        assert record.status is Status.COMPLETED

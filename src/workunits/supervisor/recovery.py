@@ -107,6 +107,8 @@ class Recovery:
         self._next_takeover = 0.0
         # Claimed, not yet started (the ledger failed); an Unreadable here is read again.
         self._claimed: list[UnitRow | Unreadable] = []
+        # Claimed pending units of kinds not registered (yet): started when they are.
+        self._parked: dict[str, UnitRow | Unreadable] = {}
 
     @property
     def recovered(self) -> bool:
@@ -290,12 +292,17 @@ class Recovery:
         if free is None:
             return []  # closing: nothing more starts here
         adopted: list[str] = []
-        # Claimed at an earlier tick, but the ledger failed before they started.
+        # Claimed at an earlier tick, but the ledger failed before they started; and
+        # those of a kind that is registered now.
         rows, self._claimed = self._claimed, []
+        rows += self._kind_registered()
         rows += self._ledger.claim_pending(self._session, free, ADOPT_BATCH)
         for i, item in enumerate(rows):
             if item.id in self._units or self._mirror.backlog.holds(item.id):
                 continue  # in memory, or its lost end is waiting to be written
+            if item.id[0] not in self._units.kinds:
+                self._park(item)
+                continue
             if isinstance(item, Unreadable):
                 if item.row is None:
                     # Claimed (out of the queue), and otherwise left as it is for a repair.
@@ -328,6 +335,31 @@ class Recovery:
             )
             adopted.append(row.id)
         return adopted
+
+    def _park(self, item: UnitRow | Unreadable) -> None:
+        """A pending unit of a kind this supervisor has not registered: kept claimed
+        and pending (nothing is lost), and started once the kind is registered
+        (``register_kind``); a later supervisor that has the kind takes it over."""
+        if item.id not in self._parked:
+            log.warning(
+                "unit %s is of kind %r, which this supervisor has no kind for: it stays "
+                "pending until the kind is registered (Supervisor(kinds=...) or "
+                "register_kind)",
+                item.id,
+                item.id[0],
+            )
+        self._parked[item.id] = item
+
+    def _kind_registered(self) -> list[UnitRow | Unreadable]:
+        """Parked units whose kind is registered now, read again: a cancel may have
+        ended one meanwhile."""
+        ready: list[UnitRow | Unreadable] = []
+        for work_id in [w for w in self._parked if w[0] in self._units.kinds]:
+            del self._parked[work_id]
+            row = self._ledger.get(work_id)
+            if row is not None and row.status == Status.PENDING:
+                ready.append(row)
+        return ready
 
     def _apply_requests(self, *, until_none_left: bool = False) -> None:
         """Apply held requests, then newly taken ones, in order; a batch, or all of them.
