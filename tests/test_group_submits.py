@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -23,14 +24,13 @@ from tests.faults.diskfull import PageLimitFull, ledger_of
 from workunits._record import WorkRecord
 from workunits._wire.specs import ShellSpec
 from workunits.supervisor import requests as rq
-from workunits.supervisor.ticker import TickingInbox
 
 LATER = 24 * 3600.0  # not_before: these units never start during a test
 
 
 def _inbox_size(sup: wu.Supervisor) -> int:
     inbox = sup._runtime._ref.actor_inbox
-    assert isinstance(inbox, TickingInbox)  # the supervisor actor's
+    assert isinstance(inbox, queue.Queue)  # a ThreadingActor's
     return inbox.qsize()
 
 

@@ -14,9 +14,9 @@ It is made of parts, each taking what it uses in its constructor:
 - ``Signals``: outside input that units wait for.
 
 Every method runs in this actor's thread (pykka), so none of it needs locks.
-It never asks another actor anything: WorkActors and the Reaper talk to it
-with tells, its inbox hands it a tick every interval (``ticker``), and it
-answers only the facade's ``Request`` asks.
+It never asks another actor anything: WorkActors, the Reaper and the Ticker
+talk to it with messages it does not answer (``ticker``), and it answers only
+the facade's ``Request`` asks.
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ from workunits.supervisor.stalls import Activity
 from workunits.supervisor.starts import Starts, Surroundings
 from workunits.supervisor.submits import FlushSubmits, GroupedSubmits
 from workunits.supervisor.sweep import Deadlines
-from workunits.supervisor.ticker import TickingInbox
 from workunits.supervisor.units import Units
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ OUTBOX_TRIM_EVERY = 60.0  # seconds between deletions of acknowledged notices
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """From the inbox, every tick interval: deadlines, the sweep and the ledger's
+    """From the Ticker, every tick interval: deadlines, the sweep and the ledger's
     periodic duties (``ticker``)."""
 
 
@@ -97,11 +96,6 @@ class Wake:
 
 class SupervisorActor(pykka.ThreadingActor):
     use_daemon_thread = True  # a safety net only; Supervisor.close() stops it
-    actor_inbox: TickingInbox
-
-    @staticmethod
-    def _create_actor_inbox() -> TickingInbox:
-        return TickingInbox(Tick)
 
     def __init__(
         self,
@@ -123,11 +117,8 @@ class SupervisorActor(pykka.ThreadingActor):
         session_lease: float | None = None,
         shared_ledger: bool = False,
         on_session_lost: Callable[[], None] | None = None,
-        tick_interval: float | None = None,
     ) -> None:
         super().__init__()
-        if tick_interval is not None:  # None: ticks only when asked (Supervisor.tick)
-            self.actor_inbox.start_ticking(tick_interval)
         self._clock = clock
         self._closing = False
         # Our session was taken over (its lease lapsed): see _lose_session.
@@ -285,7 +276,7 @@ class SupervisorActor(pykka.ThreadingActor):
         except WorkunitsError:  # a read offset: the reader sees bytes again, nothing is lost
             log.exception("ledger: could not keep %d units' read offsets", len(offsets))
 
-    # -- tells from WorkActors, the Reaper and mailboxes; ticks from the inbox ------
+    # -- tells from WorkActors, the Reaper, the Ticker and mailboxes ----------------
 
     def _handle_tell(self, message: object) -> None:  # noqa: PLR0912 - a case each
         match message:

@@ -8,8 +8,8 @@ dispatch by method name.
 
 A request is always *asked* (``ActorRef.ask``, blocking or not), never told:
 an exception raised while handling it belongs to the asker, to whom pykka
-hands it. Tells from unit actors and the Reaper, and the ticks the actor's
-inbox hands it, are other messages (``supervisor.actor``).
+hands it. Tells from unit actors and the Reaper, and the Ticker's ticks, are
+other messages (``supervisor.actor``).
 """
 
 from __future__ import annotations

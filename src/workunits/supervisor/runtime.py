@@ -1,8 +1,8 @@
 """``Runtime``: the processes, threads and files one ``Supervisor`` runs on.
 
 The ledger, the Reaper, the zygote (warmed up on a daemon thread), Ray (when a
-remote unit first asks for it) and the supervisor actor, whose inbox ticks
-(``ticker``): made in that order by ``Runtime.open``, let go of in reverse by ``close``, which runs
+remote unit first asks for it), the supervisor actor and the Ticker: made in
+that order by ``Runtime.open``, let go of in reverse by ``close``, which runs
 once the facade has ended the work. Runs in the caller's thread.
 """
 
@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
@@ -36,9 +36,10 @@ from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import SPARE_DIR, WarmFiles
 from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor import durable
-from workunits.supervisor.actor import SupervisorActor, Wake
+from workunits.supervisor.actor import SupervisorActor, Tick, Wake
 from workunits.supervisor.channel import ActorChannel
 from workunits.supervisor.kinds import Kinds
+from workunits.supervisor.ticker import Ticker
 
 if TYPE_CHECKING:
     from workunits._ledger.postgres_listen import WakeListener
@@ -142,9 +143,11 @@ class Runtime:
             # state dir and lock); SQLite's is this state dir's alone.
             shared_ledger=options.ledger is not None,
             on_session_lost=options.on_session_lost,
-            tick_interval=options.tick_interval,
         )
         self.channel = ActorChannel(self._ref, options.ask_timeout)
+        self._last_tick: pykka.Future[Any] | None = None  # the Ticker's thread only
+        interval = options.tick_interval  # None: ticks only when asked (Supervisor.tick)
+        self._ticker = None if interval is None else Ticker(interval, self._tick)
         # On PostgreSQL, other processes' requests wake the actor at once.
         self.listener = None if options.ledger is None else _listener(options.ledger, self._wake)
 
@@ -152,11 +155,28 @@ class Runtime:
         """In the listener's thread: a tell, never a wait."""
         self.channel.tell(Wake())
 
+    def _tick(self) -> None:
+        """In the Ticker's thread: a send, never a wait; none while the last is unhandled.
+
+        The tick is asked, not told, only to learn without waiting whether the
+        actor has handled it: a busy actor gets no pile of ticks behind its backlog.
+        """
+        if self._last_tick is not None:
+            try:
+                self._last_tick.get(timeout=0)
+            except pykka.Timeout:
+                return  # the last tick still waits for the actor
+            except pykka.ActorDeadError:
+                return  # stopping: close() stops the Ticker next
+        self._last_tick = self._ref.ask(Tick(), block=False)
+
     def close(self, after_actor: Callable[[], None]) -> None:
-        """Stop the actor (its ticks end with it), then the processes under it; once.
+        """Stop the ticks and the actor, then the processes under it. Once, from close().
 
         ``after_actor`` runs once the actor has stopped (every route has been called).
         """
+        if self._ticker is not None:
+            self._ticker.close()
         if self.listener is not None:
             self.listener.close()
         with contextlib.suppress(pykka.ActorDeadError):

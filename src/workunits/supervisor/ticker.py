@@ -1,70 +1,37 @@
-"""The supervisor actor's inbox, which also keeps its clock: a tick every interval.
+"""The Ticker: a thread that tells the supervisor actor ``Tick`` every interval.
 
 Deadlines, output-cap checks, the eviction sweep and the ledger's polls all run
-on ticks, so no actor ever sleeps or blocks waiting for time to pass. The tick
-used to come from a thread of its own that told the actor "tick" 20 times a
-second; each of its wake-ups cost ~0.2 ms of CPU on a small VM, about a third of
-an idle supervisor's. Here the actor's own wait for its next message is bounded
-by the next tick: when it is due, ``get`` hands the actor a tick instead, whether
-messages wait or not (a stream of them cannot starve the deadlines), and a tick
-never waits behind them either. Ticks missed while the actor was busy are not
-made up in a burst: the next is one interval after the late one, as the thread
-that told ticks spaced them too. Ticks end with the actor's loop: once it has
-handled its stop, nothing asks for the next.
-
-A ``SimpleQueue`` holds the messages: its put and get are C, where the
-``queue.Queue`` pykka gives an actor by default takes a Python lock and a
-condition on each.
+on ticks, so no actor ever sleeps or blocks waiting for time to pass. A tick is
+an ordinary message, queued behind those sent before it (pykka's inbox, public
+API only: issue 12). While the actor is busy with a backlog, the ticks it has
+not handled yet are not added to: the next is sent once the last was handled,
+so ticks missed meanwhile come once, not in a burst.
 """
 
 from __future__ import annotations
 
-import math
-import queue
-import time
+import threading
 from collections.abc import Callable
-from typing import Any
 
-from pykka._envelope import Envelope  # the type pykka's actor loop takes from an inbox
+JOIN_FOR = 5.0  # seconds close() waits for the thread
 
 
-class TickingInbox:
-    """pykka's ``ActorInbox``: ``put`` from any thread, ``get`` from the actor's only."""
+class Ticker:
+    """Calls ``tick`` every ``interval`` seconds on a daemon thread of its own, until ``close``."""
 
-    def __init__(
-        self, make_tick: Callable[[], object], *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._messages: queue.SimpleQueue[Envelope[Any]] = queue.SimpleQueue()
-        self._make_tick = make_tick
-        self._clock = clock
-        self._interval: float | None = None  # None: no ticks (tests tick by hand)
-        self._due = math.inf  # monotonic time of the next tick; the actor's thread only
-
-    def start_ticking(self, interval: float) -> None:
-        """Tick every ``interval`` seconds from now on (before the actor starts)."""
-        self._due = self._clock() + interval
+    def __init__(self, interval: float, tick: Callable[[], None]) -> None:
         self._interval = interval
+        self._tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="workunits-ticker", daemon=True)
+        self._thread.start()
 
-    def put(self, envelope: Envelope[Any], /) -> None:
-        self._messages.put(envelope)
+    def _run(self) -> None:
+        """The Ticker's thread; ``tick`` must not block (it sends, never waits)."""
+        while not self._stop.wait(self._interval):
+            self._tick()
 
-    def empty(self) -> bool:
-        return self._messages.empty()
-
-    def qsize(self) -> int:
-        """Messages waiting (ticks are not counted: they are made when due)."""
-        return self._messages.qsize()
-
-    def get(self) -> Envelope[Any]:
-        while True:
-            interval = self._interval
-            if interval is None:
-                return self._messages.get()
-            now = self._clock()
-            if now >= self._due:
-                self._due = now + interval
-                return Envelope(self._make_tick())
-            try:
-                return self._messages.get(timeout=self._due - now)
-            except queue.Empty:
-                continue
+    def close(self) -> None:
+        """Stop ticking and join the thread (any thread but the Ticker's)."""
+        self._stop.set()
+        self._thread.join(JOIN_FOR)
