@@ -33,6 +33,7 @@ RAISES: dict[str, Callable[[], BaseException]] = {
     "KeyboardInterrupt": KeyboardInterrupt,
     "CancelledError": asyncio.CancelledError,
     "Cancelled": Cancelled,
+    "ValueError": lambda: ValueError("on_start failed"),
 }
 
 
@@ -54,6 +55,10 @@ class Faulty(WorkActor):
     def launch_early(self) -> bool:
         return bool(self.unit.spec[0] == "launch_early")
 
+    def on_start(self) -> None:
+        super().on_start()
+        self._maybe_raise(self.unit.spec, "on_start")
+
     def launch(self) -> None:
         os.close(_outputfile.create(self.unit.output_path))
         self._maybe_raise(self.unit.spec, "launch")
@@ -65,7 +70,7 @@ class Faulty(WorkActor):
 
 
 class InlineFaulty(Faulty):
-    """The same, with no thread of its own: its kill is handled on the supervisor's thread."""
+    """The same, saying ``inline`` (which changes nothing now: a thread of its own too)."""
 
     kind: ClassVar[str] = "faulty-inline"
     inline: ClassVar[bool] = True
@@ -109,6 +114,8 @@ CASES = [
     (Faulty, "launch", "Cancelled"),
     (Faulty, "launch_early", "SystemExit"),
     (Faulty, "launch_early", "KeyboardInterrupt"),
+    (Faulty, "on_start", "SystemExit"),
+    (Faulty, "on_start", "KeyboardInterrupt"),
     (Faulty, "signal_work", "SystemExit"),
     (Faulty, "signal_work", "KeyboardInterrupt"),
     (Faulty, "signal_work", "CancelledError"),
@@ -156,4 +163,18 @@ def test_a_validate_spec_that_raises_a_base_exception_fails_that_submit_only(
     with pytest.raises(KindFault, match=f"validate_spec of the faulty kind .* raised {raised}"):
         sup.submit("f", ("validate_spec", raised))
     assert [r.id for r in sup.list(kind="faulty")] == []
+    _still_serves(sup, bystander)
+
+
+@pytest.mark.timeout(60)
+def test_an_on_start_that_raises_fails_its_unit_and_leaves_nothing_running(
+    sup: Supervisor,
+) -> None:
+    """pykka stops such an actor without calling a hook; the unit must not stay running."""
+    bystander = sup.shell("sleep 300").id
+    sup.register_kind("f", Faulty)
+    record = sup.wait(sup.submit("f", ("on_start", "ValueError")).id, WAIT)
+    assert record.status == Status.FAILED
+    assert record.error is not None
+    assert "the unit's actor failed: ValueError: on_start failed" in record.error
     _still_serves(sup, bystander)

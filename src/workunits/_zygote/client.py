@@ -302,10 +302,9 @@ class ZygoteClient:
         A SIGKILL first goes to the process itself through its pidfd (its
         events' ``kill``), so it lands even while the zygote is held up (stopped,
         or busy forking); the zygote then kills the rest of the group, as it
-        would anyway. From the Reaper thread (a unit's actor may handle its
-        messages there, ``actors.inline``) the request is sent from a thread of
-        its own: the zygote may be blocked sending to us, and only the Reaper
-        reads its socket.
+        would anyway. From the Reaper thread (a kind's ``end_on_exit`` runs
+        there) the request is sent from a thread of its own: the zygote may be
+        blocked sending to us, and only the Reaper reads its socket.
         """
         with self._lock:
             targets = [(z, z.units[unit_id]) for z in self._all if z.alive and unit_id in z.units]

@@ -109,7 +109,6 @@ class AgentActor(WorkActor):
     """The agent kind (``a``): a callable in a process forked by the zygote, with its channel."""
 
     kind: ClassVar[str] = "agent"
-    inline: ClassVar[bool] = True
     relays_notifications: ClassVar[bool] = True
     # Its units run in workers of the supervisor's pool (``PooledAgentActor``).
     pooled: ClassVar[bool] = False

@@ -1,15 +1,20 @@
 """WorkActor: the base class of every kind. One actor per unit.
 
 A WorkActor owns its unit's output file and its OS process (or whatever stands
-for the work). It starts the work in ``on_start`` (in its own thread unless it
-is ``inline``), answers ``kill``/``cancel``/``escalate`` from the supervisor,
-and reports the outcome exactly once with ``finish``, after which it stops. It
+for the work). It starts the work in ``on_start`` (in its own thread), answers
+``kill``/``cancel``/``escalate`` from the supervisor, and reports the outcome
+exactly once with ``finish``, after which it stops. It
 never asks the supervisor anything: it only tells, so no ask cycle can deadlock.
 
 Subclasses implement ``launch`` and ``signal_work``; see ``ShellActor``. A kind
 whose work is a zygote process passes ``process_watch()`` with its spawn
 request: the zygote's events then reach the supervisor without passing
 through this actor when it has nothing to add (``end_on_exit``).
+
+Every unit actor is a plain ``pykka.ThreadingActor`` extended through pykka's
+documented hooks only (``on_start``, ``on_receive``, ``on_stop``,
+``on_failure``): no pykka private name, so a pykka release cannot silently
+change how a unit runs (issue 12).
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import abc
 import functools
 import logging
 import os
-import queue
 import signal
 import sys
 import threading
@@ -29,7 +33,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
-from pykka._envelope import Envelope  # the type pykka's actor loop takes from an inbox
 
 from workunits import _outputfile
 from workunits._clock import Clock
@@ -37,10 +40,8 @@ from workunits._record import Outcome
 from workunits._runtime.transcript import last_seq
 from workunits._status import Reason, Status
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
-from workunits.actors.inline import InlineInbox, start_inline
 from workunits.actors.kind_code import call_kind
 from workunits.actors.process_events import ProcessWatch
-from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ class UnitBinding:
     report_end: Callable[[str, Outcome], None]  # any thread; use ``finish`` (exactly once)
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
-    threads: ActorThreads | None = None  # reused threads for actor loops; None: a new one
     files: WarmFiles | None = None  # output files made ahead of launches; None: create them
 
     def create_file(self, path: str, *, append: bool = False) -> int:
@@ -101,8 +101,51 @@ class UnitBinding:
         return fd, first_seq
 
 
-class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
-    """Launch a unit's work as its actor is created, before its thread starts.
+def _contained_hook(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, a kind's own pykka hook ``name``, run under ``call_kind`` (``_KindMeta``).
+
+    The outermost ``on_start`` (the one pykka calls; a subclass's calls its base's
+    through ``super()``) fails the unit when it raises, then raises again: pykka
+    logs it and stops the actor.
+    """
+
+    @functools.wraps(fn)
+    def hook(self: WorkActor, *args: Any) -> Any:
+        kind = type(self)
+        if name == "on_receive":
+            return call_kind(kind, fn, self, *args, hook=f"handling {type(args[0]).__name__}")
+        if name != "on_start" or self._in_on_start:
+            return call_kind(kind, fn, self, *args, hook=name)
+        self._in_on_start = True
+        try:
+            return call_kind(kind, fn, self, *args, hook=name)
+        except Exception:
+            try:
+                self.on_failure(*sys.exc_info())
+            except Exception:
+                log.exception("%s: on_failure raised after on_start did", self.unit.id)
+            raise
+        finally:
+            self._in_on_start = False
+
+    return hook
+
+
+# pykka's hooks, which run a kind's code: each class's own are wrapped (``_KindMeta``).
+_HOOKS = ("on_start", "on_receive", "on_stop", "on_failure")
+
+
+class _KindMeta(abc.ABCMeta):  # pykka.Actor is an abc.ABC
+    """Contain a kind's faults in pykka's hooks; launch a unit's work as its actor is created.
+
+    Each class's own ``on_start``, ``on_receive``, ``on_stop`` and ``on_failure``
+    are wrapped as the class is made, so what a kind raises there that is not an
+    Exception becomes a ``KindFault`` (``kind_code``): pykka's actor loop would
+    stop every actor of the supervisor for it. An ``on_start`` that raises fails
+    the unit (``on_failure``) before pykka stops the actor: pykka calls no hook
+    then, which would leave the unit running for ever, unkillable.
+
+    A unit's work is launched as its actor is created, before its thread starts.
 
     ``pykka.Actor.start`` creates the actor, registers it, then starts its
     thread and waits for that thread to run. A kind whose ``launch_early()``
@@ -113,6 +156,13 @@ class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
     raises is contained (``kind_code``), and fails the start of this unit only.
     """
 
+    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> None:
+        super().__init__(name, bases, namespace)
+        for hook in _HOOKS:
+            fn = namespace.get(hook)
+            if callable(fn):
+                setattr(cls, hook, _contained_hook(hook, fn))
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         create = functools.partial(super().__call__, *args, **kwargs)
         actor = call_kind(cls, create, hook="__init__")
@@ -120,10 +170,9 @@ class _LaunchOnCreation(abc.ABCMeta):  # pykka.Actor is an abc.ABC
         return actor
 
 
-class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
+class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
     """Base of all kinds. Methods run in this actor's own thread (pykka); ``launch``
-    in the supervisor's when ``launch_early()`` is True; an ``inline`` kind's
-    handlers in the thread of whoever sent the message."""
+    in the supervisor's when ``launch_early()`` is True."""
 
     kind: ClassVar[str] = "work"
     """The kind's name, as it appears in records (``"shell"``, ``"agent"``…)."""
@@ -142,10 +191,10 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
     """True for kinds ``Supervisor.shed`` may kill to free the machine (dreams)."""
 
     inline: ClassVar[bool] = False
-    """True for kinds whose actor needs no thread: each message is handled by the
-    thread that sends it, one at a time and in order (``actors.inline``). Only for
-    handlers that never block nor ask anyone: they run on the supervisor's thread,
-    the Reaper's, or any sender's."""
+    """True for kinds whose handlers never block nor ask anyone. Kept so that kinds
+    which set it still load; it changes nothing now: every unit actor has a thread
+    of its own (pykka's public API has no way to run an actor on its senders'
+    threads)."""
 
     # Daemon threads are a safety net only: Supervisor.close() stops every actor.
     use_daemon_thread: ClassVar[bool] = True
@@ -163,6 +212,7 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         self._watch: ProcessWatch | None = None  # this unit's process, if it has one
         # None: not launched yet (on_start launches); else what launch() raised, if anything.
         self._launched: tuple[Exception | None] | None = None
+        self._in_on_start = False  # a subclass's on_start is calling super()'s (_contained_hook)
 
     # -- hooks for subclasses --------------------------------------------------
 
@@ -172,8 +222,8 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
 
         Runs on the supervisor's thread, as the submit is registered: every other
         call and unit waits meanwhile, and a submit that waits longer than
-        ``ask_timeout`` fails. So it is quick and does no I/O, like an ``inline``
-        kind's handlers: it checks the spec in hand, nothing it would fetch.
+        ``ask_timeout`` fails. So it is quick and does no I/O: it checks the spec
+        in hand, nothing it would fetch.
         """
 
     @classmethod
@@ -273,70 +323,6 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
             self._launched = (exc,)
         else:
             self._launched = (None,)
-
-    def _create_actor_inbox(self) -> queue.SimpleQueue[Envelope[Any]] | InlineInbox:  # type: ignore[override]
-        """pykka's hook: an ``InlineInbox`` for an ``inline`` kind, else a ``SimpleQueue``.
-
-        A ``SimpleQueue``'s put and get are C: pykka's default ``queue.Queue``
-        makes a lock and three conditions per actor and takes them on every put
-        and get; the supervisor's inbox dropped it too (``supervisor.ticker``).
-        Ordering is the same: first in, first out.
-        """
-        return InlineInbox() if self.inline else queue.SimpleQueue()
-
-    def _start_actor_loop(self) -> None:
-        """pykka's hook for an actor type: where the actor's loop runs.
-
-        On a thread of the supervisor's ``ActorThreads`` (reused from an ended
-        unit, see ``actors.threads``) when the binding has them, else on a new
-        thread as ``pykka.ThreadingActor`` does. Either way the loop has that
-        thread to itself until the actor stops. An ``inline`` kind's ``on_start``
-        runs here when its launch ran already, else on such a thread (its launch
-        may wait for a zygote); its messages, on the threads that send them.
-        """
-        threads = self.unit.threads
-        inbox = self.actor_inbox
-        if isinstance(inbox, InlineInbox):
-            if self._launched is not None:
-                start_inline(self, inbox, None)
-            elif threads is not None:
-                name = threads.thread_name(type(self))
-                start_inline(self, inbox, lambda setup: threads.run(setup, name))
-            else:
-                start_inline(self, inbox, _on_a_new_thread)
-        elif threads is None:
-            super()._start_actor_loop()
-        else:
-            threads.run(self._actor_loop, threads.thread_name(type(self)))
-
-    def _actor_loop_setup(self) -> None:
-        """pykka's first step of this actor's loop (and of ``start_inline``): ``on_start``.
-
-        pykka stops an actor whose ``on_start`` raised without calling
-        ``on_failure``, which would leave its unit running for ever, unkillable;
-        here the unit fails as after a failed handler, and what is not an
-        Exception is contained first (``kind_code``).
-        """
-        try:
-            call_kind(type(self), self.on_start)
-        except Exception:  # noqa: BLE001 - as pykka's loop after a failed handler
-            self._handle_failure(*sys.exc_info())
-            try:
-                call_kind(type(self), self.on_failure, *sys.exc_info())
-            except Exception:  # noqa: BLE001 - pykka logs it the same way
-                self._handle_failure(*sys.exc_info())
-
-    def _handle_receive(self, message: Any) -> Any:
-        """pykka's step for each message, on its loop and on ``InlineInbox``'s.
-
-        Every handler of a kind's (``on_receive``, ``signal_work`` through
-        ``kill``, ``on_stop`` at the stop) runs under it, so what a kind raises
-        that is not an Exception fails this unit only (``kind_code``): pykka's
-        loop would stop every actor of the supervisor for it.
-        """
-        return call_kind(
-            type(self), super()._handle_receive, message, hook=f"handling {type(message).__name__}"
-        )
 
     def on_start(self) -> None:
         if self._launched is None:
@@ -441,10 +427,6 @@ class WorkActor(pykka.ThreadingActor, metaclass=_LaunchOnCreation):
         killed it" must not flip a cancel into a success or a failure.
         """
         return exit_outcome(self._ending, exit_code, signum)
-
-
-def _on_a_new_thread(setup: Callable[[], None]) -> None:
-    threading.Thread(target=setup, name="workunits-unit-start", daemon=True).start()
 
 
 # The error of a unit whose actor failed (``on_failure``): a bug in its kind.

@@ -1,7 +1,7 @@
 """Monitor units (``m``): a watcher whose matching lines become events for its parent.
 
 The unit process (``runtime.monitor.watch``) runs the source and does the
-matching and rate limiting; this actor (inline, as an agent's) turns each
+matching and rate limiting; this actor (as an agent's) turns each
 ``MonitorMatch`` frame into a ``MonitorEvent`` and tells the supervisor, which
 puts it in the parent's mailbox (or passes it into an agent parent's process).
 Events travel the same FIFO path as the unit's end, so all of them reach the

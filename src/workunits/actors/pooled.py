@@ -30,9 +30,6 @@ class PooledAgentActor(AgentActor):
 
     kind: ClassVar[str] = "agent"
     pooled: ClassVar[bool] = True
-    # A thread of its own, measured: inline, its handlers moved to the supervisor's
-    # and the Reaper's threads cost 10 % more CPU per unit and no rate with 2 in flight.
-    inline: ClassVar[bool] = False
 
     @classmethod
     def validate_spec(cls, spec: Any) -> None:

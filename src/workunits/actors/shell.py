@@ -34,7 +34,6 @@ class ShellActor(WorkActor):
     """The shell kind (``b``): a command run by the zygote, its output straight into the file."""
 
     kind: ClassVar[str] = "shell"
-    inline: ClassVar[bool] = True  # its handlers signal its process and stop: no thread
 
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__(unit)

@@ -2,7 +2,7 @@
 
 A teammate is an agent whose body is ``runtime.teammate.serve``: same process,
 channel, transcript, children and endings (kill; cancel, then SIGKILL after the
-grace) as an agent. This actor adds (inline, as an agent's): forwarding the
+grace) as an agent. This actor adds (as an agent's): forwarding the
 ``Deliver`` and ``Stop`` frames the supervisor routes to it, and handing each
 ``Answer`` back to the supervisor, which owns the table of open asks. It never
 waits for an answer, so an ask blocks neither this actor nor the supervisor.

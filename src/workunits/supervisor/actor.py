@@ -50,7 +50,6 @@ from workunits._wire.actor_messages import (
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.kind_code import contained
-from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor import requests as rq
 from workunits.supervisor.children import ChildRequests
@@ -112,7 +111,6 @@ class SupervisorActor(pykka.ThreadingActor):
         concurrency: Mapping[str, int] | None = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
         pool: WorkerPool | None = None,
-        threads: ActorThreads | None = None,
         files: WarmFiles | None = None,
         session_lease: float | None = None,
         shared_ledger: bool = False,
@@ -162,7 +160,6 @@ class SupervisorActor(pykka.ThreadingActor):
             self.actor_ref.tell,
             self._pids.report,
             pool,
-            threads,
             files,
         )
         self._starts = Starts(

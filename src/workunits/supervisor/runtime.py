@@ -32,7 +32,6 @@ from workunits.actors.monitor import MonitorActor
 from workunits.actors.remote import RemoteActor
 from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import ShellActor
-from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import SPARE_DIR, WarmFiles
 from workunits.actors.workflow import WorkflowActor
 from workunits.supervisor import durable
@@ -119,8 +118,6 @@ class Runtime:
         # Workers start with the first pooled unit: a supervisor that never asks pays nothing.
         self.pool = WorkerPool(self.zygote, self.reaper, options.pool_size)
         self._ask_timeout = options.ask_timeout
-        # Unit actors' threads, reused from one ended unit to the next (actors/threads.py).
-        self.threads = ActorThreads()
         # Units' output files, made ahead of their launches (actors/warm_files.py).
         self.files = WarmFiles(state_dir / SPARE_DIR)
         self._ref = SupervisorActor.start(
@@ -136,7 +133,6 @@ class Runtime:
             concurrency=options.concurrency,
             max_resident_ended=options.max_resident_ended,
             pool=self.pool,
-            threads=self.threads,
             files=self.files,
             session_lease=options.session_lease,
             # Other supervisors may share a PostgreSQL ledger (each with its own
@@ -188,4 +184,3 @@ class Runtime:
         self.zygote.close()
         self.reaper.close()
         self.files.close()  # units launch no more
-        self.threads.close()  # last: a unit's actor may still be on its way out

@@ -36,7 +36,6 @@ from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.kind_code import call_kind
-from workunits.actors.threads import ActorThreads
 from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor.backlog import retryable
 from workunits.supervisor.delays import Delays
@@ -85,7 +84,6 @@ class Surroundings:
     tell_supervisor: Callable[[Any], None]  # a tell to the supervisor actor
     report_pid: Callable[[str, int], None]  # any thread; no message of its own (``pids``)
     pool: WorkerPool | None = None  # workers for pooled units
-    threads: ActorThreads | None = None  # reused threads for unit actors; None: one each
     files: WarmFiles | None = None  # output files made ahead of launches; None: at launch
 
 
@@ -415,7 +413,6 @@ class Starts:
             report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
             tell_supervisor=tell,
             pool=around.pool,
-            threads=around.threads,
             files=around.files,
         )
         slot = self._units.slot(work_id)
