@@ -65,9 +65,9 @@ def test_a_cancel_that_escalates_kills_at_once_too(tmp_path: object) -> None:
 def test_a_signal_asked_on_the_reapers_thread_never_waits_there(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An actor may handle a kill on the Reaper's thread (``actors.inline``). The send to
-    the zygote may wait (its socket full while it writes to us, and only the Reaper
-    reads it): that wait must be another thread's, or nothing is read any more."""
+    """A signal may be asked of the zygote from the Reaper's thread. The send to the
+    zygote may wait (its socket full while it writes to us, and only the Reaper reads
+    it): that wait must be another thread's, or nothing is read any more."""
     with wu.Supervisor(f"{tmp_path}/state", install_signal_handlers=False) as sup:
         handle = sup.agent(wait_until_killed)
         eventually(lambda: sup.get(handle.id).pid, what="the unit's pid")
