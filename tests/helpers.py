@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from workunits import Notification, Supervisor, is_terminal
 
@@ -79,3 +84,37 @@ def as_notice(item: object) -> Notification:
     """A mailbox item that must be a terminal notice (mailboxes may carry other items)."""
     assert isinstance(item, Notification), f"expected a Notification, got {item!r}"
     return item
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Host:
+    """A supervisor process of ``tests.<module>`` with ``args``; the test may SIGKILL it."""
+
+    def __init__(self, module: str, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"tests.{module}", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def read(self) -> dict[str, Any]:
+        """The next JSON line the process printed."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "the supervisor process ended without answering"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def sigkill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()

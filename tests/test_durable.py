@@ -9,11 +9,7 @@ same unit; nothing of the dead session keeps running.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,38 +20,7 @@ import workunits as wu
 
 from .conftest import alive, eventually
 from .durable_jobs import GROUPS
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class Host:
-    """A supervisor process (tests/durable_host.py), ended for sure at teardown."""
-
-    def __init__(self, state: Path, mode: str, log: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.durable_host", str(state), mode, str(log)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, "the supervisor process ended without answering"
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def sigkill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+from .helpers import Host
 
 
 def pid_of(source: wu.Client | wu.Supervisor, work_id: str) -> int:
@@ -79,7 +44,7 @@ def test_a_sigkilled_supervisor_s_workflow_resumes_at_the_next_step(
     tmp_path: Path, hosts: list[Host]
 ) -> None:
     state, log = tmp_path / "state", tmp_path / "groups.log"
-    first = Host(state, "migrate", log)
+    first = Host("durable_host", str(state), "migrate", str(log))
     hosts.append(first)
     work_id = first.read()["migration"]
     with wu.connect(state) as client:
@@ -88,7 +53,7 @@ def test_a_sigkilled_supervisor_s_workflow_resumes_at_the_next_step(
         first.sigkill()
         eventually(lambda: not alive(pid), what="the dead session's unit process to die")
 
-        second = Host(state, "migrate", log)
+        second = Host("durable_host", str(state), "migrate", str(log))
         hosts.append(second)
         hello = second.read()
         assert hello["migration"] == work_id  # same key: the same unit, not a duplicate
@@ -113,7 +78,7 @@ def test_after_a_crash_units_resume_or_fail_lost_as_their_kind_says(
     tmp_path: Path, hosts: list[Host]
 ) -> None:
     state = tmp_path / "state"
-    host = Host(state, "mixed", tmp_path / "groups.log")
+    host = Host("durable_host", str(state), "mixed", str(tmp_path / "groups.log"))
     hosts.append(host)
     ids = host.read()
     names = ("shell", "restart", "lambda", "agent")

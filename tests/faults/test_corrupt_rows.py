@@ -9,12 +9,8 @@ unit is resumed, adopted and run, at start and at every tick.
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +19,8 @@ import pytest
 
 import workunits as wu
 from tests.conftest import alive, eventually
+from tests.helpers import Host
 
-ROOT = Path(__file__).resolve().parents[2]
 REPAIR = "restore the ledger from a backup (`workunits backup` makes one"
 
 
@@ -63,36 +59,6 @@ def logged_once(caplog: pytest.LogCaptureFixture, work_id: str, *needles: str) -
     assert len(found) == 1, [r.getMessage() for r in found]
     for needle in needles:
         assert needle in found[0].getMessage()
-
-
-class Host:
-    """A supervisor process of ``tests.<module>`` with ``args``, SIGKILLed by the test."""
-
-    def __init__(self, module: str, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"tests.{module}", *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, "the supervisor process ended without answering"
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def sigkill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 @pytest.fixture
