@@ -69,10 +69,12 @@ async function refreshList() {
 const rows = new Map();  // unit ID -> its <tr>
 function showRows(units, depth) {
   const tbody = $("#units tbody");
-  const shown = new Set();
+  const shown = new Set(units.map((u) => u.id));
+  // Rows no longer shown go first: a row left above a kept one would make the kept
+  // one move, and a moved row loses the keyboard focus.
+  for (const [id, tr] of rows) if (!shown.has(id)) { tr.remove(); rows.delete(id); }
   let prev = null;
   for (const u of units) {
-    shown.add(u.id);
     let tr = rows.get(u.id);
     if (!tr) { tr = newRow(u.id); rows.set(u.id, tr); }
     fillRow(tr, u, depth[u.id] || 0);
@@ -80,7 +82,6 @@ function showRows(units, depth) {
     if (at !== tr) tbody.insertBefore(tr, at);
     prev = tr;
   }
-  for (const [id, tr] of rows) if (!shown.has(id)) { tr.remove(); rows.delete(id); }
 }
 function newRow(id) {
   const tr = document.createElement("tr"); tr.dataset.id = id;
