@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,36 @@ from sybil import Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parent
+
+
+# Terminal-like signal dispositions for every process the tests start.
+# `nohup make test`, or `make test &` from a non-interactive shell (as CI runners
+# start jobs), starts pytest with SIGHUP / SIGINT ignored, and an ignore survives
+# exec: every supervisor, `tail -f` and `watch` a test starts would inherit it and
+# (rightly) honour it, so a test that sends Ctrl-C or a hangup would wait forever.
+# A Python handler, unlike SIG_IGN, is reset to the default on exec: pytest itself
+# keeps ignoring the signal (the `nohup` its user asked for), while its children
+# start as a terminal would start them. The marker carries the choice to
+# pytest-xdist's workers, which are exec'd and so start with the defaults.
+# tests/test_shutdown.py pins that a supervisor honours an inherited ignore.
+_IGNORED_ENV = "WORKUNITS_TESTS_IGNORED_SIGNALS"
+
+
+def _ignore_here_only(signum: int, frame: object) -> None:
+    """Ignore the signal in this process; children exec'd from it get the default."""
+
+
+def _keep_ignores_out_of_children() -> None:
+    inherited = {int(s) for s in os.environ.get(_IGNORED_ENV, "").split(",") if s}
+    for signum in (signal.SIGHUP, signal.SIGINT):
+        if signum in inherited or signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, _ignore_here_only)
+            inherited.add(signum)
+    if inherited:
+        os.environ[_IGNORED_ENV] = ",".join(str(s) for s in sorted(inherited))
+
+
+_keep_ignores_out_of_children()
 SHELL_TIMEOUT = 60.0
 
 # Kill the block's background jobs when it ends (a served state dir, a tail -f).

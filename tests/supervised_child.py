@@ -10,6 +10,8 @@ its first line once the unit runs, then, by MODE:
   signal handlers came and went;
 - ``ignore-hup``: SIGHUP is ignored before the supervisor starts; after the test
   writes a line to stdin, prints the unit's status and exits;
+- ``inherited-ignores``: as ``ignore-hup``, but the program keeps the dispositions
+  its parent gave it (``nohup``, or a background job of a non-interactive shell);
 - ``drop``: a supervisor without a ticker is dropped unclosed and garbage
   collected, then the program exits normally;
 - ``signal-in-lock``: the program has its own SIGTERM handler, and waits for it
@@ -34,11 +36,12 @@ from workunits import Supervisor
 
 def main() -> None:
     state_dir, mode = Path(sys.argv[1]), sys.argv[2]
-    # Behave like a program started from a terminal, whatever our parent ignored
-    # (a background job, for one, starts with SIGINT ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if mode != "inherited-ignores":
+        # Behave like a program started from a terminal, whatever our parent ignored
+        # (a background job, for one, starts with SIGINT ignored).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if mode == "quiet-first":
         Supervisor(state_dir / "quiet", install_signal_handlers=False).close()
     if mode == "ignore-hup":
@@ -67,7 +70,7 @@ def main() -> None:
         sup.close()  # the cleanup thread's close is under way: this waits for it
         print("closed", flush=True)
         return
-    if mode == "ignore-hup":
+    if mode in ("ignore-hup", "inherited-ignores"):
         sys.stdin.readline()
         print(sup.get(unit).status.value, flush=True)
         sup.close()

@@ -162,9 +162,12 @@ class Child:
 def spawn(state_dir: Path) -> Iterator[Any]:
     children: list[Child] = []
 
-    def start(mode: str) -> Child:
+    def start(mode: str, ignoring: str = "") -> Child:
+        argv = [sys.executable, str(CHILD), str(state_dir), mode]
+        if ignoring:  # as `nohup cmd &` starts it: the ignore is inherited across exec
+            argv = ["sh", "-c", f"trap '' {ignoring}; exec \"$@\"", "sh", *argv]
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(state_dir), mode],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -254,6 +257,17 @@ def test_a_signal_the_program_ignores_does_not_end_its_work(spawn: Any) -> None:
     # Like `nohup`: SIGHUP is ignored before the supervisor starts.
     child = spawn("ignore-hup")
     child.proc.send_signal(signal.SIGHUP)
+    out, err = child.proc.communicate("carry on\n", timeout=WAIT)
+    assert (child.proc.returncode, out.strip()) == (0, "running"), err
+    assert process_gone(child.unit_pid)  # the program's own close() ended it
+
+
+def test_signals_ignored_by_the_programs_parent_stay_ignored(spawn: Any) -> None:
+    # `nohup python app.py &`: the program never touches its dispositions, it
+    # inherits them. A hangup or Ctrl-C meant for the terminal must not end its work.
+    child = spawn("inherited-ignores", ignoring="HUP INT")
+    child.proc.send_signal(signal.SIGHUP)
+    child.proc.send_signal(signal.SIGINT)
     out, err = child.proc.communicate("carry on\n", timeout=WAIT)
     assert (child.proc.returncode, out.strip()) == (0, "running"), err
     assert process_gone(child.unit_pid)  # the program's own close() ended it
