@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from workunits._core.moved import current_ref
 from workunits._errors import NotRetryable, SpecError
 from workunits._record import Outcome, WorkRecord
 from workunits._seconds import finite, seconds
@@ -90,7 +91,7 @@ class Retry:
             if isinstance(item, type) and issubclass(item, BaseException):
                 names.add(type_ref(item))
             elif isinstance(item, str) and ":" in item:
-                names.add(item)
+                names.add(current_ref(item))  # a policy stored before a module moved
             else:
                 raise SpecError(
                     f"Retry(on=) takes exception types or 'module:qualname' names, got {item!r}"

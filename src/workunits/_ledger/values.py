@@ -39,6 +39,7 @@ from typing import Any, Literal
 import cloudpickle
 
 from workunits import _strictjson as strictjson
+from workunits._core.moved import current_ref
 from workunits._errors import (
     REPAIR,
     LedgerCorrupt,
@@ -204,7 +205,7 @@ def resolve_ref(ref: str) -> Any:
     """Import ``"module:qualname"`` and return the object it names."""
     if not isinstance(ref, str) or not _REF_RE.fullmatch(ref):
         raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
-    module_name, qualname = ref.split(":", 1)
+    module_name, qualname = current_ref(ref).split(":", 1)  # stored before a module moved
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

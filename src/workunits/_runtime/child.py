@@ -26,6 +26,7 @@ from workunits._errors import InvalidArgument
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
 from workunits._wire import frames as m
+from workunits._wire import unpickle
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import SpawnCall
 
@@ -153,7 +154,8 @@ def _report_cap(ctx: _context.UnitContext, cap: int | None) -> None:
 
 def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int:
     try:
-        fn, args, kwargs = cloudpickle.loads(call.payload)
+        # A resumed unit's call may have been pickled by an older version.
+        fn, args, kwargs = unpickle.loads(call.payload)
         value = fn(*args, **kwargs)
     except SystemExit as exc:
         code = _exit_code(exc)

@@ -42,7 +42,7 @@ def result_of(record: WorkRecord) -> Any:
     cause: BaseException | None = None
     if record.cause is not None:
         try:
-            loaded = cloudpickle.loads(record.cause)
+            loaded = unpickle.loads(record.cause)  # durable: may name moved modules
         except Exception:  # noqa: BLE001 - the cause is a courtesy; the text is in record.error
             loaded = None
         if isinstance(loaded, BaseException):

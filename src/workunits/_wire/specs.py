@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from workunits._core.moved import current_module, current_ref
 from workunits._errors import SpecError
 from workunits._wire import shell_log
 from workunits._wire.calls import dumps_call
@@ -39,7 +40,8 @@ class BodyRef:
     qualname: str
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        target: Any = importlib.import_module(self.module)
+        # A spec stored by an older version names the module where the body was then.
+        target: Any = importlib.import_module(current_module(self.module))
         for part in self.qualname.split("."):
             target = getattr(target, part)
         return target(*args, **kwargs)
@@ -221,7 +223,7 @@ def resolve_callable(ref: str) -> Callable[..., Any]:
     """Import ``"module:qualname"`` and return the callable it names (SpecError otherwise)."""
     if not _REF_RE.fullmatch(ref):
         raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
-    module_name, qualname = ref.split(":", 1)
+    module_name, qualname = current_ref(ref).split(":", 1)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:

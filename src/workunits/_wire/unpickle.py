@@ -13,11 +13,13 @@ Runs in the caller's thread (or a unit's process, for a child's result).
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any
 
+from workunits._core.moved import current_module
 from workunits._errors import UnloadableValue
 
 
@@ -45,6 +47,13 @@ def load(data: bytes, work_id: str, what: str) -> Any:
         ) from exc
 
 
+def loads(data: bytes) -> Any:
+    """``pickle.loads``, except that a class of a module that has moved since the bytes
+    were written loads from where it is now (``_core.moved``): for bytes that may be
+    older than this code (a stored cause, a resumed unit's call)."""
+    return _MovedUnpickler(io.BytesIO(data)).load()
+
+
 def _rebuilder(tb: TracebackType | None) -> str:
     """The function the unpickler called that raised (``module.qualname``), when one did.
 
@@ -67,7 +76,22 @@ class _Unimportable(Exception):
         self.cause = cause
 
 
-class _NamingUnpickler(pickle.Unpickler):
+def _subimport(name: str) -> ModuleType:
+    """cloudpickle's ``subimport`` (how a function pickled by value names the modules
+    it uses), for a module that may have moved."""
+    return importlib.import_module(current_module(name))
+
+
+class _MovedUnpickler(pickle.Unpickler):
+    """``pickle.Unpickler`` that finds a moved module's classes where they are now."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "cloudpickle.cloudpickle" and name == "subimport":
+            return _subimport
+        return super().find_class(current_module(module), name)
+
+
+class _NamingUnpickler(_MovedUnpickler):
     """``pickle.loads`` (what ``cloudpickle.loads`` is) that says which class is missing.
 
     A value whose class cannot be imported here would otherwise surface as a

@@ -1,0 +1,34 @@
+"""Where a module moved: durable references written under an older layout still load.
+
+The ledger keeps names of code, not only data: a pickled result or cause names
+its classes by ``module`` and ``qualname`` (``workunits._errors.WorkFailed``),
+a spec stored by reference is ``"module:qualname"``, and a ``Retry`` keeps the
+exception types it retries as ``"module:qualname"`` names. A state dir written
+before a module of workunits moved holds the old names; each place that loads
+such a name asks here first (``_wire.unpickle``, ``_ledger.values.resolve_ref``,
+``Retry``), so old rows load and old policies match.
+
+Only workunits' own private modules are listed, by their full old name; a name
+not listed is returned as it is. Entries are never removed: a state dir may be
+opened by any later version.
+"""
+
+from __future__ import annotations
+
+# old module -> the module that holds the same names now
+MOVED: dict[str, str] = {
+    # -- end of table --
+}
+
+
+def current_module(module: str) -> str:
+    """The module that holds today what ``module`` held (``module`` itself when it never moved)."""
+    return MOVED.get(module, module)
+
+
+def current_ref(ref: str) -> str:
+    """``"module:qualname"`` with its module moved to where it is now."""
+    module, sep, qualname = ref.partition(":")
+    if not sep:
+        return ref
+    return f"{current_module(module)}:{qualname}"
