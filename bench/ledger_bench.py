@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from workunits import _ids
+from workunits._core import ids
+from workunits._core.record import WorkRecord
+from workunits._core.status import Status
 from workunits._ledger import Call, Ledger, NewUnit, Write, WriteOutcome
-from workunits._record import WorkRecord
-from workunits._status import Status
 
 SUBMIT_TARGET = 3_000
 GROUPED_TARGET = 20_000
@@ -94,7 +94,7 @@ def run(
 
         def submit_all() -> int:
             for n in range(units):
-                work_id = _ids.mint("a")
+                work_id = ids.mint("a")
                 spec = ledger.encode_spec(Call(operator.add, (n, n)), work_id)
                 row, _ = ledger.submit(
                     NewUnit(work_id, "agent", spec, time.time(), key=f"bench-{n}")
@@ -114,7 +114,7 @@ def run(
         def submit_grouped() -> int:
             news = []
             for n in range(units):
-                work_id = _ids.mint("a")
+                work_id = ids.mint("a")
                 spec = ledger.encode_spec(Call(operator.add, (n, -n)), work_id)
                 news.append(NewUnit(work_id, "agent", spec, time.time(), key=f"group-{n}"))
             for i in range(0, units, group):

@@ -30,9 +30,9 @@ from harness import BenchResult, Series
 from peer_benches import HasQuick, scale, state_dir
 
 import workunits as wu
-from workunits import _ids
+from workunits._core import ids as _ids
+from workunits._core.status import Status
 from workunits._ledger import Call, Ledger, NewUnit
-from workunits._status import Status
 
 CONSUMERS = 2
 IDLE = 1.0  # a consumer that finds nothing for this long is done

@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from workunits import _ids
+from workunits._core import ids
+from workunits._core.record import TAIL_BYTES
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import NO_RESULT, Ledger, Request, SupervisorLock, UnitRow
-from workunits._record import TAIL_BYTES
-from workunits._status import Reason, Status, is_terminal
 
 SESSION = "s00000001"
 
@@ -42,7 +42,7 @@ class FakeSupervisor:
     def open_session(self) -> str:
         """Look like a live supervisor to ``Client.supervisor_running``: hold its lock."""
         self._lock.acquire()
-        self.session = _ids.mint("s")
+        self.session = ids.mint("s")
         self.ledger.open_session(self.session, os.getpid())
         return self.session
 

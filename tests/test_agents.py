@@ -20,7 +20,7 @@ import pykka
 import pytest
 
 import workunits as wu
-from workunits import _framing
+from workunits._util import framing
 from workunits.actors.agent import AgentActor
 
 from .conftest import alive, eventually, running_pid
@@ -256,7 +256,7 @@ def test_unpicklable_result_fails_saying_so(sup: wu.Supervisor) -> None:
 
 def return_past_the_frame_limit(as_json: bool) -> object:
     """Lower the channel's frame limit in this unit's process only, then return more."""
-    _framing.MAX_FRAME = 1 << 16
+    framing.MAX_FRAME = 1 << 16
     return "x" * (1 << 17) if as_json else b"x" * (1 << 17)
 
 

@@ -18,8 +18,8 @@ import pytest
 import workunits as wu
 from tests.conftest import eventually
 from tests.helpers import WAIT
+from workunits._core.retry import MAX_ATTEMPTS
 from workunits._ledger import submits as ledger_submits
-from workunits._retry import MAX_ATTEMPTS
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,9 +21,9 @@ import workunits as wu
 from tests.client_support import FakeSupervisor
 from tests.conftest import eventually
 from tests.ledger.support import new_unit
+from workunits._core.status import Reason, Status
 from workunits._ledger import LedgerVersionError
 from workunits._ledger.schema import SCHEMA_VERSION
-from workunits._status import Reason, Status
 
 WAIT = 10.0
 

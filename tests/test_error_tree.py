@@ -1,6 +1,6 @@
 """One tree of errors: what workunits raises at a user is a WorkunitsError.
 
-The tree drawn in ``workunits._errors``' docstring is checked against the
+The tree drawn in ``workunits._core.errors``' docstring is checked against the
 classes, so the drawing cannot drift; the holes it once had (a bare
 TimeoutError from a mailbox, a RuntimeError from ``wu.current()``) each have a
 test here that a standard ``except`` still catches them.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import workunits as wu
-from workunits import _errors
-from workunits._mailbox import Mailbox
+from workunits._core import errors as _errors
+from workunits._core.mailbox import Mailbox
 
 _ROW = re.compile(r"^(?P<indent>[│ ]*)[├└]── (?P<name>\w+)\s+(?P<text>.*)$")
 _ALSO = re.compile(r"\(also an? (\w+)\)")

@@ -21,7 +21,7 @@ from typing import Any
 import workunits as wu
 from tests.conftest import eventually
 from tests.faults.diskfull import PageLimitFull, ledger_of
-from workunits._record import WorkRecord
+from workunits._core.record import WorkRecord
 from workunits._wire.specs import ShellSpec
 from workunits.supervisor import requests as rq
 

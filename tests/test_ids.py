@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import workunits as wu
 from workunits import InvalidWorkId, Supervisor, UnknownKind, UnknownWork
-from workunits._ids import ALPHABET, SUFFIX_LEN, mint, prefix_of, validate
+from workunits._core.ids import ALPHABET, SUFFIX_LEN, mint, prefix_of, validate
 from workunits._wire.specs import ShellSpec
 
 ID_SHAPE = re.compile(r"[a-z][0-9a-z]{8}", re.ASCII)

@@ -17,15 +17,8 @@ from typing import Any, ClassVar
 import pytest
 
 from tests.helpers import WAIT
-from workunits import (
-    Cancelled,
-    KindFault,
-    Outcome,
-    Status,
-    Supervisor,
-    WorkActor,
-    _outputfile,
-)
+from workunits import Cancelled, KindFault, Outcome, Status, Supervisor, WorkActor
+from workunits._util import outputfile
 from workunits.actors import ProcessExited, SpawnExec
 
 RAISES: dict[str, Callable[[], BaseException]] = {
@@ -60,7 +53,7 @@ class Faulty(WorkActor):
         self._maybe_raise(self.unit.spec, "on_start")
 
     def launch(self) -> None:
-        os.close(_outputfile.create(self.unit.output_path))
+        os.close(outputfile.create(self.unit.output_path))
         self._maybe_raise(self.unit.spec, "launch")
         self._maybe_raise(self.unit.spec, "launch_early")
 
@@ -82,7 +75,7 @@ class FaultyOnExit(Faulty):
     kind: ClassVar[str] = "faulty-exit"
 
     def launch(self) -> None:
-        fd = _outputfile.create(self.unit.output_path)
+        fd = outputfile.create(self.unit.output_path)
         try:
             request = SpawnExec(unit_id=self.unit.id, argv=("true",), cwd=None, env=None)
             self.unit.zygote.spawn_exec(request, fd, self.process_watch())

@@ -25,8 +25,8 @@ from workunits import (
     SupervisorClosed,
     UnknownKind,
     WorkActor,
-    _outputfile,
 )
+from workunits._util import outputfile
 from workunits.actors import ProcessExited, ProcessLost, ProcessSpawnFailed, SpawnExec
 from workunits.testing import ManualClock, ScriptedDriver, ScriptedWork
 
@@ -42,7 +42,7 @@ class EchoWork(WorkActor):
             raise SpecError("an echo unit needs bytes")
 
     def launch(self) -> None:
-        fd = _outputfile.create(self.unit.output_path)
+        fd = outputfile.create(self.unit.output_path)
         try:
             os.write(fd, self.unit.spec)
         finally:
@@ -302,7 +302,7 @@ class ExitCodeWork(WorkActor):
     kind: ClassVar[str] = "exitcode"
 
     def launch(self) -> None:
-        fd = _outputfile.create(self.unit.output_path)
+        fd = outputfile.create(self.unit.output_path)
         try:
             argv = ("sh", "-c", 'echo "$0"; exit 3', "from a user kind")
             request = SpawnExec(unit_id=self.unit.id, argv=argv, cwd=None, env=None)
@@ -345,7 +345,7 @@ class LaunchesEarly(WorkActor):
         return True
 
     def launch(self) -> None:
-        fd = _outputfile.create(self.unit.output_path)
+        fd = outputfile.create(self.unit.output_path)
         try:
             os.write(fd, threading.current_thread().name.encode())
         finally:
@@ -367,7 +367,7 @@ class Inline(WorkActor):
         return True
 
     def launch(self) -> None:
-        os.close(_outputfile.create(self.unit.output_path))
+        os.close(outputfile.create(self.unit.output_path))
         Inline.handled_in.append(f"launch: {threading.current_thread().name}")
 
     def signal_work(self, signum: int) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import workunits as wu
-from workunits._errors import LedgerTampered, UnknownWork
+from workunits._core.errors import LedgerTampered, UnknownWork
 from workunits._ledger import Ledger
 
 from .conftest import eventually

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workunits import InvalidTransition, Status, Supervisor, UnknownWork, WorkRecord, is_terminal
-from workunits._record import replace
-from workunits._status import TRANSITIONS, allowed
+from workunits._core.record import replace
+from workunits._core.status import TRANSITIONS, allowed
 from workunits.supervisor import requests as rq
 from workunits.supervisor.registry import Registry
 from workunits.testing import ChangeLog, ScriptedDriver

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from workunits._claim import Claim, NoticeSource
-from workunits._errors import MailboxClosed, NoNotification
-from workunits._mailbox import Mailbox
-from workunits._record import MailboxItem, MonitorEvent, Notification
-from workunits._status import Status
+from workunits._core.claim import Claim, NoticeSource
+from workunits._core.errors import MailboxClosed, NoNotification
+from workunits._core.mailbox import Mailbox
+from workunits._core.record import MailboxItem, MonitorEvent, Notification
+from workunits._core.status import Status
 
 CLOSED = "the supervisor is closed and the mailbox is empty"
 WAIT = 10.0  # bounds a wait that should end at once; only a broken mailbox reaches it

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GRACE, eventually
-from workunits import Status, Supervisor, _ids, connect
-from workunits._claim import Claim
-from workunits._errors import InvalidWorkId, MailboxClosed, UnknownWork
-from workunits._record import WorkRecord
+from workunits import Status, Supervisor, connect
+from workunits._core import ids
+from workunits._core.claim import Claim
+from workunits._core.errors import InvalidWorkId, MailboxClosed, UnknownWork
+from workunits._core.record import WorkRecord
 from workunits.supervisor import requests as rq
 from workunits.supervisor.eviction import RECHECK
 from workunits.supervisor.registry import Registry
@@ -240,7 +241,7 @@ def test_a_record_evicted_by_its_rule_no_longer_counts_towards_the_cap(
         assert sup.resident_ids() == {u.id for u in later}
 
 
-# -- claims (workunits._claim) --------------------------------------------------------
+# -- claims (workunits._core.claim) --------------------------------------------------------
 
 
 def test_a_claim_settles_once_whichever_way() -> None:
@@ -280,21 +281,21 @@ def test_a_leased_claim_renews_through_its_lease_and_a_plain_one_settles_as_told
     assert Claim("event").release() is True  # a monitor event: nothing to hand back
 
 
-# -- IDs (workunits._ids): bad input says what was wrong ----------------------------------
+# -- IDs (workunits._core.ids): bad input says what was wrong ----------------------------------
 
 
 def test_id_errors_say_what_was_given_and_what_is_expected() -> None:
     with pytest.raises(InvalidWorkId, match=r"one letter a-z, got 'ab'"):
-        _ids.mint("ab")
+        ids.mint("ab")
     with pytest.raises(InvalidWorkId, match=r"is a str, got int"):
-        _ids.validate(42)
+        ids.validate(42)
 
 
 @pytest.mark.parametrize("letter", ["ab", "", "B", "1", 7, None])
 def test_a_kind_letter_is_exactly_one_letter_a_to_z(letter: object) -> None:
     with pytest.raises(InvalidWorkId, match=r"a kind letter is one letter a-z, got "):
-        _ids.validate_letter(letter)
-    assert _ids.validate_letter("q") == "q"
+        ids.validate_letter(letter)
+    assert ids.validate_letter("q") == "q"
 
 
 # -- the registry (supervisor/registry.py) -------------------------------------------

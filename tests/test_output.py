@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import WAIT, read_until
 from workunits import SpecError, Status, Supervisor
-from workunits._record import TAIL_BYTES
+from workunits._core.record import TAIL_BYTES
 from workunits.testing import ScriptedDriver
 
 

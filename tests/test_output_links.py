@@ -1,4 +1,4 @@
-"""An agent's output file is a second name of its transcript (``_outputfile.link``)."""
+"""An agent's output file is a second name of its transcript (``_util.outputfile.link``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PLANTS, assert_plant_untouched, plant
-from workunits import _outputfile
+from workunits._util import outputfile
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -17,7 +17,7 @@ SHM = Path("/dev/shm")
 
 def _transcript(directory: Path) -> Path:
     path = directory / "a00000001.jsonl"
-    os.close(_outputfile.create(str(path), append=True))
+    os.close(outputfile.create(str(path), append=True))
     return path
 
 
@@ -25,7 +25,7 @@ def test_the_output_is_the_transcript_under_a_second_name(tmp_path: Path) -> Non
     transcript = _transcript(tmp_path)
     output = tmp_path / "a00000001.out"
 
-    _outputfile.link(str(transcript), str(output))
+    outputfile.link(str(transcript), str(output))
 
     assert not output.is_symlink()
     assert output.samefile(transcript)
@@ -35,7 +35,7 @@ def test_the_output_is_the_transcript_under_a_second_name(tmp_path: Path) -> Non
         f.write(b'{"seq": 1}\n')
     assert output.read_bytes() == b'{"seq": 1}\n'
 
-    _outputfile.remove(str(output))
+    outputfile.remove(str(output))
     assert not output.exists()
     assert transcript.read_bytes() == b'{"seq": 1}\n'
     assert transcript.stat().st_nlink == 1
@@ -47,8 +47,8 @@ def test_anything_already_at_the_output_path_is_refused(tmp_path: Path, planted:
     output = tmp_path / "a00000001.out"
     plant(output, planted, tmp_path)
 
-    with pytest.raises(_outputfile.OutputFileError, match="refusing to link output"):
-        _outputfile.link(str(transcript), str(output))
+    with pytest.raises(outputfile.OutputFileError, match="refusing to link output"):
+        outputfile.link(str(transcript), str(output))
 
     assert_plant_untouched(output, planted, tmp_path)
     assert transcript.stat().st_nlink == 1
@@ -63,11 +63,11 @@ def test_across_file_systems_the_output_is_a_symlink(tmp_path: Path) -> None:
         transcript = _transcript(scratch)
         output = tmp_path / "a00000001.out"
 
-        _outputfile.link(str(transcript), str(output))  # link(2) says EXDEV here
+        outputfile.link(str(transcript), str(output))  # link(2) says EXDEV here
 
         assert output.is_symlink()
         assert output.samefile(transcript)
-        _outputfile.remove(str(output))
+        outputfile.remove(str(output))
         assert transcript.exists()
     finally:
         for child in scratch.iterdir():

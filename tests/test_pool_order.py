@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workunits import _ids
+from workunits._core import ids
 from workunits._pool.workers import WorkerPool
 from workunits._wire.specs import AgentSpec
 from workunits._wire.zygote_protocol import SpawnCall
@@ -63,7 +63,7 @@ class Unit:
 
     def __init__(self, pool: WorkerPool, directory: Path, log: Path, name: str) -> None:
         self.pool = pool
-        self.id = _ids.mint("a")
+        self.id = ids.mint("a")
         spec = AgentSpec.build(note, (str(log), name), {})
         self.call = SpawnCall(unit_id=self.id, kind="agent", payload=spec.payload)
         self.transcript = directory / f"{self.id}.jsonl"

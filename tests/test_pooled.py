@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 import workunits as wu
-from workunits._record import Notification
+from workunits._core.record import Notification
 from workunits.actors import AgentActor, AgentSpec, Limits, PooledAgentActor
 
 from .conftest import alive, eventually

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import workunits as wu
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 
 
 def test_a_supervisor_on_postgres_runs_units_a_client_submits(

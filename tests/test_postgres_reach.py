@@ -17,7 +17,7 @@ import pytest
 import workunits as wu
 from tests.conftest import eventually
 from tests.large_values_jobs import big_result, digest
-from workunits._errors import LedgerError
+from workunits._core.errors import LedgerError
 
 pytest.importorskip("httpx")  # serve --http needs the [http] extra
 from tests.http.server import Served

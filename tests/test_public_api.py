@@ -205,7 +205,7 @@ SUPERVISOR_SIDE = (
 
 
 def test_the_unit_runtime_loads_neither_the_supervisor_nor_sqlite() -> None:
-    # What the zygote preloads is copied on write by every fork (see _lazy); a
+    # What the zygote preloads is copied on write by every fork (see _util.lazy); a
     # stray import of the supervisor or the ledger's store makes each unit slower.
     code = (
         "import sys, workunits, workunits._zygote.server, workunits._runtime.child, "

@@ -1,4 +1,4 @@
-"""``_record.replace``: ``dataclasses.replace``'s meaning at a third of its cost.
+"""``_core.record.replace``: ``dataclasses.replace``'s meaning at a third of its cost.
 
 The supervisor copies a unit's record several times per unit; the copy is
 generated per class from its fields. These tests hold it to
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workunits._record import Notification, Outcome, WorkRecord, replace
-from workunits._status import Reason, Status
+from workunits._core.record import Notification, Outcome, WorkRecord, replace
+from workunits._core.status import Reason, Status
 
 pytestmark = pytest.mark.timeout(60)
 

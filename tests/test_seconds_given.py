@@ -20,7 +20,7 @@ import workunits as wu
 from tests.client_support import FakeSupervisor
 from tests.helpers import WAIT
 from tests.restart_jobs import Phoenix
-from workunits._seconds import seconds, seconds_or_none
+from workunits._core.seconds import seconds, seconds_or_none
 from workunits.testing import ScriptedDriver
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,7 +21,7 @@ import pytest
 import workunits as wu
 from tests.client_support import FakeSupervisor
 from tests.helpers import WAIT, read_until
-from workunits import _outputfile
+from workunits._util import outputfile
 from workunits._wire.durable import shell_from_durable, shell_to_durable
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, ShellSpec
 from workunits.supervisor.events import Cursor
@@ -41,7 +41,7 @@ def client(state_dir: Path) -> Iterator[wu.Client]:
 
 
 def _kept(sup: wu.Supervisor, work_id: str) -> Path:
-    return Path(_outputfile.log_path(sup.state_dir, work_id))
+    return Path(outputfile.log_path(sup.state_dir, work_id))
 
 
 def _dead_pid() -> int:
@@ -312,8 +312,8 @@ def test_a_backup_holds_kept_logs_but_not_the_callers_files(
     with wu.connect(sup.state_dir) as client:
         report = client.ledger.backup(dest)
     assert report.transcripts == 1
-    assert Path(_outputfile.log_path(dest, ours)).read_bytes() == b"ours\n"
-    assert not os.path.lexists(_outputfile.log_path(dest, theirs))
+    assert Path(outputfile.log_path(dest, ours)).read_bytes() == b"ours\n"
+    assert not os.path.lexists(outputfile.log_path(dest, theirs))
 
 
 # -- refusals ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 
 import workunits as wu
-from workunits import _framing
+from workunits._util import framing
 
 from .conftest import eventually
 from .kinds_support import Fifo, read_line, supervisor, write_line
@@ -99,7 +99,7 @@ class PastTheFrameLimit:
     """Lowers the channel's frame limit in its own process, then answers with ``size`` bytes."""
 
     def on_receive(self, size: int) -> str:
-        _framing.MAX_FRAME = 1 << 16
+        framing.MAX_FRAME = 1 << 16
         return "x" * size
 
 

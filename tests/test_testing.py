@@ -22,7 +22,7 @@ from workunits import (
     UnknownWork,
     WrongType,
 )
-from workunits._ids import mint
+from workunits._core.ids import mint
 from workunits.testing import (
     LifecycleMachine,
     ManualClock,

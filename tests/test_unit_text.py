@@ -17,7 +17,7 @@ import pytest
 
 import workunits as wu
 from tests.helpers import WAIT
-from workunits._record import Outcome, storable_text
+from workunits._core.record import Outcome, storable_text
 from workunits.testing import ScriptedDriver
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import PLANTS, assert_plant_untouched, eventually, plant
 from tests.helpers import WAIT
-from workunits import Supervisor, _outputfile
+from workunits import Supervisor
+from workunits._util import outputfile
 from workunits.actors import warm_files
 from workunits.actors.warm_files import KEEP, SPARE_DIR, WarmFiles
 
@@ -79,7 +80,7 @@ def test_anything_at_the_path_is_refused_and_the_file_stays_ready(
     path = out / "b00000001.out"
     plant(path, planted, tmp_path)
 
-    with pytest.raises(_outputfile.OutputFileError, match="something already exists") as caught:
+    with pytest.raises(outputfile.OutputFileError, match="something already exists") as caught:
         stock.create(str(path))
 
     assert caught.value.errno == errno.EEXIST
@@ -208,7 +209,7 @@ def test_a_supervisors_units_take_their_files_from_its_stock(state_dir: Path) ->
         assert sup.read_output(shell.id) == b"warm\n"
         # Three of the files made ahead are gone from the stock: the three units took them.
         assert len(made - set(_spares(spare))) == 3
-        assert Path(_outputfile.transcript_path(state_dir, agent.id)).is_file()
+        assert Path(outputfile.transcript_path(state_dir, agent.id)).is_file()
     assert _spares(spare) == []  # close removed what was still ready
 
 

@@ -23,9 +23,8 @@ import orjson
 import pytest
 
 import workunits as wu
-from workunits._errors import InvalidArgument
-from workunits._runtime import child, descendants
-from workunits._runtime import context as _context
+from workunits._core.errors import InvalidArgument
+from workunits._runtime import child, context, descendants
 from workunits._zygote import payload, spare, warm
 
 from .conftest import alive, eventually, parent_of
@@ -267,12 +266,12 @@ def test_a_rehearsal_leaves_nothing_behind() -> None:
     fds = sorted(os.listdir("/proc/self/fd"))
     threads = threading.enumerate()
     streams = (sys.stdout, sys.stderr)
-    current = _context._current
+    current = context._current
     child.rehearse()
     assert sorted(os.listdir("/proc/self/fd")) == fds
     assert threading.enumerate() == threads
     assert (sys.stdout, sys.stderr) == streams
-    assert _context._current is current
+    assert context._current is current
 
 
 # -- the pool's life ------------------------------------------------------------------

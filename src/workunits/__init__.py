@@ -1,78 +1,78 @@
 """workunits: supervised, durable work units for agent runtimes.
 
 The supervisor, the client and the actor base are imported on first use (see
-``_lazy``): a unit process, forked from a zygote that imports this package,
+``_util.lazy``): a unit process, forked from a zygote that imports this package,
 needs only the unit runtime.
 """
 
 from typing import TYPE_CHECKING
 
-from workunits import _lazy
-from workunits._claim import Claim as Claim
-from workunits._errors import AskTimeout as AskTimeout
-from workunits._errors import Cancelled as Cancelled
-from workunits._errors import ClientClosed as ClientClosed
-from workunits._errors import IdempotencyConflict as IdempotencyConflict
-from workunits._errors import InvalidArgument as InvalidArgument
-from workunits._errors import InvalidTransition as InvalidTransition
-from workunits._errors import InvalidWorkId as InvalidWorkId
-from workunits._errors import KindFault as KindFault
-from workunits._errors import KindTaken as KindTaken
-from workunits._errors import LedgerCorrupt as LedgerCorrupt
-from workunits._errors import LedgerError as LedgerError
-from workunits._errors import LedgerFull as LedgerFull
-from workunits._errors import LedgerTampered as LedgerTampered
-from workunits._errors import LedgerVersionError as LedgerVersionError
-from workunits._errors import MailboxClosed as MailboxClosed
-from workunits._errors import NoCurrentUnit as NoCurrentUnit
-from workunits._errors import NoLedger as NoLedger
-from workunits._errors import NoNotification as NoNotification
-from workunits._errors import NoSuchMethod as NoSuchMethod
-from workunits._errors import NotFinished as NotFinished
-from workunits._errors import NotRetryable as NotRetryable
-from workunits._errors import SecretFileError as SecretFileError
-from workunits._errors import ServerUnreachable as ServerUnreachable
-from workunits._errors import SessionLost as SessionLost
-from workunits._errors import SignalTimeout as SignalTimeout
-from workunits._errors import SpecError as SpecError
-from workunits._errors import StaleAttempt as StaleAttempt
-from workunits._errors import StateDirError as StateDirError
-from workunits._errors import SupervisorBusy as SupervisorBusy
-from workunits._errors import SupervisorClosed as SupervisorClosed
-from workunits._errors import TeammateEnded as TeammateEnded
-from workunits._errors import TeammateError as TeammateError
-from workunits._errors import TeammateRestarted as TeammateRestarted
-from workunits._errors import UnknownKind as UnknownKind
-from workunits._errors import UnknownWork as UnknownWork
-from workunits._errors import UnloadableValue as UnloadableValue
-from workunits._errors import UnstorableValue as UnstorableValue
-from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
-from workunits._errors import WorkExpired as WorkExpired
-from workunits._errors import WorkFailed as WorkFailed
-from workunits._errors import WorkKilled as WorkKilled
-from workunits._errors import WorkunitsError as WorkunitsError
-from workunits._errors import WrongType as WrongType
-from workunits._ids import is_valid as is_valid_id
-from workunits._ids import mint as mint_id
-from workunits._record import MailboxItem as MailboxItem
-from workunits._record import MonitorEvent as MonitorEvent
-from workunits._record import Notification as Notification
-from workunits._record import Outcome as Outcome
-from workunits._record import OutputChunk as OutputChunk
-from workunits._record import StallEvent as StallEvent
-from workunits._record import WorkRecord as WorkRecord
-from workunits._retain import Retain as Retain
-from workunits._retry import Attempt as Attempt
-from workunits._retry import Retry as Retry
+from workunits._core.claim import Claim as Claim
+from workunits._core.errors import AskTimeout as AskTimeout
+from workunits._core.errors import Cancelled as Cancelled
+from workunits._core.errors import ClientClosed as ClientClosed
+from workunits._core.errors import IdempotencyConflict as IdempotencyConflict
+from workunits._core.errors import InvalidArgument as InvalidArgument
+from workunits._core.errors import InvalidTransition as InvalidTransition
+from workunits._core.errors import InvalidWorkId as InvalidWorkId
+from workunits._core.errors import KindFault as KindFault
+from workunits._core.errors import KindTaken as KindTaken
+from workunits._core.errors import LedgerCorrupt as LedgerCorrupt
+from workunits._core.errors import LedgerError as LedgerError
+from workunits._core.errors import LedgerFull as LedgerFull
+from workunits._core.errors import LedgerTampered as LedgerTampered
+from workunits._core.errors import LedgerVersionError as LedgerVersionError
+from workunits._core.errors import MailboxClosed as MailboxClosed
+from workunits._core.errors import NoCurrentUnit as NoCurrentUnit
+from workunits._core.errors import NoLedger as NoLedger
+from workunits._core.errors import NoNotification as NoNotification
+from workunits._core.errors import NoSuchMethod as NoSuchMethod
+from workunits._core.errors import NotFinished as NotFinished
+from workunits._core.errors import NotRetryable as NotRetryable
+from workunits._core.errors import SecretFileError as SecretFileError
+from workunits._core.errors import ServerUnreachable as ServerUnreachable
+from workunits._core.errors import SessionLost as SessionLost
+from workunits._core.errors import SignalTimeout as SignalTimeout
+from workunits._core.errors import SpecError as SpecError
+from workunits._core.errors import StaleAttempt as StaleAttempt
+from workunits._core.errors import StateDirError as StateDirError
+from workunits._core.errors import SupervisorBusy as SupervisorBusy
+from workunits._core.errors import SupervisorClosed as SupervisorClosed
+from workunits._core.errors import TeammateEnded as TeammateEnded
+from workunits._core.errors import TeammateError as TeammateError
+from workunits._core.errors import TeammateRestarted as TeammateRestarted
+from workunits._core.errors import UnknownKind as UnknownKind
+from workunits._core.errors import UnknownWork as UnknownWork
+from workunits._core.errors import UnloadableValue as UnloadableValue
+from workunits._core.errors import UnstorableValue as UnstorableValue
+from workunits._core.errors import ValueVersionMismatch as ValueVersionMismatch
+from workunits._core.errors import WorkExpired as WorkExpired
+from workunits._core.errors import WorkFailed as WorkFailed
+from workunits._core.errors import WorkKilled as WorkKilled
+from workunits._core.errors import WorkunitsError as WorkunitsError
+from workunits._core.errors import WrongType as WrongType
+from workunits._core.ids import is_valid as is_valid_id
+from workunits._core.ids import mint as mint_id
+from workunits._core.record import MailboxItem as MailboxItem
+from workunits._core.record import MonitorEvent as MonitorEvent
+from workunits._core.record import Notification as Notification
+from workunits._core.record import Outcome as Outcome
+from workunits._core.record import OutputChunk as OutputChunk
+from workunits._core.record import StallEvent as StallEvent
+from workunits._core.record import WorkRecord as WorkRecord
+from workunits._core.retain import Retain as Retain
+from workunits._core.retry import Attempt as Attempt
+from workunits._core.retry import Retry as Retry
+from workunits._core.schedule import ScheduleFiring as ScheduleFiring
+from workunits._core.schedule import ScheduleInfo as ScheduleInfo
+from workunits._core.status import Reason as Reason
+from workunits._core.status import Status as Status
+from workunits._core.status import is_terminal as is_terminal
 from workunits._runtime.context import ChildHandle as ChildHandle
 from workunits._runtime.context import ChildTeammate as ChildTeammate
 from workunits._runtime.context import UnitContext as UnitContext
 from workunits._runtime.context import current as current
-from workunits._schedule import ScheduleFiring as ScheduleFiring
-from workunits._schedule import ScheduleInfo as ScheduleInfo
-from workunits._status import Reason as Reason
-from workunits._status import Status as Status
-from workunits._status import is_terminal as is_terminal
+from workunits._util import lazy as _lazy  # not a public name of the package
 
 if TYPE_CHECKING:
     from workunits._client import Client as Client
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from workunits._client import connect_async as connect_async
     from workunits._client_http import HttpClient as HttpClient
     from workunits._client_http import HttpHandle as HttpHandle
-    from workunits._mailbox import Mailbox as Mailbox
+    from workunits._core.mailbox import Mailbox as Mailbox
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
@@ -184,7 +184,7 @@ __getattr__, __dir__ = _lazy.exports(
         "HttpHandle": "workunits._client_http",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
-        "Mailbox": "workunits._mailbox",
+        "Mailbox": "workunits._core.mailbox",
         "Pool": "workunits.supervisor.pool",
         "TeammateHandle": "workunits.supervisor.teammate",
         "TeammateProxy": "workunits.supervisor.teammate",

@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, overload
 
-from workunits import _ids
-from workunits._clock import Clock, SystemClock
-from workunits._errors import (
+from workunits._core import ids
+from workunits._core.clock import Clock, SystemClock
+from workunits._core.errors import (
     ClientClosed,
     NotFinished,
     NotRetryable,
@@ -37,18 +37,18 @@ from workunits._errors import (
     UnknownKind,
     UnknownWork,
 )
+from workunits._core.record import WorkRecord
+from workunits._core.retain import HeldRetains, Retain
+from workunits._core.retry import SPEC_NOT_KEPT, Retry, check_retry, check_retryable
+from workunits._core.seconds import seconds, wait_timeout
+from workunits._core.status import Status, is_terminal
 from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.unreadable import Unreadable
-from workunits._record import WorkRecord
 from workunits._remote_output import RemoteOutput
-from workunits._retain import HeldRetains, Retain
-from workunits._retry import SPEC_NOT_KEPT, Retry, check_retry, check_retryable
-from workunits._seconds import seconds, wait_timeout
-from workunits._status import Status, is_terminal
-from workunits._wire import shell_log
+from workunits._util import shell_log
 from workunits._wire.durable import (
     agent_resumable,
     agent_to_durable,
@@ -436,7 +436,7 @@ class Client:
         max_attempts = check_attempts(check_retry(retry), max_attempts)
         stall_after = check_stall_after(stall_after)
         start_at = check_not_before(not_before, self._clock.now())
-        work_id = _ids.mint(letter)
+        work_id = ids.mint(letter)
         stored = self.ledger.encode_spec(durable, work_id)
         resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
         if max_attempts is None:
@@ -479,7 +479,7 @@ class Client:
             raise NotRetryable(
                 f"{work_id} cannot be started again: {exc}. {SPEC_NOT_KEPT}"
             ) from None
-        new_id = _ids.mint(work_id[0])
+        new_id = ids.mint(work_id[0])
         new = NewUnit(
             id=new_id,
             kind=row.kind,
@@ -539,7 +539,7 @@ class Client:
         A row that cannot be read is left out and handed to ``on_unreadable``
         (by default, logged as a warning: see ``Ledger.list``).
         """
-        name = _ids.BUILTIN_KINDS.get(kind, kind) if kind is not None else None
+        name = ids.BUILTIN_KINDS.get(kind, kind) if kind is not None else None
         rows = self.ledger.list(
             status=status,
             kind=name,
@@ -551,11 +551,11 @@ class Client:
         unknown = (
             not rows
             and name is not None
-            and name not in _ids.BUILTIN_KINDS.values()
+            and name not in ids.BUILTIN_KINDS.values()
             and not self.ledger.list(kind=name, limit=1)
         )
         if unknown:
-            built_in = ", ".join(sorted(_ids.BUILTIN_KINDS.values()))
+            built_in = ", ".join(sorted(ids.BUILTIN_KINDS.values()))
             raise UnknownKind(
                 f"no kind {name!r}: it is not built in ({built_in}), and no unit in "
                 f"{self.state_dir} is of it"
@@ -686,7 +686,7 @@ class Client:
     def release(self, work_id: str) -> bool:
         """End the retain leases taken on the unit through this client (``retain``) and
         not yet released; True if there was one. ``Retain.release()`` ends one."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._held.release(work_id)
 
     def request(self, verb: str, work_id: str, args: dict[str, Any] | None = None) -> int | None:
@@ -897,7 +897,7 @@ class Client:
         Each look at the ledger and the output file is a short call on a worker
         thread; waits are ``asyncio.sleep``. A bad ID raises at the first step.
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return OutputStream(
             self.ledger,
             work_id,

@@ -42,22 +42,23 @@ except ModuleNotFoundError as missing:  # the optional extra: say which one
         "the HTTP client needs httpx: pip install 'workunits[http]'", name="httpx"
     ) from missing
 
-from workunits import _errors, _ids
 from workunits._client_http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
 from workunits._client_http_stream import HttpOutputStream
-from workunits._errors import (
+from workunits._core import errors as _errors
+from workunits._core import ids
+from workunits._core.errors import (
     ClientClosed,
     NotFinished,
     ServerUnreachable,
     SpecError,
     WorkunitsError,
 )
+from workunits._core.record import Notification, WorkRecord
+from workunits._core.retain import HeldRetains, Retain
+from workunits._core.retry import Retry, check_retry
+from workunits._core.seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
+from workunits._core.status import Reason, Status
 from workunits._ledger.retains import check_lease
-from workunits._record import Notification, WorkRecord
-from workunits._retain import HeldRetains, Retain
-from workunits._retry import Retry, check_retry
-from workunits._seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
-from workunits._status import Reason, Status
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits._wire.submits import check_not_before
 
@@ -700,7 +701,7 @@ class HttpClient:
 
         A bad ID raises here; an unknown one at the first step.
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         self._check_open()
         return HttpOutputStream(self, work_id, follow=follow)
 
@@ -1061,4 +1062,4 @@ def _unit(work_id: str) -> str:
     Unchecked, ``"a…/../b…"`` would have named another unit's route: the one
     regex checks every ID before it touches a path (DESIGN §2.1).
     """
-    return _ids.validate(work_id)
+    return ids.validate(work_id)

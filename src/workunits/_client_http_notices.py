@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from workunits._claim import Claim, NoticeSource
-from workunits._errors import ClientClosed, NoNotification, WorkunitsError
-from workunits._record import Notification
-from workunits._seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
+from workunits._core.claim import Claim, NoticeSource
+from workunits._core.errors import ClientClosed, NoNotification, WorkunitsError
+from workunits._core.record import Notification
+from workunits._core.seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from workunits._errors import ServerUnreachable
+from workunits._core.errors import ServerUnreachable
 
 if TYPE_CHECKING:
     from workunits._client_http import HttpClient

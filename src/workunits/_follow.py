@@ -15,14 +15,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 
-from workunits import _outputfile
-from workunits._claim import Claim, NoticeSource
-from workunits._errors import ClientClosed, LedgerError, NoNotification
+from workunits._core.claim import Claim, NoticeSource
+from workunits._core.errors import ClientClosed, LedgerError, NoNotification
+from workunits._core.record import Notification
+from workunits._core.seconds import wait_timeout
+from workunits._core.status import is_terminal
 from workunits._ledger import Ledger, UnitRow
-from workunits._record import Notification
 from workunits._remote_output import RemoteOutput
-from workunits._seconds import wait_timeout
-from workunits._status import is_terminal
+from workunits._util import outputfile
 
 # Two chunks alive at a time (the caller's and the next) keeps memory flat
 # however much a unit writes, and still catches up on a backlog quickly.
@@ -102,7 +102,7 @@ class OutputStream(Iterator[bytes]):
         self.offset = 0
         self._ledger = ledger
         # Names that outlive the unit: read from the start, never replaced.
-        self._kept = _outputfile.kept_paths(ledger.state_dir, work_id)
+        self._kept = outputfile.kept_paths(ledger.state_dir, work_id)
         self._backoff = Backoff(stop, poll)
         self._chunk = chunk
         self._fd: int | None = None
@@ -170,7 +170,7 @@ class OutputStream(Iterator[bytes]):
         if ended and self._path == self._kept[1]:
             # A caller's log is theirs to write on: nothing past the unit's own bytes.
             limit = max(0, min(limit, row.output_bytes - self.offset))
-        data = _outputfile.read_delta(self._fd, self.offset, limit) if limit else b""
+        data = outputfile.read_delta(self._fd, self.offset, limit) if limit else b""
         if not data and not ended and self._replaced():
             # A restarted shell attempt writes a fresh file at the same path.
             self._close_fd()
@@ -183,7 +183,7 @@ class OutputStream(Iterator[bytes]):
         for path in (*self._kept, row.output_path):
             if path is None:
                 continue
-            fd = _outputfile.open_for_reading(path)
+            fd = outputfile.open_for_reading(path)
             if fd is not None:
                 self._fd, self._path = fd, path
                 return
@@ -243,7 +243,7 @@ class Notices(NoticeSource[Notification], Iterator[Notification]):
 
     Each notice is claimed in the ledger before it is returned, so it goes to
     one consumer at a time across every client and process on the state dir
-    (see ``workunits._claim`` for take / get / claim). Iteration takes with
+    (see ``workunits._core.claim`` for take / get / claim). Iteration takes with
     ``get`` and ends when the client closes.
     """
 

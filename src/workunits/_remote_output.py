@@ -20,10 +20,10 @@ import ssl
 import urllib.error
 import urllib.request
 
-from workunits import _ids
-from workunits._errors import LedgerError
+from workunits._core import ids
+from workunits._core.errors import LedgerError
+from workunits._core.status import is_terminal
 from workunits._ledger import Ledger, UnitRow
-from workunits._status import is_terminal
 
 TIMEOUT = 10.0  # seconds for one read from another host
 
@@ -84,7 +84,7 @@ class RemoteOutput:
 
     def read(self, url: str, work_id: str, offset: int, limit: int) -> bytes:
         """Bytes of ``work_id``'s output from ``offset`` (at most ``limit``), from ``url``."""
-        target = f"{url}/v1/units/{_ids.validate(work_id)}/output?offset={offset}&limit={limit}"
+        target = f"{url}/v1/units/{ids.validate(work_id)}/output?offset={offset}&limit={limit}"
         request = urllib.request.Request(  # noqa: S310 - an http(s) URL, checked when advertised
             target, headers={"Authorization": f"Bearer {self._token}"}
         )

@@ -9,7 +9,7 @@ import workunits as wu
 from tests.cli.conftest import Run, one_line_error
 from tests.client_support import FakeSupervisor
 from workunits._cli import Exit
-from workunits._status import Reason
+from workunits._core.status import Reason
 
 
 def test_cancel_without_a_supervisor_is_queued_and_says_so(run: Run, client: wu.Client) -> None:

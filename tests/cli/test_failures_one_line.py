@@ -21,7 +21,7 @@ from tests.client_support import FakeSupervisor
 from tests.conftest import eventually
 from tests.foreign_user import User, as_user, give
 from workunits._cli import Exit, cli
-from workunits._status import Status
+from workunits._core.status import Status
 
 # -- click's own errors -----------------------------------------------------------
 

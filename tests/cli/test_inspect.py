@@ -10,8 +10,8 @@ import workunits as wu
 from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
 from workunits._cli import Exit
+from workunits._core.status import Reason, Status
 from workunits._ledger import NewUnit
-from workunits._status import Reason, Status
 
 
 def _child(client: wu.Client, parent: str, description: str) -> str:

@@ -18,7 +18,7 @@ from tests.cli.conftest import Run
 from tests.cli.live import WAIT, Serve, release
 from tests.conftest import eventually
 from workunits._cli import Exit
-from workunits._status import Reason, Status
+from workunits._core.status import Reason, Status
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import workunits as wu
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 
 from .live import Serve, cli_argv, cli_env
 

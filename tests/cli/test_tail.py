@@ -10,7 +10,7 @@ from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
 from tests.conftest import eventually
 from workunits._cli import Exit
-from workunits._status import Reason, Status
+from workunits._core.status import Reason, Status
 
 
 def test_tail_prints_the_output_so_far_and_returns(

@@ -12,7 +12,7 @@ import workunits as wu
 from tests.cli.conftest import Run, one_line_error
 from tests.client_support import FakeSupervisor
 from workunits._cli import Exit
-from workunits._status import Reason, Status
+from workunits._core.status import Reason, Status
 
 
 def _ended(client: wu.Client, fake: FakeSupervisor, status: Status, **fields: object) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import workunits as wu
 from tests.cli.conftest import Run
 from tests.client_support import FakeSupervisor
-from workunits._status import Status
+from workunits._core.status import Status
 
 
 def test_watch_shows_active_and_recently_ended_units_and_fits_80_columns(

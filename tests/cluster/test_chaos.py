@@ -34,8 +34,8 @@ from tests.cluster.client import kind_of
 from tests.cluster.host import Host, cluster_key, marked_env, share_key, survivors
 from tests.conftest import eventually
 from workunits._cli.serve import EXIT_SESSION_LOST
+from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
-from workunits._status import is_terminal
 
 SCALE = int(os.environ.get("WORKUNITS_CLUSTER_SCALE", "1"))
 LEASE = 2.0

@@ -17,7 +17,7 @@ import pytest
 import workunits as wu
 from tests.cluster.host import Host, cluster_key, marked_env, share_key
 from tests.conftest import alive, eventually
-from workunits._errors import SessionLost
+from workunits._core.errors import SessionLost
 from workunits._ledger import Ledger
 from workunits._ledger.postgres import PostgresDatabase
 

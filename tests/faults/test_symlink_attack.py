@@ -2,7 +2,7 @@
 
 §7: output files are created with ``O_NOFOLLOW | O_EXCL``; the agent's output
 link is made only where nothing is. The unit's ID is forced with a test hook
-(``workunits._ids.mint`` patched for the duration) so the attacker knows the
+(``workunits._core.ids.mint`` patched for the duration) so the attacker knows the
 path in advance, as one who guessed the ID would.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workunits import Status, Supervisor, _ids
+from workunits import Status, Supervisor
+from workunits._core import ids as _ids
 
 from .jobs import touch
 

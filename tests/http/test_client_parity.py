@@ -18,8 +18,8 @@ import pytest
 import workunits as wu
 from tests.http.server import Served
 from workunits import _client_http
-from workunits._claim import Claim
 from workunits._client_http import HttpClient
+from workunits._core.claim import Claim
 
 Connected = Any  # wu.Client or HttpClient: the point is that the tests cannot tell
 

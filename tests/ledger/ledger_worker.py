@@ -15,9 +15,9 @@ import random
 import signal
 import sys
 
-from workunits import _ids
+from workunits._core import ids
+from workunits._core.status import Status
 from workunits._ledger import Call, Ledger, NewUnit, SupervisorLock
-from workunits._status import Status
 
 # Where the test's PostgreSQL ledger is, if it has one (tests/ledger/support.py).
 LEDGER_URL_ENV = "WORKUNITS_TEST_LEDGER_URL"
@@ -40,7 +40,7 @@ def submit(state_dir: str, keys: int, seed: int) -> None:
     random.Random(seed).shuffle(order)  # noqa: S311 - a reproducible order, not a secret
     with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
         for i in order:
-            work_id = _ids.mint("a")
+            work_id = ids.mint("a")
             spec = ledger.encode_spec(Call(operator.add, (i, i)), work_id)
             row, created = ledger.submit(NewUnit(work_id, "agent", spec, 1.0, key=f"k{i}"))
             say({"key": f"k{i}", "id": row.id, "created": created})
@@ -52,7 +52,7 @@ def crash_writer(state_dir: str) -> None:
     with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
         n = 0
         while True:
-            work_id = _ids.mint("a")
+            work_id = ids.mint("a")
             spec = ledger.encode_spec(Call(operator.add, (n, n)), work_id)
             row, _ = ledger.submit(NewUnit(work_id, "agent", spec, 1.0))
             record = dataclasses.replace(row.to_record(), status=Status.RUNNING, started_at=2.0)

@@ -13,10 +13,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from workunits import _ids
+from workunits._core import ids
+from workunits._core.status import Status
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow
 from workunits._ledger.backend import Connection
-from workunits._status import Status
 
 WORKER = Path(__file__).with_name("ledger_worker.py")
 # Where a worker finds a PostgreSQL ledger (unset: SQLite in its state dir).
@@ -57,7 +57,7 @@ def submit(
     kind: str = "agent",
     created_at: float = 1.0,
 ) -> tuple[UnitRow, bool]:
-    work_id = _ids.mint("a")
+    work_id = ids.mint("a")
     spec = ledger.encode_spec(Call(operator.add, args), work_id)
     new = NewUnit(
         work_id,

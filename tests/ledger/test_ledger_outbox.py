@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, raw, read_line, send, spawn, start
-from workunits._errors import InvalidWorkId, LedgerCorrupt
+from workunits._core.errors import InvalidWorkId, LedgerCorrupt
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger
-from workunits._status import Status, is_terminal
 
 
 def test_notices_wait_per_parent_until_marked(ledger: Ledger) -> None:

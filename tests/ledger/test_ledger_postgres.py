@@ -12,7 +12,7 @@ import pytest
 psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
 
 from tests.ledger.support import new_unit  # noqa: E402 - after the skip above
-from workunits._errors import LedgerError, SpecError  # noqa: E402
+from workunits._core.errors import LedgerError, SpecError  # noqa: E402
 from workunits._ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError, schema  # noqa: E402
 from workunits._ledger import postgres_schema as pg_schema  # noqa: E402
 from workunits._ledger.postgres import WRITE_LOCK, redacted  # noqa: E402

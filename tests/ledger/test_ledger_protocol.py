@@ -34,10 +34,10 @@ from hypothesis.stateful import (
 
 from tests.ledger.support import ManualClock, raw
 from tests.postgres_server import PostgresServer
-from workunits import _ids
-from workunits._errors import IdempotencyConflict, StaleAttempt
+from workunits._core import ids as _ids
+from workunits._core.errors import IdempotencyConflict, StaleAttempt
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import Call, Ledger, NewUnit
-from workunits._status import Status, is_terminal
 
 KEYS = st.sampled_from(["k0", "k1", "k2", None])
 TERMINAL = st.sampled_from([s for s in Status if is_terminal(s)])

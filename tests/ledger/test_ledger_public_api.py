@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import workunits._ledger
-from workunits._errors import LedgerError, WorkunitsError
+from workunits._core.errors import LedgerError, WorkunitsError
 
 EXPECTED = {
     "EXPIRED",

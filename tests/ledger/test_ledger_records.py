@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from tests.ledger.support import new_unit, raw, start
+from workunits._core.record import WorkRecord
+from workunits._core.status import Status
 from workunits._ledger import Ledger, LedgerTampered
 from workunits._ledger.unreadable import Unreadable
-from workunits._record import WorkRecord
-from workunits._status import Status
 
 
 class Toucher:

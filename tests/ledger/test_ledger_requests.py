@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import read_line, send, spawn_all
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 from workunits._ledger import Ledger, LedgerError, UnstorableValue
 
 

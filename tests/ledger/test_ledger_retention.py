@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, start
-from workunits import _procid
-from workunits._errors import UnknownWork
+from workunits._core.errors import UnknownWork
+from workunits._core.status import Status
 from workunits._ledger import EXPIRED, Ledger
-from workunits._status import Status
+from workunits._util import procid
 
 
 def _ended(ledger: Ledger, *, retain: int = 0) -> str:
@@ -111,7 +111,7 @@ def test_a_lease_that_lapsed_or_whose_holder_died_holds_nothing(
 def _dead_process_owner() -> str:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    host, boot, _, _ = _procid.this_process().split("/")
+    host, boot, _, _ = procid.this_process().split("/")
     return f"{host}/{boot}/{proc.pid}/1"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.ledger.support import ManualClock, new_unit, raw, start
-from workunits._errors import InvalidWorkId
+from workunits._core.errors import InvalidWorkId
 from workunits._ledger import Ledger, LedgerCorrupt, LedgerError, UnitRow
 from workunits._ledger.unreadable import Unreadable
 

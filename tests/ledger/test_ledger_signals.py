@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from workunits._errors import SpecError, StaleAttempt, UnknownWork
+from workunits._core.errors import SpecError, StaleAttempt, UnknownWork
+from workunits._core.status import Status
 from workunits._ledger import Ledger
-from workunits._status import Status
 
 from .support import new_unit, raw, start
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.ledger.support import new_unit, start
-from workunits import _strictjson as strictjson
 from workunits._ledger import Ledger, UnstorableValue
+from workunits._util import strictjson
 
 
 @dataclasses.dataclass

@@ -18,10 +18,10 @@ from tests.ledger.support import (
     start,
     submit,
 )
-from workunits import _ids
-from workunits._errors import IdempotencyConflict, SpecError, WorkunitsError
+from workunits._core import ids as _ids
+from workunits._core.errors import IdempotencyConflict, SpecError, WorkunitsError
+from workunits._core.status import Status
 from workunits._ledger import Call, Ledger, LedgerError, NewUnit
-from workunits._status import Status
 
 
 def test_a_submit_is_a_pending_row(ledger: Ledger) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.ledger.support import new_unit, raw
-from workunits import _ids
-from workunits._errors import SpecError
+from workunits._core import ids as _ids
+from workunits._core.errors import SpecError
 from workunits._ledger import (
     Call,
     Ledger,

@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 
 from tests.ledger.support import new_unit, raw, start
-from workunits._errors import InvalidTransition, SpecError, StaleAttempt, UnknownWork
+from workunits._core.errors import InvalidTransition, SpecError, StaleAttempt, UnknownWork
+from workunits._core.record import Notification
+from workunits._core.status import Reason, Status
 from workunits._ledger import Ledger, LedgerCorrupt, Write, WriteOutcome
 from workunits._ledger.rows import RECORD_COLUMNS
 from workunits._ledger.unreadable import Unreadable
 from workunits._ledger.writes import record_columns
-from workunits._record import Notification
-from workunits._status import Reason, Status
 
 SESSION = "s00000001"
 

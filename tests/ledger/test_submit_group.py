@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import eventually
 from tests.ledger.support import ManualClock
-from workunits import _ids
-from workunits._errors import IdempotencyConflict, LedgerError, LedgerFull
+from workunits._core import ids
+from workunits._core.errors import IdempotencyConflict, LedgerError, LedgerFull
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow
 from workunits._ledger._db import DB_FILE
 from workunits._ledger.submit_group import SubmitGroup
@@ -27,7 +27,7 @@ THREADS = 8
 
 
 def new(ledger: Ledger, *, key: str | None = None, args: tuple[int, ...] = (1, 2)) -> NewUnit:
-    work_id = _ids.mint("a")
+    work_id = ids.mint("a")
     return NewUnit(
         work_id, "agent", ledger.encode_spec(Call(operator.add, args), work_id), 1.0, key=key
     )

@@ -28,9 +28,9 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 import orjson
 
-from workunits import _ids
 from workunits._client import Client, connect
-from workunits._errors import (
+from workunits._core import ids
+from workunits._core.errors import (
     IdempotencyConflict,
     InvalidWorkId,
     LedgerError,
@@ -43,8 +43,8 @@ from workunits._errors import (
     WorkKilled,
     WorkunitsError,
 )
-from workunits._seconds import seconds
-from workunits._status import Status
+from workunits._core.seconds import seconds
+from workunits._core.status import Status
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -250,7 +250,7 @@ def json_option(fn: F) -> F:
 
 def _checked_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
-        return _ids.validate(value)
+        return ids.validate(value)
     except InvalidWorkId as exc:
         raise CliError(str(exc), Exit.USAGE) from None
 
@@ -301,7 +301,7 @@ def parse_duration(text: str) -> float:
 
 def seconds_option(least: float = 0.0) -> Callable[[click.Context, click.Parameter, float], float]:
     """An option callback: its number of seconds checked as the library checks one
-    (``_seconds``): finite, and at least ``least`` (0 allowed by default)."""
+    (``_core.seconds``): finite, and at least ``least`` (0 allowed by default)."""
 
     def check(ctx: click.Context, param: click.Parameter, value: float) -> float:
         name = param.name or "seconds"

@@ -14,9 +14,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from workunits._core.record import signal_name
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import UnitRow
-from workunits._record import signal_name
-from workunits._status import Status, is_terminal
 
 STATUS_STYLE = {
     "pending": "yellow",

@@ -27,8 +27,8 @@ from workunits._cli._app import (
     state_option,
 )
 from workunits._client import Client
+from workunits._core.status import is_terminal
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
-from workunits._status import is_terminal
 
 ANSWER_WAIT = 5.0  # how long to wait for a live supervisor to apply the request
 

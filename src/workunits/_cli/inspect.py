@@ -21,7 +21,6 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from workunits import _outputfile
 from workunits._cli import _render
 from workunits._cli._app import (
     cli,
@@ -34,11 +33,12 @@ from workunits._cli._app import (
 )
 from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
 from workunits._client import Client
+from workunits._core.record import signal_name
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import EXPIRED, UnitRow
 from workunits._ledger.unreadable import Unreadable
-from workunits._procid import pid_exists
-from workunits._record import signal_name
-from workunits._status import Status, is_terminal
+from workunits._util import outputfile
+from workunits._util.procid import pid_exists
 
 STATUS_CHOICES = [s.value for s in Status] + [EXPIRED]
 CHECKPOINT_SUMMARY = 200
@@ -139,7 +139,7 @@ def _log(client: Client, row: UnitRow) -> str | None:
     kept log in the state dir (the state dir's name for either, which expiry removes)."""
     if row.kind != "shell":
         return None
-    kept = _outputfile.log_path(client.state_dir, row.id)
+    kept = outputfile.log_path(client.state_dir, row.id)
     try:
         return os.readlink(kept)  # log=PATH: a pointer to the caller's file
     except FileNotFoundError:

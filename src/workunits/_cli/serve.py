@@ -24,8 +24,8 @@ import click
 
 from workunits._cli import user_code
 from workunits._cli._app import cli, parse_duration, seconds_option, state_option
-from workunits._errors import SpecError
-from workunits._ids import BUILTIN_KINDS
+from workunits._core.errors import SpecError
+from workunits._core.ids import BUILTIN_KINDS
 from workunits._ledger import secretfile
 from workunits._ledger._db import SYNC_MODES
 from workunits._ledger.sessions import DEFAULT_LEASE, MIN_LEASE

@@ -13,10 +13,10 @@ from typing import Any
 
 import click
 
-from workunits import _strictjson as strictjson
 from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
 from workunits._client import ClientHandle
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
+from workunits._util import strictjson
 
 
 @cli.command("submit", context_settings={"ignore_unknown_options": False})

@@ -31,7 +31,7 @@ from workunits._cli._app import (
 )
 from workunits._cli.waiting import warn_unsupervised
 from workunits._client import Client
-from workunits._errors import WorkunitsError
+from workunits._core.errors import WorkunitsError
 from workunits._runtime.transcript import render_event
 
 TRANSCRIPT_KINDS = frozenset({"agent", "dream", "workflow", "teammate"})

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from workunits._cli._app import cli, state_option
-from workunits._errors import StateDirError
+from workunits._core.errors import StateDirError
 from workunits._http.security import LOGIN_LIFETIME, login_code
 
 URL_FILE = "http.url"  # the names workunits._http.server and .security write

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 from workunits.actors.base import WorkActor
 
 KINDS_ATTRIBUTE = "WORKUNITS_KINDS"

@@ -29,9 +29,9 @@ from workunits._cli._app import (
     write_bytes,
 )
 from workunits._client import Client
-from workunits._errors import NotFinished, WorkExpired
-from workunits._record import WorkRecord
-from workunits._status import is_terminal
+from workunits._core.errors import NotFinished, WorkExpired
+from workunits._core.record import WorkRecord
+from workunits._core.status import is_terminal
 
 
 def timeout_option(fn: Any) -> Any:

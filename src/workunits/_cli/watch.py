@@ -31,10 +31,10 @@ from rich.text import Text
 from workunits._cli import _render
 from workunits._cli._app import cli, is_tty, opened, parse_duration, seconds_option, state_option
 from workunits._client import Client
-from workunits._errors import WorkunitsError
+from workunits._core.errors import WorkunitsError
+from workunits._core.retain import Retain
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import UnitRow
-from workunits._retain import Retain
-from workunits._status import Status, is_terminal
 
 CHROME_LINES = 4  # title, table header, caption, footer
 

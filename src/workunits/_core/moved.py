@@ -17,6 +17,25 @@ from __future__ import annotations
 
 # old module -> the module that holds the same names now
 MOVED: dict[str, str] = {
+    "workunits._ids": "workunits._core.ids",
+    "workunits._status": "workunits._core.status",
+    "workunits._record": "workunits._core.record",
+    "workunits._errors": "workunits._core.errors",
+    "workunits._retry": "workunits._core.retry",
+    "workunits._restart": "workunits._core.restart",
+    "workunits._retain": "workunits._core.retain",
+    "workunits._claim": "workunits._core.claim",
+    "workunits._schedule": "workunits._core.schedule",
+    "workunits._mailbox": "workunits._core.mailbox",
+    "workunits._clock": "workunits._core.clock",
+    "workunits._seconds": "workunits._core.seconds",
+    "workunits._strictjson": "workunits._util.strictjson",
+    "workunits._framing": "workunits._util.framing",
+    "workunits._signalname": "workunits._util.signalname",
+    "workunits._procid": "workunits._util.procid",
+    "workunits._lazy": "workunits._util.lazy",
+    "workunits._outputfile": "workunits._util.outputfile",
+    "workunits._wire.shell_log": "workunits._util.shell_log",
     # -- end of table --
 }
 

@@ -21,8 +21,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from workunits import _strictjson as strictjson
-from workunits._errors import InvalidArgument, UnstorableValue
+from workunits._core.errors import InvalidArgument, UnstorableValue
+from workunits._core.record import WorkRecord
+from workunits._core.schedule import ScheduleInfo
+from workunits._core.seconds import MAX_CLAIM_LEASE
+from workunits._core.status import is_terminal
 from workunits._http import metrics, problems
 from workunits._http.backend import Backend
 from workunits._http.models import (
@@ -45,10 +48,7 @@ from workunits._http.models import (
     UnitPage,
 )
 from workunits._http.security import Guard, token_id
-from workunits._record import WorkRecord
-from workunits._schedule import ScheduleInfo
-from workunits._seconds import MAX_CLAIM_LEASE
-from workunits._status import is_terminal
+from workunits._util import strictjson
 from workunits.supervisor.events import Cursor, OutputHold, UnitEvent
 from workunits.supervisor.remote_consumers import NoticeClaim
 
@@ -344,7 +344,7 @@ def _schedules(backend: Backend) -> APIRouter:
 
 def _refuse_expired(record: WorkRecord) -> None:
     if record.expired_at is not None:
-        from workunits._errors import WorkExpired  # noqa: PLC0415 - only on this path
+        from workunits._core.errors import WorkExpired  # noqa: PLC0415 - only on this path
 
         raise WorkExpired(record)
 

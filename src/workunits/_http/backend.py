@@ -22,14 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from workunits import _ids
-from workunits import _strictjson as strictjson
-from workunits._errors import NotFinished
+from workunits._core import ids
+from workunits._core.errors import NotFinished
+from workunits._core.record import WorkRecord
+from workunits._core.schedule import ScheduleInfo
+from workunits._core.status import is_terminal
 from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
 from workunits._ledger.values import resolve_ref
-from workunits._record import WorkRecord
-from workunits._schedule import ScheduleInfo
-from workunits._status import is_terminal
+from workunits._util import strictjson
 from workunits._wire.results import result_of
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
@@ -163,7 +163,7 @@ class Backend:
         """``sup.events``; with ``hold``, reading the output a follower holds open."""
         if hold is None:
             return await _run(self.sup.events, work_id, after, max_bytes)
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return await _run(self.sup.event_feed.read, work_id, after, max_bytes, hold)
 
     def listen(self, work_id: str, wake: asyncio.Event) -> Callable[[], None]:

@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from workunits._record import WorkRecord
-from workunits._retry import Retry
-from workunits._seconds import MAX_CLAIM_LEASE
-from workunits._status import is_terminal
+from workunits._core.record import WorkRecord
+from workunits._core.retry import Retry
+from workunits._core.seconds import MAX_CLAIM_LEASE
+from workunits._core.status import is_terminal
 
 MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
 

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from workunits import _errors as e
+from workunits._core import errors as e
 from workunits._http.models import Unit
 
 PROBLEM_TYPE = "application/problem+json"

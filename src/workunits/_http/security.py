@@ -51,7 +51,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from workunits._errors import StateDirError
+from workunits._core.errors import StateDirError
 
 TOKEN_FILE = "http.token"  # noqa: S105 - a file name, not a secret
 COOKIE = "workunits_token"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import uvicorn
 
-from workunits._errors import SpecError, SupervisorClosed
+from workunits._core.errors import SpecError, SupervisorClosed
 from workunits._http.app import create_app
 from workunits._http.backend import Backend
 from workunits._http.security import load_or_create_token

@@ -17,24 +17,24 @@ Modules, one concept each:
 - ``values``      specs and results: import references, signed pickles, spec hashes
 - ``lock``        one supervisor per state dir
 
-The store and its rows are imported on first use (see ``workunits._lazy``), so
+The store and its rows are imported on first use (see ``workunits._util.lazy``), so
 importing the package's errors does not load SQLite.
 """
 
 from typing import TYPE_CHECKING
 
-from workunits import _lazy
-from workunits._errors import LedgerCorrupt as LedgerCorrupt
-from workunits._errors import LedgerError as LedgerError
-from workunits._errors import LedgerFull as LedgerFull
-from workunits._errors import LedgerTampered as LedgerTampered
-from workunits._errors import LedgerVersionError as LedgerVersionError
-from workunits._errors import NoLedger as NoLedger
-from workunits._errors import StaleAttempt as StaleAttempt
-from workunits._errors import StateDirError as StateDirError
-from workunits._errors import SupervisorBusy as SupervisorBusy
-from workunits._errors import UnstorableValue as UnstorableValue
-from workunits._errors import ValueVersionMismatch as ValueVersionMismatch
+from workunits._core.errors import LedgerCorrupt as LedgerCorrupt
+from workunits._core.errors import LedgerError as LedgerError
+from workunits._core.errors import LedgerFull as LedgerFull
+from workunits._core.errors import LedgerTampered as LedgerTampered
+from workunits._core.errors import LedgerVersionError as LedgerVersionError
+from workunits._core.errors import NoLedger as NoLedger
+from workunits._core.errors import StaleAttempt as StaleAttempt
+from workunits._core.errors import StateDirError as StateDirError
+from workunits._core.errors import SupervisorBusy as SupervisorBusy
+from workunits._core.errors import UnstorableValue as UnstorableValue
+from workunits._core.errors import ValueVersionMismatch as ValueVersionMismatch
+from workunits._util import lazy
 
 if TYPE_CHECKING:
     from workunits._ledger.lock import SupervisorLock as SupervisorLock
@@ -78,7 +78,7 @@ __all__ = [
     "WriteOutcome",
 ]
 
-__getattr__, __dir__ = _lazy.exports(
+__getattr__, __dir__ = lazy.exports(
     __name__,
     globals(),
     {

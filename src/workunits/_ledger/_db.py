@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError, StateDirError
+from workunits._core.errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError, StateDirError
 from workunits._ledger import schema
 
 DB_FILE = "ledger.db"

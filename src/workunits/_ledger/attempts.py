@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sqlite3
 
-from workunits._errors import InvalidTransition, StaleAttempt, UnknownWork
+from workunits._core.errors import InvalidTransition, StaleAttempt, UnknownWork
+from workunits._core.retry import Attempt, attempts_from_json, attempts_to_json
+from workunits._core.status import Status
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.writes import status_of
-from workunits._retry import Attempt, attempts_from_json, attempts_to_json
-from workunits._status import Status
 
 
 def schedule(

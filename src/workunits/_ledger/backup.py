@@ -25,12 +25,13 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from workunits import _ids, _outputfile
-from workunits._errors import LedgerError, SpecError
+from workunits._core import ids as _ids
+from workunits._core.errors import LedgerError, SpecError
 from workunits._ledger import valuestore
 from workunits._ledger._db import DB_FILE, Database, create_private_file
 from workunits._ledger.largevalues import FILE_COLUMNS
 from workunits._ledger.values import KEY_FILE
+from workunits._util import outputfile
 
 ATTEMPTS = 3
 
@@ -132,8 +133,8 @@ def _copy_transcripts(state_dir: Path, dest: Path, ids: list[str]) -> int:
     symlink) is not ours to copy."""
     copied = 0
     for work_id in ids:
-        sources = _outputfile.kept_paths(state_dir, work_id)
-        for source, target in zip(sources, _outputfile.kept_paths(dest, work_id), strict=True):
+        sources = outputfile.kept_paths(state_dir, work_id)
+        for source, target in zip(sources, outputfile.kept_paths(dest, work_id), strict=True):
             if not os.path.isfile(source) or os.path.islink(source):
                 continue
             Path(target).parent.mkdir(mode=0o700, exist_ok=True)

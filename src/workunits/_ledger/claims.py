@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from workunits._core.status import Status
 from workunits._ledger import unreadable
 from workunits._ledger.backend import Database
 from workunits._ledger.rows import UnitRow
 from workunits._ledger.unreadable import Unreadable
-from workunits._status import Status
 
 _PICK = "SELECT * FROM units WHERE status = ? AND session IS NULL"
 

@@ -14,7 +14,7 @@ import dataclasses
 import hmac
 from collections.abc import Iterable
 
-from workunits._errors import LedgerCorrupt, LedgerTampered
+from workunits._core.errors import LedgerCorrupt, LedgerTampered
 from workunits._ledger import values, valuestore
 from workunits._ledger.backend import Connection
 from workunits._ledger.rows import TERMINAL

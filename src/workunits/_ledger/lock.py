@@ -27,10 +27,10 @@ import time
 import weakref
 from pathlib import Path
 
-from workunits._errors import SupervisorBusy
+from workunits._core.errors import SupervisorBusy
 from workunits._ledger import statedir
 from workunits._ledger._db import create_private_file
-from workunits._procid import pid_exists
+from workunits._util.procid import pid_exists
 
 LOCK_FILE = "supervisor.lock"
 _PID_WIDTH = 20  # the pid is written padded, in one pwrite, so a reader never sees half

@@ -6,7 +6,7 @@ process, takes a notice in two steps:
 
 1. ``claim``: one conditional update under the write lock marks the oldest
    unclaimed notice of a parent as the consumer's, so two consumers never
-   both win it. The claim names the consumer's process (``_procid``) and a
+   both win it. The claim names the consumer's process (``_util.procid``) and a
    token of its own, and, for a consumer that is not a local process (the
    HTTP API's clients), a lease deadline.
 2. ``ack``: marks it acknowledged (``delivered_at``), fully synced; no
@@ -26,11 +26,12 @@ import dataclasses
 import secrets
 from dataclasses import dataclass
 
-from workunits import _ids, _procid
+from workunits._core import ids
+from workunits._core.record import Notification
+from workunits._core.status import Status
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import decode_notification
-from workunits._record import Notification
-from workunits._status import Status
+from workunits._util import procid
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ class Claimed:
 def undelivered(db: Database, parent: str | None, limit: int | None = None) -> list[Notification]:
     """Notices for ``parent`` (None: the application root) not yet acknowledged, oldest first."""
     if parent is not None:
-        _ids.validate(parent)
+        ids.validate(parent)
     with db.read() as conn:
         rows = conn.execute(
             "SELECT id, payload FROM notifications WHERE parent IS ? AND delivered_at IS NULL "
@@ -63,7 +64,7 @@ def claim(
     watched; a local process's claim lasts as long as the process.
     """
     if parent is not None:
-        _ids.validate(parent)
+        ids.validate(parent)
     token = f"{owner}#{secrets.token_hex(8)}"
     until = None if lease is None else now + lease
     # NORMAL sync: a claim lost to a power cut only means the notice is
@@ -105,7 +106,7 @@ def _release_dead(conn: Connection, now: float) -> int:
         (row["seq"],)
         for row in claimed
         if (row["claim_until"] is not None and row["claim_until"] <= now)
-        or _procid.is_alive(str(row["claimed_by"]).split("#", 1)[0]) is False
+        or procid.is_alive(str(row["claimed_by"]).split("#", 1)[0]) is False
     ]
     if dead:
         conn.executemany(
@@ -117,7 +118,7 @@ def _release_dead(conn: Connection, now: float) -> int:
 def ack(db: Database, work_id: str, token: str | None, now: float) -> bool:
     """Acknowledge the notice claimed with ``token`` (None: by whichever claim holds it);
     False if that claim is no longer held (or, with None, none is)."""
-    _ids.validate(work_id)
+    ids.validate(work_id)
     held = "claimed_by IS NOT NULL" if token is None else "claimed_by = ?"
     params = (now, work_id) if token is None else (now, work_id, token)
     # Fully synced: an acknowledged notice must never be delivered again.
@@ -132,7 +133,7 @@ def ack(db: Database, work_id: str, token: str | None, now: float) -> bool:
 
 def release(db: Database, work_id: str, token: str) -> bool:
     """Hand the claimed notice back for delivery to any consumer; False if not held."""
-    _ids.validate(work_id)
+    ids.validate(work_id)
     with db.write(durable=False) as conn:
         cursor = conn.execute(
             "UPDATE notifications SET claimed_by = NULL, claim_until = NULL "
@@ -144,7 +145,7 @@ def release(db: Database, work_id: str, token: str) -> bool:
 
 def renew(db: Database, work_id: str, token: str, now: float, lease: float) -> bool:
     """Extend a leased claim to ``now + lease``; False if it is no longer held."""
-    _ids.validate(work_id)
+    ids.validate(work_id)
     with db.write(durable=False) as conn:
         cursor = conn.execute(
             "UPDATE notifications SET claim_until = ? "
@@ -160,7 +161,7 @@ def mark_delivered(db: Database, work_id: str, status: Status, now: float) -> bo
     For the supervisor's own consumers (a relayed child notice an agent has
     taken), which hold no claim in the ledger.
     """
-    _ids.validate(work_id)
+    ids.validate(work_id)
     with db.write(durable=True) as conn:
         cursor = conn.execute(
             "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, claim_until = NULL "

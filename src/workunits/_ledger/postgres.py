@@ -36,7 +36,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workunits._errors import LedgerError, LedgerFull, StateDirError
+from workunits._core.errors import LedgerError, LedgerFull, StateDirError
 from workunits._ledger import postgres_schema, postgres_sql
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import WAKE_CHANNEL, Cursor

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from workunits._errors import LedgerCorrupt
+from workunits._core.errors import LedgerCorrupt
 from workunits._ledger import schema
 
 if TYPE_CHECKING:

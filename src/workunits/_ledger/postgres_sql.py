@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 
-from workunits._errors import LedgerError
+from workunits._core.errors import LedgerError
 
 _TOKENS = re.compile(
     r"""

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from workunits import _ids
-from workunits import _strictjson as strictjson
-from workunits._errors import LedgerCorrupt, LedgerError, SpecError
+from workunits._core import ids
+from workunits._core.errors import LedgerCorrupt, LedgerError, SpecError
 from workunits._ledger.backend import Database
 from workunits._ledger.sessions import DEFAULT_LEASE
+from workunits._util import strictjson
 
 VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
 
@@ -41,7 +41,7 @@ def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: 
     """Append a request; return its sequence number. Fully synced: a cancel must not be lost."""
     if verb not in VERBS:
         raise SpecError(f"{verb!r} is not a request verb; one of {', '.join(VERBS)}")
-    _ids.validate(target)
+    ids.validate(target)
     data = strictjson.dumps({} if args is None else args, f"{verb} request for {target}")
     with db.write(durable=True, wake=f"unit:{target}") as conn:
         row = conn.execute(

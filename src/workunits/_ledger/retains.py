@@ -1,6 +1,6 @@
 """Retains as leases: a viewer keeps an ended unit visible while it renews its lease.
 
-A lease names its holder's process (``_procid``). It lapses when its
+A lease names its holder's process (``_util.procid``). It lapses when its
 deadline passes or, at once, when that process has exited, so a viewer
 killed by SIGKILL or SIGHUP holds nothing. ``held`` is the one reader: it
 drops lapsed leases and says which units are still retained, for eviction
@@ -13,9 +13,10 @@ import re
 import secrets
 from collections.abc import Iterable
 
-from workunits import _ids, _procid
+from workunits._core import ids
+from workunits._core.seconds import seconds
 from workunits._ledger.backend import Connection, Database
-from workunits._seconds import seconds
+from workunits._util import procid
 
 _LEASE_ID = re.compile(r"[0-9a-f]{24}", re.ASCII)  # what add() makes
 # Leases are renewed while a viewer looks; the bound keeps their arithmetic finite.
@@ -29,7 +30,7 @@ def check_lease(lease: object) -> float:
 
 def add(db: Database, unit: str, owner: str, now: float, lease: float) -> str:
     """Retain ``unit`` for ``owner`` until ``now + lease``; return the lease's ID."""
-    _ids.validate(unit)
+    ids.validate(unit)
     lease_id = secrets.token_hex(12)
     with db.write(durable=False, wake=f"unit:{unit}") as conn:
         conn.execute(
@@ -76,6 +77,6 @@ def prune(conn: Connection, now: float) -> None:
     """Delete leases past their deadline or held by a process that has exited."""
     conn.execute("DELETE FROM retains WHERE expires_at <= ?", (now,))
     owners = [str(row[0]) for row in conn.execute("SELECT DISTINCT owner FROM retains")]
-    dead = [(owner,) for owner in owners if _procid.is_alive(owner) is False]
+    dead = [(owner,) for owner in owners if procid.is_alive(owner) is False]
     if dead:
         conn.executemany("DELETE FROM retains WHERE owner = ?", dead)

@@ -18,15 +18,15 @@ from typing import Any, TypeVar
 
 import orjson
 
-from workunits import _ids
-from workunits import _strictjson as strictjson
-from workunits._errors import REPAIR, LedgerCorrupt
+from workunits._core import ids
+from workunits._core.errors import REPAIR, LedgerCorrupt
+from workunits._core.record import Notification, WorkRecord
+from workunits._core.restart import Restart, policy_from_json
+from workunits._core.retry import Attempt, Retry, attempts_from_json
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
-from workunits._record import Notification, WorkRecord
-from workunits._restart import Restart, policy_from_json
-from workunits._retry import Attempt, Retry, attempts_from_json
-from workunits._status import Reason, Status, is_terminal
+from workunits._util import strictjson
 
 EXPIRED = "expired"
 """How a unit whose retention ran out shows its status (its terminal status is kept)."""
@@ -305,7 +305,7 @@ class UnitRow:
     @classmethod
     def from_sql(cls, row: Row) -> UnitRow:
         work_id = row["id"]
-        if not (isinstance(work_id, str) and _ids.is_valid(work_id)):
+        if not (isinstance(work_id, str) and ids.is_valid(work_id)):
             raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
         c = _Columns(row, work_id)
         policy = c.parsed("retry_policy", policy_from_json)
@@ -359,7 +359,7 @@ class UnitRow:
 
 def _work_id(value: str) -> str:
     """A column that names a unit (``parent``): a well-formed ID (ValueError otherwise)."""
-    return _ids.validate(value)
+    return ids.validate(value)
 
 
 class _Columns:

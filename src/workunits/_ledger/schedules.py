@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
+from workunits._core.schedule import ScheduleFiring, ScheduleInfo
 from workunits._ledger.backend import Database
 from workunits._ledger.values import Stored
-from workunits._schedule import ScheduleFiring, ScheduleInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from workunits._errors import LedgerCorrupt, LedgerVersionError
+from workunits._core.errors import LedgerCorrupt, LedgerVersionError
 
 # "wu" "l1" in ASCII: marks the file as a workunits ledger, so a stray SQLite
 # file given as a state dir is refused instead of having tables added to it.
@@ -113,7 +113,7 @@ CREATE TABLE sessions (
 """
 
 # Notices are claimed, then acknowledged (invariant 11): a claim names its
-# consumer (a process, by `_procid`, plus a token per claim) and, for a remote
+# consumer (a process, by `_util.procid`, plus a token per claim) and, for a remote
 # consumer, a lease; `delivered_at` now means acknowledged. Retains become
 # leases held by a process, so a viewer that dies stops holding its units.
 # The old `retain` flags had no holder to renew them: they are dropped. An
@@ -127,7 +127,7 @@ CREATE INDEX notifications_claimed ON notifications (parent)
 CREATE TABLE retains (
     lease_id   TEXT PRIMARY KEY NOT NULL,
     unit       TEXT NOT NULL,
-    owner      TEXT NOT NULL,                     -- a process, by workunits._procid
+    owner      TEXT NOT NULL,                     -- a process, by workunits._util.procid
     expires_at REAL NOT NULL
 );
 CREATE INDEX retains_unit ON retains (unit);
@@ -147,7 +147,7 @@ ALTER TABLE units ADD COLUMN checkpoint_file TEXT;
 """
 
 # Durable work beyond one attempt. A unit's retry policy (JSON, see
-# workunits._retry) and, while it waits between attempts (still `running`),
+# workunits._core.retry) and, while it waits between attempts (still `running`),
 # when the next one is due; the attempts that failed before (JSON list).
 # `retry_of` links a unit started by retry(id) to the failed one (whose key it
 # took). Progress is stamped (`progress_at`) and may carry JSON evidence;

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workunits._errors import SecretFileError
+from workunits._core.errors import SecretFileError
 
 ENV = "WORKUNITS_SECRET_FILE"
 MIN_SECRET = 16

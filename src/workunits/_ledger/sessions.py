@@ -24,13 +24,13 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 
-from workunits import _ids
-from workunits._errors import InvalidWorkId, LedgerError, SessionLost, SpecError
+from workunits._core import ids
+from workunits._core.errors import InvalidWorkId, LedgerError, SessionLost, SpecError
+from workunits._core.status import Status
 from workunits._ledger import unreadable
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.rows import UnitRow
 from workunits._ledger.unreadable import Unreadable
-from workunits._status import Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +54,8 @@ MIN_LEASE = 0.5
 
 
 def validate(session_id: object) -> str:
-    value = _ids.validate(session_id)
-    if value[0] != _ids.SESSION_PREFIX:
+    value = ids.validate(session_id)
+    if value[0] != ids.SESSION_PREFIX:
         raise InvalidWorkId(f"{value!r} is not a session ID (they start with 's')")
     return value
 

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workunits import _ids
-from workunits import _strictjson as strictjson
-from workunits._errors import SpecError, UnknownWork
+from workunits._core import ids
+from workunits._core.errors import SpecError, UnknownWork
+from workunits._core.status import is_terminal
 from workunits._ledger.backend import Connection, Database
 from workunits._ledger.writes import status_of
-from workunits._signalname import check_name
-from workunits._status import is_terminal
+from workunits._util import strictjson
+from workunits._util.signalname import check_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ def send(db: Database, unit: str, name: str, value: Any, now: float) -> int | No
     monitor, which never wait for one. Fully synced: an approval that was
     acknowledged must not be lost.
     """
-    _ids.validate(unit)
+    ids.validate(unit)
     check_name(name)
     data = strictjson.dumps(value, f"value of signal {name!r} for {unit}")
     with db.write(durable=True, wake=f"unit:{unit}") as conn:

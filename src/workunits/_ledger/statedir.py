@@ -26,7 +26,7 @@ import os
 import stat
 from pathlib import Path
 
-from workunits._errors import NoLedger, StateDirError
+from workunits._core.errors import NoLedger, StateDirError
 
 _LOOKERS = 0o077  # group and others: whatever bits they have, a writer takes away
 _WRITERS = 0o022  # group and others may write: the state dir is refused

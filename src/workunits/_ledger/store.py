@@ -32,10 +32,9 @@ from typing import Any
 
 import orjson
 
-from workunits import _ids, _outputfile, _procid
-from workunits import _strictjson as strictjson
-from workunits._clock import Clock, SystemClock
-from workunits._errors import (
+from workunits._core import ids
+from workunits._core.clock import Clock, SystemClock
+from workunits._core.errors import (
     IdempotencyConflict,
     InvalidTransition,
     LedgerCorrupt,
@@ -48,6 +47,11 @@ from workunits._errors import (
     UnstorableValue,
     WorkunitsError,
 )
+from workunits._core.record import Notification, WorkRecord
+from workunits._core.retry import Attempt
+from workunits._core.schedule import ScheduleFiring, ScheduleInfo
+from workunits._core.seconds import seconds_or_none
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import (
     attempts,
     claims,
@@ -81,11 +85,7 @@ from workunits._ledger.submit_group import SubmitGroup
 from workunits._ledger.unreadable import Unreadable
 from workunits._ledger.valuestore_db import DatabaseValueStore
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
-from workunits._record import Notification, WorkRecord
-from workunits._retry import Attempt
-from workunits._schedule import ScheduleFiring, ScheduleInfo
-from workunits._seconds import seconds_or_none
-from workunits._status import Status, is_terminal
+from workunits._util import outputfile, procid, strictjson
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
 DEFAULT_BUSY_TIMEOUT = 10.0
@@ -367,9 +367,9 @@ class Ledger:
 
     @staticmethod
     def _check_new(new: NewUnit) -> str:
-        _ids.validate(new.id)
+        ids.validate(new.id)
         if new.parent is not None:
-            _ids.validate(new.parent)
+            ids.validate(new.parent)
         if new.session is not None:
             sessions.validate(new.session)
         for name in ("kind", "description", "key", "output_path"):
@@ -392,7 +392,7 @@ class Ledger:
         return values.spec_hash(new.kind, new.spec)
 
     def get(self, work_id: str) -> UnitRow | None:
-        _ids.validate(work_id)
+        ids.validate(work_id)
         with self._db.read() as conn:
             row = conn.execute("SELECT * FROM units WHERE id = ?", (work_id,)).fetchone()
         return None if row is None else self._checked(UnitRow.from_sql(row))
@@ -435,7 +435,7 @@ class Ledger:
             params.append(kind)
         if parent is not None:
             clauses.append("parent = ?")
-            params.append(_ids.validate(parent))
+            params.append(ids.validate(parent))
         if ended_after is not None:
             clauses.append("ended_at >= ?")
             params.append(ended_after)
@@ -621,7 +621,7 @@ class Ledger:
 
     def output_path_of(self, work_id: str) -> str:
         """Where the unit's output file lives in this state dir."""
-        return str(self.state_dir / "output" / f"{_ids.validate(work_id)}.out")
+        return str(self.state_dir / "output" / f"{ids.validate(work_id)}.out")
 
     def write_progress_batch(self, items: Iterable[ProgressItem]) -> int:
         """Store ``(id, attempt, fraction, message[, at, evidence])`` items in one NORMAL
@@ -648,7 +648,7 @@ class Ledger:
         Fully synced: a checkpoint is what a later attempt resumes from.
         Returns False when the unit has already ended (the checkpoint is moot).
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._store_checkpoint(
             work_id, attempt, strictjson.dumps(state, f"checkpoint of {work_id}")
         )
@@ -664,7 +664,7 @@ class Ledger:
         signals the unit received since its last checkpoint, marked consumed in
         the same transaction (a resumed attempt will not receive them again).
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         if not isinstance(data, bytes):
             raise UnstorableValue(
                 f"checkpoint of {work_id}: expected JSON bytes, got {type(data).__name__}"
@@ -717,7 +717,7 @@ class Ledger:
         since, StaleAttempt. Raises InvalidTransition for a unit that is not
         running or has no attempts left (it should fail with reason ``lost``).
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         sessions.validate(session)
         with self._db.write(durable=True) as conn:
             row = conn.execute(
@@ -749,19 +749,19 @@ class Ledger:
         self, work_id: str, attempt: int, failed: Attempt, message: str
     ) -> tuple[Attempt, ...]:
         """``attempt`` failed; the next is due at ``failed.retry_at``. The attempts so far."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return attempts.schedule(self._db, work_id, attempt, failed, message)
 
     def begin_retry(self, work_id: str, session: str, *, expected: int) -> tuple[int, UnitRow]:
         """Start the attempt after ``expected`` of a waiting unit; its number and its row."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         sessions.validate(session)
         attempt = attempts.begin(self._db, work_id, session, expected)
         return attempt, self.require(work_id)
 
     def retried_by(self, work_id: str) -> str | None:
         """The unit ``retry(work_id)`` started (its ``retry_of`` is ``work_id``), if any."""
-        return attempts.retried_by(self._db, _ids.validate(work_id))
+        return attempts.retried_by(self._db, ids.validate(work_id))
 
     # -- retention -----------------------------------------------------------------
 
@@ -800,9 +800,9 @@ class Ledger:
         the bytes freed. A pointer to a caller's log goes, the caller's file stays."""
         freed = 0
         for work_id in work_ids:
-            if not _ids.is_valid(work_id):
+            if not ids.is_valid(work_id):
                 continue  # a path is never built from an unchecked value, even our own row's
-            for path in _outputfile.kept_paths(self.state_dir, work_id):
+            for path in outputfile.kept_paths(self.state_dir, work_id):
                 try:
                     info = os.lstat(path)
                     os.unlink(path)
@@ -874,7 +874,7 @@ class Ledger:
         if lease is not None:
             lease = retains.check_lease(lease)
         now = self._clock.now()
-        return outbox.claim(self._db, parent, owner or _procid.this_process(), now, lease)
+        return outbox.claim(self._db, parent, owner or procid.this_process(), now, lease)
 
     def release_dead_claims(self) -> int:
         """Hand back the claims of consumers that died (process gone, lease lapsed); how many."""
@@ -932,7 +932,7 @@ class Ledger:
     def retain(self, work_id: str, lease: float, *, owner: str | None = None) -> str:
         """Retain ``work_id`` for ``lease`` seconds, for this process; the lease's ID."""
         return retains.add(
-            self._db, work_id, owner or _procid.this_process(), self._clock.now(), lease
+            self._db, work_id, owner or procid.this_process(), self._clock.now(), lease
         )
 
     def renew_retain(self, lease_id: str, lease: float, *, unit: str | None = None) -> bool:
@@ -961,7 +961,7 @@ class Ledger:
 
     def save_output_offsets(self, offsets: Iterable[tuple[str, int]]) -> None:
         """``save_output_offset`` for several units, in one transaction (a supervisor's stop)."""
-        items = [(offset, _ids.validate(work_id)) for work_id, offset in offsets]
+        items = [(offset, ids.validate(work_id)) for work_id, offset in offsets]
         with self._db.write(durable=False) as conn:
             for item in items:
                 conn.execute("UPDATE units SET output_offset = ? WHERE id = ?", item)
@@ -1002,7 +1002,7 @@ class Ledger:
 
     def open_signals(self, work_id: str) -> builtins.list[Signal]:
         """The signals ``work_id`` has not consumed, oldest first."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return signals.open_for(self._db, work_id)
 
     def signals_after(self, seq: int, limit: int = 256) -> builtins.list[Signal]:
@@ -1182,7 +1182,7 @@ def _progress_params(  # noqa: PLR0917 - the item's own fields
     at: float | None = None,
     evidence: Mapping[str, Any] | None = None,
 ) -> tuple[float | None, str | None, float | None, str | None, str, int]:
-    _ids.validate(work_id)
+    ids.validate(work_id)
     if fraction is not None and (
         isinstance(fraction, bool)
         or not isinstance(fraction, int | float)

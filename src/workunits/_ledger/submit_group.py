@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from workunits._errors import LedgerError, WorkunitsError, copy_to_raise
+from workunits._core.errors import LedgerError, WorkunitsError, copy_to_raise
 from workunits._ledger.rows import NewUnit, UnitRow
 
 Answer = tuple[UnitRow, bool] | BaseException

@@ -9,7 +9,7 @@ lock does not cover every writer still makes one unit per key.
 
 from __future__ import annotations
 
-from workunits._errors import IdempotencyConflict, LedgerError
+from workunits._core.errors import IdempotencyConflict, LedgerError
 from workunits._ledger.backend import Connection
 from workunits._ledger.rows import NewUnit, UnitRow
 

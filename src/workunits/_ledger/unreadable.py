@@ -27,7 +27,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from workunits._errors import LedgerCorrupt, LedgerError
+from workunits._core.errors import LedgerCorrupt, LedgerError
 from workunits._ledger.backend import Row
 from workunits._ledger.rows import UnitRow
 

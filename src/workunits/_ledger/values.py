@@ -38,9 +38,7 @@ from typing import Any, Literal
 
 import cloudpickle
 
-from workunits import _strictjson as strictjson
-from workunits._core.moved import current_ref
-from workunits._errors import (
+from workunits._core.errors import (
     REPAIR,
     LedgerCorrupt,
     LedgerError,
@@ -49,6 +47,8 @@ from workunits._errors import (
     SpecError,
     ValueVersionMismatch,
 )
+from workunits._core.moved import current_ref
+from workunits._util import strictjson
 from workunits._wire import unpickle
 from workunits._wire.specs import Call
 

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from workunits import _ids
-from workunits._errors import LedgerCorrupt, LedgerError, LedgerFull, LedgerTampered
+from workunits._core import ids
+from workunits._core.errors import LedgerCorrupt, LedgerError, LedgerFull, LedgerTampered
 
 LARGE_VALUE = 1 << 20
 """Values above this many bytes go to the value store; the ledger keeps a reference."""
@@ -46,13 +46,13 @@ def name_of(work_id: str, purpose: str, mac: bytes) -> str:
     """The reference the ledger stores for a value of ``work_id``, bound by its ``mac``."""
     if purpose not in PURPOSES:
         raise ValueError(f"no value store purpose {purpose!r}")
-    return f"{_ids.validate(work_id)}.{purpose}.{mac.hex()}"
+    return f"{ids.validate(work_id)}.{purpose}.{mac.hex()}"
 
 
 def parse_name(name: str) -> tuple[str, str, bytes]:
     """``(work_id, purpose, mac)`` of a reference; LedgerTampered for anything else."""
     match = _NAME_RE.fullmatch(name) if isinstance(name, str) else None
-    if match is None or not _ids.is_valid(match[1]):
+    if match is None or not ids.is_valid(match[1]):
         raise LedgerTampered(f"{name!r} is not a value store reference; the ledger was edited")
     return match[1], match[2], bytes.fromhex(match[3])
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from workunits._errors import LedgerCorrupt
+from workunits._core.errors import LedgerCorrupt
 from workunits._ledger import valuestore
 from workunits._ledger.backend import Database
 

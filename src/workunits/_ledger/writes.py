@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from workunits import _ids
-from workunits._errors import REPAIR, InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
+from workunits._core import ids
+from workunits._core.errors import REPAIR, InvalidTransition, LedgerCorrupt, SpecError, UnknownWork
+from workunits._core.record import Notification, WorkRecord
+from workunits._core.status import Reason, Status, allowed, is_terminal
 from workunits._ledger.backend import Connection
 from workunits._ledger.rows import EXTRA_COLUMNS, RECORD_COLUMNS, UnitRow, encode_notification
 from workunits._ledger.values import Stored
-from workunits._record import Notification, WorkRecord
-from workunits._status import Reason, Status, allowed, is_terminal
 
 _WRITABLE = frozenset(RECORD_COLUMNS) | frozenset(EXTRA_COLUMNS)
 _STATUSES = frozenset(s.value for s in Status)
@@ -88,7 +88,7 @@ def prepare(write: Write, result: Stored | None, cause: Stored | None = None) ->
         work_id = write.target.id
         columns = record_columns(write.target)
     else:
-        work_id = _ids.validate(write.target)
+        work_id = ids.validate(write.target)
         columns = {}
     unknown = set(write.fields) - _WRITABLE
     if unknown:

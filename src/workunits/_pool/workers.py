@@ -35,7 +35,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from workunits import _framing, _ids
+from workunits._core import ids as _ids
+from workunits._util import framing
 from workunits._wire.pool_protocol import WORKER_KIND, RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
 from workunits._zygote._linux import kill_through_pidfd
@@ -68,7 +69,7 @@ class _Job:
 class _Worker:
     id: str
     sock: socket.socket
-    reader: _framing.FrameReader = field(default_factory=_framing.FrameReader)
+    reader: framing.FrameReader = field(default_factory=framing.FrameReader)
     pid: int | None = None
     pidfd: int | None = None
     job: _Job | None = None  # the unit it runs now
@@ -276,7 +277,7 @@ class WorkerPool:
         # Plain pickle: the call's code is inside its payload, already pickled bytes.
         with contextlib.suppress(OSError):
             fds = [job.transcript_fd, job.channel_fd]
-            _framing.send(worker.sock, RunUnit(job.call), fds, plain=True)
+            framing.send(worker.sock, RunUnit(job.call), fds, plain=True)
         job.release_fds()  # the worker holds its own copies now
         self._tell_spawned(worker, job)
 

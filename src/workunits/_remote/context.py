@@ -24,11 +24,11 @@ from typing import Any, NoReturn
 
 import orjson
 
-from workunits import _strictjson as strictjson
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 from workunits._remote.frames import Emitted
 from workunits._remote.outbox import Outbox
 from workunits._runtime.context import UnitContext
+from workunits._util import strictjson
 from workunits._wire import frames as m
 
 BOARD_POLL_EVERY = 0.005

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 from workunits._remote.follower import Followers
 
 log = logging.getLogger(__name__)

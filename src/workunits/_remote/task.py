@@ -19,13 +19,12 @@ import cloudpickle
 import orjson
 import ray
 
-from workunits import _strictjson as strictjson
 from workunits._remote.capture import FdCapture
 from workunits._remote.context import RemoteContext
 from workunits._remote.frames import RemoteCall, Returned, Started
 from workunits._remote.outbox import Outbox
-from workunits._runtime import context as _context
-from workunits._runtime import descendants
+from workunits._runtime import context, descendants
+from workunits._util import strictjson
 from workunits._wire import frames as m
 
 
@@ -61,15 +60,15 @@ class installed:  # noqa: N801 - reads as a statement: ``with installed(ctx):``
 
     def __init__(self, ctx: RemoteContext) -> None:
         self._ctx = ctx
-        self._previous: _context.UnitContext | None = None
+        self._previous: context.UnitContext | None = None
 
     def __enter__(self) -> RemoteContext:
-        self._previous = _context._current
-        _context._current = self._ctx
+        self._previous = context._current
+        context._current = self._ctx
         return self._ctx
 
     def __exit__(self, *exc: object) -> None:
-        _context._current = self._previous
+        context._current = self._previous
 
 
 def started() -> Started:
@@ -114,4 +113,4 @@ def encode_result(value: Any) -> Returned | m.Error:
 
 def encode_error(exc: BaseException) -> m.Error:
     tb = "".join(traceback.format_exception(exc))
-    return _context.error_frame(exc, tb)
+    return context.error_frame(exc, tb)

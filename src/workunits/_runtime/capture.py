@@ -48,8 +48,8 @@ from typing import Any
 
 import orjson
 
-from workunits._record import storable_text
-from workunits._strictjson import INT_MAX, INT_MIN
+from workunits._core.record import storable_text
+from workunits._util.strictjson import INT_MAX, INT_MIN
 
 BATCH_BYTES = 1 << 16  # one event holds at most this much of one stream's text (and a pipe read)
 STREAMS = ((1, "stdout"), (2, "stderr"))

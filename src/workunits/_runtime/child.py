@@ -20,11 +20,10 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits import _framing
-from workunits import _strictjson as strictjson
-from workunits._errors import InvalidArgument
+from workunits._core.errors import InvalidArgument
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
+from workunits._util import framing, strictjson
 from workunits._wire import frames as m
 from workunits._wire import unpickle
 from workunits._wire.pool_protocol import WORKER_KIND
@@ -66,13 +65,13 @@ def rehearse() -> None:
         call = SpawnCall(
             unit_id=_REHEARSAL_ID, kind="agent", payload=cloudpickle.dumps((_nothing, (), {}))
         )
-        (call,) = _framing.FrameReader().feed(_framing.encode_plain(call))
+        (call,) = framing.FrameReader().feed(framing.encode_plain(call))
         capture = Capture()  # never started: fds 1 and 2 stay the spare's
         ctx = _begin(call, ours, capture, sink, checkpoint=None)
         fn, args, kwargs = cloudpickle.loads(call.payload)
         _report_result(fn(*args, **kwargs), ctx, capture)
         with contextlib.suppress(BlockingIOError):
-            _framing.FrameReader().feed(theirs.recv(1 << 16, socket.MSG_DONTWAIT))
+            framing.FrameReader().feed(theirs.recv(1 << 16, socket.MSG_DONTWAIT))
     finally:
         ours.close()
         theirs.close()
@@ -116,7 +115,7 @@ def report_start_failure(channel_fd: int, exc: BaseException) -> None:
         message = f"its process could not run it: {type(exc).__qualname__}: {exc}"
         error = m.Error("StartFailed", message, traceback.format_exc(), None)
         with socket.socket(fileno=os.dup(channel_fd)) as channel:
-            _framing.send(channel, error)
+            framing.send(channel, error)
 
 
 def _begin(

@@ -24,9 +24,7 @@ from typing import Any
 
 import cloudpickle
 
-from workunits import _framing
-from workunits import _strictjson as strictjson
-from workunits._errors import (
+from workunits._core.errors import (
     AskTimeout,
     Cancelled,
     NoCurrentUnit,
@@ -36,14 +34,15 @@ from workunits._errors import (
     SupervisorClosed,
     WorkunitsError,
 )
-from workunits._mailbox import Mailbox
-from workunits._record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
-from workunits._retry import Retry, error_types
+from workunits._core.mailbox import Mailbox
+from workunits._core.record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
+from workunits._core.retry import Retry, error_types
+from workunits._core.seconds import ask_timeout, seconds, wait_timeout
+from workunits._core.status import is_terminal
 from workunits._runtime.capture import Capture
 from workunits._runtime.steps import Steps
-from workunits._seconds import ask_timeout, seconds, wait_timeout
-from workunits._signalname import check_name
-from workunits._status import is_terminal
+from workunits._util import framing, strictjson
+from workunits._util.signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
 from workunits._wire.specs import (
@@ -168,7 +167,7 @@ class UnitContext:
         # Guards _reader and the channel's reads before it exists: held to start the
         # thread once, or for one non-blocking (MSG_DONTWAIT) poll of the channel.
         self._reader_lock = threading.Lock()
-        self._frames = _framing.FrameReader()
+        self._frames = framing.FrameReader()
         # Signals (under _cond): per name, (seq, value) in seq order; every seq
         # this process was given, so one that comes twice (asked for, then
         # routed) is kept once; the seqs taken since the last checkpoint.
@@ -193,7 +192,7 @@ class UnitContext:
     def send(self, message: Any) -> None:
         """Send one raw message to this unit's actor (internal channel; prefer the methods)."""
         with self._send_lock:
-            _framing.send(self._channel, message)
+            framing.send(self._channel, message)
 
     def _start_reader(self) -> None:
         with self._reader_lock:
@@ -242,7 +241,7 @@ class UnitContext:
         """The reader thread: cancel requests, replies, children's ends."""
         while True:
             try:
-                frames = _framing.recv_blocking(self._channel, self._frames)
+                frames = framing.recv_blocking(self._channel, self._frames)
             except (EOFError, OSError):
                 self._lost_supervisor()
                 return
@@ -709,7 +708,7 @@ def too_large(what: str, value: Any, size: int, instead: str) -> str:
     """The error for a value whose frame would pass the channel's limit (nothing was sent)."""
     return (
         f"{what} ({type(value).__qualname__}) is {size} bytes encoded, more than the "
-        f"{_framing.MAX_FRAME} bytes a unit's channel carries: write it to a file and "
+        f"{framing.MAX_FRAME} bytes a unit's channel carries: write it to a file and "
         f"{instead} the file's path"
     )
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from workunits._errors import Cancelled, WrongType
+from workunits._core.errors import Cancelled, WrongType
 from workunits._runtime.context import UnitContext, current
 from workunits._runtime.ratelimit import TokenBucket
 from workunits._wire import frames as m

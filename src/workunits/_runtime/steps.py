@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from workunits import _strictjson as strictjson
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
+from workunits._util import strictjson
 
 STEPS = "steps"
 STATE = "state"

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from workunits._record import TAIL_BYTES
+from workunits._core.record import TAIL_BYTES
 
 
 class TranscriptWriter:

@@ -23,11 +23,11 @@ import signal
 import socket
 import sys
 
-from workunits import _framing
 from workunits._runtime import context as _context
 from workunits._runtime.capture import Capture
 from workunits._runtime.child import prepare, run_unit
 from workunits._runtime.descendants import cgroup_of, end_children
+from workunits._util import framing
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
 
@@ -49,7 +49,7 @@ def serve(control_fd: int, quiet_fd: int) -> int:
     control = socket.socket(fileno=control_fd)
     reset = _Reset()
     leftovers = _Leftovers()
-    reader = _framing.FrameReader()
+    reader = framing.FrameReader()
     fds: list[int] = []
     # The next unit's capture, set up while no unit waits (as a warm process's is):
     # its pipes and pump thread are not on that unit's way in.
@@ -69,7 +69,7 @@ def serve(control_fd: int, quiet_fd: int) -> int:
             code = _run_one(frame.call, transcript_fd, channel_fd, capture)
             leftovers.end_all()  # before UnitDone: the unit's end takes what it started
             reset.restore()
-            _framing.send(control, UnitDone(frame.call.unit_id, code), plain=True)
+            framing.send(control, UnitDone(frame.call.unit_id, code), plain=True)
             capture = prepare()
 
 

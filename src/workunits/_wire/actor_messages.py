@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workunits._record import MonitorEvent, StallEvent, WorkRecord
-from workunits._status import Reason
+from workunits._core.record import MonitorEvent, StallEvent, WorkRecord
+from workunits._core.status import Reason
 from workunits._wire import frames as m
 
 # -- from the supervisor to a unit's actor -----------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, Call, ShellSpec, durable_options
 
 

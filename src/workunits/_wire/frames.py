@@ -1,4 +1,4 @@
-"""Messages on an agent's channel (pickled frames, see _framing).
+"""Messages on an agent's channel (pickled frames, see _util.framing).
 
 Values that are the user's (results, exceptions, specs of child agents) travel
 as cloudpickle bytes and are opened only where the user asks for them, so the
@@ -12,8 +12,8 @@ from typing import Any
 
 import cloudpickle
 
-from workunits._errors import SpecError
-from workunits._record import WorkRecord
+from workunits._core.errors import SpecError
+from workunits._core.record import WorkRecord
 
 # -- unit process -> its WorkActor --------------------------------------------
 

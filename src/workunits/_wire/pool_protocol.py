@@ -2,7 +2,7 @@
 
 A worker is started like an agent unit (``SpawnCall`` with kind ``WORKER_KIND``);
 its "channel" is its control socket, on which these frames travel (pickled, see
-_framing). One unit at a time: the pool sends ``RunUnit`` only to an idle worker.
+_util.framing). One unit at a time: the pool sends ``RunUnit`` only to an idle worker.
 """
 
 from __future__ import annotations

@@ -11,10 +11,16 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits import _strictjson
-from workunits._errors import TeammateError, WorkExpired, WorkFailed, WorkKilled, WorkunitsError
-from workunits._record import WorkRecord
-from workunits._status import Status
+from workunits._core.errors import (
+    TeammateError,
+    WorkExpired,
+    WorkFailed,
+    WorkKilled,
+    WorkunitsError,
+)
+from workunits._core.record import WorkRecord
+from workunits._core.status import Status
+from workunits._util import strictjson
 from workunits._wire import frames as m
 from workunits._wire import unpickle
 
@@ -33,7 +39,7 @@ def result_of(record: WorkRecord) -> Any:
         if record.result is None or record.result_format is None:
             return record
         if record.result_format == "json":  # a row's column: a bad one is LedgerCorrupt
-            return _strictjson.loads(record.result, record.id, "result")
+            return strictjson.loads(record.result, record.id, "result")
         # Rebuilding it runs the value's code: one that fails is UnloadableValue.
         return unpickle.load(record.result, record.id, "result")
     if record.status == Status.KILLED:

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from workunits._core.errors import SpecError
 from workunits._core.moved import current_module, current_ref
-from workunits._errors import SpecError
-from workunits._wire import shell_log
+from workunits._util import shell_log
 from workunits._wire.calls import dumps_call
 from workunits._wire.zygote_protocol import Limits
 

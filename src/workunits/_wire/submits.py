@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime
 
-from workunits._errors import SpecError
-from workunits._retry import Retry, check_max_attempts
-from workunits._seconds import finite, seconds_or_none
+from workunits._core.errors import SpecError
+from workunits._core.retry import Retry, check_max_attempts
+from workunits._core.seconds import finite, seconds_or_none
 
 
 def check_timeout(timeout: object) -> float | None:

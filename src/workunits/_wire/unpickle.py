@@ -19,8 +19,8 @@ import pickle
 from types import ModuleType, TracebackType
 from typing import Any
 
+from workunits._core.errors import UnloadableValue
 from workunits._core.moved import current_module
-from workunits._errors import UnloadableValue
 
 
 def load(data: bytes, work_id: str, what: str) -> Any:

@@ -1,4 +1,4 @@
-"""Messages between the supervisor and its zygote (pickled frames, see _framing)."""
+"""Messages between the supervisor and its zygote (pickled frames, see _util.framing)."""
 
 from __future__ import annotations
 

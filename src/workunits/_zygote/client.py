@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from workunits import _framing
+from workunits._util import framing
 from workunits._wire.zygote_protocol import (
     Exited,
     Ready,
@@ -67,7 +67,7 @@ class _Zygote:
         self.sock = sock
         self.proc = proc  # the zygote's guard, which forked the zygote (see _zygote.guard)
         self.pid = pid
-        self.reader = _framing.FrameReader()
+        self.reader = framing.FrameReader()
         self.fds: list[int] = []  # pidfds received, taken by Spawned frames in order
         # Invariant: a unit is here from its spawn request until its exit (or loss) is routed.
         self.units: dict[str, UnitEvents] = {}
@@ -210,10 +210,10 @@ class ZygoteClient:
             frames = [ZygoteUnavailable("the supervisor is closed")]
         else:
             ours.settimeout(self._start_timeout)
-            reader = _framing.FrameReader()
+            reader = framing.FrameReader()
             try:
                 while not frames:
-                    frames = _framing.recv_blocking(ours, reader)
+                    frames = framing.recv_blocking(ours, reader)
             except (OSError, EOFError) as exc:
                 frames = [exc]
         if not isinstance(frames[0], Ready):
@@ -265,7 +265,7 @@ class ZygoteClient:
             zygote = self._register(unit_id, events)
             try:
                 with self._send_lock:
-                    _framing.send(zygote.sock, message, fds, plain=plain)
+                    framing.send(zygote.sock, message, fds, plain=plain)
             except OSError:
                 # The zygote died under us; its EOF reports its other units lost.
                 with self._lock:
@@ -323,7 +323,7 @@ class ZygoteClient:
 
     def _send_signal(self, zygote: _Zygote, unit_id: str, signum: int) -> None:
         with self._send_lock, contextlib.suppress(OSError):
-            _framing.send(zygote.sock, Signal(unit_id, signum))
+            framing.send(zygote.sock, Signal(unit_id, signum))
 
     def _retire(self, zygote: _Zygote) -> None:
         """Stop using a zygote (lock held); the next spawn starts a new one."""

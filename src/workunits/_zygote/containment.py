@@ -41,8 +41,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from workunits._procid import pid_exists
 from workunits._runtime.descendants import cgroup2_mountinfo, cgroup_of
+from workunits._util.procid import pid_exists
 
 ENV = "WORKUNITS_CONTAINMENT"
 AUTO = "auto"

@@ -39,9 +39,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from workunits import _framing
 from workunits._runtime import descendants
 from workunits._runtime.child import report_start_failure, run_unit
+from workunits._util import framing
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (
     Limits,
@@ -89,7 +89,7 @@ class Zygote:
         # of ours is an orphan of a unit that has ended, and is killed.
         self.cgroups = cgroups
         self.dying: list[str] = []  # killed unit cgroups waiting to be removed
-        self.reader = _framing.FrameReader()
+        self.reader = framing.FrameReader()
         # Descriptors received, one group per spawn request, in order. The kernel
         # attaches one request's descriptors to at most one read; a group it had to
         # drop (MSG_CTRUNC: this process is out of descriptors) is None.
@@ -123,7 +123,7 @@ class Zygote:
         # What is loaded now is shared with every child for good: their collections
         # need not visit it (and would copy every page it lies on).
         gc.freeze()
-        _framing.send(self.control, Ready(os.getpid()), plain=True)
+        framing.send(self.control, Ready(os.getpid()), plain=True)
         self.selector = selector = selectors.DefaultSelector()
         selector.register(self.control, selectors.EVENT_READ, "control")
         selector.register(self.wake_r, selectors.EVENT_READ, "signal")
@@ -216,7 +216,7 @@ class Zygote:
     def refuse(self, unit_id: str, error: str) -> None:
         """Fail one unit that could not start; the zygote and every other unit carry on."""
         with contextlib.suppress(OSError):
-            _framing.send(self.control, SpawnFailed(unit_id, error), plain=True)
+            framing.send(self.control, SpawnFailed(unit_id, error), plain=True)
 
     def spawn_exec(self, msg: SpawnExec, output_fd: int) -> None:
         """posix_spawn (vfork-like: no copy of this process) in a new session.
@@ -381,7 +381,7 @@ class Zygote:
         """
         try:
             warm.sock.settimeout(HANDOVER_TIMEOUT)
-            data = _framing.frame(call)  # the SpawnCall, passed on unopened
+            data = framing.frame(call)  # the SpawnCall, passed on unopened
             sent = socket.send_fds(warm.sock, [data], fds)
             if sent < len(data):  # sendall(b"") still sends, to a spare that may have read all
                 warm.sock.sendall(data[sent:])
@@ -479,7 +479,7 @@ class Zygote:
         self.by_unit[unit_id] = slot
         self.calls += call
         try:
-            _framing.send(self.control, spawned(unit_id, shown or pid), [pidfd], plain=True)
+            framing.send(self.control, spawned(unit_id, shown or pid), [pidfd], plain=True)
         finally:
             os.close(pidfd)
 
@@ -577,7 +577,7 @@ class Zygote:
         else:
             exit_code, signum = os.waitstatus_to_exitcode(status), None
         with contextlib.suppress(OSError):
-            _framing.send(self.control, exited(slot.unit_id, pid, exit_code, signum), plain=True)
+            framing.send(self.control, exited(slot.unit_id, pid, exit_code, signum), plain=True)
         # After the report, not before: every process of the unit was killed in end();
         # removing its emptied cgroup is housekeeping the unit's end need not wait for.
         if slot.cgroup is not None and not Cgroups.remove(slot.cgroup):

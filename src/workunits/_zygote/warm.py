@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from workunits._errors import InvalidArgument
+from workunits._core.errors import InvalidArgument
 
 PROCESSES_ENV = "WORKUNITS_WARM_PROCESSES"
 IDLE_ENV = "WORKUNITS_WARM_IDLE"

@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 
 import pykka
 
-from workunits import _framing, _outputfile
-from workunits._errors import SpecError
-from workunits._record import Outcome
+from workunits._core.errors import SpecError
+from workunits._core.record import Outcome
+from workunits._core.status import Reason, Status
 from workunits._runtime.transcript import append_event, cut_to
-from workunits._status import Reason, Status
+from workunits._util import framing, outputfile
 from workunits._wire import durable
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import (
@@ -82,7 +82,7 @@ class _ChannelFrames:
 
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self._actor = TellActor(ref)  # an actor force-ended at shutdown takes no more
-        self._reader = _framing.FrameReader()
+        self._reader = framing.FrameReader()
         self._broken = False
 
     def on_data(self, data: bytes, fds: list[int]) -> None:  # Reaper thread
@@ -124,7 +124,7 @@ class AgentActor(WorkActor):
         self._result: m.Result | None = None
         self._error: m.Error | None = None
         self._torn: str | None = None  # how its channel closed in the middle of a frame
-        self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
+        self._transcript_path = outputfile.transcript_path(unit.state_dir, unit.id)
         # Set on the Reaper thread (``ended_on_exit``) before ProcessExited is told to us.
         self._end_written = False
 
@@ -285,7 +285,7 @@ class AgentActor(WorkActor):
         """
         if self._channel is None or self._exit is not None:
             return
-        self._outgoing.append(memoryview(_framing.encode(message)))
+        self._outgoing.append(memoryview(framing.encode(message)))
         if len(self._outgoing) == 1:
             self._flush()
 

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
 
-from workunits import _outputfile
-from workunits._clock import Clock
-from workunits._record import Outcome
+from workunits._core.clock import Clock
+from workunits._core.record import Outcome
+from workunits._core.status import Reason, Status
 from workunits._runtime.transcript import last_seq
-from workunits._status import Reason, Status
+from workunits._util import outputfile
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 from workunits.actors.kind_code import call_kind
 from workunits.actors.process_events import ProcessWatch
@@ -76,7 +76,7 @@ class UnitBinding:
         """A new file for this unit at ``path`` (refused if anything is there), opened
         for writing: a warm one when the supervisor has one ready."""
         if self.files is None:
-            return _outputfile.create(path, append=append)
+            return outputfile.create(path, append=append)
         return self.files.create(path, append=append)
 
     def open_transcript(self, path: str) -> tuple[int, int]:
@@ -88,13 +88,13 @@ class UnitBinding:
         """
         first_seq = 1
         if self.attempt > 1 and os.path.lexists(path):
-            fd = _outputfile.reopen_for_append(path)
+            fd = outputfile.reopen_for_append(path)
             first_seq = last_seq(path) + 1
-            _outputfile.remove(self.output_path)
+            outputfile.remove(self.output_path)
         else:
             fd = self.create_file(path, append=True)
         try:
-            _outputfile.link(path, self.output_path)
+            outputfile.link(path, self.output_path)
         except BaseException:
             os.close(fd)
             raise

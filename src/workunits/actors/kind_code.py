@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from workunits._errors import KindFault
+from workunits._core.errors import KindFault
 
 R = TypeVar("R")
 

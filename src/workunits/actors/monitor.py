@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from workunits._errors import SpecError
-from workunits._record import MonitorEvent
+from workunits._core.errors import SpecError
+from workunits._core.record import MonitorEvent
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import MonitorEventReport
 from workunits._wire.specs import (

@@ -17,8 +17,8 @@ from __future__ import annotations
 import signal
 from typing import Any, ClassVar
 
-from workunits._errors import SpecError, WorkunitsError
-from workunits._status import Reason
+from workunits._core.errors import SpecError, WorkunitsError
+from workunits._core.status import Reason
 from workunits._wire.zygote_protocol import Limits, SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch

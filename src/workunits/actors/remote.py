@@ -27,15 +27,15 @@ from typing import Any, ClassVar, Self
 import cloudpickle
 import orjson
 
-from workunits import _outputfile
-from workunits._errors import SpecError
-from workunits._record import Outcome
+from workunits._core.errors import SpecError
+from workunits._core.record import Outcome
+from workunits._core.status import Reason, Status
 from workunits._remote.follower import Batch, StreamEnded, StreamFailed
 from workunits._remote.frames import Emitted, Output, RemoteCall, Returned, Started
 from workunits._remote.placement import Placement, RemoteWork
 from workunits._remote.runtime import RayApi, RayRuntime, ray_options
 from workunits._runtime.transcript import TranscriptWriter
-from workunits._status import Reason, Status
+from workunits._util import outputfile
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import CheckpointReport, ProgressReport
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
@@ -132,7 +132,7 @@ class RemoteActor(WorkActor):
     def __init__(self, unit: UnitBinding) -> None:
         super().__init__(unit)
         self.spec: RemoteWork = unit.spec
-        self._transcript_path = _outputfile.transcript_path(unit.state_dir, unit.id)
+        self._transcript_path = outputfile.transcript_path(unit.state_dir, unit.id)
         self._transcript_fd: int | None = None
         self._transcript: TranscriptWriter | None = None
         self._placement: Placement | None = None

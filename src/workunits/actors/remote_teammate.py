@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 from workunits._remote.frames import RemoteCall
 from workunits._remote.placement import Placement, RemoteWork
 from workunits._remote.runtime import RayApi, ray_options

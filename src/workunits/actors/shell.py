@@ -8,7 +8,7 @@ With a log (``log=PATH``, or ``keep_output=True`` for one in the state dir)
 the descriptor is the log's, and the output file is a second name of it, as
 an agent's is of its transcript: live readers see no difference, and the
 terminal transition removes only that name. A caller's log is also pointed at
-from the state dir (``_outputfile.log_path``), so readers find it by ID after
+from the state dir (``_util.outputfile.log_path``), so readers find it by ID after
 the end; retention deletes the pointer, never the caller's file.
 """
 
@@ -19,11 +19,11 @@ import os
 import signal
 from typing import Any, ClassVar
 
-from workunits import _outputfile
-from workunits._errors import SpecError
-from workunits._record import Outcome
-from workunits._status import Reason, Status
-from workunits._wire import durable, shell_log
+from workunits._core.errors import SpecError
+from workunits._core.record import Outcome
+from workunits._core.status import Reason, Status
+from workunits._util import outputfile, shell_log
+from workunits._wire import durable
 from workunits._wire.actor_messages import ProcessExited, ProcessLost, ProcessSpawnFailed
 from workunits._wire.specs import ShellSpec
 from workunits._wire.zygote_protocol import Limits, SpawnExec
@@ -82,7 +82,7 @@ class ShellActor(WorkActor):
         if self.spec.log is not None:
             return self.spec.log
         if self.spec.keep_output:
-            return _outputfile.log_path(self.unit.state_dir, self.unit.id)
+            return outputfile.log_path(self.unit.state_dir, self.unit.id)
         return None
 
     def _open_output(self) -> int:
@@ -92,7 +92,7 @@ class ShellActor(WorkActor):
         # whatever is already at its path is refused by create(), not replaced.
         if self.unit.attempt > 1:
             with contextlib.suppress(FileNotFoundError):
-                return _outputfile.reopen_for_append(self.unit.output_path)
+                return outputfile.reopen_for_append(self.unit.output_path)
         return self.unit.create_file(self.unit.output_path)
 
     def _open_log(self, log: str) -> int:
@@ -104,7 +104,7 @@ class ShellActor(WorkActor):
         later = self.unit.attempt > 1
         if self.spec.log is None:  # keep_output: ours, in the state dir
             if later and os.path.lexists(log):
-                fd = _outputfile.reopen_for_append(log)
+                fd = outputfile.reopen_for_append(log)
             else:
                 fd = self.unit.create_file(log)
         else:
@@ -113,10 +113,10 @@ class ShellActor(WorkActor):
             fd = shell_log.open_for_attempt(log, append=later)
         try:
             if self.spec.log is not None:
-                shell_log.point_to(log, _outputfile.log_path(self.unit.state_dir, self.unit.id))
+                shell_log.point_to(log, outputfile.log_path(self.unit.state_dir, self.unit.id))
             if later:
-                _outputfile.remove(self.unit.output_path)
-            _outputfile.link(log, self.unit.output_path)
+                outputfile.remove(self.unit.output_path)
+            outputfile.link(log, self.unit.output_path)
         except BaseException:
             os.close(fd)
             raise
@@ -149,4 +149,4 @@ class ShellActor(WorkActor):
     def _reached_cap(self) -> bool:
         # A command that ignores SIGXFSZ gets EFBIG instead and exits as it likes;
         # the file stopping at the cap is what says the cap ended it.
-        return _outputfile.size_of(self.unit.output_path) >= self.spec.output_cap
+        return outputfile.size_of(self.unit.output_path) >= self.spec.output_cap

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from workunits._errors import SpecError
-from workunits._record import Outcome
+from workunits._core.errors import SpecError
+from workunits._core.record import Outcome
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import Answered, DeliverToUnit, StopTeammate
 from workunits._wire.specs import TeammateSpec

@@ -11,7 +11,7 @@ file made ahead.
 
 Here a thread of its own keeps a few files ready in the state dir's ``spare``
 directory, and ``create`` gives one of them the unit's name. What
-``_outputfile.create`` promises still holds:
+``_util.outputfile.create`` promises still holds:
 
 - The file is new: made here with ``O_EXCL``, empty, mode 0600, given to one
   unit only and never taken back once named (no unit's file is reused).
@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from workunits import _outputfile
+from workunits._util import outputfile
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class WarmFiles:
         """``fill``: keep the stock full with a thread of its own (tests call ``fill_once``)."""
         if not 0 < low <= keep:
             raise ValueError(f"need 0 < low <= keep, got low={low}, keep={keep}")
-        self._dir = _outputfile.private_dir(directory)
+        self._dir = outputfile.private_dir(directory)
         _remove_all(self._dir)  # a dead session's spares: nobody's files
         self._keep = keep
         self._low = low
@@ -88,16 +88,16 @@ class WarmFiles:
 
     def create(self, path: str, *, append: bool = False) -> int:
         """A new file at ``path`` and a write descriptor (close-on-exec), as
-        ``_outputfile.create`` gives; a ready file when there is one."""
+        ``_util.outputfile.create`` gives; a ready file when there is one."""
         spare = self._take()
         if spare is None:
-            return _outputfile.create(path, append=append)
+            return outputfile.create(path, append=append)
         name, fd = spare
         try:
             _move(name, path)
         except FileExistsError as exc:
             self._give_back(spare)
-            raise _outputfile.exists_error(path) from exc
+            raise outputfile.exists_error(path) from exc
         except OSError as exc:
             if exc.errno in _CANNOT_MOVE:
                 self._give_back(spare)
@@ -105,7 +105,7 @@ class WarmFiles:
             else:  # its name was removed under us, say: no use to anyone now
                 _discard(spare)
             # Made here, or refused with the error a create at launch meets.
-            return _outputfile.create(path, append=append)
+            return outputfile.create(path, append=append)
         if append:
             try:
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)

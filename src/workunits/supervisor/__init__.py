@@ -4,7 +4,7 @@ Nothing below this package imports it: a unit process, the zygote and a
 ``wu.connect`` client never load it (``make lint`` checks the layers).
 """
 
-from workunits._mailbox import Mailbox, MailboxClosed
+from workunits._core.mailbox import Mailbox, MailboxClosed
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 

@@ -31,12 +31,12 @@ from typing import Any
 
 import pykka
 
-from workunits._clock import Clock
-from workunits._errors import LedgerError, SessionLost, WorkunitsError
+from workunits._core.clock import Clock
+from workunits._core.errors import LedgerError, SessionLost, WorkunitsError
+from workunits._core.record import WorkRecord
+from workunits._core.status import Reason, Status
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
-from workunits._record import WorkRecord
-from workunits._status import Reason, Status
 from workunits._wire.actor_messages import (
     Answered,
     CheckpointReport,

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from workunits._errors import (
+from workunits._core.errors import (
     LedgerCorrupt,
     LedgerError,
     LedgerTampered,
@@ -40,8 +40,8 @@ from workunits._errors import (
     ValueVersionMismatch,
     WorkunitsError,
 )
+from workunits._core.record import WorkRecord
 from workunits._ledger import Ledger, Write, WriteOutcome
-from workunits._record import WorkRecord
 
 log = logging.getLogger(__name__)
 

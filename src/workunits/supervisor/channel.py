@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import pykka
 
-from workunits._errors import SupervisorClosed
+from workunits._core.errors import SupervisorClosed
 from workunits.supervisor.requests import Request
 
 R = TypeVar("R")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workunits._errors import SpecError, UnknownWork, WorkunitsError
-from workunits._record import WorkRecord
-from workunits._status import Reason
+from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
+from workunits._core.record import WorkRecord
+from workunits._core.status import Reason
 from workunits._wire import frames as m
 from workunits.supervisor.control import Control
 from workunits.supervisor.messaging import reply_to_unit

@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import pykka
 
-from workunits import _outputfile
-from workunits._clock import Clock
-from workunits._errors import SpecError, UnknownWork
-from workunits._record import Outcome, WorkRecord, replace
-from workunits._status import Reason, Status, is_terminal
+from workunits._core.clock import Clock
+from workunits._core.errors import SpecError, UnknownWork
+from workunits._core.record import Outcome, WorkRecord, replace
+from workunits._core.status import Reason, Status, is_terminal
+from workunits._util import outputfile
 from workunits._wire.actor_messages import Cancel, Escalate, Kill, StopTeammate
 from workunits.actors.base import WorkActor, exit_outcome
 from workunits.supervisor.endings import TerminalTransition
@@ -203,7 +203,7 @@ class Control:
             record = self._units.registry.find(work_id)
             if record is None or record.output_path is None:
                 continue
-            if _outputfile.size_of(record.output_path) >= slot.output_cap:
+            if outputfile.size_of(record.output_path) >= slot.output_cap:
                 self.kill_resident(work_id, Reason.OUTPUT_CAP)
 
     # -- retention (invariant 8) and output (invariant 6) ----------------------

@@ -24,12 +24,12 @@ import logging
 from collections.abc import Callable, Container
 from typing import Any
 
-from workunits._clock import Clock
-from workunits._errors import LedgerError, SessionLost, UnknownWork, WorkunitsError
+from workunits._core.clock import Clock
+from workunits._core.errors import LedgerError, SessionLost, UnknownWork, WorkunitsError
+from workunits._core.record import Notification, WorkRecord, replace
+from workunits._core.restart import UNBOUNDED_ATTEMPTS
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
-from workunits._record import Notification, WorkRecord, replace
-from workunits._restart import UNBOUNDED_ATTEMPTS
-from workunits._status import Status, is_terminal
 from workunits.actors.base import WorkActor
 from workunits.actors.kind_code import call_kind
 from workunits.supervisor.backlog import Backlog, Pending

@@ -32,10 +32,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workunits import _outputfile
-from workunits._clock import Clock
-from workunits._record import Outcome, WorkRecord, replace
-from workunits._status import Status, is_terminal
+from workunits._core.clock import Clock
+from workunits._core.record import Outcome, WorkRecord, replace
+from workunits._core.status import Status, is_terminal
+from workunits._util import outputfile
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.notices import Notices
 from workunits.supervisor.slots import Slot
@@ -269,20 +269,20 @@ class TerminalTransition:
             slot.read_fd = None
         if fd is None:
             try:
-                fd = _outputfile.open_for_reading(path)
+                fd = outputfile.open_for_reading(path)
             except OSError:
                 # Out of descriptors (EMFILE/ENFILE) or the like: the unit must still
                 # end, so keep its size (stat needs no descriptor) and lose only the tail.
                 log.exception("could not open the output of %s for its final drain", record.id)
-                size = _outputfile.size_of(path)
-                _outputfile.remove(path)
+                size = outputfile.size_of(path)
+                outputfile.remove(path)
                 return size, b""
         if fd is None:
             return 0, b""
         try:
-            size, tail = _outputfile.drain(fd)
+            size, tail = outputfile.drain(fd)
         finally:
-            _outputfile.remove(path)
+            outputfile.remove(path)
         if record.retain and record.output_offset < size and slot is not None:
             slot.read_fd = fd
         else:

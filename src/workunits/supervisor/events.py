@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workunits import _outputfile
-from workunits._errors import InvalidArgument
-from workunits._record import WorkRecord
-from workunits._status import is_terminal
+from workunits._core.errors import InvalidArgument
+from workunits._core.record import WorkRecord
+from workunits._core.status import is_terminal
+from workunits._util import outputfile
 
 PER_UNIT = 1024
 """Changes kept per unit: a follower that falls further behind gets a snapshot."""
@@ -332,7 +332,7 @@ class EventFeed:
                 limit = max_bytes
                 if ended:  # the file may be a kept log: nothing past the final count
                     limit = max(0, min(limit, record.output_bytes - offset))
-                data = _outputfile.read_delta(fd, offset, limit) if limit else b""
+                data = outputfile.read_delta(fd, offset, limit) if limit else b""
             finally:
                 if hold is None:
                     os.close(fd)
@@ -343,13 +343,13 @@ class EventFeed:
 
     def _kept(self, work_id: str) -> bool:
         """Whether the unit's output is a file that every attempt appends to."""
-        return any(os.path.lexists(p) for p in _outputfile.kept_paths(self._state_dir, work_id))
+        return any(os.path.lexists(p) for p in outputfile.kept_paths(self._state_dir, work_id))
 
     def _open(self, work_id: str, record: WorkRecord) -> int | None:
         # An agent's transcript and a shell's log outlive it; other files go at its end.
-        for path in (*_outputfile.kept_paths(self._state_dir, work_id), record.output_path):
+        for path in (*outputfile.kept_paths(self._state_dir, work_id), record.output_path):
             if path is not None:
-                fd = _outputfile.open_for_reading(path)
+                fd = outputfile.open_for_reading(path)
                 if fd is not None:
                     return fd
         return None

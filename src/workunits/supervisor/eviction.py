@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workunits._clock import Clock
+from workunits._core.clock import Clock
+from workunits._core.record import WorkRecord
+from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
-from workunits._record import WorkRecord
-from workunits._status import is_terminal
 from workunits.supervisor.notices import Notices
 from workunits.supervisor.sweep import Deadlines, Due, evictable
 from workunits.supervisor.units import Units

@@ -22,9 +22,17 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from workunits import _ids
-from workunits._clock import Clock, SystemClock
-from workunits._errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
+from workunits._core import ids
+from workunits._core.clock import Clock, SystemClock
+from workunits._core.errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
+from workunits._core.mailbox import Mailbox
+from workunits._core.record import OutputChunk, WorkRecord
+from workunits._core.restart import Restart, check_restart
+from workunits._core.retain import HeldRetains, Retain
+from workunits._core.retry import Retry
+from workunits._core.schedule import ScheduleInfo
+from workunits._core.seconds import seconds, seconds_or_none, wait_timeout
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import SupervisorLock, secretfile, statedir
 from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
@@ -33,15 +41,7 @@ from workunits._ledger.rows import EXPIRED
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
 from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
-from workunits._mailbox import Mailbox
-from workunits._record import OutputChunk, WorkRecord
 from workunits._remote.runtime import RayRuntime, check_available
-from workunits._restart import Restart, check_restart
-from workunits._retain import HeldRetains, Retain
-from workunits._retry import Retry
-from workunits._schedule import ScheduleInfo
-from workunits._seconds import seconds, seconds_or_none, wait_timeout
-from workunits._status import Reason, Status, is_terminal
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
 from workunits._wire.specs import (
@@ -991,13 +991,13 @@ class Supervisor:
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
         if root is not None:
-            _ids.validate(root)
+            ids.validate(root)
         return render_tree(self.list(), root)
 
     async def tree_async(self, root: str | None = None) -> str:
         """Like ``tree`` without blocking the event loop."""
         if root is not None:
-            _ids.validate(root)
+            ids.validate(root)
         return render_tree(await self.list_async(), root)
 
     @overload
@@ -1033,7 +1033,7 @@ class Supervisor:
         The unit is retained from this call (not from the first ``next()``) until
         the stream ends or is closed, so its end cannot cut off unread output.
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         poll = seconds("poll", poll)
         self._ask(rq.Retain(work_id))
         return OutputStream(
@@ -1080,7 +1080,7 @@ class Supervisor:
         the supervisor's thread. The unit is retained from this call (a message
         posted without waiting) until the stream ends or ``aclose()`` is awaited.
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         poll = seconds("poll", poll)
         retained = self._pending_start is None and not self._start_failed
         if retained:
@@ -1146,12 +1146,12 @@ class Supervisor:
     def release(self, work_id: str) -> bool:
         """End the retain leases taken on the unit through this supervisor (``retain``)
         and not yet released; True if there was one. ``Retain.release()`` ends one."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._held.release(work_id)
 
     async def release_async(self, work_id: str) -> bool:
         """Like ``release`` without blocking the event loop."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return await asyncio.to_thread(self._held.release, work_id)
 
     def notifications(self) -> Mailbox:
@@ -1176,7 +1176,7 @@ class Supervisor:
         Resumable from any event's cursor with nothing lost or repeated; does not
         move the record's output offset (``supervisor/events.py``).
         """
-        _ids.validate(work_id)
+        ids.validate(work_id)
         check_bytes("max_bytes", max_bytes)
         cursor = Cursor.parse(after) if isinstance(after, str) else after
         return self._event_feed().read(work_id, cursor, max_bytes)
@@ -1204,7 +1204,7 @@ class Supervisor:
 
     def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Block until the unit is terminal; raise NotFinished after ``timeout``."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         timeout = wait_timeout(timeout)
         waiter = self._waiters.add(work_id)
         try:
@@ -1229,7 +1229,7 @@ class Supervisor:
     async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
         """Like ``wait`` without blocking the event loop, nor a thread: the unit's end
         resolves an asyncio future from the supervisor's thread."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         timeout = wait_timeout(timeout)
         waiter, fut = self._waiters.add_async(work_id)  # register, then read
         try:
@@ -1434,7 +1434,7 @@ class Supervisor:
 
     async def tell_async(self, work_id: str, message: Any) -> None:
         """Like ``tell`` without blocking the event loop."""
-        _ids.validate(work_id)
+        ids.validate(work_id)
         await self._ask_async(rq.Send(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None = None) -> Any:

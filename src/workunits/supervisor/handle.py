@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
-from workunits._record import WorkRecord
+from workunits._core.record import WorkRecord
 
 if TYPE_CHECKING:
     from workunits.supervisor.facade import Supervisor

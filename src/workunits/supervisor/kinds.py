@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from workunits._errors import KindTaken, SpecError, UnknownKind
-from workunits._ids import BUILTIN_KINDS, SESSION_PREFIX, validate_letter
+from workunits._core.errors import KindTaken, SpecError, UnknownKind
+from workunits._core.ids import BUILTIN_KINDS, SESSION_PREFIX, validate_letter
 from workunits.actors.base import WorkActor
 
 # Taken even before their kind is implemented, so a user's kind never collides

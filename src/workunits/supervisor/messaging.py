@@ -6,7 +6,7 @@ is called once, when the teammate's actor reports the answer or when the
 teammate ends. So an ask blocks neither this actor nor the teammate's
 WorkActor, and no asker waits on a unit that can no longer answer.
 
-A teammate that restarts (``_restart``) answers no ask of the attempt that
+A teammate that restarts (``_core.restart``) answers no ask of the attempt that
 ended: those fail with TeammateRestarted. What is sent while it restarts is
 held here, in order, and delivered to the next attempt once its actor is up
 (its ``on_start`` runs before the process reads them); if it ends instead,
@@ -19,15 +19,15 @@ from typing import Any
 
 import pykka
 
-from workunits._errors import (
+from workunits._core.errors import (
     SpecError,
     SupervisorClosed,
     TeammateEnded,
     TeammateRestarted,
     WorkunitsError,
 )
-from workunits._record import WorkRecord
-from workunits._status import Status, is_terminal
+from workunits._core.record import WorkRecord
+from workunits._core.status import Status, is_terminal
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import (
     Answered,

@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 
 import pykka
 
-from workunits._claim import Claim
-from workunits._clock import Clock
-from workunits._errors import LedgerError, WorkunitsError
+from workunits._core.claim import Claim
+from workunits._core.clock import Clock
+from workunits._core.errors import LedgerError, WorkunitsError
+from workunits._core.mailbox import Mailbox
+from workunits._core.record import MailboxItem, MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._ledger import Ledger
-from workunits._mailbox import Mailbox
-from workunits._record import MailboxItem, MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._wire.actor_messages import ChildEnded, EventToUnit
 from workunits.supervisor.units import Units
 

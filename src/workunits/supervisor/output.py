@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from workunits import _outputfile
+from workunits._core.record import OutputChunk, WorkRecord, replace
+from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
-from workunits._record import OutputChunk, WorkRecord, replace
-from workunits._status import is_terminal
+from workunits._util import outputfile
 from workunits.supervisor.units import Units
 
 DEFAULT_READ = 1 << 20  # bytes one read returns at most, unless the caller says otherwise
@@ -40,8 +40,8 @@ class OutputReads:
             data, new_offset = _from_tail(record, offset, limit)
         else:
             if fd is None and record.output_path is not None:
-                fd = slot.read_fd = _outputfile.open_for_reading(record.output_path)
-            data = b"" if fd is None else _outputfile.read_delta(fd, offset, limit)
+                fd = slot.read_fd = outputfile.open_for_reading(record.output_path)
+            data = b"" if fd is None else outputfile.read_delta(fd, offset, limit)
             new_offset = offset + len(data)
             if is_terminal(record.status) and fd is not None and new_offset >= record.output_bytes:
                 os.close(fd)
@@ -68,12 +68,12 @@ class OutputReads:
             opened = None
             if fd is None and record.output_path is not None:
                 try:
-                    fd = opened = _outputfile.open_for_reading(record.output_path)
+                    fd = opened = outputfile.open_for_reading(record.output_path)
                 except FileNotFoundError:
                     fd = None  # ended meanwhile, or not started: read the record again
             if fd is not None:
                 try:
-                    data = _outputfile.read_delta(fd, offset, limit)
+                    data = outputfile.read_delta(fd, offset, limit)
                 finally:
                     if opened is not None:
                         os.close(opened)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workunits._errors import SpecError
-from workunits._record import WorkRecord
+from workunits._core.errors import SpecError
+from workunits._core.record import WorkRecord
 
 
 def check_limit(limit: int | None) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from workunits._record import WorkRecord, replace
+from workunits._core.record import WorkRecord, replace
 from workunits.supervisor.units import Units
 
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Generator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from workunits._errors import SupervisorClosed
-from workunits._seconds import wait_timeout
+from workunits._core.errors import SupervisorClosed
+from workunits._core.seconds import wait_timeout
 from workunits.supervisor.handle import WorkHandle
 
 if TYPE_CHECKING:

@@ -44,14 +44,20 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from workunits import _outputfile
-from workunits._clock import Clock
-from workunits._errors import LedgerCorrupt, LedgerError, SpecError, UnknownKind, WorkunitsError
+from workunits._core.clock import Clock
+from workunits._core.errors import (
+    LedgerCorrupt,
+    LedgerError,
+    SpecError,
+    UnknownKind,
+    WorkunitsError,
+)
+from workunits._core.record import Outcome, replace
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, Request, UnitRow, Write, unreadable
 from workunits._ledger.requests import END_VERBS
 from workunits._ledger.unreadable import Unreadable
-from workunits._record import Outcome, replace
-from workunits._status import Reason, Status, is_terminal
+from workunits._util import outputfile
 from workunits.actors.kind_code import call_kind
 from workunits.supervisor.backlog import retryable
 from workunits.supervisor.control import Control
@@ -466,15 +472,15 @@ def _final_output(row: UnitRow) -> dict[str, object]:
     if path is None:
         return {}
     try:
-        fd = _outputfile.open_for_reading(path)
+        fd = outputfile.open_for_reading(path)
     except OSError:
         log.exception("could not open the output of %s, lost with its session", row.id)
         return {}
     if fd is None:
         return {}
     try:
-        size, tail = _outputfile.drain(fd)
+        size, tail = outputfile.drain(fd)
     finally:
         os.close(fd)
-    _outputfile.remove(path)  # an agent's transcript, its other name, is kept
+    outputfile.remove(path)  # an agent's transcript, its other name, is kept
     return {"output_bytes": size, "output_tail": tail}

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from workunits._errors import InvalidTransition, UnknownWork
-from workunits._record import WorkRecord
-from workunits._status import allowed, is_terminal
+from workunits._core.errors import InvalidTransition, UnknownWork
+from workunits._core.record import WorkRecord
+from workunits._core.status import allowed, is_terminal
 
 Change = Callable[[WorkRecord], WorkRecord]
 

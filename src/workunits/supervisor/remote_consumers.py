@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workunits import _ids
+from workunits._core import ids
+from workunits._core.record import Notification
+from workunits._core.seconds import MAX_CLAIM_LEASE, seconds
 from workunits._ledger import Ledger
-from workunits._record import Notification
-from workunits._seconds import MAX_CLAIM_LEASE, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class RemoteConsumers:
 
     def claim(self, parent: str | None, owner: str, lease: float) -> NoticeClaim | None:
         if parent is not None:
-            _ids.validate(parent)
+            ids.validate(parent)
         seconds = check_lease(lease)
         claimed = self._ledger.claim_notice(parent, owner=owner, lease=seconds)
         if claimed is None:
@@ -48,15 +48,15 @@ class RemoteConsumers:
         return NoticeClaim(claimed.notice, claimed.token, seconds)
 
     def ack(self, work_id: str, token: str | None) -> bool:
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._ledger.ack_notice(work_id, token)
 
     def release(self, work_id: str, token: str) -> bool:
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._ledger.release_notice(work_id, token)
 
     def renew(self, work_id: str, token: str, lease: float) -> bool:
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._ledger.renew_claim(work_id, token, check_lease(lease))
 
     def retain(self, work_id: str, lease: float, owner: str) -> str:

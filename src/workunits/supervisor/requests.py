@@ -21,12 +21,12 @@ from typing import Any, Generic, TypeVar
 
 import pykka
 
-from workunits._mailbox import Mailbox
-from workunits._record import OutputChunk, WorkRecord
-from workunits._restart import Restart
-from workunits._retry import Retry
-from workunits._schedule import ScheduleInfo
-from workunits._status import Reason, Status
+from workunits._core.mailbox import Mailbox
+from workunits._core.record import OutputChunk, WorkRecord
+from workunits._core.restart import Restart
+from workunits._core.retry import Retry
+from workunits._core.schedule import ScheduleInfo
+from workunits._core.status import Reason, Status
 from workunits.actors.base import WorkActor
 from workunits.supervisor.asks import Route
 from workunits.supervisor.registry import Change

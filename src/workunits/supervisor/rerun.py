@@ -14,11 +14,11 @@ ledger -- which keeps it for units that can resume or have a retry policy.
 
 from __future__ import annotations
 
-from workunits._errors import NotRetryable, UnknownWork
+from workunits._core.errors import NotRetryable, UnknownWork
+from workunits._core.record import WorkRecord
+from workunits._core.retry import SPEC_NOT_KEPT, check_retryable
+from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
-from workunits._record import WorkRecord
-from workunits._retry import SPEC_NOT_KEPT, check_retryable
-from workunits._status import is_terminal
 from workunits.actors.kind_code import call_kind
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.starts import Starts

@@ -18,7 +18,7 @@ In order, when an attempt fails and the policy retries it:
 If step 1 fails, the attempt's end is the unit's end, as without a policy:
 a retry nobody could find after a restart would be a unit stuck ``running``.
 
-A teammate's restart policy (``_restart``) rides the same steps with no wait:
+A teammate's restart policy (``_core.restart``) rides the same steps with no wait:
 its attempt ends, the ledger records it (its end time counts toward the
 restart intensity), and the next attempt starts at once, same ID, ``on_start``
 again. Asks open to the attempt that ended fail, naming the restart; those
@@ -34,13 +34,13 @@ import itertools
 import logging
 from collections.abc import Callable
 
-from workunits._clock import Clock
-from workunits._errors import UnknownKind, WorkunitsError
+from workunits._core.clock import Clock
+from workunits._core.errors import UnknownKind, WorkunitsError
+from workunits._core.record import Outcome, WorkRecord, replace
+from workunits._core.restart import Restart
+from workunits._core.retry import Attempt
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, UnitRow
-from workunits._record import Outcome, WorkRecord, replace
-from workunits._restart import Restart
-from workunits._retry import Attempt
-from workunits._status import Reason, Status, is_terminal
 from workunits.actors.kind_code import call_kind
 from workunits.supervisor.slots import Launch
 from workunits.supervisor.starts import Starts

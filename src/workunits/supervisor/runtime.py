@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from workunits import _ids, _outputfile
-from workunits._clock import Clock
+from workunits._core import ids
+from workunits._core.clock import Clock
 from workunits._ledger import Ledger
 from workunits._ledger.secretfile import SharedSecret
 from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._pool import WorkerPool
 from workunits._remote.runtime import RayRuntime
+from workunits._util import outputfile
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.agent import AgentActor
@@ -93,8 +94,8 @@ def _listener(url: str, wake: Callable[[], None]) -> WakeListener:
 class Runtime:
     def __init__(self, state_dir: Path, options: Options) -> None:
         self.ray = options.ray
-        output_dir = _outputfile.private_dir(state_dir / "output")
-        _outputfile.private_dir(state_dir / _outputfile.TRANSCRIPTS_DIR)
+        output_dir = outputfile.private_dir(state_dir / "output")
+        outputfile.private_dir(state_dir / outputfile.TRANSCRIPTS_DIR)
         # verify: a damaged ledger is refused before the session row is written into it.
         self.ledger = Ledger(
             state_dir,
@@ -109,7 +110,7 @@ class Runtime:
             # quarter of the lease, so no live session's lease lapses meanwhile.
             idle_limit=options.session_lease / 4,
         )
-        self.session = _ids.mint("s")
+        self.session = ids.mint("s")
         self.reaper = Reaper()
         self.zygote = ZygoteClient(self.reaper, options.preload)
         # Warm the zygote up in the background (the client's own daemon thread,

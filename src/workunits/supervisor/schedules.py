@@ -25,10 +25,10 @@ from typing import Any
 
 from croniter import CroniterError, croniter
 
-from workunits._errors import InvalidArgument, WorkunitsError
+from workunits._core.errors import InvalidArgument, WorkunitsError
+from workunits._core.record import WorkRecord
 from workunits._ledger import Ledger
 from workunits._ledger.schedules import ScheduleRow
-from workunits._record import WorkRecord
 from workunits._wire.submits import check_submit, check_timeout
 
 log = logging.getLogger(__name__)

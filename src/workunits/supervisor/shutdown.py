@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from workunits._errors import UnknownWork
-from workunits._status import is_terminal
+from workunits._core.errors import UnknownWork
+from workunits._core.status import is_terminal
 from workunits.supervisor import requests as rq
 from workunits.supervisor.channel import ActorChannel
 from workunits.supervisor.waiters import TerminalWaiters

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workunits._errors import WorkunitsError
+from workunits._core.errors import WorkunitsError
 from workunits._ledger import Ledger
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import EventToUnit

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
+from workunits._core.status import Reason
 from workunits._ledger import Write
-from workunits._status import Reason
 from workunits.actors.base import WorkActor
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from workunits import _outputfile
-from workunits._clock import Clock
-from workunits._record import StallEvent, WorkRecord, replace, storable_text
-from workunits._status import Status
+from workunits._core.clock import Clock
+from workunits._core.record import StallEvent, WorkRecord, replace, storable_text
+from workunits._core.status import Status
+from workunits._util import outputfile
 from workunits.supervisor.notices import Notices
 from workunits.supervisor.units import Units
 
@@ -72,7 +72,7 @@ class Activity:
             if record is None or record.stall_after is None or record.status != Status.RUNNING:
                 continue
             if record.output_path is not None:
-                size = _outputfile.size_of(record.output_path)
+                size = outputfile.size_of(record.output_path)
                 if size != slot.output_seen:
                     # It grew some time after the last look: count it from then, so a
                     # unit's first look (or a slow tick) does not hide a quiet spell.

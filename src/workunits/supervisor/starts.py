@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workunits import _ids
-from workunits._clock import Clock
-from workunits._errors import SpecError, SupervisorClosed
+from workunits._core import ids
+from workunits._core.clock import Clock
+from workunits._core.errors import SpecError, SupervisorClosed
+from workunits._core.record import Outcome, WorkRecord, replace
+from workunits._core.restart import Restart
+from workunits._core.retry import Retry, check_retry
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import NewUnit, UnitRow
 from workunits._pool import WorkerPool
-from workunits._record import Outcome, WorkRecord, replace
-from workunits._restart import Restart
-from workunits._retry import Retry, check_retry
-from workunits._status import Status, is_terminal
-from workunits._wire import shell_log
+from workunits._util import shell_log
 from workunits._wire.specs import ShellSpec
 from workunits._wire.submits import (
     check_attempts,
@@ -180,7 +180,7 @@ class Starts:
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
         kinds = self._units.kinds
-        kind_class = kinds.actor_class(_ids.validate_letter(letter))
+        kind_class = kinds.actor_class(ids.validate_letter(letter))
         # The kind's code, on this (the supervisor's) thread: contained (``kind_code``).
         call_kind(kind_class, kind_class.validate_spec, spec)
         actor_class = call_kind(kind_class, kind_class.actor_for, spec)
@@ -202,9 +202,9 @@ class Starts:
             parent_record = self._units.lookup(parent)
             if is_terminal(parent_record.status):
                 raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
-        work_id = _ids.mint(letter)
+        work_id = ids.mint(letter)
         while work_id in self._units:  # ~2.8e12 suffixes: practically never loops
-            work_id = _ids.mint(letter)
+            work_id = ids.mint(letter)
         record = WorkRecord(
             id=work_id,
             kind=actor_class.kind,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-from workunits._record import WorkRecord
-from workunits._status import is_terminal
+from workunits._core.record import WorkRecord
+from workunits._core.status import is_terminal
 
 
 class OutputStream(Iterator[bytes]):

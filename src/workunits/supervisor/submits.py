@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workunits._errors import SupervisorClosed, copy_to_raise
+from workunits._core.errors import SupervisorClosed, copy_to_raise
 from workunits.supervisor import requests as rq
 from workunits.supervisor.starts import Prepared, Starts
 

@@ -7,8 +7,8 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from workunits._record import WorkRecord
-from workunits._status import is_terminal
+from workunits._core.record import WorkRecord
+from workunits._core.status import is_terminal
 
 
 def evictable(record: WorkRecord, now: float, *, gated: bool) -> bool:

@@ -18,9 +18,9 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from workunits import _ids
-from workunits._errors import AskTimeout
-from workunits._seconds import ask_timeout
+from workunits._core import ids
+from workunits._core.errors import AskTimeout
+from workunits._core.seconds import ask_timeout
 from workunits._wire.frames import encode_message
 from workunits._wire.results import reply_of
 from workunits.supervisor import requests as rq
@@ -36,7 +36,7 @@ class TeammateCalls:
         self._answers_lock = threading.Lock()
 
     def tell(self, work_id: str, message: Any) -> None:
-        _ids.validate(work_id)
+        ids.validate(work_id)
         self._channel.ask(rq.Send(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None) -> Any:
@@ -80,7 +80,7 @@ class TeammateCalls:
         return reply_of(ok, value)
 
     def _route(self, work_id: str, message: Any, route: Route) -> int:
-        _ids.validate(work_id)
+        ids.validate(work_id)
         return self._channel.ask(rq.Send(work_id, encode_message(message), ask=True, reply=route))
 
     def _forget(self, work_id: str, token: int) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workunits._errors import UnknownWork
-from workunits._record import WorkRecord
+from workunits._core.errors import UnknownWork
+from workunits._core.record import WorkRecord
 
 
 def _label(record: WorkRecord) -> str:

@@ -17,10 +17,10 @@ from typing import Any
 
 import pykka
 
-from workunits import _ids
-from workunits._errors import UnknownKind, UnknownWork
-from workunits._record import WorkRecord
-from workunits._status import Status, is_terminal
+from workunits._core import ids as _ids
+from workunits._core.errors import UnknownKind, UnknownWork
+from workunits._core.record import WorkRecord
+from workunits._core.status import Status, is_terminal
 from workunits.supervisor.durable import LedgerMirror
 from workunits.supervisor.kinds import Kinds
 from workunits.supervisor.registry import Change, Registry

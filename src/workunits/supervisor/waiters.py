@@ -21,9 +21,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from workunits._errors import SupervisorClosed
-from workunits._record import WorkRecord
-from workunits._status import is_terminal
+from workunits._core.errors import SupervisorClosed
+from workunits._core.record import WorkRecord
+from workunits._core.status import is_terminal
 
 log = logging.getLogger(__name__)
 

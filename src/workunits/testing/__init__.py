@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from workunits._errors import NotRunning as NotRunning
+from workunits._core.errors import NotRunning as NotRunning
 from workunits.testing._clock import ManualClock as ManualClock
 from workunits.testing._scripted import ScriptedDriver as ScriptedDriver
 from workunits.testing._scripted import ScriptedWork as ScriptedWork

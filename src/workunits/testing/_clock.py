@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from workunits._errors import InvalidArgument
-from workunits._seconds import finite
+from workunits._core.errors import InvalidArgument
+from workunits._core.seconds import finite
 
 
 class ManualClock:

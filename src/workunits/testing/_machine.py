@@ -45,10 +45,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from workunits._client import connect
-from workunits._errors import NotRunning
-from workunits._record import TAIL_BYTES, Notification, WorkRecord, storable_text
-from workunits._retain import Retain
-from workunits._status import Reason, Status, allowed, is_terminal
+from workunits._core.errors import NotRunning
+from workunits._core.record import TAIL_BYTES, Notification, WorkRecord, storable_text
+from workunits._core.retain import Retain
+from workunits._core.status import Reason, Status, allowed, is_terminal
 from workunits.supervisor import requests as rq
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle

@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 import pykka
 
-from workunits import _outputfile
-from workunits._errors import NotRunning, SpecError, UnknownWork, WrongType
-from workunits._record import Outcome, WorkRecord
-from workunits._status import Status
+from workunits._core.errors import NotRunning, SpecError, UnknownWork, WrongType
+from workunits._core.record import Outcome, WorkRecord
+from workunits._core.status import Status
+from workunits._util import outputfile
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.supervisor import requests as rq
 from workunits.supervisor.facade import Supervisor
@@ -100,7 +100,7 @@ class ScriptedWork(WorkActor):
     def launch(self) -> None:
         if self.spec.launch_error is not None:
             raise RuntimeError(self.spec.launch_error)
-        self._fd = _outputfile.create(self.unit.output_path)
+        self._fd = outputfile.create(self.unit.output_path)
 
     def signal_work(self, signum: int) -> None:
         """SIGKILL ends the unit now; SIGTERM too, unless the spec ignores cancels."""

@@ -31,11 +31,11 @@ from typing import Any
 
 import orjson
 
-from workunits._errors import SpecError
-from workunits._record import Outcome
-from workunits._retry import Attempt, Retry
-from workunits._seconds import seconds
-from workunits._status import Status
+from workunits._core.errors import SpecError
+from workunits._core.record import Outcome
+from workunits._core.retry import Attempt, Retry
+from workunits._core.seconds import seconds
+from workunits._core.status import Status
 
 # A restart policy bounds restarts by intensity, not by count: the ledger's
 # attempt counter (one column serves resumes, retries and restarts) is set to

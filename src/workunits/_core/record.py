@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from workunits._status import Reason, Status
+from workunits._core.status import Reason, Status
 
 if TYPE_CHECKING:
-    from workunits._restart import Restart
-    from workunits._retry import Attempt, Retry
+    from workunits._core.restart import Restart
+    from workunits._core.retry import Attempt, Retry
 
 TAIL_BYTES = 64 * 1024
 

@@ -21,8 +21,8 @@ import errno
 import os
 import stat
 
-from workunits._errors import SpecError
-from workunits._outputfile import OutputFileError
+from workunits._core.errors import SpecError
+from workunits._util.outputfile import OutputFileError
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 

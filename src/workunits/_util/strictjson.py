@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from workunits._errors import REPAIR, LedgerCorrupt, SpecError, UnstorableValue
+from workunits._core.errors import REPAIR, LedgerCorrupt, SpecError, UnstorableValue
 
 # orjson serializes signed and unsigned 64-bit integers; beyond that it raises.
 INT_MIN = -(2**63)

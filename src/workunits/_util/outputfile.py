@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-from workunits._record import TAIL_BYTES
+from workunits._core.record import TAIL_BYTES
 
 # Agents' JSONL transcripts, one per unit, under the state dir; an agent's output
 # file is a second name (a hard link) of its transcript. Kept after the end,

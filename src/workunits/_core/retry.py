@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
+from workunits._core.errors import NotRetryable, SpecError
 from workunits._core.moved import current_ref
-from workunits._errors import NotRetryable, SpecError
-from workunits._record import Outcome, WorkRecord
-from workunits._seconds import finite, seconds
-from workunits._status import Reason, Status, is_terminal
+from workunits._core.record import Outcome, WorkRecord
+from workunits._core.seconds import finite, seconds
+from workunits._core.status import Reason, Status, is_terminal
 
 # The most attempts a unit may be given: what every ledger's attempt columns hold
 # (a larger int would fail the whole group commit it was written in).

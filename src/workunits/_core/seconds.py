@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 
 # A claim on a notice is renewed while it is worked on; one longer than a day is
 # a mistake, not a plan (the HTTP API has the same bound).

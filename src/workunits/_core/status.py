@@ -33,7 +33,7 @@ class Reason(enum.StrEnum):
     PARENT_ENDED = "parent-ended"
     LOST = "lost"
     SHED = "shed"  # load shedding (``Supervisor.shed``): worth resubmitting when load falls
-    # A teammate ended unasked more often than its restart policy allows (``_restart``).
+    # A teammate ended unasked more often than its restart policy allows (``_core.restart``).
     RESTART_INTENSITY = "restart-intensity"
 
 

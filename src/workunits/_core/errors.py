@@ -67,7 +67,7 @@ import copy
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from workunits._record import WorkRecord
+    from workunits._core.record import WorkRecord
 
 
 class WorkunitsError(Exception):

@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-from workunits._errors import InvalidArgument
+from workunits._core.errors import InvalidArgument
 
 _HEADER = struct.Struct("!I")
 MAX_FRAME = 1 << 30

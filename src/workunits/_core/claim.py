@@ -30,11 +30,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from workunits._errors import ClientClosed, NoNotification, WorkunitsError
+from workunits._core.errors import ClientClosed, NoNotification, WorkunitsError
 
 if TYPE_CHECKING:
     # Only async callers need it, and they have it loaded: unit processes (which
-    # hold mailboxes for their children) are forked without it (see _lazy).
+    # hold mailboxes for their children) are forked without it (see _util.lazy).
     import asyncio
 
 T = TypeVar("T")

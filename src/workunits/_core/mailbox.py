@@ -2,7 +2,7 @@
 
 A mailbox holds ``MailboxItem``s: one ``Notification`` per child that ends, and
 the ``MonitorEvent``s of monitors the parent started, in the order they happened.
-Items are taken on the claim/acknowledge contract of ``workunits._claim``:
+Items are taken on the claim/acknowledge contract of ``workunits._core.claim``:
 ``take``, ``get`` and ``claim``. A notice handed back (``release``, or a
 ``take`` block that raised) is delivered again, first, marked ``redelivered``.
 
@@ -31,14 +31,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, ClassVar
 
-from workunits._claim import Claim, NoticeSource, acked, shielded_look
-from workunits._errors import MailboxClosed, NoNotification, WorkunitsError
-from workunits._record import MailboxItem, Notification
-from workunits._seconds import wait_timeout
+from workunits._core.claim import Claim, NoticeSource, acked, shielded_look
+from workunits._core.errors import MailboxClosed, NoNotification, WorkunitsError
+from workunits._core.record import MailboxItem, Notification
+from workunits._core.seconds import wait_timeout
 
 if TYPE_CHECKING:
     # Only async callers need it, and they have it loaded: unit processes (which
-    # hold mailboxes for their children) are forked without it (see _lazy).
+    # hold mailboxes for their children) are forked without it (see _util.lazy).
     import asyncio
 
 # MailboxClosed lives with the other errors; supervisor/__init__ still imports it from here.

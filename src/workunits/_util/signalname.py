@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 
 MAX_NAME: Final = 200
 

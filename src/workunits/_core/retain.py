@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from workunits._errors import ClientClosed, SpecError, SupervisorClosed
-from workunits._seconds import seconds
+from workunits._core.errors import ClientClosed, SpecError, SupervisorClosed
+from workunits._core.seconds import seconds
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import re
 import secrets
 from collections.abc import Container
 
-from workunits._errors import InvalidWorkId, UnknownKind
+from workunits._core.errors import InvalidWorkId, UnknownKind
 
 ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 SUFFIX_LEN = 8
