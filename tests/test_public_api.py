@@ -146,7 +146,7 @@ def test_all_lists_exactly_the_public_names(module: object, expected: set[str]) 
 def test_the_http_client_names_resolve_with_the_http_extra() -> None:
     # Public, but not in __all__: they need httpx, and ``import *`` must not.
     pytest.importorskip("httpx", reason="the HTTP client needs workunits[http]")
-    from workunits._client_http import HttpClient, HttpHandle  # noqa: PLC0415
+    from workunits._client.http_client import HttpClient, HttpHandle  # noqa: PLC0415
 
     assert (workunits.HttpClient, workunits.HttpHandle) == (HttpClient, HttpHandle)
     assert {"HttpClient", "HttpHandle"} <= set(dir(workunits))
@@ -199,7 +199,7 @@ SUPERVISOR_SIDE = (
     "asyncio",
     "workunits.supervisor",
     "workunits.actors",
-    "workunits._client",
+    "workunits._client.ledger_client",
     "workunits._ledger",
 )
 
@@ -302,7 +302,7 @@ HTTP_EXTRAS = {
 
 def _http_pairs() -> list[tuple[type, type]]:
     pytest.importorskip("httpx", reason="the HTTP client needs workunits[http]")
-    from workunits._client_http import HttpClient, HttpHandle  # noqa: PLC0415
+    from workunits._client.http_client import HttpClient, HttpHandle  # noqa: PLC0415
 
     return [(workunits.Client, HttpClient), (workunits.ClientHandle, HttpHandle)]
 

@@ -75,12 +75,12 @@ from workunits._runtime.context import current as current
 from workunits._util import lazy as _lazy  # not a public name of the package
 
 if TYPE_CHECKING:
-    from workunits._client import Client as Client
-    from workunits._client import ClientHandle as ClientHandle
-    from workunits._client import connect as connect
-    from workunits._client import connect_async as connect_async
-    from workunits._client_http import HttpClient as HttpClient
-    from workunits._client_http import HttpHandle as HttpHandle
+    from workunits._client.http_client import HttpClient as HttpClient
+    from workunits._client.http_client import HttpHandle as HttpHandle
+    from workunits._client.ledger_client import Client as Client
+    from workunits._client.ledger_client import ClientHandle as ClientHandle
+    from workunits._client.ledger_client import connect as connect
+    from workunits._client.ledger_client import connect_async as connect_async
     from workunits._core.mailbox import Mailbox as Mailbox
     from workunits.actors.base import WorkActor as WorkActor
     from workunits.supervisor.facade import Supervisor as Supervisor
@@ -174,14 +174,14 @@ __getattr__, __dir__ = _lazy.exports(
     globals(),
     {
         "WorkActor": "workunits.actors.base",
-        "Client": "workunits._client",
-        "ClientHandle": "workunits._client",
-        "connect": "workunits._client",
-        "connect_async": "workunits._client",
+        "Client": "workunits._client.ledger_client",
+        "ClientHandle": "workunits._client.ledger_client",
+        "connect": "workunits._client.ledger_client",
+        "connect_async": "workunits._client.ledger_client",
         # Not in __all__: they need the http extra (httpx), and a star import of
         # this package must work without it.
-        "HttpClient": "workunits._client_http",
-        "HttpHandle": "workunits._client_http",
+        "HttpClient": "workunits._client.http_client",
+        "HttpHandle": "workunits._client.http_client",
         "Supervisor": "workunits.supervisor.facade",
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._core.mailbox",

@@ -13,7 +13,7 @@ import pytest
 
 import workunits as wu
 from tests.http.server import Served
-from workunits._client_http import HttpClient
+from workunits._client.http_client import HttpClient
 
 
 @pytest.fixture

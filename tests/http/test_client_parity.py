@@ -17,8 +17,8 @@ import pytest
 
 import workunits as wu
 from tests.http.server import Served
-from workunits import _client_http
-from workunits._client_http import HttpClient
+from workunits._client import http_client as _client_http
+from workunits._client.http_client import HttpClient
 from workunits._core.claim import Claim
 
 Connected = Any  # wu.Client or HttpClient: the point is that the tests cannot tell

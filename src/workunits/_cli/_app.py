@@ -28,7 +28,7 @@ from typing import IO, Any, NoReturn, TypeVar
 import click
 import orjson
 
-from workunits._client import Client, connect
+from workunits._client.ledger_client import Client, connect
 from workunits._core import ids
 from workunits._core.errors import (
     IdempotencyConflict,

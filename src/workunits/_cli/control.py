@@ -26,7 +26,7 @@ from workunits._cli._app import (
     seconds_option,
     state_option,
 )
-from workunits._client import Client
+from workunits._client.ledger_client import Client
 from workunits._core.status import is_terminal
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 

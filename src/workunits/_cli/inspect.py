@@ -32,7 +32,7 @@ from workunits._cli._app import (
     state_option,
 )
 from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
-from workunits._client import Client
+from workunits._client.ledger_client import Client
 from workunits._core.record import signal_name
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import EXPIRED, UnitRow

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
-from workunits._client import ClientHandle
+from workunits._client.ledger_client import ClientHandle
 from workunits._core.errors import SpecError
 from workunits._util import strictjson
 

@@ -30,7 +30,7 @@ from workunits._cli._app import (
     write_bytes,
 )
 from workunits._cli.waiting import warn_unsupervised
-from workunits._client import Client
+from workunits._client.ledger_client import Client
 from workunits._core.errors import WorkunitsError
 from workunits._runtime.transcript import render_event
 

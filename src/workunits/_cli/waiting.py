@@ -28,7 +28,7 @@ from workunits._cli._app import (
     state_option,
     write_bytes,
 )
-from workunits._client import Client
+from workunits._client.ledger_client import Client
 from workunits._core.errors import NotFinished, WorkExpired
 from workunits._core.record import WorkRecord
 from workunits._core.status import is_terminal

@@ -30,7 +30,7 @@ from rich.text import Text
 
 from workunits._cli import _render
 from workunits._cli._app import cli, is_tty, opened, parse_duration, seconds_option, state_option
-from workunits._client import Client
+from workunits._client.ledger_client import Client
 from workunits._core.errors import WorkunitsError
 from workunits._core.retain import Retain
 from workunits._core.status import Status, is_terminal

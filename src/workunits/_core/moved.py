@@ -36,6 +36,12 @@ MOVED: dict[str, str] = {
     "workunits._lazy": "workunits._util.lazy",
     "workunits._outputfile": "workunits._util.outputfile",
     "workunits._wire.shell_log": "workunits._util.shell_log",
+    "workunits._client": "workunits._client.ledger_client",
+    "workunits._client_http": "workunits._client.http_client",
+    "workunits._client_http_notices": "workunits._client.http_notices",
+    "workunits._client_http_stream": "workunits._client.http_stream",
+    "workunits._follow": "workunits._client.follow",
+    "workunits._remote_output": "workunits._client.other_host_output",
     # -- end of table --
 }
 

@@ -1,7 +1,7 @@
 """Errors as RFC 9457 problems: each Python error maps to one HTTP status.
 
 The problem's ``title`` is the error's class name and its ``detail`` the
-error's own message, so a client (``workunits._client_http``) raises the same
+error's own message, so a client (``workunits._client.http_client``) raises the same
 error with the same text as the Python API would have.
 """
 

@@ -44,7 +44,7 @@ from typing import ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from workunits._client import connect
+from workunits._client.ledger_client import connect
 from workunits._core.errors import NotRunning
 from workunits._core.record import TAIL_BYTES, Notification, WorkRecord, storable_text
 from workunits._core.retain import Retain

@@ -16,7 +16,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httpx
 
@@ -25,11 +25,28 @@ from workunits._core.errors import ClientClosed, NoNotification, WorkunitsError
 from workunits._core.record import Notification
 from workunits._core.seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 
-if TYPE_CHECKING:
-    from workunits._client_http import HttpClient
-
 DEFAULT_CLAIM_LEASE = 30.0  # seconds a claim holds between two renewals
 WAIT_SLICE = 30.0  # one long-poll lasts at most this; longer waits repeat it
+
+
+class NoticeCalls(Protocol):
+    """What ``HttpNotices`` calls on its client (an ``HttpClient``), which it does not import:
+    the client imports this module, and is given to it."""
+
+    url: str
+    _lease_keeper: LeaseKeeper
+
+    def _check_open(self) -> None: ...
+
+    def take_notice(
+        self, timeout: float = ..., lease: float = ...
+    ) -> tuple[Notification, str] | None: ...
+
+    def ack_notice(self, work_id: str, token: str) -> bool: ...
+
+    def release_notice(self, work_id: str, token: str) -> bool: ...
+
+    def renew_notice(self, work_id: str, token: str, lease: float = ...) -> bool: ...
 
 
 class LeaseKeeper:
@@ -100,7 +117,7 @@ class HttpNotices(NoticeSource[Notification], Iterator[Notification]):
     ``client.stream(notice.id)``.
     """
 
-    def __init__(self, client: HttpClient, *, lease: float = DEFAULT_CLAIM_LEASE) -> None:
+    def __init__(self, client: NoticeCalls, *, lease: float = DEFAULT_CLAIM_LEASE) -> None:
         self._client = client
         self.lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
 

@@ -17,14 +17,32 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any, Protocol
 
 import httpx
 
 from workunits._core.errors import ServerUnreachable
 
-if TYPE_CHECKING:
-    from workunits._client_http import HttpClient
+
+class OutputCalls(Protocol):
+    """What ``HttpOutputStream`` calls on its client (an ``HttpClient``), which it does not
+    import: the client imports this module, and is given to it."""
+
+    def _check_open(self) -> None: ...
+
+    def _stream_events(
+        self, work_id: str, headers: dict[str, str]
+    ) -> AbstractContextManager[httpx.Response]: ...
+
+    def _stream_events_async(
+        self, work_id: str, headers: dict[str, str]
+    ) -> AbstractAsyncContextManager[httpx.Response]: ...
+
+    def _read_output(self, work_id: str, offset: int, limit: int) -> httpx.Response: ...
+
+    async def _read_output_async(self, work_id: str, offset: int, limit: int) -> httpx.Response: ...
+
 
 OUTPUT_LIMIT = 1 << 20  # bytes asked for per ``/output`` read (the server's maximum)
 RECONNECTS = 10  # connections in a row that may drop before the stream gives up
@@ -76,7 +94,7 @@ class HttpOutputStream(Iterator[bytes]):
     the tail, as the ledger client's stream does.
     """
 
-    def __init__(self, client: HttpClient, work_id: str, *, follow: bool = True) -> None:
+    def __init__(self, client: OutputCalls, work_id: str, *, follow: bool = True) -> None:
         self.id = work_id
         self.follow = follow
         self.offset = 0

@@ -1,6 +1,6 @@
 """``wu.connect("http://host:port", token=...)``: the Client calls over the HTTP API.
 
-The same calls as a ledger client (``_client.Client``), taking the same
+The same calls as a ledger client (``_client.ledger_client.Client``), taking the same
 parameters -- shell, agent, workflow, retry, get, list, wait, result, signal,
 cancel, kill, stream, retain, notifications, closed -- with the same results
 and the same errors: a problem document's ``title`` names the Python error and
@@ -42,8 +42,8 @@ except ModuleNotFoundError as missing:  # the optional extra: say which one
         "the HTTP client needs httpx: pip install 'workunits[http]'", name="httpx"
     ) from missing
 
-from workunits._client_http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
-from workunits._client_http_stream import HttpOutputStream
+from workunits._client.http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
+from workunits._client.http_stream import HttpOutputStream
 from workunits._core import errors as _errors
 from workunits._core import ids
 from workunits._core.errors import (

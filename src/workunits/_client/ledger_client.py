@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, overload
 
+from workunits._client.follow import Backoff, Notices, OutputStream
+from workunits._client.other_host_output import OtherHostOutput
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
 from workunits._core.errors import (
@@ -42,12 +44,10 @@ from workunits._core.retain import HeldRetains, Retain
 from workunits._core.retry import SPEC_NOT_KEPT, Retry, check_retry, check_retryable
 from workunits._core.seconds import seconds, wait_timeout
 from workunits._core.status import Status, is_terminal
-from workunits._follow import Backoff, Notices, OutputStream
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.unreadable import Unreadable
-from workunits._remote_output import RemoteOutput
 from workunits._util import shell_log
 from workunits._wire.durable import (
     agent_resumable,
@@ -72,7 +72,7 @@ from workunits._wire.submits import (
 )
 
 if TYPE_CHECKING:
-    from workunits._client_http import HttpClient
+    from workunits._client.http_client import HttpClient
 
 DEFAULT_POLL: Final = 0.1
 """Longest pause between two looks at the ledger while waiting (the backoff's cap)."""
@@ -133,7 +133,7 @@ def connect(
     A ledger written by a newer workunits raises LedgerVersionError.
     """
     if token is not None:
-        from workunits._client_http import HttpClient  # noqa: PLC0415 - the optional extra
+        from workunits._client.http_client import HttpClient  # noqa: PLC0415 - the optional extra
 
         if not isinstance(state_dir, str) or not state_dir.startswith(("http://", "https://")):
             raise SpecError(f"token= is for an http(s):// address, got {state_dir!r}")
@@ -217,7 +217,7 @@ class Client:
         )
         self.state_dir: Path = self._ledger.state_dir
         token = None if self._secret is None else self._secret.token
-        self._remote_output = RemoteOutput(self._ledger, token)
+        self._other_host_output = OtherHostOutput(self._ledger, token)
         self._poll = float(poll)
         self._closed = threading.Event()
         self._held = HeldRetains()  # leases retain() gave out: release(id) ends them
@@ -628,7 +628,7 @@ class Client:
             stop=self._closed,
             poll=self._poll,
             follow=follow,
-            remote=self._remote_output,
+            other_host=self._other_host_output,
         )
 
     def notifications(self) -> Notices:
@@ -904,7 +904,7 @@ class Client:
             stop=self._closed,
             poll=self._poll,
             follow=follow,
-            remote=self._remote_output,
+            other_host=self._other_host_output,
         )
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:

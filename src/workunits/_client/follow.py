@@ -15,13 +15,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 
+from workunits._client.other_host_output import OtherHostOutput
 from workunits._core.claim import Claim, NoticeSource
 from workunits._core.errors import ClientClosed, LedgerError, NoNotification
 from workunits._core.record import Notification
 from workunits._core.seconds import wait_timeout
 from workunits._core.status import is_terminal
 from workunits._ledger import Ledger, UnitRow
-from workunits._remote_output import RemoteOutput
 from workunits._util import outputfile
 
 # Two chunks alive at a time (the caller's and the next) keeps memory flat
@@ -95,7 +95,7 @@ class OutputStream(Iterator[bytes]):
         poll: float,
         follow: bool = True,
         chunk: int = STREAM_CHUNK,
-        remote: RemoteOutput | None = None,
+        other_host: OtherHostOutput | None = None,
     ) -> None:
         self.id = work_id
         self.follow = follow
@@ -108,8 +108,8 @@ class OutputStream(Iterator[bytes]):
         self._fd: int | None = None
         self._path: str | None = None
         self._open = True
-        # Live output on another host comes through its supervisor (``_remote_output``).
-        self._remote = remote
+        # Live output on another host comes through its supervisor (``_client.other_host_output``).
+        self._other_host = other_host
 
     def __next__(self) -> bytes:
         while (data := self.look()) is None:
@@ -164,7 +164,7 @@ class OutputStream(Iterator[bytes]):
             if self._fd is None:
                 # Not on this host: a running unit of another host is read through
                 # its supervisor; an ended one's tail comes from the ledger.
-                url = None if ended or self._remote is None else self._remote.url_for(row)
+                url = None if ended or self._other_host is None else self._other_host.url_for(row)
                 return b"" if url is None else self._read_elsewhere(url)
         limit = self._chunk
         if ended and self._path == self._kept[1]:
@@ -190,8 +190,8 @@ class OutputStream(Iterator[bytes]):
 
     def _read_elsewhere(self, url: str) -> bytes:
         """A running unit of another state dir: through its supervisor's HTTP API."""
-        assert self._remote is not None
-        data = self._remote.read(url, self.id, self.offset, self._chunk)
+        assert self._other_host is not None
+        data = self._other_host.read(url, self.id, self.offset, self._chunk)
         self.offset += len(data)
         return data
 

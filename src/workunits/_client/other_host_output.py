@@ -28,7 +28,7 @@ from workunits._ledger import Ledger, UnitRow
 TIMEOUT = 10.0  # seconds for one read from another host
 
 
-class RemoteOutput:
+class OtherHostOutput:
     """Reads from other hosts' supervisors for one client; runs in the caller's thread."""
 
     def __init__(self, ledger: Ledger, token: str | None) -> None:
