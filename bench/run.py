@@ -398,7 +398,7 @@ def _kill_bare_python(pause: float = 0.0, then: Callable[[], None] | None = None
 # capture's pump), then blocked until killed.
 _BARE_PYTHON_UNIT = (
     "import signal, sys, threading\n"
-    "import workunits._runtime.child\n"
+    "import workunits._unit.child\n"
     "threading.Thread(target=signal.pause, daemon=True).start()\n"
     "sys.stdout.write('r'); sys.stdout.flush()\n"
     "signal.pause()\n"

@@ -15,7 +15,7 @@ import cloudpickle
 import pytest
 
 import workunits as wu
-from workunits._runtime.ratelimit import TokenBucket
+from workunits._unit.ratelimit import TokenBucket
 
 from .conftest import alive, eventually
 from .kinds_support import (

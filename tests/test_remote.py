@@ -28,10 +28,10 @@ import orjson
 import pytest
 
 import workunits as wu
-from workunits._remote import context as remote_context
-from workunits._remote.board import CancelBoard
-from workunits._remote.context import RemoteContext, board_named
-from workunits._remote.outbox import Outbox
+from workunits._ray.worker import context as remote_context
+from workunits._ray.worker.board import CancelBoard
+from workunits._ray.worker.context import RemoteContext, board_named
+from workunits._ray.worker.outbox import Outbox
 
 from .conftest import alive
 from .kinds_support import Fifo, read_line, supervisor, wait_until, write_line

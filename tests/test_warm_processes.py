@@ -24,7 +24,7 @@ import pytest
 
 import workunits as wu
 from workunits._core.errors import InvalidArgument
-from workunits._runtime import child, context, descendants
+from workunits._unit import child, context, descendants
 from workunits._zygote import payload, spare, warm
 
 from .conftest import alive, eventually, parent_of

@@ -32,7 +32,7 @@ from workunits._cli._app import (
 from workunits._cli.waiting import warn_unsupervised
 from workunits._client.ledger_client import Client
 from workunits._core.errors import WorkunitsError
-from workunits._runtime.transcript import render_event
+from workunits._unit.transcript import render_event
 
 TRANSCRIPT_KINDS = frozenset({"agent", "dream", "workflow", "teammate"})
 VIEWER_LEASE = 30.0  # seconds; renewed every third of it while following

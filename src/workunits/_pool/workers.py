@@ -1,7 +1,7 @@
 """The supervisor's pool of worker processes for pooled units (``reuse=True``).
 
 Workers are forked by the zygote like units (own session, parent-death signal,
-containment), and each runs ``_runtime.worker.serve``: one unit at a time,
+containment), and each runs ``_unit.worker.serve``: one unit at a time,
 handed over its control socket with the unit's transcript and channel. A unit
 hears of its worker as it would of its own process, through the zygote's
 ``UnitEvents``: ``spawned`` (a duplicate of the worker's pidfd), then ``exited``

@@ -47,8 +47,8 @@ class BodyRef:
         return target(*args, **kwargs)
 
 
-_TEAMMATE_BODY = BodyRef("workunits._runtime.teammate", "serve")
-_MONITOR_BODY = BodyRef("workunits._runtime.monitor", "watch")
+_TEAMMATE_BODY = BodyRef("workunits._unit.teammate", "serve")
+_MONITOR_BODY = BodyRef("workunits._unit.monitor", "watch")
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,9 @@
 import sys
 
 # Preload what every unit process needs, so a fork has nothing left to import.
-import workunits._runtime.child
-import workunits._runtime.monitor  # the body of monitor units
-import workunits._runtime.teammate  # noqa: F401 - the body of teammate units
+import workunits._unit.child
+import workunits._unit.monitor  # the body of monitor units
+import workunits._unit.teammate  # noqa: F401 - the body of teammate units
 from workunits._zygote.server import main
 
 main(sys.argv)

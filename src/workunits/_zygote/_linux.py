@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Collection
 
-from workunits._runtime.descendants import kill_children
+from workunits._unit.descendants import kill_children
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

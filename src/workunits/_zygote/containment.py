@@ -41,7 +41,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from workunits._runtime.descendants import cgroup2_mountinfo, cgroup_of
+from workunits._unit.descendants import cgroup2_mountinfo, cgroup_of
 from workunits._util.procid import pid_exists
 
 ENV = "WORKUNITS_CONTAINMENT"

@@ -39,8 +39,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from workunits._runtime import descendants
-from workunits._runtime.child import report_start_failure, run_unit
+from workunits._unit import descendants
+from workunits._unit.child import report_start_failure, run_unit
 from workunits._util import framing
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (

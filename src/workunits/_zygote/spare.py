@@ -19,7 +19,7 @@ import dataclasses
 import os
 import socket
 
-from workunits._runtime.child import prepare, rehearse, report_start_failure, run_unit
+from workunits._unit.child import prepare, rehearse, report_start_failure, run_unit
 from workunits._util.framing import FrameReader
 from workunits._wire.zygote_protocol import SpawnCall
 from workunits._zygote import _linux, payload, unit_process

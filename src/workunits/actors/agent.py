@@ -21,7 +21,7 @@ import pykka
 from workunits._core.errors import SpecError
 from workunits._core.record import Outcome
 from workunits._core.status import Reason, Status
-from workunits._runtime.transcript import append_event, cut_to
+from workunits._unit.transcript import append_event, cut_to
 from workunits._util import framing, outputfile
 from workunits._wire import durable
 from workunits._wire import frames as m

@@ -37,7 +37,7 @@ import pykka
 from workunits._core.clock import Clock
 from workunits._core.record import Outcome
 from workunits._core.status import Reason, Status
-from workunits._runtime.transcript import last_seq
+from workunits._unit.transcript import last_seq
 from workunits._util import outputfile
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
 from workunits.actors.kind_code import call_kind

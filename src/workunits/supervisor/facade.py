@@ -41,7 +41,9 @@ from workunits._ledger.rows import EXPIRED
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
 from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
-from workunits._remote.runtime import RayRuntime, check_available
+from workunits._ray.actor import RemoteSpec
+from workunits._ray.runtime import RayRuntime, check_available
+from workunits._ray.teammate_actor import RemoteTeammateSpec
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
 from workunits._wire.specs import (
@@ -55,8 +57,6 @@ from workunits._wire.specs import (
 )
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
-from workunits.actors.remote import RemoteSpec
-from workunits.actors.remote_teammate import RemoteTeammateSpec
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor import requests as rq
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed

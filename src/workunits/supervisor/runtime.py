@@ -22,7 +22,9 @@ from workunits._ledger import Ledger
 from workunits._ledger.secretfile import SharedSecret
 from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._pool import WorkerPool
-from workunits._remote.runtime import RayRuntime
+from workunits._ray.actor import RemoteActor
+from workunits._ray.runtime import RayRuntime
+from workunits._ray.teammate_actor import RemoteTeammateActor, teammates_local_or_remote
 from workunits._util import outputfile
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
@@ -30,8 +32,6 @@ from workunits.actors.agent import AgentActor
 from workunits.actors.base import WorkActor
 from workunits.actors.dream import DreamActor
 from workunits.actors.monitor import MonitorActor
-from workunits.actors.remote import RemoteActor
-from workunits.actors.remote_teammate import RemoteTeammateActor, teammates_local_or_remote
 from workunits.actors.shell import ShellActor
 from workunits.actors.warm_files import SPARE_DIR, WarmFiles
 from workunits.actors.workflow import WorkflowActor

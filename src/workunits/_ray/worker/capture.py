@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import TextIO
 
-from workunits._remote.frames import Output
-from workunits._remote.outbox import Outbox
+from workunits._ray.worker.frames import Output
+from workunits._ray.worker.outbox import Outbox
 
 _STREAMS = ((1, "stdout"), (2, "stderr"))
 _POLL_MS = 100  # how often a pump still held open by a straggler checks for stop

@@ -25,9 +25,9 @@ from typing import Any, NoReturn
 import orjson
 
 from workunits._core.errors import SpecError
-from workunits._remote.frames import Emitted
-from workunits._remote.outbox import Outbox
-from workunits._runtime.context import UnitContext
+from workunits._ray.worker.frames import Emitted
+from workunits._ray.worker.outbox import Outbox
+from workunits._unit.context import UnitContext
 from workunits._util import strictjson
 from workunits._wire import frames as m
 

@@ -19,11 +19,11 @@ import cloudpickle
 import orjson
 import ray
 
-from workunits._remote.capture import FdCapture
-from workunits._remote.context import RemoteContext
-from workunits._remote.frames import RemoteCall, Returned, Started
-from workunits._remote.outbox import Outbox
-from workunits._runtime import context, descendants
+from workunits._ray.worker.capture import FdCapture
+from workunits._ray.worker.context import RemoteContext
+from workunits._ray.worker.frames import RemoteCall, Returned, Started
+from workunits._ray.worker.outbox import Outbox
+from workunits._unit import context, descendants
 from workunits._util import strictjson
 from workunits._wire import frames as m
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workunits._core.errors import SpecError
-from workunits._remote.follower import Followers
+from workunits._ray.follower import Followers
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +198,9 @@ class RayRuntime:
             NodeAffinitySchedulingStrategy,
         )
 
-        from workunits._remote.board import CancelBoard  # noqa: PLC0415
-        from workunits._remote.host import HOST_CONCURRENCY, TeammateHost  # noqa: PLC0415
-        from workunits._remote.task import run_task  # noqa: PLC0415
+        from workunits._ray.worker.board import CancelBoard  # noqa: PLC0415
+        from workunits._ray.worker.host import HOST_CONCURRENCY, TeammateHost  # noqa: PLC0415
+        from workunits._ray.worker.task import run_task  # noqa: PLC0415
 
         owned = False
         if not ray.is_initialized():

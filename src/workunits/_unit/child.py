@@ -21,8 +21,8 @@ import cloudpickle
 import orjson
 
 from workunits._core.errors import InvalidArgument
-from workunits._runtime import context as _context
-from workunits._runtime.capture import Capture
+from workunits._unit import context as _context
+from workunits._unit.capture import Capture
 from workunits._util import framing, strictjson
 from workunits._wire import frames as m
 from workunits._wire import unpickle
@@ -90,7 +90,7 @@ def run_unit(
 ) -> int:
     """Run the unit ``call`` in this process; ``capture`` is ``prepare()``'s, if it ran."""
     if call.kind == WORKER_KIND:  # not a unit: a pooled worker, which runs units itself
-        from workunits._runtime.worker import serve  # noqa: PLC0415 - it imports this module
+        from workunits._unit.worker import serve  # noqa: PLC0415 - it imports this module
 
         return serve(channel_fd, transcript_fd)
     if capture is None:

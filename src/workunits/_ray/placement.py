@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from workunits._remote.frames import RemoteCall
-    from workunits._remote.runtime import RayApi
+    from workunits._ray.runtime import RayApi
+    from workunits._ray.worker.frames import RemoteCall
 
 
 class Placement(Protocol):

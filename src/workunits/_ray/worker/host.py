@@ -30,15 +30,15 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits._remote.capture import FdCapture
-from workunits._remote.context import RemoteContext
-from workunits._remote.frames import RemoteCall, Returned
-from workunits._remote.outbox import Outbox
-from workunits._remote.task import encode_error, encode_result, installed, started
-from workunits._runtime.context import pickle_error
+from workunits._ray.worker.capture import FdCapture
+from workunits._ray.worker.context import RemoteContext
+from workunits._ray.worker.frames import RemoteCall, Returned
+from workunits._ray.worker.outbox import Outbox
+from workunits._ray.worker.task import encode_error, encode_result, installed, started
+from workunits._unit.context import pickle_error
 
 # The same dispatch (on_receive / proxy calls) and answer encoding as a local teammate.
-from workunits._runtime.teammate import _dispatch, _encode_answer
+from workunits._unit.teammate import _dispatch, _encode_answer
 from workunits._wire import frames as m
 
 HOST_CONCURRENCY = {"life": 1, "mail": 1, "control": 1}

@@ -1,15 +1,20 @@
-"""The machinery of the remote kind (``r``): work units that run on a Ray cluster.
+"""The remote kind (``r``), all of it: work units that run on a Ray cluster.
 
-What runs where:
+"remote" in workunits means this kind and nothing else. What runs where:
 
-- **supervisor process** (``runtime``, ``follower``): ``RayRuntime`` connects to
-  Ray (or starts a local one) from one long-lived thread; a follower thread per
-  running unit reads the unit's stream and tells the unit's ``RemoteActor``.
-  The ledger, the output files and transcripts, and every record stay here.
-- **Ray worker processes** (``task``, ``host``, ``context``, ``outbox``,
-  ``capture``): the user's callable (a task) or class (a teammate actor), with
-  ``wu.current()`` answering from a ``RemoteContext``.
-- **one small Ray actor per supervisor** (``board``): cancel requests, the only
+- **supervisor process** (``actor``, ``teammate_actor``, ``placement``,
+  ``runtime``, ``follower``): ``RemoteActor`` and ``RemoteTeammateActor`` are
+  the kind's ``WorkActor``s (the teammate kind ``t`` with ``remote=True``);
+  ``RayRuntime`` connects to Ray (or starts a local one) from one long-lived
+  thread; a follower thread per running unit reads the unit's stream and tells
+  the unit's ``RemoteActor``. The ledger, the output files and transcripts,
+  and every record stay here.
+- **Ray worker processes** (``worker/``: ``task``, ``host``, ``context``,
+  ``outbox``, ``capture``, and the ``frames`` both sides read): the user's
+  callable (a task) or class (a teammate actor), with ``wu.current()``
+  answering from a ``RemoteContext``. They import no pykka, SQLite, ledger,
+  actors or supervisor (an import-linter contract).
+- **one small Ray actor per supervisor** (``worker/board``): cancel requests, the only
   thing that flows from the supervisor to a running task.
 
 Nothing in this package imports ``ray`` at module level except the modules that

@@ -21,7 +21,7 @@ from typing import Any
 import cloudpickle
 
 from workunits._core.errors import Cancelled, InvalidArgument, NoSuchMethod, WrongType
-from workunits._runtime.context import UnitContext, current, pickle_error, too_large
+from workunits._unit.context import UnitContext, current, pickle_error, too_large
 from workunits._util import strictjson
 from workunits._wire import frames as m
 

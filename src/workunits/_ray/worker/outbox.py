@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from workunits._remote.frames import Output
+from workunits._ray.worker.frames import Output
 
 FIRST_LINGER = 0.05
 """Seconds the first batch waits for company: a unit shorter than this sends one item.

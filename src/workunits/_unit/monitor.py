@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workunits._core.errors import Cancelled, WrongType
-from workunits._runtime.context import UnitContext, current
-from workunits._runtime.ratelimit import TokenBucket
+from workunits._unit.context import UnitContext, current
+from workunits._unit.ratelimit import TokenBucket
 from workunits._wire import frames as m
 
 READ_LIMIT = 1 << 16  # a longer line of a command is matched on its first this many bytes

@@ -39,8 +39,8 @@ from workunits._core.record import MonitorEvent, Notification, StallEvent, WorkR
 from workunits._core.retry import Retry, error_types
 from workunits._core.seconds import ask_timeout, seconds, wait_timeout
 from workunits._core.status import is_terminal
-from workunits._runtime.capture import Capture
-from workunits._runtime.steps import Steps
+from workunits._unit.capture import Capture
+from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
 from workunits._wire import frames as m

@@ -5,7 +5,7 @@ every kind. It owns the unit's transcript (the output file is a second name of
 it, as for agents), places the work on Ray once Ray is up, and turns what comes up
 the unit's stream into transcript events, progress and checkpoint reports, and
 at the end one outcome. It never blocks on Ray: a follower thread reads the
-stream and tells it (see ``workunits._remote``). Remote teammates
+stream and tells it (see ``workunits._ray``). Remote teammates
 (``remote_teammate``) run in a subclass.
 
 Ending: ``kill`` force-cancels the task (``ray.cancel(force=True)``) or kills
@@ -30,11 +30,11 @@ import orjson
 from workunits._core.errors import SpecError
 from workunits._core.record import Outcome
 from workunits._core.status import Reason, Status
-from workunits._remote.follower import Batch, StreamEnded, StreamFailed
-from workunits._remote.frames import Emitted, Output, RemoteCall, Returned, Started
-from workunits._remote.placement import Placement, RemoteWork
-from workunits._remote.runtime import RayApi, RayRuntime, ray_options
-from workunits._runtime.transcript import TranscriptWriter
+from workunits._ray.follower import Batch, StreamEnded, StreamFailed
+from workunits._ray.placement import Placement, RemoteWork
+from workunits._ray.runtime import RayApi, RayRuntime, ray_options
+from workunits._ray.worker.frames import Emitted, Output, RemoteCall, Returned, Started
+from workunits._unit.transcript import TranscriptWriter
 from workunits._util import outputfile
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import CheckpointReport, ProgressReport

@@ -23,10 +23,10 @@ import signal
 import socket
 import sys
 
-from workunits._runtime import context as _context
-from workunits._runtime.capture import Capture
-from workunits._runtime.child import prepare, run_unit
-from workunits._runtime.descendants import cgroup_of, end_children
+from workunits._unit import context as _context
+from workunits._unit.capture import Capture
+from workunits._unit.child import prepare, run_unit
+from workunits._unit.descendants import cgroup_of, end_children
 from workunits._util import framing
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall

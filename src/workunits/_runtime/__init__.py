@@ -1,1 +1,0 @@
-"""The child side: what runs inside a unit process (context, channel, transcript)."""
