@@ -123,7 +123,7 @@ soak: $(STAMP)
 
 # Mutation testing of the lifecycle core's pure modules ([tool.mutmut] in
 # pyproject.toml) against the fast tests that cover them. Not in CI: each mutant
-# reruns its tests. Time-capped; MUTANTS narrows it (e.g. 'workunits.supervisor.sweep*').
+# reruns its tests. Time-capped; MUTANTS narrows it (e.g. 'workunits.supervisor.actor.deadlines*').
 MUTATE_TIMEOUT ?= 1800
 MUTANTS ?=
 # mutants/src on PYTHONPATH (made first: Python skips a path missing at start-up)

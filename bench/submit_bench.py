@@ -170,7 +170,7 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
         # close kills them one synced commit at a time, minutes for this many.
         _deploy_on_exit(sup),
     ):
-        ledger = sup._runtime.ledger  # its commit count, for the note
+        ledger = sup._machinery.ledger  # its commit count, for the note
 
         def submit() -> object:
             return sup.shell(["true"], not_before=LATER)

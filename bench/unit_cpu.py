@@ -29,7 +29,7 @@ import procstat
 from peer_benches import state_dir, trivial, two_in_flight
 
 import workunits as wu
-from workunits.supervisor.actor import SupervisorActor
+from workunits.supervisor.actor.supervisor_actor import SupervisorActor
 
 EVICT_SOON = 1.0
 

@@ -65,7 +65,7 @@ def main(state_dir: str, mode: str) -> None:
     pids = [sup.get(u.id).pid for u in units]
     pids += [sup.get(c.id).pid for c in sup.list(parent=units[4].id)]
     pids.append(int(Path(pidfile).read_text()))
-    zygote = sup._runtime.zygote.pid
+    zygote = sup._machinery.zygote.pid
     print(json.dumps({"supervisor": os.getpid(), "zygote": zygote, "pids": pids}), flush=True)
     if mode == "wait":
         while True:

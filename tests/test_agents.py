@@ -528,7 +528,7 @@ def test_zygote_death_loses_running_units_and_a_new_one_takes_over(sup: wu.Super
     agent = sup.agent(sleep_forever)
     shell = sup.shell("sleep 600")
     pids = [running_pid(sup, agent.id), running_pid(sup, shell.id)]
-    zygote = sup._runtime.zygote.pid
+    zygote = sup._machinery.zygote.pid
     assert zygote is not None
     os.kill(zygote, signal.SIGKILL)
     for unit in (agent, shell):
@@ -537,7 +537,7 @@ def test_zygote_death_loses_running_units_and_a_new_one_takes_over(sup: wu.Super
     for pid in pids:  # the shell has no parent-death signal: its actor killed it via pidfd
         eventually(lambda p=pid: not alive(p), what=f"pid {pid} to die")  # type: ignore[misc]
     assert sup.result(sup.agent(add, 20, 22).id, timeout=30) == 42
-    assert sup._runtime.zygote.pid not in (None, zygote)
+    assert sup._machinery.zygote.pid not in (None, zygote)
 
 
 def split_character() -> None:

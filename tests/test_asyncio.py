@@ -440,7 +440,7 @@ NO_TWIN = {
     "event_feed",
     "events",
     "pool",
-    "remote_consumers",
+    "http_consumers",
     "resident_ids",
     "tick",
 }

@@ -146,7 +146,7 @@ def test_a_group_commit_that_one_row_fails_lands_the_others_one_at_a_time(
     threads = [threading.Thread(target=submit, args=(n,)) for n in range(8)]
     for thread in threads:
         thread.start()
-    inbox = sup._runtime._ref.actor_inbox
+    inbox = sup._machinery._ref.actor_inbox
     assert isinstance(inbox, queue.Queue)  # a ThreadingActor's
     eventually(lambda: inbox.qsize() >= 8, WAIT, "the eight submits queued behind the gate")
     gate.set()  # they are handled together: one group, one commit, which the poison fails

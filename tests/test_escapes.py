@@ -165,7 +165,7 @@ def test_a_sigkilled_zygote_leaves_no_escaped_grandchild(
         esup.agent(escape_from_agent, "double-fork", str(agent_pids), str(never)),
     ]
     pids = escaped_pids(shell_pids, 2) + escaped_pids(agent_pids, 2)
-    zygote = esup._runtime.zygote.pid
+    zygote = esup._machinery.zygote.pid
     assert zygote is not None
     os.kill(zygote, signal.SIGKILL)
     for unit in units:
@@ -200,7 +200,7 @@ def test_ended_units_leave_no_cgroup_behind(esup: wu.Supervisor, mechanism: str)
     ]
     for unit in ended:
         esup.wait(unit.id, timeout=30)
-    zygote = esup._runtime.zygote.pid
+    zygote = esup._machinery.zygote.pid
     own = containment.own_cgroup()
     assert zygote is not None
     assert own is not None

@@ -27,8 +27,8 @@ from workunits import (
     WorkExpired,
     connect,
 )
-from workunits.supervisor.durable import EXPIRE_EVERY
-from workunits.supervisor.eviction import RECHECK
+from workunits.supervisor.actor.eviction import RECHECK
+from workunits.supervisor.actor.ledger_mirror import EXPIRE_EVERY
 from workunits.testing import ManualClock, ScriptedDriver
 
 
@@ -340,9 +340,9 @@ def test_a_child_that_ends_after_its_parent_leaves_memory_after_its_grace(
 
 def test_a_remote_viewer_cannot_retain_a_unit_the_ledger_never_saw(msup: Supervisor) -> None:
     with pytest.raises(UnknownWork):
-        msup.remote_consumers.retain("b00000000", 30.0, "a-viewer")
+        msup.http_consumers.retain("b00000000", 30.0, "a-viewer")
     with pytest.raises(InvalidWorkId):
-        msup.remote_consumers.retain("q1234", 30.0, "a-viewer")
+        msup.http_consumers.retain("q1234", 30.0, "a-viewer")
 
 
 def test_a_renewing_retain_stops_quietly_when_its_supervisor_closes(

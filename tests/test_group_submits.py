@@ -1,4 +1,4 @@
-"""Submits that arrive together share one fully synced commit (``supervisor.submits``).
+"""Submits that arrive together share one fully synced commit (``supervisor.actor.submits``).
 
 Commits are counted from the ledger's own record of its COMMITs
 (``Ledger.drain_commit_seconds``). To make a group deterministic, a test holds
@@ -23,13 +23,13 @@ from tests.conftest import eventually
 from tests.faults.diskfull import PageLimitFull, ledger_of
 from workunits._core.record import WorkRecord
 from workunits._wire.specs import ShellSpec
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 
 LATER = 24 * 3600.0  # not_before: these units never start during a test
 
 
 def _inbox_size(sup: wu.Supervisor) -> int:
-    inbox = sup._runtime._ref.actor_inbox
+    inbox = sup._machinery._ref.actor_inbox
     assert isinstance(inbox, queue.Queue)  # a ThreadingActor's
     return inbox.qsize()
 
@@ -45,7 +45,7 @@ def actor_held(sup: wu.Supervisor) -> Iterator[None]:
         release.wait(30)
         return record  # the same object: no write
 
-    holder = threading.Thread(target=lambda: sup._runtime.channel.ask(rq.Update(anchor, hold)))
+    holder = threading.Thread(target=lambda: sup._machinery.channel.ask(rq.Update(anchor, hold)))
     holder.start()
     assert held.wait(10)
     try:

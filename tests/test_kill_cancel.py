@@ -20,7 +20,7 @@ from workunits import (
     WorkKilled,
     connect,
 )
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 from workunits.testing import ManualClock, ScriptedDriver, ScriptSpec
 from workunits.testing._scripted import Exit
 

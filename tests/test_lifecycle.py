@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from workunits import InvalidTransition, Status, Supervisor, UnknownWork, WorkRecord, is_terminal
 from workunits._core.record import replace
 from workunits._core.status import TRANSITIONS, allowed
-from workunits.supervisor import requests as rq
-from workunits.supervisor.registry import Registry
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.registry import Registry
 from workunits.testing import ChangeLog, ScriptedDriver
 
 P, R, C, F, K = Status.PENDING, Status.RUNNING, Status.COMPLETED, Status.FAILED, Status.KILLED

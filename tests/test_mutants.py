@@ -14,10 +14,10 @@ from workunits._core import ids
 from workunits._core.claim import Claim
 from workunits._core.errors import InvalidWorkId, MailboxClosed, UnknownWork
 from workunits._core.record import WorkRecord
-from workunits.supervisor import requests as rq
-from workunits.supervisor.eviction import RECHECK
-from workunits.supervisor.registry import Registry
-from workunits.supervisor.sweep import Deadlines, Due, evictable
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.deadlines import Deadlines, Due
+from workunits.supervisor.actor.eviction import RECHECK, evictable
+from workunits.supervisor.actor.registry import Registry
 from workunits.testing import ManualClock, ScriptedDriver
 
 
@@ -108,7 +108,7 @@ def test_a_queued_unit_that_starts_is_running_in_the_ledger_too(tmp_path: Path) 
             sup.wait(queued.id, timeout=10)
 
 
-# -- the eviction gate (supervisor/eviction.py) ---------------------------------------
+# -- the eviction gate (supervisor/actor/eviction.py) ---------------------------------------
 
 
 def _take(sup: Supervisor, work_id: str) -> None:
@@ -298,7 +298,7 @@ def test_a_kind_letter_is_exactly_one_letter_a_to_z(letter: object) -> None:
     assert ids.validate_letter("q") == "q"
 
 
-# -- the registry (supervisor/registry.py) -------------------------------------------
+# -- the registry (supervisor/actor/registry.py) -------------------------------------------
 
 
 def _record(work_id: str, parent: str | None = None) -> WorkRecord:

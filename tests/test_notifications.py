@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import WAIT, as_notice
 from workunits import MailboxClosed, Notification, Reason, Status, Supervisor, WorkRecord
 from workunits._ledger import Ledger, Write, WriteOutcome
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 from workunits.testing import ScriptedDriver
 from workunits.testing._scripted import Exit
 

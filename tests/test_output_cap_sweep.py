@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import eventually
 from workunits import Reason, Status, Supervisor, WorkHandle
-from workunits.supervisor import control
+from workunits.supervisor.actor import control
 from workunits.testing import ManualClock
 
 CAP = 4096

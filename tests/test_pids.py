@@ -1,4 +1,4 @@
-"""A unit's pid reaches its record without a message of its own (``supervisor.pids``)."""
+"""A unit's pid reaches its record without a message of its own (``supervisor.actor.pids``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import eventually
 from tests.helpers import WAIT
 from workunits import Status, Supervisor
-from workunits.supervisor.actor import SupervisorActor
+from workunits.supervisor.actor.supervisor_actor import SupervisorActor
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -69,7 +69,7 @@ def test_close_ends_every_pending_unit_killed_in_one_commit(state_dir: Path) -> 
     # No ticker: a tick's own commits (claims, requests) must not count as the close's.
     sup = Supervisor(state_dir, install_signal_handlers=False, tick_interval=None)
     pending = [sup.shell(["true"], not_before=later).id for _ in range(40)]
-    ledger = sup._runtime.ledger
+    ledger = sup._machinery.ledger
     ledger.drain_commit_seconds()  # SQLite's COMMITs so far, timed; drained
     sup.close()
     # The ends of the 40, and the session's close: not one commit per unit.

@@ -1,5 +1,5 @@
 """The Ticker tells the supervisor actor ``Tick`` every interval; the deadlines run on
-ticks (``supervisor.ticker``)."""
+ticks (``supervisor.actor.ticker``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 import workunits as wu
-from workunits.supervisor.ticker import Ticker
+from workunits.supervisor.actor.ticker import Ticker
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -39,9 +39,9 @@ def test_a_supervisor_ticks_from_its_ticker_unless_told_not_to(tmp_path: object)
     with wu.Supervisor(
         f"{tmp_path}/state", tick_interval=None, install_signal_handlers=False
     ) as sup:
-        assert sup._runtime._ticker is None
+        assert sup._machinery._ticker is None
     with wu.Supervisor(f"{tmp_path}/state2", install_signal_handlers=False) as sup:
-        assert sup._runtime._ticker is not None
+        assert sup._machinery._ticker is not None
         # Ticks run the deadlines: a unit past its timeout ends without anyone asking.
         record = sup.wait(sup.shell(["sleep", "30"], timeout=0.2).id, timeout=15)
         assert record.status is wu.Status.KILLED

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import eventually
 from tests.helpers import WAIT
 from workunits import Status, Supervisor, SupervisorClosed, connect
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 
 
 def _count_gets(sup: Supervisor) -> list[Any]:

@@ -195,7 +195,7 @@ def _double(x: int) -> int:
 def test_a_supervisors_units_take_their_files_from_its_stock(state_dir: Path) -> None:
     spare = state_dir / SPARE_DIR
     with Supervisor(state_dir, install_signal_handlers=False) as sup:
-        files: WarmFiles = sup._runtime.files
+        files: WarmFiles = sup._machinery.files
         eventually(lambda: files.ready() == KEEP, WAIT, "the first fill")
         made = set(_spares(spare))
 

@@ -60,7 +60,7 @@ def allocate(size: int) -> int:
 
 def zygote_pid(sup: wu.Supervisor) -> int:
     sup.result(sup.agent(my_pid).id, timeout=30)  # the zygote is up once a unit ran
-    pid = sup._runtime.zygote.pid
+    pid = sup._machinery.zygote.pid
     assert pid is not None
     return pid
 

@@ -32,7 +32,7 @@ from workunits._ledger._db import Database
 
 def ledger_of(sup: wu.Supervisor) -> Ledger:
     """The supervisor's own ledger (its actor's connection)."""
-    return sup._runtime.ledger
+    return sup._machinery.ledger
 
 
 class Filler(Protocol):

@@ -60,7 +60,7 @@ def main(state: str, gate: str) -> None:
             if time.monotonic() > deadline:
                 raise SystemExit("the first units did not start")
             threading.Event().wait(0.01)
-        emit({"zygote": sup._runtime.zygote.pid, "uid": os.getuid()})
+        emit({"zygote": sup._machinery.zygote.pid, "uid": os.getuid()})
         expect("limited")
         starved = [sup.agent(answer).id, sup.shell(["true"]).id, sup.agent(answer).id]
         emit(

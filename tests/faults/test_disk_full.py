@@ -25,8 +25,8 @@ from tests.faults.diskfull import Filler, PageLimitFull, TmpfsFull, ledger_of, t
 from tests.ledger.support import new_unit
 from workunits import Status
 from workunits._ledger import Ledger, Write
-from workunits.supervisor import durable
-from workunits.supervisor.backlog import Backlog, Pending
+from workunits.supervisor.actor import ledger_mirror as durable
+from workunits.supervisor.actor.failed_writes import Backlog, Pending
 
 
 @pytest.fixture(params=["tmpfs", "page-limit"])

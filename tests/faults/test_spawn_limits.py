@@ -148,7 +148,7 @@ def test_a_zygote_out_of_descriptors_fails_new_units_only(
     with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
         running = sup.agent(gated, str(gate))
         eventually(lambda: sup.get(running.id).pid is not None, what="the first agent to start")
-        zygote = sup._runtime.zygote.pid
+        zygote = sup._machinery.zygote.pid
         assert zygote is not None
         soft, hard = resource.prlimit(zygote, resource.RLIMIT_NOFILE)
         # Every descriptor number below the limit is taken: the next one it needs fails.
@@ -167,7 +167,7 @@ def test_a_zygote_out_of_descriptors_fails_new_units_only(
         gate.touch()
         assert sup.result(running.id, timeout=30) == "released"
         assert sup.result(sup.agent(answer).id, timeout=30) == 42
-        assert sup._runtime.zygote.pid == zygote
+        assert sup._machinery.zygote.pid == zygote
 
 
 @pytest.mark.timeout(60)

@@ -34,7 +34,7 @@ def test_a_kill_lands_while_the_zygote_is_stopped(tmp_path: object, reuse: bool)
     with wu.Supervisor(f"{tmp_path}/state", install_signal_handlers=False) as sup:
         handle = sup.agent(wait_until_killed, reuse=reuse)
         pid = eventually(lambda: sup.get(handle.id).pid, what="the unit's pid")
-        zygote = sup._runtime.zygote.pid
+        zygote = sup._machinery.zygote.pid
         assert zygote is not None
         os.kill(zygote, signal.SIGSTOP)
         try:
@@ -71,7 +71,7 @@ def test_a_signal_asked_on_the_reapers_thread_never_waits_there(
     with wu.Supervisor(f"{tmp_path}/state", install_signal_handlers=False) as sup:
         handle = sup.agent(wait_until_killed)
         eventually(lambda: sup.get(handle.id).pid, what="the unit's pid")
-        runtime = sup._runtime
+        runtime = sup._machinery
         sending, release = threading.Event(), threading.Event()
         send = runtime.zygote._send_signal
 

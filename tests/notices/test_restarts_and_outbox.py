@@ -13,7 +13,7 @@ import workunits as wu
 from tests.cli.live import REPO, cli_env
 from tests.conftest import GRACE
 from workunits import Notification, Supervisor
-from workunits.supervisor.actor import OUTBOX_TRIM_EVERY
+from workunits.supervisor.actor.supervisor_actor import OUTBOX_TRIM_EVERY
 from workunits.testing import ManualClock, ScriptedDriver
 
 # A supervisor process that runs two units to their end, takes one notice with

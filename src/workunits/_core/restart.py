@@ -10,9 +10,9 @@ OTP's child restart types and restart intensity, for one teammate:
 
 An end that was asked for -- ``stop()``, a cancel, a kill, a timeout, its
 parent's end -- is never restarted: the supervisor already knows it is over
-(``supervisor.retries`` checks the unit's slot for that, as it does for
+(``supervisor.actor.retries`` checks the unit's slot for that, as it does for
 retries). A restart keeps the unit's ID and begins attempt + 1, with the
-machinery of retries (``supervisor.retries``); the earlier attempts are its
+machinery of retries (``supervisor.actor.retries``); the earlier attempts are its
 ``attempts``, whose end times are the restart intensity: more than
 ``max_restarts`` restarts within ``within`` seconds and the next end is its
 last, ``failed`` with reason ``restart-intensity``.

@@ -50,7 +50,7 @@ from workunits._http.models import (
 from workunits._http.security import Guard, token_id
 from workunits._util import strictjson
 from workunits.supervisor.events import Cursor, OutputHold, UnitEvent
-from workunits.supervisor.remote_consumers import NoticeClaim
+from workunits.supervisor.http_consumers import NoticeClaim
 
 MAX_WAIT = 300.0
 FOLLOW_MIN = 0.002

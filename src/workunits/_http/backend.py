@@ -35,8 +35,8 @@ from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor.http_consumers import NoticeClaim
 from workunits.supervisor.paging import check_limit, page
-from workunits.supervisor.remote_consumers import NoticeClaim
 
 T = TypeVar("T")
 
@@ -258,32 +258,32 @@ class Backend:
 
     async def retain(self, work_id: str, lease: float, owner: str) -> str:
         await self.get(work_id)  # InvalidWorkId / UnknownWork / its expiry first
-        return await _run(self.sup.remote_consumers.retain, work_id, lease, owner)
+        return await _run(self.sup.http_consumers.retain, work_id, lease, owner)
 
     async def renew_retain(self, lease_id: str, lease: float, unit: str) -> bool:
-        return await _run(self.sup.remote_consumers.renew_retain, lease_id, lease, unit)
+        return await _run(self.sup.http_consumers.renew_retain, lease_id, lease, unit)
 
     async def release_retain(self, lease_id: str, unit: str) -> bool:
-        return await _run(self.sup.remote_consumers.release_retain, lease_id, unit)
+        return await _run(self.sup.http_consumers.release_retain, lease_id, unit)
 
     async def claim(self, parent: str | None, owner: str, lease: float) -> NoticeClaim | None:
-        return await _run(self.sup.remote_consumers.claim, parent, owner, lease)
+        return await _run(self.sup.http_consumers.claim, parent, owner, lease)
 
     async def ack(self, work_id: str, token: str | None) -> bool:
-        return await _run(self.sup.remote_consumers.ack, work_id, token)
+        return await _run(self.sup.http_consumers.ack, work_id, token)
 
     async def release_claim(self, work_id: str, token: str) -> bool:
-        return await _run(self.sup.remote_consumers.release, work_id, token)
+        return await _run(self.sup.http_consumers.release, work_id, token)
 
     async def renew_claim(self, work_id: str, token: str, lease: float) -> bool:
-        return await _run(self.sup.remote_consumers.renew, work_id, token, lease)
+        return await _run(self.sup.http_consumers.renew, work_id, token, lease)
 
     def ledger_commit_seconds(self) -> builtins.list[float]:
         """The supervisor's ledger commits since the last look (O(n) in memory, no I/O)."""
-        return self.sup._runtime.ledger.drain_commit_seconds()
+        return self.sup._machinery.ledger.drain_commit_seconds()
 
     async def notices_waiting(self) -> int:
-        return await _run(self.sup.remote_consumers.waiting)
+        return await _run(self.sup.http_consumers.waiting)
 
 
 def _exact_arguments(target: str, args: object, kwargs: object) -> None:

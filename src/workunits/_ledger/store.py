@@ -312,7 +312,7 @@ class Ledger:
         LedgerError keeping its large spec): one submit's error does not stop
         the others. A failure of the transaction itself raises, and then none
         is in the ledger. For a supervisor's group commit of the submits that
-        arrived together (``supervisor.submits``).
+        arrived together (``supervisor.actor.submits``).
         """
         prepared: builtins.list[tuple[NewUnit, str] | WorkunitsError] = []
         for new in batch:

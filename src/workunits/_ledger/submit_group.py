@@ -1,6 +1,6 @@
 """Group commit of ``Ledger.submit`` across the threads of one process.
 
-A supervisor groups its facade's submits in its actor (``supervisor.submits``).
+A supervisor groups its facade's submits in its actor (``supervisor.actor.submits``).
 A client (``wu.connect``, the HTTP server's request threads, a script with a
 thread pool) writes its submits to the ledger itself. Without this, each of
 its threads would pay a fully synced commit of its own.

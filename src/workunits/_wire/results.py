@@ -80,7 +80,7 @@ def answer_of(answer: m.Answer) -> Any:
 
 
 def reply_of(ok: bool, value: Any) -> Any:
-    """What a route delivered (see ``supervisor.asks``), as a value or a raise."""
+    """What a route delivered (see ``supervisor.actor.asks``), as a value or a raise."""
     if ok:
         return answer_of(value)
     if isinstance(value, BaseException):

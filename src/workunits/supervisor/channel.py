@@ -2,7 +2,7 @@
 
 ``ask(request: Request[R]) -> R``: the request goes through the actor's
 ``on_receive`` (``ActorRef.ask``, a documented pykka call), and its answer
-comes back typed by the request (``supervisor.requests``). Every ask has a
+comes back typed by the request (``supervisor.actor.requests``). Every ask has a
 timeout: a pykka future of a stopping actor can stay unresolved, and no call
 may hang because of that.
 
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pykka
 
 from workunits._core.errors import SupervisorClosed
-from workunits.supervisor.requests import Request
+from workunits.supervisor.actor.requests import Request
 
 R = TypeVar("R")
 

@@ -1,6 +1,6 @@
 """``Supervisor``: the blocking facade (and async twins) over the SupervisorActor.
 
-One class that composes: a ``Runtime`` (the ledger, zygote, Reaper and actor
+One class that composes: a ``Machinery`` (the ledger, zygote, Reaper and actor
 it runs on), an ``ActorChannel`` (every call is a typed ``Request``
 asked with a timeout), ``TerminalWaiters`` for waits, and ``TeammateCalls``
 for messages to teammates. Every method runs in the caller's thread.
@@ -58,15 +58,15 @@ from workunits._wire.specs import (
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
 from workunits.supervisor import cleanup as _cleanup
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED
+from workunits.supervisor.actor.kinds import concurrency_by_name
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
-from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.handle import WorkHandle
-from workunits.supervisor.kinds import concurrency_by_name
+from workunits.supervisor.http_consumers import HttpConsumers
+from workunits.supervisor.machinery import Machinery, Options
 from workunits.supervisor.paging import check_limit, page
 from workunits.supervisor.pool import Pool
-from workunits.supervisor.remote_consumers import RemoteConsumers
-from workunits.supervisor.runtime import Options, Runtime
 from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.stream import AsyncOutputStream, OutputStream
 from workunits.supervisor.teammate import TeammateHandle
@@ -321,9 +321,9 @@ class Supervisor:
 
     def _open(self, options: Options) -> None:
         _raise_nofile_limit()
-        self._runtime = Runtime(self.state_dir, options)
-        self.session = self._runtime.session
-        self._channel = channel = self._runtime.channel
+        self._machinery = Machinery(self.state_dir, options)
+        self.session = self._machinery.session
+        self._channel = channel = self._machinery.channel
         self._teammates = TeammateCalls(channel)
         channel.ask(rq.Subscribe(self._waiters.on_change))
         # What a dead session left: resumed and lost units, adopted pending ones.
@@ -1196,9 +1196,9 @@ class Supervisor:
             return self._feed
 
     @property
-    def remote_consumers(self) -> RemoteConsumers:
-        """Notice claims and retain leases for consumers that are not local processes."""
-        return RemoteConsumers(self._runtime.ledger)
+    def http_consumers(self) -> HttpConsumers:
+        """Notice claims and retain leases for the HTTP API's consumers (not local processes)."""
+        return HttpConsumers(self._machinery.ledger)
 
     # -- waiting ---------------------------------------------------------------
 
@@ -1281,7 +1281,7 @@ class Supervisor:
         its ``--http`` address). SpecError unless an ``http(s)://host:port`` URL.
         """
         self._ensure_started()
-        self._runtime.ledger.advertise(self.session, check_advertise(url))
+        self._machinery.ledger.advertise(self.session, check_advertise(url))
 
     # -- time ------------------------------------------------------------------
 
@@ -1534,7 +1534,7 @@ class Supervisor:
         except SupervisorClosed:
             pass
         finally:
-            self._runtime.close(after_actor=self._after_actor)
+            self._machinery.close(after_actor=self._after_actor)
             self._state_dir_lock.release()
 
     def _after_actor(self) -> None:

@@ -10,7 +10,7 @@ import time
 
 from workunits._core.errors import UnknownWork
 from workunits._core.status import is_terminal
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.channel import ActorChannel
 from workunits.supervisor.waiters import TerminalWaiters
 

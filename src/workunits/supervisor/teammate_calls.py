@@ -3,7 +3,7 @@
 How an ask avoids blocking any actor: the caller pickles the message, then one
 request (``Send``) checks the teammate can take it and routes it with a
 *route*, a small non-blocking callable that the supervisor calls exactly once,
-when the teammate answers or ends (``supervisor.asks``). The caller then waits
+when the teammate answers or ends (``supervisor.actor.asks``). The caller then waits
 on its own primitive -- a ``threading.Event`` for ``ask``, an asyncio future
 for ``ask_async``, a ``concurrent.futures.Future`` for ``ask_future`` and
 proxies -- never on an actor. Answers are unpickled in the caller's thread
@@ -23,8 +23,8 @@ from workunits._core.errors import AskTimeout
 from workunits._core.seconds import ask_timeout
 from workunits._wire.frames import encode_message
 from workunits._wire.results import reply_of
-from workunits.supervisor import requests as rq
-from workunits.supervisor.asks import Route
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.asks import Route
 from workunits.supervisor.channel import ActorChannel
 
 

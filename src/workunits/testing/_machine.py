@@ -49,7 +49,7 @@ from workunits._core.errors import NotRunning
 from workunits._core.record import TAIL_BYTES, Notification, WorkRecord, storable_text
 from workunits._core.retain import Retain
 from workunits._core.status import Reason, Status, allowed, is_terminal
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 from workunits.testing._clock import ManualClock

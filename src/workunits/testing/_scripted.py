@@ -27,7 +27,7 @@ from workunits._core.record import Outcome, WorkRecord
 from workunits._core.status import Status
 from workunits._util import outputfile
 from workunits.actors.base import UnitBinding, WorkActor
-from workunits.supervisor import requests as rq
+from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 

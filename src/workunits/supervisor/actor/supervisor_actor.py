@@ -51,27 +51,27 @@ from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.kind_code import contained
 from workunits.actors.warm_files import WarmFiles
-from workunits.supervisor import requests as rq
-from workunits.supervisor.children import ChildRequests
-from workunits.supervisor.control import Control
-from workunits.supervisor.durable import LedgerMirror
-from workunits.supervisor.endings import EndReport, FlushEnds, TerminalTransition
-from workunits.supervisor.eviction import DEFAULT_MAX_RESIDENT_ENDED, Eviction
-from workunits.supervisor.kinds import Kinds
-from workunits.supervisor.messaging import UnitMessaging
-from workunits.supervisor.notices import Acknowledged, Notices, RedeliverChildNotices
-from workunits.supervisor.output import OutputReads
-from workunits.supervisor.pids import Pids
-from workunits.supervisor.recovery import Recovery
-from workunits.supervisor.rerun import Reruns
-from workunits.supervisor.retries import Retries
-from workunits.supervisor.schedules import Schedules
-from workunits.supervisor.signals import Signals
-from workunits.supervisor.stalls import Activity
-from workunits.supervisor.starts import Starts, Surroundings
-from workunits.supervisor.submits import FlushSubmits, GroupedSubmits
-from workunits.supervisor.sweep import Deadlines
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.activity import Activity
+from workunits.supervisor.actor.children import ChildRequests
+from workunits.supervisor.actor.control import Control
+from workunits.supervisor.actor.deadlines import Deadlines
+from workunits.supervisor.actor.endings import EndReport, FlushEnds, TerminalTransition
+from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED, Eviction
+from workunits.supervisor.actor.kinds import Kinds
+from workunits.supervisor.actor.ledger_mirror import LedgerMirror
+from workunits.supervisor.actor.messaging import UnitMessaging
+from workunits.supervisor.actor.notices import Acknowledged, Notices, RedeliverChildNotices
+from workunits.supervisor.actor.output import OutputReads
+from workunits.supervisor.actor.pids import Pids
+from workunits.supervisor.actor.recovery import Recovery
+from workunits.supervisor.actor.rerun import Reruns
+from workunits.supervisor.actor.retries import Retries
+from workunits.supervisor.actor.schedules import Schedules
+from workunits.supervisor.actor.signals import Signals
+from workunits.supervisor.actor.starts import Starts, Surroundings
+from workunits.supervisor.actor.submits import FlushSubmits, GroupedSubmits
+from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
 
@@ -217,15 +217,15 @@ class SupervisorActor(pykka.ThreadingActor):
         """Every message: the facade's asks (``Request``) and everyone's tells.
 
         Ends not yet committed are committed before anything else is handled,
-        so no message sees an end that is not durable (see ``supervisor.endings``);
-        the facade's submits are committed in groups likewise (``supervisor.submits``).
+        so no message sees an end that is not durable (see ``supervisor.actor.endings``);
+        the facade's submits are committed in groups likewise (``supervisor.actor.submits``).
         Then the pids reported since the last message are applied, so none of
-        them is behind it (``supervisor.pids``).
+        them is behind it (``supervisor.actor.pids``).
         """
         if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
             self._endings.commit()
         if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
-            self._submits.commit()  # the same for submits (see ``supervisor.submits``)
+            self._submits.commit()  # the same for submits (see ``supervisor.actor.submits``)
         self._pids.apply(self._units)
         try:
             if isinstance(message, rq.Register):

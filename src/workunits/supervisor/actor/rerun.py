@@ -20,9 +20,9 @@ from workunits._core.retry import SPEC_NOT_KEPT, check_retryable
 from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
 from workunits.actors.kind_code import call_kind
-from workunits.supervisor.slots import Launch
-from workunits.supervisor.starts import Starts
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.slots import Launch
+from workunits.supervisor.actor.starts import Starts
+from workunits.supervisor.actor.units import Units
 
 
 class Reruns:

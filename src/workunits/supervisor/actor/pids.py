@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from workunits._core.record import WorkRecord, replace
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.units import Units
 
 
 class Pids:

@@ -1,8 +1,8 @@
-"""``Runtime``: the processes, threads and files one ``Supervisor`` runs on.
+"""``Machinery``: the processes, threads and files one ``Supervisor`` runs on.
 
 The ledger, the Reaper, the zygote (warmed up on a daemon thread), Ray (when a
 remote unit first asks for it), the supervisor actor and the Ticker: made in
-that order by ``Runtime.open``, let go of in reverse by ``close``, which runs
+that order by ``Machinery.open``, let go of in reverse by ``close``, which runs
 once the facade has ended the work. Runs in the caller's thread.
 """
 
@@ -35,11 +35,11 @@ from workunits.actors.monitor import MonitorActor
 from workunits.actors.shell import ShellActor
 from workunits.actors.warm_files import SPARE_DIR, WarmFiles
 from workunits.actors.workflow import WorkflowActor
-from workunits.supervisor import durable
-from workunits.supervisor.actor import SupervisorActor, Tick, Wake
+from workunits.supervisor.actor import ledger_mirror as durable
+from workunits.supervisor.actor.kinds import Kinds
+from workunits.supervisor.actor.supervisor_actor import SupervisorActor, Tick, Wake
+from workunits.supervisor.actor.ticker import Ticker
 from workunits.supervisor.channel import ActorChannel
-from workunits.supervisor.kinds import Kinds
-from workunits.supervisor.ticker import Ticker
 
 if TYPE_CHECKING:
     from workunits._ledger.postgres_listen import WakeListener
@@ -50,7 +50,7 @@ def builtin_kinds(ray: RayRuntime, extra: Mapping[str, type[WorkActor]]) -> Kind
     kinds = Kinds()
     kinds.add("b", ShellActor, builtin=True)
     kinds.add("a", AgentActor, builtin=True)
-    # Ray is imported and reached only when a remote unit asks for it (remote/runtime.py).
+    # Ray is imported and reached only when a remote unit asks for it (_ray/runtime.py).
     kinds.add("r", RemoteActor.bound_to(ray), builtin=True)
     remote_teammates = RemoteTeammateActor.bound_to(ray)
     kinds.add("t", teammates_local_or_remote(remote_teammates), builtin=True)
@@ -91,7 +91,7 @@ def _listener(url: str, wake: Callable[[], None]) -> WakeListener:
     return WakeListener(url, wake)
 
 
-class Runtime:
+class Machinery:
     def __init__(self, state_dir: Path, options: Options) -> None:
         self.ray = options.ray
         output_dir = outputfile.private_dir(state_dir / "output")

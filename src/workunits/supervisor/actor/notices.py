@@ -31,7 +31,7 @@ from workunits._core.mailbox import Mailbox
 from workunits._core.record import MailboxItem, MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._ledger import Ledger
 from workunits._wire.actor_messages import ChildEnded, EventToUnit
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.units import Units
 
 T = TypeVar("T")
 

@@ -59,11 +59,11 @@ from workunits._ledger.requests import END_VERBS
 from workunits._ledger.unreadable import Unreadable
 from workunits._util import outputfile
 from workunits.actors.kind_code import call_kind
-from workunits.supervisor.backlog import retryable
-from workunits.supervisor.control import Control
-from workunits.supervisor.durable import LedgerMirror
-from workunits.supervisor.starts import Starts
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.control import Control
+from workunits.supervisor.actor.failed_writes import retryable
+from workunits.supervisor.actor.ledger_mirror import LedgerMirror
+from workunits.supervisor.actor.starts import Starts
+from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Recovery:
         self._starts = starts
         self._control = control
         # A unit its dead session left waiting between attempts continues its
-        # retry schedule here (``supervisor.retries``); False: it is lost.
+        # retry schedule here (``supervisor.actor.retries``); False: it is lost.
         self._adopt_waiting = adopt_waiting
         self._mirror = mirror
         self._recovered = False  # recover() has run: ticks before it leave the ledger alone
@@ -104,7 +104,7 @@ class Recovery:
         # Units of dead sessions whose resume the ledger failed: tried again each tick.
         self._left: set[str] = set()
         # A teammate with a restart policy lost while it ran is restarted by its
-        # policy (``supervisor.retries``); otherwise the end to record.
+        # policy (``supervisor.actor.retries``); otherwise the end to record.
         self._adopt_lost = adopt_lost
         # The session's lease (None: the ledger's default); ``shared``: other
         # supervisors may use this ledger at once, so sessions lapse by lease.

@@ -24,8 +24,8 @@ from workunits._core.errors import WorkunitsError
 from workunits._ledger import Ledger
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import EventToUnit
-from workunits.supervisor.messaging import reply_to_unit
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.messaging import reply_to_unit
+from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
 

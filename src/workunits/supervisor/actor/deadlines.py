@@ -1,4 +1,6 @@
-"""Eviction rules (DESIGN invariant 8) and the deadline queue the ticks drain."""
+"""``Deadlines``: the queue of (when, unit, what) the ticks drain (timeouts, escalations,
+evictions). Owned by the SupervisorActor; runs in its thread. Whether a unit may be
+evicted when its entry comes due is ``eviction``'s rule, decided there."""
 
 from __future__ import annotations
 
@@ -6,27 +8,6 @@ import enum
 import heapq
 import itertools
 from dataclasses import dataclass, field
-
-from workunits._core.record import WorkRecord
-from workunits._core.status import is_terminal
-
-
-def evictable(record: WorkRecord, now: float, *, gated: bool) -> bool:
-    """Whether a record may leave memory (invariant 8), leases aside.
-
-    Only when it is terminal, past ``evict_after``, held by no reader of this
-    process, and -- when ``gated`` (its notice is for a consumer that may still
-    come for it: the application, or a parent in memory) -- acknowledged. The
-    caller then asks the ledger whether a retain lease still holds it.
-    """
-    return (
-        is_terminal(record.status)
-        and record.notified
-        and (record.acknowledged or not gated)
-        and record.retain == 0
-        and record.evict_after is not None
-        and record.evict_after <= now
-    )
 
 
 class Due(enum.Enum):

@@ -1,7 +1,7 @@
 """``UnitMessaging``: messages between units -- tells and asks to teammates, monitors' events.
 
 Owned by the SupervisorActor; every method runs in its thread. Nothing here
-waits: an ask is routed with a token and a *route* (``supervisor.asks``) that
+waits: an ask is routed with a token and a *route* (``supervisor.actor.asks``) that
 is called once, when the teammate's actor reports the answer or when the
 teammate ends. So an ask blocks neither this actor nor the teammate's
 WorkActor, and no asker waits on a unit that can no longer answer.
@@ -36,10 +36,10 @@ from workunits._wire.actor_messages import (
     ReplyToUnit,
     SendFromUnit,
 )
-from workunits.supervisor.asks import PendingAsks, Route, deliver
-from workunits.supervisor.notices import Notices
-from workunits.supervisor.slots import Ending
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.asks import PendingAsks, Route, deliver
+from workunits.supervisor.actor.notices import Notices
+from workunits.supervisor.actor.slots import Ending
+from workunits.supervisor.actor.units import Units
 
 BetweenUnits = SendFromUnit | Answered | MonitorEventReport
 

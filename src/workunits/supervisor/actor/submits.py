@@ -1,7 +1,7 @@
 """Group commit of submits: the facade's submits that arrive together share one synced commit.
 
 Owned by the SupervisorActor; every method runs in its thread. As with ends
-(``supervisor.endings``), the fsync of a commit is the supervisor thread's
+(``supervisor.actor.endings``), the fsync of a commit is the supervisor thread's
 largest cost per submit; callers submitting at once (8 threads, an event
 loop's tasks) need not pay one each.
 
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workunits._core.errors import SupervisorClosed, copy_to_raise
-from workunits.supervisor import requests as rq
-from workunits.supervisor.starts import Prepared, Starts
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.starts import Prepared, Starts
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from workunits._core import ids as _ids
 from workunits._core.errors import UnknownKind, UnknownWork
 from workunits._core.record import WorkRecord
 from workunits._core.status import Status, is_terminal
-from workunits.supervisor.durable import LedgerMirror
-from workunits.supervisor.kinds import Kinds
-from workunits.supervisor.registry import Change, Registry
-from workunits.supervisor.slots import Slot
+from workunits.supervisor.actor.kinds import Kinds
+from workunits.supervisor.actor.ledger_mirror import LedgerMirror
+from workunits.supervisor.actor.registry import Change, Registry
+from workunits.supervisor.actor.slots import Slot
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from workunits._core.retry import Attempt
 from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, UnitRow
 from workunits.actors.kind_code import call_kind
-from workunits.supervisor.slots import Launch
-from workunits.supervisor.starts import Starts
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.slots import Launch
+from workunits.supervisor.actor.starts import Starts
+from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from workunits._core.status import Reason, Status, is_terminal
 from workunits._util import outputfile
 from workunits._wire.actor_messages import Cancel, Escalate, Kill, StopTeammate
 from workunits.actors.base import WorkActor, exit_outcome
-from workunits.supervisor.endings import TerminalTransition
-from workunits.supervisor.eviction import Eviction
-from workunits.supervisor.slots import Ending
-from workunits.supervisor.sweep import Deadlines, Due
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.deadlines import Deadlines, Due
+from workunits.supervisor.actor.endings import TerminalTransition
+from workunits.supervisor.actor.eviction import Eviction
+from workunits.supervisor.actor.slots import Ending
+from workunits.supervisor.actor.units import Units
 
 OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between rounds of output-size checks of running units
 # Output files looked at in one round, at most. Up to this many running units,

@@ -15,7 +15,7 @@ from workunits._core.record import OutputChunk, WorkRecord, replace
 from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
 from workunits._util import outputfile
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.units import Units
 
 DEFAULT_READ = 1 << 20  # bytes one read returns at most, unless the caller says otherwise
 

@@ -3,7 +3,7 @@
 Owned by the SupervisorActor; every method runs in its thread, which is the
 ledger's only writer of unit rows (DESIGN §6). What the ledger brings in
 (dead sessions' units, other processes' submits and requests) is
-``supervisor.recovery``'s.
+``supervisor.actor.recovery``'s.
 
 - Submits and terminal writes are fully synced; the terminal write and its
   outbox notice commit together (invariant 11). Pids and progress are grouped
@@ -32,8 +32,8 @@ from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
 from workunits.actors.base import WorkActor
 from workunits.actors.kind_code import call_kind
-from workunits.supervisor.backlog import Backlog, Pending
-from workunits.supervisor.slots import Slot
+from workunits.supervisor.actor.failed_writes import Backlog, Pending
+from workunits.supervisor.actor.slots import Slot
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class LedgerMirror:
         durable = call_kind(actor_class, actor_class.to_durable, spec, timeout)
         stored = self.ledger.encode_spec(durable, record.id)
         # A unit with a retry policy keeps its spec and continues after a lost
-        # supervisor too: one attempt counter serves both (supervisor.retries).
+        # supervisor too: one attempt counter serves both (supervisor.actor.retries).
         resumable = (
             call_kind(actor_class, actor_class.resumable, durable, stored.format)
             or record.retry is not None

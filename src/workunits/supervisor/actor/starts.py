@@ -37,14 +37,14 @@ from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.kind_code import call_kind
 from workunits.actors.warm_files import WarmFiles
-from workunits.supervisor.backlog import retryable
-from workunits.supervisor.delays import Delays
-from workunits.supervisor.durable import LedgerMirror
-from workunits.supervisor.endings import EndReport, TerminalTransition
-from workunits.supervisor.notices import RedeliverChildNotices
-from workunits.supervisor.slots import Launch
-from workunits.supervisor.sweep import Deadlines, Due
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.deadlines import Deadlines, Due
+from workunits.supervisor.actor.delays import Delays
+from workunits.supervisor.actor.endings import EndReport, TerminalTransition
+from workunits.supervisor.actor.failed_writes import retryable
+from workunits.supervisor.actor.ledger_mirror import LedgerMirror
+from workunits.supervisor.actor.notices import RedeliverChildNotices
+from workunits.supervisor.actor.slots import Launch
+from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Starts:
         whatever its status (IdempotencyConflict if its spec differs). With
         ``retry_of`` (``retry(id)``), the failed unit's key moves to the new one.
         With ``not_before`` (seconds since the epoch) it stays pending until then.
-        A submit alone in its commit: the facade's go through ``supervisor.submits``.
+        A submit alone in its commit: the facade's go through ``supervisor.actor.submits``.
         """
         prepared = self.prepare(
             letter,
@@ -318,7 +318,7 @@ class Starts:
             self._queued.setdefault(kind, deque()).append(unit)
 
     def hold(self, record: WorkRecord, launch: Launch) -> None:
-        """Insert a ``running`` record that waits between attempts (``supervisor.retries``).
+        """Insert a ``running`` record that waits between attempts (``supervisor.actor.retries``).
 
         A restarted supervisor's way in for a unit its dead session left waiting:
         like ``admit``, the registration chokepoint's, but nothing starts yet.

@@ -9,7 +9,7 @@ dispatch by method name.
 A request is always *asked* (``ActorRef.ask``, blocking or not), never told:
 an exception raised while handling it belongs to the asker, to whom pykka
 hands it. Tells from unit actors and the Reaper, and the Ticker's ticks, are
-other messages (``supervisor.actor``).
+other messages (``supervisor.actor.supervisor_actor``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from workunits._core.retry import Retry
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import Reason, Status
 from workunits.actors.base import WorkActor
-from workunits.supervisor.asks import Route
-from workunits.supervisor.registry import Change
-from workunits.supervisor.units import CheckpointSubscriber, Subscriber
+from workunits.supervisor.actor.asks import Route
+from workunits.supervisor.actor.registry import Change
+from workunits.supervisor.actor.units import CheckpointSubscriber, Subscriber
 
 R = TypeVar("R")
 
@@ -97,14 +97,14 @@ class Register(Request[WorkRecord]):
 
 @dataclass(frozen=True, slots=True)
 class RetryUnit(Request[WorkRecord]):
-    """``retry(id)``: a new unit with a failed unit's spec (``supervisor.rerun``)."""
+    """``retry(id)``: a new unit with a failed unit's spec (``supervisor.actor.rerun``)."""
 
     work_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class SignalUnit(Request[bool]):
-    """``signal(id, name, value)``: keep it for the unit and route it (``supervisor.signals``)."""
+    """``signal(id, name, value)``: keep it for the unit and route it (``actor.signals``)."""
 
     work_id: str
     name: str
@@ -113,7 +113,7 @@ class SignalUnit(Request[bool]):
 
 @dataclass(frozen=True, slots=True)
 class AddSchedule(Request[None]):
-    """``schedule(name, cron, ...)``: keep it in the ledger (``supervisor.schedules``)."""
+    """``schedule(name, cron, ...)``: keep it in the ledger (``supervisor.actor.schedules``)."""
 
     name: str
     cron: str

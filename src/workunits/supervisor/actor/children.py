@@ -10,10 +10,10 @@ from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason
 from workunits._wire import frames as m
-from workunits.supervisor.control import Control
-from workunits.supervisor.messaging import reply_to_unit
-from workunits.supervisor.starts import Starts
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.control import Control
+from workunits.supervisor.actor.messaging import reply_to_unit
+from workunits.supervisor.actor.starts import Starts
+from workunits.supervisor.actor.units import Units
 
 
 class ChildRequests:

@@ -60,10 +60,10 @@ class Slot:
     # its notice is read from the ledger, so its record need not wait for it.
     adopted: bool = False
     # How to start the unit again: kept from its first start while it is in
-    # memory, for its retries and for ``retry(id)`` (``supervisor.retries``).
+    # memory, for its retries and for ``retry(id)`` (``supervisor.actor.retries``).
     launch: Launch | None = None
     timeout_at: float | None = None  # the running attempt's own time limit
-    # Activity, for ``stall_after`` (``supervisor.stalls``): the last progress,
+    # Activity, for ``stall_after`` (``supervisor.actor.activity``): the last progress,
     # checkpoint, output growth or start; whether this quiet spell was reported.
     quiet_since: float = 0.0
     output_seen: int = 0  # the output file's size at the last look, and when that was

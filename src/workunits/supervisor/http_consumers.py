@@ -32,7 +32,7 @@ def check_lease(lease: object) -> float:
     return seconds("lease", lease, most=MAX_CLAIM_LEASE)
 
 
-class RemoteConsumers:
+class HttpConsumers:
     """Claims and leases on one supervisor's ledger."""
 
     def __init__(self, ledger: Ledger) -> None:

@@ -22,8 +22,8 @@ from workunits._core.clock import Clock
 from workunits._core.record import StallEvent, WorkRecord, replace, storable_text
 from workunits._core.status import Status
 from workunits._util import outputfile
-from workunits.supervisor.notices import Notices
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.notices import Notices
+from workunits.supervisor.actor.units import Units
 
 
 class Activity:

@@ -36,11 +36,11 @@ from workunits._core.clock import Clock
 from workunits._core.record import Outcome, WorkRecord, replace
 from workunits._core.status import Status, is_terminal
 from workunits._util import outputfile
-from workunits.supervisor.durable import LedgerMirror
-from workunits.supervisor.notices import Notices
-from workunits.supervisor.slots import Slot
-from workunits.supervisor.sweep import Deadlines, Due
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.deadlines import Deadlines, Due
+from workunits.supervisor.actor.ledger_mirror import LedgerMirror
+from workunits.supervisor.actor.notices import Notices
+from workunits.supervisor.actor.slots import Slot
+from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
 

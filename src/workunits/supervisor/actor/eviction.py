@@ -26,9 +26,34 @@ from workunits._core.clock import Clock
 from workunits._core.record import WorkRecord
 from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
-from workunits.supervisor.notices import Notices
-from workunits.supervisor.sweep import Deadlines, Due, evictable
-from workunits.supervisor.units import Units
+from workunits.supervisor.actor.deadlines import Deadlines, Due
+from workunits.supervisor.actor.notices import Notices
+from workunits.supervisor.actor.units import Units
+
+# -- the rule (invariant 8): its one home ---------------------------------------
+
+
+def past_grace(record: WorkRecord, now: float) -> bool:
+    """Whether a record is one eviction considers: terminal, held by no reader of this
+    process, and past ``evict_after``. What its notice says is ``evictable``'s part."""
+    return (
+        is_terminal(record.status)
+        and record.retain == 0
+        and record.evict_after is not None
+        and record.evict_after <= now
+    )
+
+
+def evictable(record: WorkRecord, now: float, *, gated: bool) -> bool:
+    """Whether a record may leave memory (invariant 8), leases aside.
+
+    Only when it is terminal, past ``evict_after``, held by no reader of this
+    process, and -- when ``gated`` (its notice is for a consumer that may still
+    come for it: the application, or a parent in memory) -- acknowledged. The
+    caller then asks the ledger whether a retain lease still holds it.
+    """
+    return past_grace(record, now) and record.notified and (record.acknowledged or not gated)
+
 
 RECHECK = 5.0  # seconds before a record kept by its notice or a lease is looked at again
 DEFAULT_MAX_RESIDENT_ENDED = 10_000
@@ -98,11 +123,7 @@ class Eviction:
         candidates = [
             r
             for r in (self._units.registry.find(work_id) for work_id in dict.fromkeys(due))
-            if r is not None
-            and is_terminal(r.status)
-            and r.retain == 0
-            and r.evict_after is not None
-            and r.evict_after <= now
+            if r is not None and past_grace(r, now)
         ]
         waiting = [r.id for r in candidates if not r.acknowledged and self.gated(r)]
         if waiting:
