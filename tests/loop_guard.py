@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from workunits._ledger._db import Database
+from workunits._ledger.sqlite.db import Database
 
 T = TypeVar("T")
 

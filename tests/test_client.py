@@ -23,7 +23,7 @@ from tests.conftest import eventually
 from tests.ledger.support import new_unit
 from workunits._core.status import Reason, Status
 from workunits._ledger import LedgerVersionError
-from workunits._ledger.schema import SCHEMA_VERSION
+from workunits._ledger.sqlite.schema import SCHEMA_VERSION
 
 WAIT = 10.0
 

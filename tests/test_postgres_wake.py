@@ -19,7 +19,7 @@ import pytest
 
 import workunits as wu
 from tests.conftest import eventually
-from workunits._ledger.postgres_listen import APPLICATION_NAME
+from workunits._ledger.postgres.listen import APPLICATION_NAME
 
 LONG_TICK = 120.0  # far past every test's timeout: only a wake-up can act in time
 PROMPT = 5.0  # what "at once" must beat, with a loaded 2-core machine's slack

@@ -10,7 +10,7 @@ import pytest
 import workunits as wu
 from tests.cli.conftest import Run, one_line_error
 from workunits._cli import Exit
-from workunits._ledger.schema import SCHEMA_VERSION
+from workunits._ledger.sqlite.schema import SCHEMA_VERSION
 
 ID_VERBS = [
     ["show"],

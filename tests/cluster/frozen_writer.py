@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from workunits._ledger.postgres import PostgresDatabase
+from workunits._ledger.postgres.db import PostgresDatabase
 
 
 def main() -> None:

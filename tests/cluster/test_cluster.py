@@ -19,7 +19,7 @@ from tests.cluster.host import Host, cluster_key, marked_env, share_key
 from tests.conftest import alive, eventually
 from workunits._core.errors import SessionLost
 from workunits._ledger import Ledger
-from workunits._ledger.postgres import PostgresDatabase
+from workunits._ledger.postgres.db import PostgresDatabase
 
 LEASE = 2.0
 

@@ -27,7 +27,7 @@ import pytest
 import workunits as wu
 from tests.conftest import eventually
 from workunits._ledger import Ledger
-from workunits._ledger._db import Database
+from workunits._ledger.sqlite.db import Database
 
 
 def ledger_of(sup: wu.Supervisor) -> Ledger:

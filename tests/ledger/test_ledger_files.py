@@ -13,7 +13,7 @@ import pytest
 from tests.ledger.support import new_unit
 from workunits import SpecError, Status, Supervisor
 from workunits._ledger import Ledger, LedgerError
-from workunits._ledger._db import Database
+from workunits._ledger.sqlite.db import Database
 from workunits._ledger.values import KEY_FILE
 
 

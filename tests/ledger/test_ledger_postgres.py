@@ -13,10 +13,11 @@ psycopg = pytest.importorskip("psycopg", reason="the [postgres] extra is not ins
 
 from tests.ledger.support import new_unit  # noqa: E402 - after the skip above
 from workunits._core.errors import LedgerError, SpecError  # noqa: E402
-from workunits._ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError, schema  # noqa: E402
-from workunits._ledger import postgres_schema as pg_schema  # noqa: E402
-from workunits._ledger.postgres import WRITE_LOCK, redacted  # noqa: E402
-from workunits._ledger.postgres_sql import translate  # noqa: E402
+from workunits._ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError  # noqa: E402
+from workunits._ledger.postgres import schema as pg_schema  # noqa: E402
+from workunits._ledger.postgres.db import WRITE_LOCK, redacted  # noqa: E402
+from workunits._ledger.postgres.sql import translate  # noqa: E402
+from workunits._ledger.sqlite import schema  # noqa: E402
 
 
 def test_every_sqlite_migration_has_its_postgres_counterpart() -> None:

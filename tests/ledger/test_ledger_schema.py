@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.support import new_unit
-from workunits._ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError, schema
+from workunits._ledger import SCHEMA_VERSION, Ledger, LedgerCorrupt, LedgerVersionError
+from workunits._ledger.sqlite import schema
 
 
 def _connect(path: Path) -> sqlite3.Connection:

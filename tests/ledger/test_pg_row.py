@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workunits._ledger.postgres import PgRow, _Columns
+from workunits._ledger.postgres.db import PgRow, _Columns
 
 COLUMNS = ["id", "Status", "id"]  # a name twice: the first one wins in both
 VALUES = ("a1", "running", "shadowed")

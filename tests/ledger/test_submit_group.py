@@ -18,7 +18,7 @@ from tests.ledger.support import ManualClock
 from workunits._core import ids
 from workunits._core.errors import IdempotencyConflict, LedgerError, LedgerFull
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow
-from workunits._ledger._db import DB_FILE
+from workunits._ledger.sqlite.db import DB_FILE
 from workunits._ledger.submit_group import SubmitGroup
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""``backup DEST``: a consistent copy of a live state dir (see ``workunits._ledger.backup``)."""
+"""``backup DEST``: a consistent copy of a live state dir (``_ledger.sqlite.backup``)."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ from workunits._cli._app import cli, parse_duration, seconds_option, state_optio
 from workunits._core.errors import SpecError
 from workunits._core.ids import BUILTIN_KINDS
 from workunits._ledger import secretfile
-from workunits._ledger._db import SYNC_MODES
 from workunits._ledger.sessions import DEFAULT_LEASE, MIN_LEASE
+from workunits._ledger.sqlite.db import SYNC_MODES
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits.supervisor.facade import Supervisor
 

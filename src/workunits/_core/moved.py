@@ -96,6 +96,14 @@ MOVED: dict[str, str] = {
     "workunits.supervisor.ticker": "workunits.supervisor.actor.ticker",
     "workunits.supervisor.runtime": "workunits.supervisor.machinery",
     "workunits.supervisor.remote_consumers": "workunits.supervisor.http_consumers",
+    "workunits._ledger._db": "workunits._ledger.sqlite.db",
+    "workunits._ledger.schema": "workunits._ledger.sqlite.schema",
+    "workunits._ledger.backup": "workunits._ledger.sqlite.backup",
+    "workunits._ledger.postgres": "workunits._ledger.postgres.db",
+    "workunits._ledger.postgres_schema": "workunits._ledger.postgres.schema",
+    "workunits._ledger.postgres_sql": "workunits._ledger.postgres.sql",
+    "workunits._ledger.postgres_listen": "workunits._ledger.postgres.listen",
+    "workunits._ledger.valuestore_db": "workunits._ledger.postgres.valuestore",
     # -- end of table --
 }
 

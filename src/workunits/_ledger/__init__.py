@@ -1,10 +1,12 @@
 """The durable ledger: SQLite in the state dir, so units outlive the process that started them.
 
-Modules, one concept each:
+Two backends, siblings: ``sqlite/`` (the default: ``db``, the connection, file
+modes, read-only opening and the transaction discipline; ``schema``, tables and
+forward migrations by ``PRAGMA user_version``; ``backup``) and ``postgres/``
+(the same for a ``postgresql://`` URL, with its SQL rewriting and LISTEN). The
+modules beside them, one concept each, speak to either through ``backend``:
 
-- ``schema``      tables and forward migrations (``PRAGMA user_version``)
 - ``statedir``    the state dir's checks: refused when unsafe, never repaired
-- ``_db``         the connection, file modes, read-only opening, the transaction discipline
 - ``store``       ``Ledger``: submit, read, fenced writes, checkpoints, attempts, retention
 - ``submits``     the idempotent insert (invariant 12)
 - ``writes``      the one function that changes a unit's status, with fence and outbox
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
     from workunits._ledger.rows import EXPIRED as EXPIRED
     from workunits._ledger.rows import NewUnit as NewUnit
     from workunits._ledger.rows import UnitRow as UnitRow
-    from workunits._ledger.schema import SCHEMA_VERSION as SCHEMA_VERSION
     from workunits._ledger.sessions import Session as Session
+    from workunits._ledger.sqlite.schema import SCHEMA_VERSION as SCHEMA_VERSION
     from workunits._ledger.store import Ledger as Ledger
     from workunits._ledger.values import Stored as Stored
     from workunits._ledger.writes import NO_RESULT as NO_RESULT
@@ -87,7 +89,7 @@ __getattr__, __dir__ = lazy.exports(
         "EXPIRED": "workunits._ledger.rows",
         "NewUnit": "workunits._ledger.rows",
         "UnitRow": "workunits._ledger.rows",
-        "SCHEMA_VERSION": "workunits._ledger.schema",
+        "SCHEMA_VERSION": "workunits._ledger.sqlite.schema",
         "Session": "workunits._ledger.sessions",
         "Ledger": "workunits._ledger.store",
         "Call": "workunits._wire.specs",

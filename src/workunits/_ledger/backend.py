@@ -10,14 +10,14 @@ everywhere: SQLite's, with ``?`` placeholders. Two backends implement it:
 - ``_db.Database``: the embedded default, ``<state_dir>/ledger.db``. It yields
   the ``sqlite3`` connection itself, so the SQLite path pays nothing for the seam.
 - ``postgres.PostgresDatabase``: a ``postgresql://`` URL (the ``[postgres]``
-  extra). Its connection translates each statement once (``postgres_sql``),
+  extra). Its connection translates each statement once (``postgres.sql``),
   and its write lock is a transaction-scoped advisory lock, the counterpart of
   ``BEGIN IMMEDIATE``.
 
 What differs between the two stays in the backend modules: pragmas, file
 modes, locking, durability (``synchronous`` vs ``synchronous_commit``), the
 schema's column types and its version bookkeeping (``schema`` and
-``postgres_schema``, one migration each per version). SQL that both accept
+``postgres.schema``, one migration each per version). SQL that both accept
 as written (``ON CONFLICT DO NOTHING``, ``RETURNING``, ``coalesce``) is
 written once, in the modules.
 """
@@ -86,7 +86,7 @@ class Database(Protocol):
         ``wake``: this transaction adds work for a supervisor (a request, a signal,
         a pending unit); on PostgreSQL it also sends ``wake`` (``<what>:<id>``) on
         the ``WAKE_CHANNEL``, delivered when it commits, so listening supervisors
-        act now instead of at their next tick (``postgres_listen``). SQLite
+        act now instead of at their next tick (``postgres.listen``). SQLite
         ignores it: its one supervisor polls the file it shares one host with.
         """
         ...

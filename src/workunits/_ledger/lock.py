@@ -29,7 +29,7 @@ from pathlib import Path
 
 from workunits._core.errors import SupervisorBusy
 from workunits._ledger import statedir
-from workunits._ledger._db import create_private_file
+from workunits._ledger.sqlite.db import create_private_file
 from workunits._util.procid import pid_exists
 
 LOCK_FILE = "supervisor.lock"

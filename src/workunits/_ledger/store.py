@@ -71,19 +71,19 @@ from workunits._ledger import (
     valuestore,
     writes,
 )
-from workunits._ledger import backup as backup_mod
-from workunits._ledger._db import DB_FILE, Database
 from workunits._ledger.backend import Database as Backend
 from workunits._ledger.backend import is_url
 from workunits._ledger.fence import FencedDatabase
 from workunits._ledger.polls import Polls
+from workunits._ledger.postgres.valuestore import DatabaseValueStore
 from workunits._ledger.requests import Request
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
 from workunits._ledger.signals import Signal
+from workunits._ledger.sqlite import backup as backup_mod
+from workunits._ledger.sqlite.db import DB_FILE, Database
 from workunits._ledger.submit_group import SubmitGroup
 from workunits._ledger.unreadable import Unreadable
-from workunits._ledger.valuestore_db import DatabaseValueStore
 from workunits._ledger.writes import NO_RESULT, Outcome, Write
 from workunits._util import outputfile, procid, strictjson
 
@@ -111,7 +111,7 @@ class Ledger:
         idle_limit: float | None = None,
         _readonly: bool = False,
     ) -> None:
-        """``sync="normal"`` trades power-cut durability for latency (see ``_db``).
+        """``sync="normal"`` trades power-cut durability for latency (see ``sqlite.db``).
 
         ``verify=True`` checks the whole file (``PRAGMA quick_check``) before
         anything is written: LedgerCorrupt for a damaged one. A supervisor does.
@@ -833,7 +833,7 @@ class Ledger:
         return forgotten
 
     def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
-        """Write a consistent copy of this live state dir to ``dest`` (see ``_ledger.backup``)."""
+        """Write a consistent copy of this live state dir to ``dest`` (``sqlite.backup``)."""
         plain = self._db.inner if isinstance(self._db, FencedDatabase) else self._db
         if not isinstance(plain, Database):
             raise LedgerError(
@@ -1128,7 +1128,7 @@ def _open_postgres(
         raise SpecError(
             f"ledger must be a postgresql:// URL (or None for SQLite in the state dir), got {url!r}"
         )
-    from workunits._ledger.postgres import PostgresDatabase  # noqa: PLC0415 - optional extra
+    from workunits._ledger.postgres.db import PostgresDatabase  # noqa: PLC0415 - optional extra
 
     return PostgresDatabase(url, busy_timeout=busy_timeout, sync=sync, idle_limit=idle_limit)
 

@@ -34,12 +34,12 @@ from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import seconds, seconds_or_none, wait_timeout
 from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import SupervisorLock, secretfile, statedir
-from workunits._ledger._db import sync_level
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.rows import EXPIRED
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
 from workunits._ledger.sessions import MIN_LEASE, check_advertise
+from workunits._ledger.sqlite.db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._ray.actor import RemoteSpec
 from workunits._ray.runtime import RayRuntime, check_available

@@ -42,7 +42,7 @@ from workunits.supervisor.actor.ticker import Ticker
 from workunits.supervisor.channel import ActorChannel
 
 if TYPE_CHECKING:
-    from workunits._ledger.postgres_listen import WakeListener
+    from workunits._ledger.postgres.listen import WakeListener
 
 
 def builtin_kinds(ray: RayRuntime, extra: Mapping[str, type[WorkActor]]) -> Kinds:
@@ -86,7 +86,7 @@ class Options:
 
 
 def _listener(url: str, wake: Callable[[], None]) -> WakeListener:
-    from workunits._ledger.postgres_listen import WakeListener  # noqa: PLC0415 - optional
+    from workunits._ledger.postgres.listen import WakeListener  # noqa: PLC0415 - optional
 
     return WakeListener(url, wake)
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from workunits._core import ids as _ids
 from workunits._core.errors import LedgerError, SpecError
 from workunits._ledger import valuestore
-from workunits._ledger._db import DB_FILE, Database, create_private_file
 from workunits._ledger.largevalues import FILE_COLUMNS
+from workunits._ledger.sqlite.db import DB_FILE, Database, create_private_file
 from workunits._ledger.values import KEY_FILE
 from workunits._util import outputfile
 

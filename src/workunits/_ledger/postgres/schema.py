@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from workunits._core.errors import LedgerCorrupt
-from workunits._ledger import schema
+from workunits._ledger.sqlite import schema
 
 if TYPE_CHECKING:
     import psycopg

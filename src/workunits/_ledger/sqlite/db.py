@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from workunits._core.errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError, StateDirError
-from workunits._ledger import schema
+from workunits._ledger.sqlite import schema
 
 DB_FILE = "ledger.db"
 # What a durable transaction (submit, terminal write, checkpoint) is synced as.

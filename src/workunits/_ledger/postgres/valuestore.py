@@ -5,7 +5,7 @@ state dir of their own, so a value kept in one state dir's ``values``
 directory would be missing on every other host: a client's 64 MiB argument
 could not start on another host's supervisor, nor its result be read back.
 So the ledger keeps such values in its ``large_values`` table (migration 6 of
-``postgres_schema``), one row per name, written once and deleted after the
+``postgres.schema``), one row per name, written once and deleted after the
 unit's row lets go of it, exactly as ``FileValueStore`` does with files.
 
 Why the database and not a shared directory: every host already reaches the

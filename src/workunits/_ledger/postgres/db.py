@@ -37,9 +37,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workunits._core.errors import LedgerError, LedgerFull, StateDirError
-from workunits._ledger import postgres_schema, postgres_sql
-from workunits._ledger._db import sync_level
 from workunits._ledger.backend import WAKE_CHANNEL, Cursor
+from workunits._ledger.postgres import schema as postgres_schema
+from workunits._ledger.postgres import sql as postgres_sql
+from workunits._ledger.sqlite.db import sync_level
 
 if TYPE_CHECKING:
     import psycopg
@@ -114,7 +115,7 @@ def _row_factory(cursor: Any) -> Any:
 
 
 class PgConnection:
-    """A psycopg connection that runs the modules' SQLite SQL (``postgres_sql``)."""
+    """A psycopg connection that runs the modules' SQLite SQL (``postgres.sql``)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
