@@ -24,10 +24,10 @@ demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
 test: postgres-server
-	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http,postgres
+	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http,postgres,mcp
 
 lint:
-	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http,postgres
+	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http,postgres,mcp
 
 # The PostgreSQL ledger's tests start Debian's server themselves (tests/postgres_server.py):
 # install it when missing and we may (root); otherwise those tests skip, saying why.

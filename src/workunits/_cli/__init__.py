@@ -30,6 +30,7 @@ from workunits._cli import (
     control,
     doctor,
     inspect,
+    mcp,
     schedules,
     serve,
     signals,
