@@ -136,6 +136,8 @@ def mcp_command(  # noqa: PLR0917 - click passes every option by position
     """
     from workunits import _mcp  # noqa: PLC0415 - the [mcp] extra, loaded only here
 
+    # On stdio, stdout is the wire from here on: --import's modules print to stderr.
+    wire = _mcp.claim_stdio() if http_bind is None else None
     for target in targets:
         module, sep, name = target.partition(":")
         if not (module and sep and name):
@@ -173,4 +175,4 @@ def mcp_command(  # noqa: PLR0917 - click passes every option by position
         log_file=None if log_file is None else str(log_file),
         supervisor_options=options,
     )
-    _mcp.run(settings)
+    _mcp.run(settings, wire)

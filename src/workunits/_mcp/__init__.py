@@ -36,9 +36,9 @@ from workunits._mcp.limits import Limits
 from workunits._mcp.notices import NoticeDesk
 from workunits._mcp.server import McpServer
 from workunits._mcp.tools import Tools
-from workunits._mcp.transports import say, serve_http, serve_stdio
+from workunits._mcp.transports import claim_stdio, say, serve_http, serve_stdio
 
-__all__ = ["Limits", "Settings", "run"]
+__all__ = ["Limits", "Settings", "claim_stdio", "run"]
 
 DEFAULT_IDLE = 30 * 60.0  # seconds an HTTP session may stay silent before it ends
 
@@ -93,10 +93,13 @@ def _build(settings: Settings, policy: sandbox.Policy) -> tuple[McpServer, Notic
     return server, desk
 
 
-def run(settings: Settings) -> None:
-    """Serve until the client goes away (stdio) or a stop signal comes. Blocks."""
+def run(settings: Settings, wire: tuple[int, int] | None = None) -> None:
+    """Serve until the client goes away (stdio: on ``wire``, from ``claim_stdio``) or a
+    stop signal comes. Blocks."""
     policy = sandbox.operator_policy(settings.sandbox, settings.workspace)
     if settings.http is None:
+        if wire is None:
+            wire = claim_stdio()
         desks: dict[int, NoticeDesk] = {}
 
         def make() -> McpServer:
@@ -104,7 +107,7 @@ def run(settings: Settings) -> None:
             desks[id(server)] = desk
             return server
 
-        anyio.run(serve_stdio, make, lambda server: desks[id(server)])
+        anyio.run(serve_stdio, wire, make, lambda server: desks[id(server)])
         return
     host, port = settings.http
     server, desk = _build(settings, policy)  # creates the state dir: the token's home

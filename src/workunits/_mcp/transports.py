@@ -1,9 +1,9 @@
 """Serving an :class:`McpServer` on stdio or on streamable HTTP, and stopping cleanly.
 
-stdio: the SDK's ``stdio_server`` points fd 1 at stderr and fd 0 at the null
-device while it serves, so nothing but JSON-RPC reaches stdout: the fleet is
-opened *inside* it, so the zygote and every unit inherit those descriptors
-(units write to their output files anyway). One client, one session.
+stdio: ``claim_stdio`` moves the wire to private descriptors first thing and
+points fd 1 at stderr and fd 0 at the null device, so nothing but JSON-RPC
+reaches stdout: not a module's import-time print, not the zygote, not a unit
+(which writes to its output file anyway). One client, one session.
 
 HTTP: the SDK's streamable-HTTP app behind the same guard as ``serve --http``
 (the state dir's bearer token, Host and Origin checks). Notices are claimed
@@ -21,6 +21,9 @@ deploy (a supervisor of its own hands resumable units over to the next start).
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import io
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
@@ -52,15 +55,37 @@ async def _until_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-async def serve_stdio(
-    make: Callable[[], McpServer], desk_of: Callable[[McpServer], NoticeDesk]
-) -> None:
-    """Serve one client on stdin/stdout until it closes them or a stop signal comes.
+def claim_stdio() -> tuple[int, int]:
+    """Take stdin and stdout for the JSON-RPC wire, before anything else can write.
 
-    ``make`` opens the fleet and builds the server (in a worker thread, inside
-    the stdio claim: see the module docstring).
+    Returns private descriptors of the wire (close-on-exec, above 2); fd 0
+    then reads the null device and fd 1 writes to stderr, for this process
+    and everything it starts: a module ``--import`` imports, the zygote, the
+    units. Called first thing by ``workunits mcp`` on stdio.
     """
-    async with stdio_server() as (read_stream, write_stream):
+    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    sys.stdout.flush()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return wire_in, wire_out
+
+
+async def serve_stdio(
+    wire: tuple[int, int],
+    make: Callable[[], McpServer],
+    desk_of: Callable[[McpServer], NoticeDesk],
+) -> None:
+    """Serve one client on the ``wire`` (``claim_stdio``) until it closes it or a stop
+    signal comes. ``make`` opens the fleet and builds the server (in a worker thread)."""
+    reader = io.TextIOWrapper(os.fdopen(wire[0], "rb"), encoding="utf-8", errors="replace")
+    writer = io.TextIOWrapper(os.fdopen(wire[1], "wb"), encoding="utf-8")
+    async with stdio_server(anyio.wrap_file(reader), anyio.wrap_file(writer)) as (
+        read_stream,
+        write_stream,
+    ):
         server = await anyio.to_thread.run_sync(make)
         try:
             async with anyio.create_task_group() as tg, server.running():
