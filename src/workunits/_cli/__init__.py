@@ -49,6 +49,7 @@ _COMMANDS = (
     control,
     doctor,
     inspect,
+    mcp,
     schedules,
     serve,
     signals,

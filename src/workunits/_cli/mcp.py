@@ -134,10 +134,12 @@ def mcp_command(  # noqa: PLR0917 - click passes every option by position
     closes stdin, or on SIGTERM/SIGINT/SIGHUP: resumable units of its own
     supervisor are handed to the next start (same ID), the others end killed.
     """
-    from workunits import _mcp  # noqa: PLC0415 - the [mcp] extra, loaded only here
-
-    # On stdio, stdout is the wire from here on: --import's modules print to stderr.
-    wire = _mcp.claim_stdio() if http_bind is None else None
+    try:
+        from workunits import _mcp  # noqa: PLC0415 - the [mcp] extra, loaded only here
+    except ModuleNotFoundError as missing:
+        if missing.name != "mcp":
+            raise
+        raise SpecError(str(missing)) from None
     for target in targets:
         module, sep, name = target.partition(":")
         if not (module and sep and name):
@@ -154,6 +156,8 @@ def mcp_command(  # noqa: PLR0917 - click passes every option by position
                 f"refusing to serve MCP over HTTP on {http[0]}, which is not a loopback "
                 "address, without TLS: give --tls-cert and --tls-key, or --insecure"
             )
+    # On stdio, stdout is the wire from here on: --import's modules print to stderr.
+    wire = _mcp.claim_stdio() if http_bind is None else None
     if imports and connect is None:
         kinds = user_code.import_all(imports)
         options = {"preload": imports, "kinds": kinds}

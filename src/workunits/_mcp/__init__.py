@@ -100,14 +100,8 @@ def run(settings: Settings, wire: tuple[int, int] | None = None) -> None:
     if settings.http is None:
         if wire is None:
             wire = claim_stdio()
-        desks: dict[int, NoticeDesk] = {}
-
-        def make() -> McpServer:
-            server, desk = _build(settings, policy)
-            desks[id(server)] = desk
-            return server
-
-        anyio.run(serve_stdio, wire, make, lambda server: desks[id(server)])
+        server, desk = _build(settings, policy)
+        anyio.run(serve_stdio, wire, server, desk)
         return
     host, port = settings.http
     server, desk = _build(settings, policy)  # creates the state dir: the token's home

@@ -34,6 +34,7 @@ from workunits._status import Status, is_terminal
 
 ERROR_CHARS = 2000  # of a unit's error (its traceback) in an answer
 TAIL_CHARS = 2000  # of an ended unit's output in a notice
+KILL_SETTLE = 5.0  # seconds kill waits for the end it caused, to answer with it
 
 
 class ToolFailure(Exception):
@@ -244,6 +245,9 @@ class Tools:
     async def _kill(self, args: dict[str, Any], session: str) -> Answer:
         work_id = _id(args)
         changed = await self._run(self.fleet.kill, work_id)
+        if changed:  # its end follows in milliseconds: answer with it
+            with anyio.move_on_after(min(self.limits.max_wait, KILL_SETTLE)):
+                await self._ended(work_id)
         return await self._acted(work_id, changed, "killed")
 
     async def _cancel(self, args: dict[str, Any], session: str) -> Answer:

@@ -73,29 +73,24 @@ def claim_stdio() -> tuple[int, int]:
     return wire_in, wire_out
 
 
-async def serve_stdio(
-    wire: tuple[int, int],
-    make: Callable[[], McpServer],
-    desk_of: Callable[[McpServer], NoticeDesk],
-) -> None:
+async def serve_stdio(wire: tuple[int, int], server: McpServer, desk: NoticeDesk) -> None:
     """Serve one client on the ``wire`` (``claim_stdio``) until it closes it or a stop
-    signal comes. ``make`` opens the fleet and builds the server (in a worker thread)."""
+    signal comes; then give back what its session holds and close the fleet."""
     reader = io.TextIOWrapper(os.fdopen(wire[0], "rb"), encoding="utf-8", errors="replace")
     writer = io.TextIOWrapper(os.fdopen(wire[1], "wb"), encoding="utf-8")
-    async with stdio_server(anyio.wrap_file(reader), anyio.wrap_file(writer)) as (
-        read_stream,
-        write_stream,
-    ):
-        server = await anyio.to_thread.run_sync(make)
-        try:
-            async with anyio.create_task_group() as tg, server.running():
-                tg.start_soon(_until_signal, tg.cancel_scope)
-                options = server.lowlevel.create_initialization_options()
-                await server.lowlevel.run(read_stream, write_stream, options)
-                tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_shut, server, desk_of(server))
+    try:
+        async with (
+            stdio_server(anyio.wrap_file(reader), anyio.wrap_file(writer)) as (read, write),
+            anyio.create_task_group() as tg,
+            server.running(),
+        ):
+            tg.start_soon(_until_signal, tg.cancel_scope)
+            options = server.lowlevel.create_initialization_options()
+            await server.lowlevel.run(read, write, options)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_shut, server, desk)
 
 
 def _shut(server: McpServer, desk: NoticeDesk) -> None:

@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from mcp.client.streamable_http import streamable_http_client
-
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
 
 
 def server_env() -> dict[str, str]:
-    """The test's environment, with the repository importable (``tests.mcp.jobs``)."""
+    """The test's environment, with the repository importable (``tests.mcp_server.jobs``)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env

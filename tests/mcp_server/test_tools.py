@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import workunits as wu
-from tests.mcp.harness import call, fail, read_all, stdio
+from tests.mcp_server.harness import call, fail, read_all, stdio
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -163,7 +163,7 @@ def test_output_search_wait_for_output_restart_and_retry(tmp_path: Path) -> None
 
 
 def test_limits_on_running_units_and_allowed_agents(tmp_path: Path) -> None:
-    options = ("--max-running", "1", "--allow-target", "tests.mcp.jobs:greet")
+    options = ("--max-running", "1", "--allow-target", "tests.mcp_server.jobs:greet")
 
     async def scenario() -> None:
         async with stdio(tmp_path / "s", *UNCONFINED, *options, cwd=tmp_path) as c:
@@ -173,7 +173,11 @@ def test_limits_on_running_units_and_allowed_agents(tmp_path: Path) -> None:
             await call(c, "kill", id=first)
             await call(c, "wait_for", ids=[first])
             agent = await call(
-                c, "start_agent", target="tests.mcp.jobs:greet", args=["mcp"], kwargs={"times": 2}
+                c,
+                "start_agent",
+                target="tests.mcp_server.jobs:greet",
+                args=["mcp"],
+                kwargs={"times": 2},
             )
             assert agent["id"].startswith("a")
             done = await call(c, "wait_for", ids=[agent["id"]], timeout=30)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.mcp.harness import command, server_env
+from tests.mcp_server.harness import command, server_env
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,9 +70,9 @@ def test_only_json_rpc_reaches_stdout(tmp_path: Path) -> None:
         "--sandbox",
         "none",
         "--import",
-        "tests.mcp.noisy",
+        "tests.mcp_server.noisy",
         "--allow-target",
-        "tests.mcp.noisy:shout",
+        "tests.mcp_server.noisy:shout",
     )
     raw = Raw(argv, tmp_path)
     hello = {"name": "raw", "version": "0"}
@@ -97,7 +97,7 @@ def test_only_json_rpc_reaches_stdout(tmp_path: Path) -> None:
         {
             "name": "start_agent",
             "arguments": {
-                "target": "tests.mcp.noisy:shout",
+                "target": "tests.mcp_server.noisy:shout",
             },
         },
     )

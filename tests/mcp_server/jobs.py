@@ -1,4 +1,4 @@
-"""Agents the MCP tests allow (``--allow-target tests.mcp.jobs:...``), importable by reference."""
+"""Agents the MCP tests allow (``--allow-target tests.mcp_server.jobs:...``), by reference."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import httpx
 import mcp_types as types
 import pytest
 
-from tests.mcp.harness import call, http_server, quiet_deprecations, read_all
+from tests.mcp_server.harness import call, http_server, quiet_deprecations, read_all
 
 pytestmark = pytest.mark.timeout(120)
 
