@@ -67,34 +67,54 @@ class NoticeDesk:
         """Acknowledge what ``key`` holds, then claim up to ``most`` ends for it.
 
         Waits up to ``wait`` seconds for the first one. Returns the notices and
-        the IDs just acknowledged.
+        the IDs just acknowledged. Cancelled (the client gave up on the call),
+        it gives back what it claimed: the model never saw those ends, so they
+        must not be acknowledged at its next take.
         """
         acked = await self.ack(key, None)
         session = self._session(key)
         taken: list[Any] = []
+        mine: list[str] = []  # the IDs this call claimed and kept for the session
         deadline = time.monotonic() + wait
-        while len(taken) < most:
-            claim = await anyio.to_thread.run_sync(self._source.claim_nowait)
-            if claim is not None:
-                self._keep(key, session, claim)
-                taken.append(claim.notice)
-                continue
-            if taken or time.monotonic() >= deadline:
-                break
-            await anyio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+        try:
+            while len(taken) < most:
+                # Shielded: a claim made in the thread must reach the session, or it
+                # would stay claimed by this process with nobody holding it.
+                with anyio.CancelScope(shield=True):
+                    claim = await anyio.to_thread.run_sync(self._source.claim_nowait)
+                    if claim is not None and self._keep(key, session, claim):
+                        mine.append(claim.notice.id)
+                if claim is not None:
+                    taken.append(claim.notice)
+                    continue
+                if taken or time.monotonic() >= deadline:
+                    break
+                await anyio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._give_back, session, mine)
+            raise
         return taken, acked
 
-    def _keep(self, key: str, session: _Session, claim: Claim[Any]) -> None:
+    def _keep(self, key: str, session: _Session, claim: Claim[Any]) -> bool:
+        """Hold ``claim`` for the session; False for what needs no holding (or was given back)."""
         notice = claim.notice
         if not isinstance(notice, Notification):
             claim.ack()  # a monitor's event: nothing to hold
-            return
+            return False
         with self._lock:
             if self._sessions.get(key) is session:
                 session.held[notice.id] = claim
-                return
+                return True
         # The session ended while this claim was being made: give it back at once.
         claim.release()
+        return False
+
+    def _give_back(self, session: _Session, ids: list[str]) -> None:
+        with self._lock:
+            claims = [session.held.pop(i) for i in ids if i in session.held]
+        for claim in claims:
+            claim.release()
 
     async def ack(self, key: str, ids: list[str] | None) -> list[str]:
         """Acknowledge the ends ``key`` holds (``ids``: those only); the IDs acknowledged."""
@@ -105,9 +125,11 @@ class NoticeDesk:
             wanted = list(session.held) if ids is None else [i for i in ids if i in session.held]
             claims = [(i, session.held.pop(i)) for i in wanted]
         done: list[str] = []
-        for work_id, claim in claims:
-            if await anyio.to_thread.run_sync(claim.ack):
-                done.append(work_id)
+        # Shielded: the claims are out of the session now, and must be settled.
+        with anyio.CancelScope(shield=True):
+            for work_id, claim in claims:
+                if await anyio.to_thread.run_sync(claim.ack):
+                    done.append(work_id)
         return done
 
     def end(self, key: str) -> int:

@@ -68,7 +68,8 @@ class Tools:
     policy: sandbox.Policy
     targets: frozenset[str]
     workspace: Path
-    _mine: dict[str, _Started] = field(default_factory=dict)
+    _mine: dict[str, _Started] = field(default_factory=dict)  # how it started them
+    _live: set[str] = field(default_factory=set)  # those not yet seen ended
 
     async def call(self, name: str, args: dict[str, Any], session: str) -> Answer:
         handler: Callable[[dict[str, Any], str], Awaitable[Answer]] | None = getattr(
@@ -112,6 +113,7 @@ class Tools:
             )
         )
         self._mine[work_id] = _Started("start_shell", dict(args))
+        self._live.add(work_id)
         return await self._started(work_id, policy)
 
     async def _start_agent(self, args: dict[str, Any], session: str) -> Answer:
@@ -138,6 +140,7 @@ class Tools:
             )
         )
         self._mine[work_id] = _Started("start_agent", dict(args))
+        self._live.add(work_id)
         return await self._started(work_id, policy)
 
     def _confine(self, args: dict[str, Any]) -> tuple[sandbox.Policy, Path]:
@@ -148,11 +151,11 @@ class Tools:
 
     async def _room(self) -> None:
         """Refuse a start beyond ``max_running`` units of this server that have not ended."""
-        running = 0
-        for work_id in list(self._mine):
+        for work_id in list(self._live):
             record = await self._run(self.fleet.get, work_id)
-            if not is_terminal(record.status):
-                running += 1
+            if is_terminal(record.status):
+                self._live.discard(work_id)
+        running = len(self._live)
         if running >= self.limits.max_running:
             raise ToolFailure(
                 f"{running} units this server started are still running, its limit: wait for "
@@ -275,6 +278,7 @@ class Tools:
     async def _retry(self, args: dict[str, Any], session: str) -> Answer:
         work_id = _id(args)
         again = await self._run(self.fleet.retry, work_id)
+        self._live.add(again)
         if work_id in self._mine:
             self._mine[again] = self._mine[work_id]
         record = await self._run(self.fleet.get, again)
@@ -296,6 +300,7 @@ class Tools:
                 if started is None:
                     raise
             else:
+                self._live.add(again)
                 if started is not None:
                     self._mine[again] = started
                 return await self._restarted(work_id, again)
