@@ -16,7 +16,7 @@ import click
 
 from workunits._cli import user_code
 from workunits._cli._app import cli, seconds_option, state_option
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 
 
 @cli.command("mcp")

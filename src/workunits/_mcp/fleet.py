@@ -15,12 +15,12 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workunits._claim import NoticeSource
-from workunits._record import MailboxItem, Notification, OutputChunk, WorkRecord
+from workunits._core.claim import NoticeSource
+from workunits._core.record import MailboxItem, Notification, OutputChunk, WorkRecord
 
 if TYPE_CHECKING:
-    from workunits._client import Client
-    from workunits._client_http import HttpClient
+    from workunits._client.http_client import HttpClient
+    from workunits._client.ledger_client import Client
     from workunits.supervisor.facade import Supervisor
 
 
@@ -107,7 +107,7 @@ class Fleet:
         ``chunk.start > offset`` when those bytes are no longer held (an ended
         unit whose output was not kept keeps only its last 64 KiB).
         """
-        from workunits._client import Client  # noqa: PLC0415 - lazy: see module docstring
+        from workunits._client.ledger_client import Client  # noqa: PLC0415 - lazy: see module docstring
         from workunits.supervisor.facade import Supervisor  # noqa: PLC0415
 
         backend = self.backend
@@ -171,7 +171,7 @@ def _read_over_http(client: HttpClient, work_id: str, offset: int, limit: int) -
 
 
 def _ended(record: WorkRecord) -> bool:
-    from workunits._status import is_terminal  # noqa: PLC0415 - tiny, kept beside its use
+    from workunits._core.status import is_terminal  # noqa: PLC0415 - tiny, kept beside its use
 
     return is_terminal(record.status)
 

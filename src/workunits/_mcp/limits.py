@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workunits._errors import SpecError
+from workunits._core.errors import SpecError
 
 DEFAULT_MAX_RUNNING = 16
 DEFAULT_MAX_OUTPUT = 32 << 10

@@ -1,7 +1,7 @@
 """Notices per MCP session: one mailbox consumer for the server, claims per session.
 
 Every session of one server takes ends from the same consumer (the fleet's
-mailbox of top-level units, ``workunits._claim``), so two sessions never
+mailbox of top-level units, ``workunits._core.claim``), so two sessions never
 both hold an end. A session *claims* what ``take_notices`` returns and holds
 it until it acknowledges: at its next ``take_notices`` (it has seen the batch
 and acted on it) or with ``ack_notices``. A session that ends -- the stdio
@@ -25,8 +25,8 @@ from typing import Any
 
 import anyio
 
-from workunits._claim import Claim, NoticeSource
-from workunits._record import MailboxItem, Notification
+from workunits._core.claim import Claim, NoticeSource
+from workunits._core.record import MailboxItem, Notification
 
 POLL = 0.05  # seconds between looks while take_notices waits for an end
 

@@ -28,13 +28,13 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 
 import workunits
-from workunits._errors import WorkunitsError
+from workunits._core.errors import WorkunitsError
+from workunits._core.status import Status, is_terminal
 from workunits._mcp import output
 from workunits._mcp.calllog import CallLog
 from workunits._mcp.fleet import Fleet
 from workunits._mcp.schemas import TOOLS
 from workunits._mcp.tools import ToolFailure, Tools, summary
-from workunits._status import Status, is_terminal
 
 log = logging.getLogger("workunits.mcp")
 

@@ -17,20 +17,20 @@ from typing import Any
 import anyio
 import orjson
 
-from workunits._errors import (
+from workunits._core.errors import (
     IdempotencyConflict,
     InvalidWorkId,
     NotRetryable,
     UnknownWork,
     WorkunitsError,
 )
-from workunits._ids import is_valid
+from workunits._core.ids import is_valid
+from workunits._core.record import MonitorEvent, Notification, WorkRecord
+from workunits._core.status import Status, is_terminal
 from workunits._mcp import output, sandbox
 from workunits._mcp.fleet import Fleet
 from workunits._mcp.limits import MAX_NOTICES, MAX_PAGE, Limits
 from workunits._mcp.notices import NoticeDesk
-from workunits._record import MonitorEvent, Notification, WorkRecord
-from workunits._status import Status, is_terminal
 
 ERROR_CHARS = 2000  # of a unit's error (its traceback) in an answer
 TAIL_CHARS = 2000  # of an ended unit's output in a notice
