@@ -19,7 +19,7 @@ import orjson
 from workunits._core import ids
 from workunits._core.record import TAIL_BYTES
 from workunits._core.status import Reason, Status, is_terminal
-from workunits._ledger import NO_RESULT, Ledger, Request, SupervisorLock, UnitRow
+from workunits._ledger import NO_RESULT, Ledger, LedgerRequest, SupervisorLock, UnitRow
 
 SESSION = "s00000001"
 
@@ -126,7 +126,7 @@ class FakeSupervisor:
         exit_code = 0 if self.row(work_id).kind == "shell" else None
         self.end(work_id, Status.COMPLETED, value=value, exit_code=exit_code)
 
-    def apply_requests(self) -> list[Request]:
+    def apply_requests(self) -> list[LedgerRequest]:
         """Take and apply every open request, as a supervisor tick does."""
         taken = self.ledger.take_requests(100, session=self.session)
         for request in taken:

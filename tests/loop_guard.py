@@ -5,7 +5,7 @@ it runs, records every blocking call made *on the loop's thread*:
 
 - a wait on a ``threading.Event`` or ``threading.Condition`` (pykka futures,
   queues, ``Event.wait``), except the instant one ``Thread.start()`` makes;
-- a ledger read or write (``Database.read`` / ``write``: SQLite on disk);
+- a ledger read or write (``SqliteDatabase.read`` / ``write``: SQLite on disk);
 - the audit events of blocking I/O: ``open`` under the test's directory,
   ``sqlite3.connect``, ``time.sleep``, ``subprocess.Popen``, ``socket.connect``;
 - a loop step slower than ``slow`` seconds (asyncio debug's slow-callback
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from workunits._ledger.sqlite.db import Database
+from workunits._ledger.sqlite.db import SqliteDatabase
 
 T = TypeVar("T")
 
@@ -129,8 +129,8 @@ class LoopGuard:
 
         wrap(threading.Event, "wait", wait_allowed)
         wrap(threading.Condition, "wait", wait_allowed)
-        wrap(Database, "read", lambda args: False)
-        wrap(Database, "write", lambda args: False)
+        wrap(SqliteDatabase, "read", lambda args: False)
+        wrap(SqliteDatabase, "write", lambda args: False)
 
         class SlowStep(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:

@@ -22,7 +22,7 @@ from workunits import (
 )
 from workunits.supervisor.actor import requests as rq
 from workunits.testing import ManualClock, ScriptedDriver, ScriptSpec
-from workunits.testing._scripted import Exit
+from workunits.testing._scripted import ExitWith
 
 
 def test_kill_of_a_running_unit_returns_true_and_ends_it(
@@ -302,7 +302,7 @@ def test_a_cancel_request_the_unit_outran_is_answered_unchanged(
     with connect(msup.state_dir) as client:
         seq = client.request("cancel", unit.id)
         assert seq is not None
-        actor.tell(Exit(0))
+        actor.tell(ExitWith(0))
         assert msup.wait(unit.id, WAIT).status is Status.COMPLETED
         msup.tick()
         assert client.request_result(seq, timeout=WAIT) == {

@@ -14,7 +14,7 @@ from workunits import MailboxClosed, Notification, Reason, Status, Supervisor, W
 from workunits._ledger import Ledger, Write, WriteOutcome
 from workunits.supervisor.actor import requests as rq
 from workunits.testing import ScriptedDriver
-from workunits.testing._scripted import Exit
+from workunits.testing._scripted import ExitWith
 
 
 def test_each_terminal_unit_sends_exactly_one_notice_with_its_fields(sup: Supervisor) -> None:
@@ -179,12 +179,12 @@ def test_ends_reported_back_to_back_commit_in_one_transaction(
 
     msup._ask(rq.Subscribe(hold))
     # A stream's hold writes the record: the subscriber above sees it and blocks.
-    holder = threading.Thread(target=lambda: msup._ask(rq.Retain(blocker.id)))
+    holder = threading.Thread(target=lambda: msup._ask(rq.RetainUnit(blocker.id)))
     holder.start()
     try:
         assert entered.wait(WAIT)
         for actor in actors:
-            actor.tell(Exit(0))
+            actor.tell(ExitWith(0))
         for actor in actors:  # an actor stops right after it told its end
             assert actor.actor_stopped.wait(WAIT)
     finally:

@@ -27,7 +27,7 @@ import pytest
 import workunits as wu
 from tests.conftest import eventually
 from workunits._ledger import Ledger
-from workunits._ledger.sqlite.db import Database
+from workunits._ledger.sqlite.db import SqliteDatabase
 
 
 def ledger_of(sup: wu.Supervisor) -> Ledger:
@@ -109,7 +109,7 @@ class PageLimitFull:
     @staticmethod
     def _limit(ledger: Ledger, pages: int | None) -> None:
         db = getattr(ledger._db, "inner", ledger._db)  # see the module docstring; unfenced
-        assert isinstance(db, Database), "the page limit is SQLite's"
+        assert isinstance(db, SqliteDatabase), "the page limit is SQLite's"
         with db._lock:
             if pages is None:
                 db.conn.executescript("PRAGMA incremental_vacuum;")  # no free page to reuse

@@ -26,7 +26,7 @@ from tests.ledger.support import new_unit
 from workunits import Status
 from workunits._ledger import Ledger, Write
 from workunits.supervisor.actor import ledger_mirror as durable
-from workunits.supervisor.actor.failed_writes import Backlog, Pending
+from workunits.supervisor.actor.failed_writes import FailedWrites, Pending
 
 
 @pytest.fixture(params=["tmpfs", "page-limit"])
@@ -140,7 +140,7 @@ def test_one_unit_s_writes_land_in_the_order_they_were_made(disk: tuple[Path, Fi
     state, filler = disk
     with Ledger(state) as ledger:
         row = new_unit(ledger)  # pending
-        backlog = Backlog(ledger)
+        backlog = FailedWrites(ledger)
         landed: list[str] = []
         big = "x" * 20_000  # more than the pages the ledger has free
         running = Write(row.id, row.attempt, {"status": "running", "progress_message": big})
@@ -171,7 +171,7 @@ def test_a_start_waiting_in_the_backlog_goes_on_only_once_it_lands(
     state, filler = disk
     with Ledger(state) as ledger:
         kept, dropped, taken = new_unit(ledger), new_unit(ledger), new_unit(ledger)
-        backlog = Backlog(ledger)
+        backlog = FailedWrites(ledger)
         started: list[str] = []
         big = "x" * 20_000  # more than the pages the ledger has free
         assert not backlog.when_status_lands(kept.id, lambda: started.append("nothing waits"))

@@ -13,7 +13,7 @@ import pytest
 from tests.ledger.support import new_unit
 from workunits import SpecError, Status, Supervisor
 from workunits._ledger import Ledger, LedgerError
-from workunits._ledger.sqlite.db import Database
+from workunits._ledger.sqlite.db import SqliteDatabase
 from workunits._ledger.values import KEY_FILE
 
 
@@ -130,7 +130,7 @@ def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_process
 
 def _synchronous_after_a_submit(ledger: Ledger) -> int:
     new_unit(ledger)
-    assert isinstance(ledger._db, Database)  # these tests are about the SQLite file
+    assert isinstance(ledger._db, SqliteDatabase)  # these tests are about the SQLite file
     return int(ledger._db.conn.execute("PRAGMA synchronous").fetchone()[0])
 
 

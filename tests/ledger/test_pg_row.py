@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workunits._ledger.postgres.db import PgRow, _Columns
+from workunits._ledger.postgres.db import PgRow, _PgColumns
 
 COLUMNS = ["id", "Status", "id"]  # a name twice: the first one wins in both
 VALUES = ("a1", "running", "shadowed")
@@ -22,7 +22,7 @@ def sqlite_row() -> Any:
 
 
 def test_a_pg_row_answers_every_lookup_as_an_sqlite_row_does() -> None:
-    ours, theirs = PgRow(VALUES, _Columns(COLUMNS)), sqlite_row()
+    ours, theirs = PgRow(VALUES, _PgColumns(COLUMNS)), sqlite_row()
     for key in ("id", "ID", "Id", "status", "STATUS", "Status", 0, 1, 2, -1):
         assert ours[key] == theirs[key], key
     assert ours.keys() == theirs.keys() == COLUMNS
@@ -34,4 +34,4 @@ def test_an_unknown_column_is_the_same_error_as_sqlite_s() -> None:
     with pytest.raises(IndexError):
         sqlite_row()["nope"]
     with pytest.raises(IndexError, match="no column named 'nope'"):
-        PgRow(VALUES, _Columns(COLUMNS))["nope"]
+        PgRow(VALUES, _PgColumns(COLUMNS))["nope"]

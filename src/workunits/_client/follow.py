@@ -71,7 +71,7 @@ class Backoff:
         return delay
 
 
-class OutputStream(Iterator[bytes]):
+class LedgerOutputStream(Iterator[bytes]):
     """Every byte of one unit's output, once, in order, until the unit is terminal.
 
     With ``follow=False`` it ends as soon as it has read what is there now.
@@ -228,7 +228,7 @@ class OutputStream(Iterator[bytes]):
         self._open = False
         self._close_fd()
 
-    def __enter__(self) -> OutputStream:
+    def __enter__(self) -> LedgerOutputStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -238,7 +238,7 @@ class OutputStream(Iterator[bytes]):
         self.close()
 
 
-class Notices(NoticeSource[Notification], Iterator[Notification]):
+class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
     """Notices of top-level units (no parent) from the ledger's outbox.
 
     Each notice is claimed in the ledger before it is returned, so it goes to

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, overload
 
-from workunits._client.follow import Backoff, Notices, OutputStream
+from workunits._client.follow import Backoff, LedgerNotices, LedgerOutputStream
 from workunits._client.other_host_output import OtherHostOutput
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
@@ -611,7 +611,7 @@ class Client:
 
     # -- output and notices ----------------------------------------------------
 
-    def stream(self, work_id: str, *, follow: bool = True) -> OutputStream:
+    def stream(self, work_id: str, *, follow: bool = True) -> LedgerOutputStream:
         """Yield the unit's output from its start, every byte once, until it is terminal.
 
         With ``follow=False``, only what has been written so far.
@@ -622,7 +622,7 @@ class Client:
         it for long, so that its row does not expire meanwhile.
         """
         self.row(work_id)  # InvalidWorkId / UnknownWork now, not at the first next()
-        return OutputStream(
+        return LedgerOutputStream(
             self.ledger,
             work_id,
             stop=self._closed,
@@ -631,13 +631,13 @@ class Client:
             other_host=self._other_host_output,
         )
 
-    def notifications(self) -> Notices:
+    def notifications(self) -> LedgerNotices:
         """Notices of top-level units as they end; each goes to one consumer, once.
 
         Consumers on the same state dir (other clients, other processes) share
         them: a notice one of them took is not seen by the others.
         """
-        return Notices(self.ledger, stop=self._closed, poll=self._poll)
+        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll)
 
     # -- requests to the supervisor ------------------------------------------
 
@@ -891,14 +891,14 @@ class Client:
         row = await self._wait_row_async(work_id, timeout)
         return await asyncio.to_thread(self._result_of_row, row)
 
-    def stream_async(self, work_id: str, *, follow: bool = True) -> OutputStream:
+    def stream_async(self, work_id: str, *, follow: bool = True) -> LedgerOutputStream:
         """Like ``stream``, for ``async for chunk in client.stream_async(id)``.
 
         Each look at the ledger and the output file is a short call on a worker
         thread; waits are ``asyncio.sleep``. A bad ID raises at the first step.
         """
         ids.validate(work_id)
-        return OutputStream(
+        return LedgerOutputStream(
             self.ledger,
             work_id,
             stop=self._closed,
@@ -982,7 +982,7 @@ class ClientHandle:
         """Request a kill (``Client.kill``)."""
         return self.client.kill(self.id)
 
-    def stream(self) -> OutputStream:
+    def stream(self) -> LedgerOutputStream:
         """The unit's output as it is written (``Client.stream``)."""
         return self.client.stream(self.id)
 
@@ -1006,6 +1006,6 @@ class ClientHandle:
         """Like ``kill`` without blocking the event loop."""
         return await self.client.kill_async(self.id)
 
-    def stream_async(self) -> OutputStream:
+    def stream_async(self) -> LedgerOutputStream:
         """Like ``stream``, for ``async for`` (``Client.stream_async``)."""
         return self.client.stream_async(self.id)

@@ -231,7 +231,7 @@ class Outcome:
     # (what a retry policy's ``on`` is matched against); empty without one.
     error_types: tuple[str, ...] = ()
     # The unit's actor failed (a bug in its kind), not its work: this end stays
-    # as reported even after a kill was accepted (``Control.as_asked``).
+    # as reported even after a kill was accepted (``UnitControl.as_asked``).
     actor_failed: bool = False
 
     def __post_init__(self) -> None:

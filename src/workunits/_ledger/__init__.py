@@ -40,7 +40,7 @@ from workunits._util import lazy
 
 if TYPE_CHECKING:
     from workunits._ledger.lock import SupervisorLock as SupervisorLock
-    from workunits._ledger.requests import Request as Request
+    from workunits._ledger.requests import LedgerRequest as LedgerRequest
     from workunits._ledger.rows import EXPIRED as EXPIRED
     from workunits._ledger.rows import NewUnit as NewUnit
     from workunits._ledger.rows import UnitRow as UnitRow
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from workunits._ledger.store import Ledger as Ledger
     from workunits._ledger.values import Stored as Stored
     from workunits._ledger.writes import NO_RESULT as NO_RESULT
-    from workunits._ledger.writes import Outcome as WriteOutcome
     from workunits._ledger.writes import Write as Write
+    from workunits._ledger.writes import WriteOutcome as WriteOutcome
     from workunits._wire.specs import Call as Call
 
 __all__ = [
@@ -62,11 +62,11 @@ __all__ = [
     "LedgerCorrupt",
     "LedgerError",
     "LedgerFull",
+    "LedgerRequest",
     "LedgerTampered",
     "LedgerVersionError",
     "NewUnit",
     "NoLedger",
-    "Request",
     "Session",
     "StaleAttempt",
     "StateDirError",
@@ -85,7 +85,7 @@ __getattr__, __dir__ = lazy.exports(
     globals(),
     {
         "SupervisorLock": "workunits._ledger.lock",
-        "Request": "workunits._ledger.requests",
+        "LedgerRequest": "workunits._ledger.requests",
         "EXPIRED": "workunits._ledger.rows",
         "NewUnit": "workunits._ledger.rows",
         "UnitRow": "workunits._ledger.rows",
@@ -95,7 +95,7 @@ __getattr__, __dir__ = lazy.exports(
         "Call": "workunits._wire.specs",
         "Stored": "workunits._ledger.values",
         "NO_RESULT": "workunits._ledger.writes",
-        "WriteOutcome": "workunits._ledger.writes:Outcome",
+        "WriteOutcome": "workunits._ledger.writes",
         "Write": "workunits._ledger.writes",
     },
 )

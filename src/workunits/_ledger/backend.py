@@ -7,7 +7,7 @@ first statement (no other writer runs until it commits), and a ``read()``
 snapshot. Each yields a :class:`Connection`, which runs one dialect of SQL
 everywhere: SQLite's, with ``?`` placeholders. Two backends implement it:
 
-- ``_db.Database``: the embedded default, ``<state_dir>/ledger.db``. It yields
+- ``sqlite.db.SqliteDatabase``: the embedded default, ``<state_dir>/ledger.db``. It yields
   the ``sqlite3`` connection itself, so the SQLite path pays nothing for the seam.
 - ``postgres.PostgresDatabase``: a ``postgresql://`` URL (the ``[postgres]``
   extra). Its connection translates each statement once (``postgres.sql``),
@@ -46,7 +46,7 @@ class Row(Protocol):
     def keys(self) -> list[str]: ...
 
 
-class Cursor(Protocol):
+class DbCursor(Protocol):
     @property
     def rowcount(self) -> int: ...
 
@@ -60,9 +60,9 @@ class Cursor(Protocol):
 class Connection(Protocol):
     """What a transaction yields; statements are SQLite SQL with ``?`` placeholders."""
 
-    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+    def execute(self, sql: str, parameters: Any = ..., /) -> DbCursor: ...
 
-    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> DbCursor: ...
 
 
 class Database(Protocol):

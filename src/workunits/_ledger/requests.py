@@ -25,7 +25,7 @@ VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class LedgerRequest:
     seq: int
     verb: str
     target: str
@@ -74,7 +74,7 @@ def take(
     now: float,
     *,
     routed: bool = False,
-) -> list[Request]:
+) -> list[LedgerRequest]:
     """Take up to ``limit`` open requests, oldest first; each is taken by one caller only.
 
     ``routed`` (several supervisors share the ledger): only requests this
@@ -105,7 +105,7 @@ def take(
         # A row written outside workunits that does not decode is answered with
         # its error and finished here: raising would refuse the whole batch, at
         # every tick, and no good request behind it would ever be applied.
-        taken: list[Request] = []
+        taken: list[LedgerRequest] = []
         refused: list[tuple[float, bytes, int]] = []
         for row in rows:
             try:
@@ -129,7 +129,7 @@ def finish(db: Database, seq: int, result: Any, now: float) -> None:
             raise LedgerError(f"no taken request {seq} in the ledger")
 
 
-def get(db: Database, seq: int) -> Request | None:
+def get(db: Database, seq: int) -> LedgerRequest | None:
     with db.read() as conn:
         row = conn.execute("SELECT * FROM requests WHERE seq = ?", (seq,)).fetchone()
     return None if row is None else _decode(row)
@@ -146,7 +146,7 @@ def reopen(db: Database, current_session: str) -> int:
         return cursor.rowcount
 
 
-def _decode(row: Any, **override: Any) -> Request:
+def _decode(row: Any, **override: Any) -> LedgerRequest:
     seq = row["seq"]
     where = f"request {seq}"
     args = strictjson.loads(row["args"], where, "requests.args")
@@ -165,4 +165,4 @@ def _decode(row: Any, **override: Any) -> Request:
         "result": None if result is None else strictjson.loads(result, where, "requests.result"),
     }
     fields.update(override)
-    return Request(**fields)
+    return LedgerRequest(**fields)

@@ -25,7 +25,7 @@ from workunits._util.signalname import check_name
 
 
 @dataclass(frozen=True, slots=True)
-class Signal:
+class StoredSignal:
     seq: int
     unit: str
     name: str
@@ -65,7 +65,7 @@ def send(db: Database, unit: str, name: str, value: Any, now: float) -> int | No
         return int(inserted[0])
 
 
-def open_for(db: Database, unit: str) -> list[Signal]:
+def open_for(db: Database, unit: str) -> list[StoredSignal]:
     """The signals ``unit`` has not consumed, oldest first."""
     with db.read() as conn:
         rows = conn.execute(
@@ -74,7 +74,7 @@ def open_for(db: Database, unit: str) -> list[Signal]:
     return [_decode(row) for row in rows]
 
 
-def after(db: Database, seq: int, limit: int) -> list[Signal]:
+def after(db: Database, seq: int, limit: int) -> list[StoredSignal]:
     """Open signals sent after ``seq`` (to any unit), oldest first: what a tick routes."""
     with db.read() as conn:
         rows = conn.execute(
@@ -98,9 +98,9 @@ def consume(conn: Connection, unit: str, seqs: Sequence[int], now: float) -> Non
     )
 
 
-def _decode(row: Any) -> Signal:
+def _decode(row: Any) -> StoredSignal:
     where = f"signal {row['seq']}"
-    return Signal(
+    return StoredSignal(
         seq=int(row["seq"]),
         unit=row["unit"],
         name=row["name"],

@@ -76,15 +76,15 @@ from workunits._ledger.backend import is_url
 from workunits._ledger.fence import FencedDatabase
 from workunits._ledger.polls import Polls
 from workunits._ledger.postgres.valuestore import DatabaseValueStore
-from workunits._ledger.requests import Request
+from workunits._ledger.requests import LedgerRequest
 from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
-from workunits._ledger.signals import Signal
+from workunits._ledger.signals import StoredSignal
 from workunits._ledger.sqlite import backup as backup_mod
-from workunits._ledger.sqlite.db import DB_FILE, Database
+from workunits._ledger.sqlite.db import DB_FILE, SqliteDatabase
 from workunits._ledger.submit_group import SubmitGroup
 from workunits._ledger.unreadable import Unreadable
-from workunits._ledger.writes import NO_RESULT, Outcome, Write
+from workunits._ledger.writes import NO_RESULT, Write, WriteOutcome
 from workunits._util import outputfile, procid, strictjson
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
@@ -134,7 +134,7 @@ class Ledger:
             )
         else:
             _refuse_an_emptied_ledger(self.state_dir)
-            self._db = Database(
+            self._db = SqliteDatabase(
                 self.state_dir,
                 busy_timeout=busy_timeout,
                 sync=sync,
@@ -152,14 +152,14 @@ class Ledger:
         except BaseException:
             self._db.close()
             raise
-        self._shared = not isinstance(self._db, Database)  # before a fence wraps it
+        self._shared = not isinstance(self._db, SqliteDatabase)  # before a fence wraps it
         self._polls = Polls(self._db)
         self._url = ledger
         self._secret = secret
         # On PostgreSQL every host must read what any host stored: the database keeps it.
         store: valuestore.ValueStore = (
             valuestore.FileValueStore(self.state_dir)
-            if isinstance(self._db, Database)
+            if isinstance(self._db, SqliteDatabase)
             else DatabaseValueStore(self._db)
         )
         self._large = largevalues.LargeValues(store, self._key, large_value)
@@ -252,7 +252,7 @@ class Ledger:
     def path(self) -> Path:
         """The SQLite file; a PostgreSQL ledger has none (LedgerError: see ``where``)."""
         plain = self._db.inner if isinstance(self._db, FencedDatabase) else self._db
-        if not isinstance(plain, Database):
+        if not isinstance(plain, SqliteDatabase):
             raise LedgerError(f"the ledger {self._db.where} is in PostgreSQL, not in a file")
         return plain.path
 
@@ -501,11 +501,11 @@ class Ledger:
         """
         w = Write(target, attempt, fields, result, json_result, notification)
         ((outcome, current),) = self._apply([w])
-        if outcome is Outcome.STALE:
+        if outcome is WriteOutcome.STALE:
             raise StaleAttempt(_id_of(target), attempt, current)
-        return outcome is Outcome.WRITTEN
+        return outcome is WriteOutcome.WRITTEN
 
-    def write_many(self, batch: Iterable[Write]) -> builtins.list[Outcome]:
+    def write_many(self, batch: Iterable[Write]) -> builtins.list[WriteOutcome]:
         """Apply several writes in one transaction (one commit, one sync for the group).
 
         Each write's outcome is in the list; a stale or ignored one does not
@@ -514,7 +514,7 @@ class Ledger:
         """
         return [outcome for outcome, _ in self._apply(builtins.list(batch))]
 
-    def _apply(self, batch: builtins.list[Write]) -> builtins.list[tuple[Outcome, int]]:
+    def _apply(self, batch: builtins.list[Write]) -> builtins.list[tuple[WriteOutcome, int]]:
         prepared = [writes.prepare(w, self._offload_result(w), self._seal_cause(w)) for w in batch]
         durable = any(
             "result" in p.columns or (p.status is not None and is_terminal(p.status))
@@ -835,7 +835,7 @@ class Ledger:
     def backup(self, dest: str | os.PathLike[str]) -> backup_mod.BackupReport:
         """Write a consistent copy of this live state dir to ``dest`` (``sqlite.backup``)."""
         plain = self._db.inner if isinstance(self._db, FencedDatabase) else self._db
-        if not isinstance(plain, Database):
+        if not isinstance(plain, SqliteDatabase):
             raise LedgerError(
                 f"the ledger {self._db.where} is in PostgreSQL: back it up with pg_dump (or "
                 f"your server's backups), and copy the state dir's files beside it"
@@ -977,7 +977,7 @@ class Ledger:
 
     def take_requests(
         self, limit: int, *, session: str | None = None, routed: bool = False
-    ) -> builtins.list[Request]:
+    ) -> builtins.list[LedgerRequest]:
         """Open requests, oldest first; ``routed``: only those ``session`` may apply
         among several supervisors (``requests.take``)."""
         return self._polls.poll(
@@ -988,7 +988,7 @@ class Ledger:
     def finish_request(self, seq: int, result: Any = None) -> None:
         requests.finish(self._db, seq, result, self._clock.now())
 
-    def get_request(self, seq: int) -> Request | None:
+    def get_request(self, seq: int) -> LedgerRequest | None:
         return requests.get(self._db, seq)
 
     def reopen_requests(self, current_session: str) -> int:
@@ -1000,12 +1000,12 @@ class Ledger:
         """Keep a signal for ``work_id``; its seq, or None when the unit has ended."""
         return signals.send(self._db, work_id, name, value, self._clock.now())
 
-    def open_signals(self, work_id: str) -> builtins.list[Signal]:
+    def open_signals(self, work_id: str) -> builtins.list[StoredSignal]:
         """The signals ``work_id`` has not consumed, oldest first."""
         ids.validate(work_id)
         return signals.open_for(self._db, work_id)
 
-    def signals_after(self, seq: int, limit: int = 256) -> builtins.list[Signal]:
+    def signals_after(self, seq: int, limit: int = 256) -> builtins.list[StoredSignal]:
         key = ("signals", seq, limit)
         return self._polls.poll(key, lambda: signals.after(self._db, seq, limit))
 

@@ -42,7 +42,7 @@ class NoResult(enum.Enum):
 NO_RESULT = NoResult.NO_RESULT
 
 
-class Outcome(enum.Enum):
+class WriteOutcome(enum.Enum):
     """What became of one write."""
 
     WRITTEN = "written"
@@ -67,7 +67,7 @@ class Write:
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
+class PreparedWrite:
     """A write with its columns encoded, ready to apply inside a transaction."""
 
     work_id: str
@@ -77,7 +77,7 @@ class Prepared:
     notification: Notification | None
 
 
-def prepare(write: Write, result: Stored | None, cause: Stored | None = None) -> Prepared:
+def prepare(write: Write, result: Stored | None, cause: Stored | None = None) -> PreparedWrite:
     """Encode a write's columns; runs outside the transaction (it may pickle).
 
     ``result`` and ``cause`` come signed from the Ledger; None leaves the
@@ -114,7 +114,7 @@ def prepare(write: Write, result: Stored | None, cause: Stored | None = None) ->
     status = columns.get("status")
     if status is not None and status not in _STATUSES:
         raise SpecError(f"{work_id}: {status!r} is not a status")
-    return Prepared(
+    return PreparedWrite(
         work_id=work_id,
         attempt=write.attempt,
         columns=columns,
@@ -123,7 +123,9 @@ def prepare(write: Write, result: Stored | None, cause: Stored | None = None) ->
     )
 
 
-def apply(conn: Connection, p: Prepared, *, now: float, expire_after: float) -> tuple[Outcome, int]:
+def apply(
+    conn: Connection, p: PreparedWrite, *, now: float, expire_after: float
+) -> tuple[WriteOutcome, int]:
     """Apply one prepared write; return its outcome and the row's current attempt."""
     current = conn.execute(
         "SELECT status, attempt, parent FROM units WHERE id = ?", (p.work_id,)
@@ -132,12 +134,12 @@ def apply(conn: Connection, p: Prepared, *, now: float, expire_after: float) -> 
         raise UnknownWork(f"the ledger has no unit {p.work_id}")
     row_attempt = int(current["attempt"])
     if row_attempt != p.attempt:
-        return Outcome.STALE, row_attempt
+        return WriteOutcome.STALE, row_attempt
     old = status_of(current["status"], p.work_id)
     entering_terminal = False
     if p.status is not None and p.status != old:
         if is_terminal(old):
-            return Outcome.IGNORED, row_attempt
+            return WriteOutcome.IGNORED, row_attempt
         if not allowed(old, p.status):
             raise InvalidTransition(
                 f"{p.work_id}: {old.value} -> {p.status.value} is not a lifecycle transition"
@@ -173,10 +175,10 @@ def apply(conn: Connection, p: Prepared, *, now: float, expire_after: float) -> 
             "UPDATE signals SET consumed_at = ? WHERE unit = ? AND consumed_at IS NULL",
             (now, p.work_id),
         )
-    return Outcome.WRITTEN, row_attempt
+    return WriteOutcome.WRITTEN, row_attempt
 
 
-def _insert_notice(conn: Connection, p: Prepared, parent: object, now: float) -> None:
+def _insert_notice(conn: Connection, p: PreparedWrite, parent: object, now: float) -> None:
     notice = p.notification
     if notice is None:
         row = conn.execute("SELECT * FROM units WHERE id = ?", (p.work_id,)).fetchone()

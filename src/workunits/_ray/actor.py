@@ -136,7 +136,7 @@ class RemoteActor(WorkActor):
         self._transcript_fd: int | None = None
         self._transcript: TranscriptWriter | None = None
         self._placement: Placement | None = None
-        self._result: m.Result | None = None
+        self._result: m.ReturnValue | None = None
         self._error: m.Error | None = None
 
     # -- start (this actor's thread) ------------------------------------------------

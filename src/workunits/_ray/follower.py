@@ -38,7 +38,7 @@ class StreamFailed:
 
 
 @dataclass(frozen=True, slots=True)
-class _Job:
+class _FollowJob:
     stream: Any
     tell: Tell
     name: str
@@ -51,12 +51,12 @@ class Followers:
         # Guards _idle and _closed; held for O(1) work (a list pop or append).
         self._lock = threading.Lock()
         # Each idle thread's own inbox; None in it tells the thread to end.
-        self._idle: list[queue.SimpleQueue[_Job | None]] = []
+        self._idle: list[queue.SimpleQueue[_FollowJob | None]] = []
         self._closed = False
 
     def follow(self, stream: Any, tell: Tell, name: str) -> None:
         """Read ``stream`` to its end in a pool thread, telling each batch, then its end."""
-        job = _Job(stream, tell, name)
+        job = _FollowJob(stream, tell, name)
         with self._lock:
             inbox = self._idle.pop() if self._idle and not self._closed else None
         if inbox is not None:
@@ -73,9 +73,9 @@ class Followers:
         for inbox in idle:
             inbox.put(None)
 
-    def _run(self, first: _Job) -> None:
-        inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        job: _Job | None = first
+    def _run(self, first: _FollowJob) -> None:
+        inbox: queue.SimpleQueue[_FollowJob | None] = queue.SimpleQueue()
+        job: _FollowJob | None = first
         while job is not None:
             threading.current_thread().name = job.name
             follow(job.stream, job.tell)

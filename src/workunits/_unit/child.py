@@ -171,7 +171,7 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int
 def _report_result(value: Any, ctx: _context.UnitContext, transcript: Capture) -> int:
     data = strictjson.dumps_if_exact(value)
     if data is not None:
-        if not _send_result(m.Result(data, "json"), value, ctx, transcript):
+        if not _send_result(m.ReturnValue(data, "json"), value, ctx, transcript):
             return EXIT_RAISED
         transcript.write("result", value=value)
         return EXIT_OK
@@ -181,14 +181,14 @@ def _report_result(value: Any, ctx: _context.UnitContext, transcript: Capture) -
         message = f"the return value ({type(value).__qualname__}) cannot be pickled: {exc}"
         _report_error("UnpicklableResult", message, ctx, transcript)
         return EXIT_RAISED
-    if not _send_result(m.Result(blob, "pickle"), value, ctx, transcript):
+    if not _send_result(m.ReturnValue(blob, "pickle"), value, ctx, transcript):
         return EXIT_RAISED
     transcript.write("result", value=repr(value)[:1000], format="pickle")
     return EXIT_OK
 
 
 def _send_result(
-    result: m.Result, value: Any, ctx: _context.UnitContext, transcript: Capture
+    result: m.ReturnValue, value: Any, ctx: _context.UnitContext, transcript: Capture
 ) -> bool:
     """Send the result; False when it is too large for the channel (the unit fails, saying so)."""
     try:

@@ -85,12 +85,12 @@ def _dispatch(instance: Any, message: Any) -> Any:
     return on_receive(message)
 
 
-def _encode_answer(value: Any) -> tuple[m.Result | None, m.Error | None]:
+def _encode_answer(value: Any) -> tuple[m.ReturnValue | None, m.Error | None]:
     data = strictjson.dumps_if_exact(value)
     if data is not None:
-        return m.Result(data, "json"), None
+        return m.ReturnValue(data, "json"), None
     try:
-        return m.Result(bytes(cloudpickle.dumps(value)), "pickle"), None
+        return m.ReturnValue(bytes(cloudpickle.dumps(value)), "pickle"), None
     except Exception as exc:  # noqa: BLE001 - the asker is told; the teammate carries on
         message = f"the answer ({type(value).__qualname__}) cannot be pickled: {exc}"
         return None, m.Error("UnpicklableAnswer", message, "", None)

@@ -94,7 +94,7 @@ class ReplyToUnit:
 
 
 @dataclass(frozen=True, slots=True)
-class ChildEnded:
+class ChildEndedToUnit:
     record: WorkRecord
     redelivered: bool = False  # see frames.ChildEnded
 

@@ -34,7 +34,7 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class Result:
+class ReturnValue:
     value: bytes
     format: str  # "json" or "pickle"
 
@@ -107,7 +107,7 @@ class Answer:
     """A teammate's answer to the ask ``token``: exactly one of result and error is set."""
 
     token: int
-    result: Result | None
+    result: ReturnValue | None
     error: Error | None
 
 

@@ -27,7 +27,7 @@ from workunits._wire import durable
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import (
     CheckpointReport,
-    ChildEnded,
+    ChildEndedToUnit,
     ChildNoticeTaken,
     ControlChild,
     EventToUnit,
@@ -121,7 +121,7 @@ class AgentActor(WorkActor):
         self._channel_key: int | None = None
         self._channel_open = False
         self._exit: tuple[int | None, int | None] | None = None
-        self._result: m.Result | None = None
+        self._result: m.ReturnValue | None = None
         self._error: m.Error | None = None
         self._torn: str | None = None  # how its channel closed in the middle of a frame
         self._transcript_path = outputfile.transcript_path(unit.state_dir, unit.id)
@@ -236,7 +236,7 @@ class AgentActor(WorkActor):
                 self._flush()
             case ReplyToUnit(reply):
                 self._send(reply)
-            case ChildEnded(record, redelivered):
+            case ChildEndedToUnit(record, redelivered):
                 self._send(m.ChildEnded(record, redelivered))
             case EventToUnit(event):
                 self._send(event)
@@ -251,7 +251,7 @@ class AgentActor(WorkActor):
                 unit.tell_supervisor(ProgressReport(unit.id, fraction, text, evidence))
             case m.Checkpoint(state, consumed):
                 unit.tell_supervisor(CheckpointReport(unit.id, unit.attempt, state, consumed))
-            case m.Result():
+            case m.ReturnValue():
                 self._result = frame
             case m.Error():
                 self._error = frame
@@ -402,7 +402,7 @@ class AgentActor(WorkActor):
             error = f"BrokenChannel: {_broken_channel(self._torn, killed=False)}"
             return Outcome(Status.FAILED, exit_code=0, error=error)
         if exit_code == 0:
-            result = self._result or m.Result(b"null", "json")
+            result = self._result or m.ReturnValue(b"null", "json")
             return Outcome(
                 Status.COMPLETED, exit_code=0, result=result.value, result_format=result.format
             )

@@ -1035,7 +1035,7 @@ class Supervisor:
         """
         ids.validate(work_id)
         poll = seconds("poll", poll)
-        self._ask(rq.Retain(work_id))
+        self._ask(rq.RetainUnit(work_id))
         return OutputStream(
             work_id,
             poll,
@@ -1084,12 +1084,12 @@ class Supervisor:
         poll = seconds("poll", poll)
         retained = self._pending_start is None and not self._start_failed
         if retained:
-            self._channel.post(rq.Retain(work_id))  # the actor applies it before any read
+            self._channel.post(rq.RetainUnit(work_id))  # the actor applies it before any read
 
         async def begin() -> None:
             nonlocal retained
             if not retained:
-                await self._ask_async(rq.Retain(work_id))
+                await self._ask_async(rq.RetainUnit(work_id))
                 retained = True
 
         def release() -> None:
@@ -1125,14 +1125,14 @@ class Supervisor:
         once if this process exits.
         """
         lease = check_lease(lease)
-        return self._retain(work_id, self._ask(rq.Lease(work_id, lease)), lease)
+        return self._retain(work_id, self._ask(rq.TakeLease(work_id, lease)), lease)
 
     async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
         """Like ``retain`` without blocking the event loop. The lease's ``renew`` and
         ``release`` are short blocking asks: from the loop, run them with
         ``asyncio.to_thread``, or let ``keep_renewing`` renew from its own thread."""
         lease = check_lease(lease)
-        return self._retain(work_id, await self._ask_async(rq.Lease(work_id, lease)), lease)
+        return self._retain(work_id, await self._ask_async(rq.TakeLease(work_id, lease)), lease)
 
     def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
         return self._held.hold(
@@ -1259,19 +1259,19 @@ class Supervisor:
 
     def kill(self, work_id: str) -> bool:
         """SIGKILL the unit's process group now. False if it was not running (a no-op)."""
-        return self._ask(rq.Kill(work_id, Reason.KILLED))
+        return self._ask(rq.KillUnit(work_id, Reason.KILLED))
 
     def cancel(self, work_id: str, grace: float = 5.0) -> bool:
         """SIGTERM now, SIGKILL after ``grace`` seconds. False if it was not running."""
-        return self._ask(rq.Cancel(work_id, seconds("grace", grace, zero=True)))
+        return self._ask(rq.CancelUnit(work_id, seconds("grace", grace, zero=True)))
 
     async def kill_async(self, work_id: str) -> bool:
         """Like ``kill`` without blocking the event loop."""
-        return await self._ask_async(rq.Kill(work_id, Reason.KILLED))
+        return await self._ask_async(rq.KillUnit(work_id, Reason.KILLED))
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
         """Like ``cancel`` without blocking the event loop."""
-        return await self._ask_async(rq.Cancel(work_id, seconds("grace", grace, zero=True)))
+        return await self._ask_async(rq.CancelUnit(work_id, seconds("grace", grace, zero=True)))
 
     def advertise(self, url: str) -> None:
         """Record in this session's row the URL its HTTP API is reached at from other hosts.
@@ -1435,7 +1435,7 @@ class Supervisor:
     async def tell_async(self, work_id: str, message: Any) -> None:
         """Like ``tell`` without blocking the event loop."""
         ids.validate(work_id)
-        await self._ask_async(rq.Send(work_id, encode_message(message), ask=False))
+        await self._ask_async(rq.SendToTeammate(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
         """The teammate's answer to ``message``, or the exception its handler raised.
@@ -1459,11 +1459,11 @@ class Supervisor:
 
     def stop(self, work_id: str) -> bool:
         """Ask a teammate to stop after the messages already sent; False if not running."""
-        return self._ask(rq.StopTeammate(work_id))
+        return self._ask(rq.StopTeammateUnit(work_id))
 
     async def stop_async(self, work_id: str) -> bool:
         """Like ``stop`` without blocking the event loop."""
-        return await self._ask_async(rq.StopTeammate(work_id))
+        return await self._ask_async(rq.StopTeammateUnit(work_id))
 
     # -- shutdown --------------------------------------------------------------
 

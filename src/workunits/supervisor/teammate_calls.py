@@ -37,7 +37,7 @@ class TeammateCalls:
 
     def tell(self, work_id: str, message: Any) -> None:
         ids.validate(work_id)
-        self._channel.ask(rq.Send(work_id, encode_message(message), ask=False))
+        self._channel.ask(rq.SendToTeammate(work_id, encode_message(message), ask=False))
 
     def ask(self, work_id: str, message: Any, timeout: float | None) -> Any:
         timeout = ask_timeout(timeout)
@@ -81,7 +81,9 @@ class TeammateCalls:
 
     def _route(self, work_id: str, message: Any, route: Route) -> int:
         ids.validate(work_id)
-        return self._channel.ask(rq.Send(work_id, encode_message(message), ask=True, reply=route))
+        return self._channel.ask(
+            rq.SendToTeammate(work_id, encode_message(message), ask=True, reply=route)
+        )
 
     def _forget(self, work_id: str, token: int) -> None:
         # Best effort and non-blocking (the async twin calls it on the loop): the

@@ -49,14 +49,14 @@ class ScriptSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class Write:
+class WriteOutput:
     """Append ``data`` to the unit's output file; the ask answers with its length."""
 
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class Exit:
+class ExitWith:
     """End the unit as a process exit would: code 0 is ``completed``, else ``failed``.
 
     After a kill or cancel reached the unit it ends ``killed`` with that reason
@@ -77,7 +77,7 @@ class Fail:
 
 
 @dataclass(frozen=True, slots=True)
-class Signals:
+class SignalsSeen:
     """Ask which signals the unit has received so far (a tuple of ints, in order)."""
 
 
@@ -111,9 +111,9 @@ class ScriptedWork(WorkActor):
 
     def on_receive(self, message: Any) -> Any:
         match message:
-            case Write(data):
+            case WriteOutput(data):
                 return self._write(data)
-            case Exit(code):
+            case ExitWith(code):
                 self._command()
                 self._end(self.outcome_for_exit(code, None))
                 return None
@@ -121,7 +121,7 @@ class ScriptedWork(WorkActor):
                 self._command()
                 self._end(self._outcome_for_error(error))
                 return None
-            case Signals():
+            case SignalsSeen():
                 return tuple(self.signals)
             case _:
                 return super().on_receive(message)
@@ -213,13 +213,13 @@ class ScriptedDriver:
         """Append ``data`` to the unit's output; returns its length once it is on disk."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise WrongType(f"data must be bytes, got {type(data).__name__}")
-        return int(self._ask(unit, Write(bytes(data))))
+        return int(self._ask(unit, WriteOutput(bytes(data))))
 
     def exit(self, unit: WorkHandle | str, code: int = 0) -> WorkRecord:
         """End the unit with an exit code; returns its terminal record."""
         if isinstance(code, bool) or not isinstance(code, int):
             raise WrongType(f"code must be an int, got {type(code).__name__}")
-        self._ask(unit, Exit(code))
+        self._ask(unit, ExitWith(code))
         return self.sup.wait(str(unit), self.timeout)
 
     def fail(self, unit: WorkHandle | str, error: str) -> WorkRecord:
@@ -229,7 +229,7 @@ class ScriptedDriver:
 
     def signals(self, unit: WorkHandle | str) -> tuple[int, ...]:
         """The signals the unit has received so far (SIGTERM for a cancel, SIGKILL for a kill)."""
-        return tuple(self._ask(unit, Signals()))
+        return tuple(self._ask(unit, SignalsSeen()))
 
     def _ask(self, unit: WorkHandle | str, message: object) -> Any:
         work_id = str(unit)

@@ -1,6 +1,6 @@
 """A ledger in PostgreSQL, named by a ``postgresql://`` URL (the ``[postgres]`` extra).
 
-The counterpart of ``_db.Database`` (see ``backend`` for the seam):
+The counterpart of ``sqlite.db.SqliteDatabase`` (see ``backend`` for the seam):
 
 - Connections come from a small pool (``psycopg_pool``), so the threads of
   one process do not queue behind one connection; none crosses a fork.
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workunits._core.errors import LedgerError, LedgerFull, StateDirError
-from workunits._ledger.backend import WAKE_CHANNEL, Cursor
+from workunits._ledger.backend import WAKE_CHANNEL, DbCursor
 from workunits._ledger.postgres import schema as postgres_schema
 from workunits._ledger.postgres import sql as postgres_sql
 from workunits._ledger.sqlite.db import sync_level
@@ -70,9 +70,9 @@ class PgRow(tuple[Any, ...]):
     ``row["id"]``), so code written against one ledger reads the other's rows.
     """
 
-    _names: _Columns
+    _names: _PgColumns
 
-    def __new__(cls, values: Sequence[Any], names: _Columns) -> PgRow:
+    def __new__(cls, values: Sequence[Any], names: _PgColumns) -> PgRow:
         row = super().__new__(cls, values)
         row._names = names
         return row
@@ -86,7 +86,7 @@ class PgRow(tuple[Any, ...]):
         return list(self._names.names)
 
 
-class _Columns:
+class _PgColumns:
     """One result's column names, shared by its rows: in order, and by name in any case."""
 
     __slots__ = ("by_folded_name", "names")
@@ -106,7 +106,7 @@ class _Columns:
 
 def _row_factory(cursor: Any) -> Any:
     description = cursor.description
-    names = _Columns(() if description is None else [col.name for col in description])
+    names = _PgColumns(() if description is None else [col.name for col in description])
 
     def make(values: Sequence[Any]) -> PgRow:
         return PgRow(values, names)
@@ -120,10 +120,10 @@ class PgConnection:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
+    def execute(self, sql: str, parameters: Any = (), /) -> DbCursor:
         return self._conn.execute(postgres_sql.translate(sql), _text_safe(parameters) or None)
 
-    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor:
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> DbCursor:
         cursor = self._conn.cursor()
         cursor.executemany(postgres_sql.translate(sql), [_text_safe(p) for p in parameters])
         return cursor

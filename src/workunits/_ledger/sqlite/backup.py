@@ -29,7 +29,7 @@ from workunits._core import ids as _ids
 from workunits._core.errors import LedgerError, SpecError
 from workunits._ledger import valuestore
 from workunits._ledger.largevalues import FILE_COLUMNS
-from workunits._ledger.sqlite.db import DB_FILE, Database, create_private_file
+from workunits._ledger.sqlite.db import DB_FILE, SqliteDatabase, create_private_file
 from workunits._ledger.values import KEY_FILE
 from workunits._util import outputfile
 
@@ -45,7 +45,7 @@ class BackupReport:
     bytes: int
 
 
-def backup(db: Database, state_dir: Path, dest: Path) -> BackupReport:
+def backup(db: SqliteDatabase, state_dir: Path, dest: Path) -> BackupReport:
     """Copy the live state dir to ``dest`` (which must not exist, or be an empty directory)."""
     _prepare(dest)
     for attempt in range(1, ATTEMPTS + 1):
@@ -89,7 +89,7 @@ def _prepare(dest: Path) -> None:
         raise SpecError(f"cannot make {dest} for the backup: {exc.strerror}") from None
 
 
-def _snapshot(db: Database, target: Path) -> None:
+def _snapshot(db: SqliteDatabase, target: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         target.unlink()  # a retry starts from nothing
     create_private_file(target)

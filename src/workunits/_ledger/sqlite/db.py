@@ -83,7 +83,7 @@ def create_private_file(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
-class Database:
+class SqliteDatabase:
     """The connection and its lock; safe to share between the threads of one process."""
 
     def __init__(

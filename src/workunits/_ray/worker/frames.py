@@ -49,5 +49,5 @@ class Emitted:
 
 @dataclass(frozen=True, slots=True)
 class Returned:
-    result: m.Result
+    result: m.ReturnValue
     preview: str  # for the transcript, when the value is pickled rather than JSON

@@ -102,13 +102,13 @@ def encode_result(value: Any) -> Returned | m.Error:
     """A return value as JSON when it survives JSON unchanged, else cloudpickle."""
     data = strictjson.dumps_if_exact(value)
     if data is not None:
-        return Returned(m.Result(data, "json"), "")
+        return Returned(m.ReturnValue(data, "json"), "")
     try:
         blob = bytes(cloudpickle.dumps(value))
     except Exception as exc:  # noqa: BLE001 - an unpicklable result fails the unit, saying so
         message = f"the return value ({type(value).__qualname__}) cannot be pickled: {exc}"
         return m.Error("UnpicklableResult", message, "", None)
-    return Returned(m.Result(blob, "pickle"), repr(value)[:1000])
+    return Returned(m.ReturnValue(blob, "pickle"), repr(value)[:1000])
 
 
 def encode_error(exc: BaseException) -> m.Error:

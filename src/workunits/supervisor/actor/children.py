@@ -10,14 +10,14 @@ from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason
 from workunits._wire import frames as m
-from workunits.supervisor.actor.control import Control
+from workunits.supervisor.actor.control import UnitControl
 from workunits.supervisor.actor.messaging import reply_to_unit
 from workunits.supervisor.actor.starts import Starts
 from workunits.supervisor.actor.units import Units
 
 
 class ChildRequests:
-    def __init__(self, units: Units, starts: Starts, control: Control) -> None:
+    def __init__(self, units: Units, starts: Starts, control: UnitControl) -> None:
         self._units = units
         self._starts = starts
         self._control = control

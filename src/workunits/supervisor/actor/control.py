@@ -1,4 +1,4 @@
-"""``Control``: ending units (kill, cancel, stop, shed), deadlines, retention and reads of output.
+"""``UnitControl``: ending units (kill, cancel, stop, shed), deadlines, retention, output reads.
 
 Owned by the SupervisorActor; every method runs in its thread. Kill and
 cancel route by prefix (invariant 9); retention and eviction follow
@@ -33,7 +33,7 @@ OUTPUT_CAP_CHECK_EVERY = 1.0  # seconds between rounds of output-size checks of 
 OUTPUT_CAP_CHECKS_PER_ROUND = 1000
 
 
-class Control:
+class UnitControl:
     def __init__(
         self,
         *,

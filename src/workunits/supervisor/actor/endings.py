@@ -39,7 +39,7 @@ from workunits._util import outputfile
 from workunits.supervisor.actor.deadlines import Deadlines, Due
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.notices import Notices
-from workunits.supervisor.actor.slots import Slot
+from workunits.supervisor.actor.slots import UnitSlot
 from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class FlushEnds:
 class _Ended:
     old: WorkRecord
     new: WorkRecord
-    slot: Slot | None
+    slot: UnitSlot | None
     notify: bool  # the parent gets a notice (the record was not notified before)
 
 
@@ -255,7 +255,7 @@ class TerminalTransition:
             self._deadlines.push(new.evict_after, new.id, Due.EVICT)
         self._cascade(new)
 
-    def _drain_output(self, record: WorkRecord, slot: Slot | None) -> tuple[int, bytes]:
+    def _drain_output(self, record: WorkRecord, slot: UnitSlot | None) -> tuple[int, bytes]:
         """Final drain: size and tail, then remove the file (an agent's transcript survives).
 
         A retained reader that still lags keeps a descriptor, so a stream loses

@@ -1,4 +1,4 @@
-"""``Backlog``: ledger writes that failed, kept and retried until they land (invariant 14).
+"""``FailedWrites``: ledger writes that failed, kept and retried until they land (invariant 14).
 
 A write can fail for a while: the disk is full (``LedgerFull``), an I/O
 error, another process held the lock past the busy timeout (``LedgerError``).
@@ -84,7 +84,7 @@ class Pending:
     key: str | None = None
 
 
-class Backlog:
+class FailedWrites:
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         # Invariant: a unit has a queue here only while it holds a write (never empty).

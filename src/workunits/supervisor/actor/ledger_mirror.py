@@ -9,7 +9,7 @@ ledger's only writer of unit rows (DESIGN §6). What the ledger brings in
   outbox notice commit together (invariant 11). Pids and progress are grouped
   per tick.
 - Writes carry the attempt; the ledger refuses a stale one (invariant 13).
-- No write is dropped (invariant 14): one that fails waits in the ``Backlog``
+- No write is dropped (invariant 14): one that fails waits in the ``FailedWrites``
   and is retried every tick, in order per unit; until a unit's status lands,
   ``marked`` shows its record as not durable, and whoever waits for its end
   hears of it only once it has landed (the ``done`` of ``end``). Submits are
@@ -32,8 +32,8 @@ from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
 from workunits.actors.base import WorkActor
 from workunits.actors.kind_code import call_kind
-from workunits.supervisor.actor.failed_writes import Backlog, Pending
-from workunits.supervisor.actor.slots import Slot
+from workunits.supervisor.actor.failed_writes import FailedWrites, Pending
+from workunits.supervisor.actor.slots import UnitSlot
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,10 @@ class LedgerMirror:
         )
         self.session = session
         self._clock = clock
-        self.backlog = Backlog(ledger)
+        self.backlog = FailedWrites(ledger)
         # Slots holding a pid or progress write for the next tick (a unit's end
         # clears both: its terminal write carries them).
-        self._grouped: dict[str, Slot] = {}
+        self._grouped: dict[str, UnitSlot] = {}
         self._next_heartbeat = 0.0
         self._next_expire = 0.0
 
@@ -114,7 +114,7 @@ class LedgerMirror:
             for a in self.ledger.submit_many(news, wake=False)  # in memory here already
         ]
 
-    def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: Slot | None) -> None:
+    def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: UnitSlot | None) -> None:
         """Mirror a non-terminal change: status; group pid and progress.
 
         Terminal changes go through ``end``, in groups.
@@ -152,11 +152,11 @@ class LedgerMirror:
         except WorkunitsError:
             log.exception("ledger: could not record %s (%s)", new.id, new.status.value)
 
-    def end(self, ends: list[tuple[WorkRecord, Slot | None, Callable[[], None]]]) -> None:
+    def end(self, ends: list[tuple[WorkRecord, UnitSlot | None, Callable[[], None]]]) -> None:
         """Write terminal records with their notices: one fully synced transaction.
 
         Each end's ``done`` runs once its write has landed -- now, or on the
-        retry that lands it (the ``Backlog``), after the unit's earlier writes.
+        retry that lands it (the ``FailedWrites``), after the unit's earlier writes.
         Each notice is built from the record in hand, not read back from the row
         inside the transaction (that was a third of the write's CPU, profiled).
         """
@@ -177,7 +177,7 @@ class LedgerMirror:
             finish()
 
     def _finisher(
-        self, record: WorkRecord, slot: Slot | None, done: Callable[[], None]
+        self, record: WorkRecord, slot: UnitSlot | None, done: Callable[[], None]
     ) -> Callable[[], None]:
         def finish() -> None:
             if slot is not None and slot.end_requests:
@@ -186,7 +186,7 @@ class LedgerMirror:
 
         return finish
 
-    def _answer_at_end(self, record: WorkRecord, slot: Slot) -> None:
+    def _answer_at_end(self, record: WorkRecord, slot: UnitSlot) -> None:
         """Finish the cancel and kill requests that waited for ``record``'s terminal write.
 
         Answered here, not when the Cancel or Kill was handed to the unit's actor:
@@ -293,7 +293,7 @@ class LedgerMirror:
             self.backlog.report(exc, "progress (dropped: the next report carries it)", kept=False)
 
     def retry(self) -> None:
-        """Every tick: retry the writes that failed (see ``Backlog``)."""
+        """Every tick: retry the writes that failed (see ``FailedWrites``)."""
         self.backlog.retry()
 
     def periodic(self, now: float) -> list[str]:

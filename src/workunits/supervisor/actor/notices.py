@@ -30,7 +30,7 @@ from workunits._core.errors import LedgerError, WorkunitsError
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import MailboxItem, MonitorEvent, Notification, StallEvent, WorkRecord
 from workunits._ledger import Ledger
-from workunits._wire.actor_messages import ChildEnded, EventToUnit
+from workunits._wire.actor_messages import ChildEndedToUnit, EventToUnit
 from workunits.supervisor.actor.units import Units
 
 T = TypeVar("T")
@@ -163,7 +163,7 @@ class Notices:
 
     def notify_parent(self, record: WorkRecord) -> None:
         """The one notice of a terminal unit: into its parent's process, or its mailbox."""
-        if self._relay(record.parent, ChildEnded(record)):
+        if self._relay(record.parent, ChildEndedToUnit(record)):
             return
         if record.parent is None:
             root = self._mailboxes.get(None)
@@ -195,7 +195,7 @@ class Notices:
                 except WorkunitsError:
                     log.exception("ledger: could not read %s for its parent", notice.id)
                     continue
-            if not self._relay(parent, ChildEnded(record, redelivered=True)):
+            if not self._relay(parent, ChildEndedToUnit(record, redelivered=True)):
                 return  # the new attempt already ended
 
     def post_event(self, event: MonitorEvent | StallEvent) -> None:

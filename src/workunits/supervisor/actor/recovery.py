@@ -54,12 +54,12 @@ from workunits._core.errors import (
 )
 from workunits._core.record import Outcome, replace
 from workunits._core.status import Reason, Status, is_terminal
-from workunits._ledger import Ledger, Request, UnitRow, Write, unreadable
+from workunits._ledger import Ledger, LedgerRequest, UnitRow, Write, unreadable
 from workunits._ledger.requests import END_VERBS
 from workunits._ledger.unreadable import Unreadable
 from workunits._util import outputfile
 from workunits.actors.kind_code import call_kind
-from workunits.supervisor.actor.control import Control
+from workunits.supervisor.actor.control import UnitControl
 from workunits.supervisor.actor.failed_writes import retryable
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.starts import Starts
@@ -82,7 +82,7 @@ class Recovery:
         clock: Clock,
         units: Units,
         starts: Starts,
-        control: Control,
+        control: UnitControl,
         adopt_waiting: Callable[[UnitRow], bool] | None = None,
         adopt_lost: Callable[[UnitRow], Outcome | None] | None = None,
         lease: float | None = None,
@@ -100,7 +100,7 @@ class Recovery:
         self._mirror = mirror
         self._recovered = False  # recover() has run: ticks before it leave the ledger alone
         # Requests taken but not applied: the ledger failed (retried first, in order).
-        self._held: deque[Request] = deque()
+        self._held: deque[LedgerRequest] = deque()
         # Units of dead sessions whose resume the ledger failed: tried again each tick.
         self._left: set[str] = set()
         # A teammate with a restart policy lost while it ran is restarted by its
@@ -403,7 +403,7 @@ class Recovery:
             if not until_none_left:
                 return
 
-    def _apply(self, request: Request) -> dict[str, Any] | None:
+    def _apply(self, request: LedgerRequest) -> dict[str, Any] | None:
         """Apply one request; its answer, or None when the unit's end will answer it."""
         target = request.target
         if target not in self._units:
@@ -424,7 +424,7 @@ class Recovery:
             return _lease_instead(self._units.registry.get(target).status.value)
         raise SpecError(f"request verb {request.verb!r} is not applied by a supervisor")
 
-    def _apply_to_row(self, request: Request) -> dict[str, Any]:
+    def _apply_to_row(self, request: LedgerRequest) -> dict[str, Any]:
         """A request for a unit not in memory (evicted, or never started here)."""
         target = request.target
         row = self._ledger.require(target)

@@ -217,7 +217,7 @@ class Update(Request[WorkRecord]):
 
 
 @dataclass(frozen=True, slots=True)
-class Retain(Request[WorkRecord]):
+class RetainUnit(Request[WorkRecord]):
     """Hold the record in memory for a reader of this process (a stream); see Release."""
 
     work_id: str
@@ -229,7 +229,7 @@ class Release(Request[WorkRecord]):
 
 
 @dataclass(frozen=True, slots=True)
-class Lease(Request[str]):
+class TakeLease(Request[str]):
     """A retain lease for ``lease`` seconds, held by this process; its ID."""
 
     work_id: str
@@ -249,13 +249,13 @@ class EndLease(Request[bool]):
 
 
 @dataclass(frozen=True, slots=True)
-class Kill(Request[bool]):
+class KillUnit(Request[bool]):
     work_id: str
     reason: Reason = Reason.KILLED
 
 
 @dataclass(frozen=True, slots=True)
-class Cancel(Request[bool]):
+class CancelUnit(Request[bool]):
     work_id: str
     grace: float
     reason: Reason = Reason.CANCELLED
@@ -280,7 +280,7 @@ class Gc(Request[int]):
 
 
 @dataclass(frozen=True, slots=True)
-class Send(Request[int]):
+class SendToTeammate(Request[int]):
     """A tell (``ask`` False) or an ask answered through ``reply``; the ask's token."""
 
     target: str
@@ -296,7 +296,7 @@ class ForgetAsk(Request[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class StopTeammate(Request[bool]):
+class StopTeammateUnit(Request[bool]):
     work_id: str
 
 

@@ -1,4 +1,4 @@
-"""What the supervisor holds for one unit beside its record: its ``Slot``.
+"""What the supervisor holds for one unit beside its record: its ``UnitSlot``.
 
 One slot per unit in memory (``Units`` keeps the table, in step with the
 registry), so a unit's end or eviction clears one object, not a field in each
@@ -30,10 +30,10 @@ class Ending(enum.Enum):
 
 
 @dataclass(slots=True, eq=False)
-class Slot:
+class UnitSlot:
     """One unit's live state in the supervisor; its record stays in the registry.
 
-    Invariants (kept by ``Starts``, ``Control`` and ``TerminalTransition``):
+    Invariants (kept by ``Starts``, ``UnitControl`` and ``TerminalTransition``):
     ``actor``, ``output_cap``, ``ending`` and ``asked`` are set only while the record is
     ``running`` (the terminal transition clears them); ``pid`` only until the
     next tick or the terminal write, which carries it; ``progress`` until the
@@ -48,7 +48,7 @@ class Slot:
     output_cap: int | None = None
     ending: Ending | None = None
     # The reason of the first kill or cancel accepted (answered True): the unit ends
-    # ``killed`` for it, whatever its process did meanwhile (``Control.as_asked``).
+    # ``killed`` for it, whatever its process did meanwhile (``UnitControl.as_asked``).
     asked: Reason | None = None
     read_fd: int | None = None
     pid: Write | None = None  # to record at the next tick (ls/show only)

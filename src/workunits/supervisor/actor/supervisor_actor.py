@@ -6,7 +6,7 @@ It is made of parts, each taking what it uses in its constructor:
 - ``LedgerMirror``: what is written to the ledger, and reads that outlive memory;
 - ``Starts``: the registration chokepoint, queues per kind, starting;
 - ``TerminalTransition``: ending (memory, then the ledger, then everyone else);
-- ``Control``: kill, cancel, stop, shed, deadlines, retention, output reads;
+- ``UnitControl``: kill, cancel, stop, shed, deadlines, retention, output reads;
 - ``Notices`` and ``UnitMessaging``: parents' notices, teammates' messages;
 - ``ChildRequests`` and ``Recovery``: what units' processes and the ledger bring in;
 - ``Retries``, ``Reruns`` and ``Activity``: failed attempts run again, ``retry(id)``,
@@ -54,7 +54,7 @@ from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor.activity import Activity
 from workunits.supervisor.actor.children import ChildRequests
-from workunits.supervisor.actor.control import Control
+from workunits.supervisor.actor.control import UnitControl
 from workunits.supervisor.actor.deadlines import Deadlines
 from workunits.supervisor.actor.endings import EndReport, FlushEnds, TerminalTransition
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED, Eviction
@@ -173,7 +173,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._submits = GroupedSubmits(
             self._starts, idle=self.actor_inbox.empty, tell_self=self.actor_ref.tell
         )
-        self._control = Control(
+        self._control = UnitControl(
             units=units,
             endings=self._endings,
             eviction=self._eviction,
@@ -336,7 +336,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._notices.mailbox(owner))
             case rq.UnitActor(work_id):
                 request.answer(control.unit_actor(work_id))
-            case rq.Send(target, message, ask, reply):
+            case rq.SendToTeammate(target, message, ask, reply):
                 request.answer(self._messaging.send(target, message, ask=ask, reply=reply))
             case rq.ForgetAsk(target, token):
                 self._messaging.forget_ask(target, token)
@@ -380,11 +380,11 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(None)
             case rq.Update(work_id, change):
                 request.answer(units.write(work_id, change)[1])
-            case rq.Retain(work_id):
+            case rq.RetainUnit(work_id):
                 request.answer(control.retain(work_id))
             case rq.Release(work_id):
                 request.answer(control.release(work_id))
-            case rq.Lease(work_id, lease):
+            case rq.TakeLease(work_id, lease):
                 units.get(work_id)  # InvalidWorkId / UnknownWork now, not a stray lease
                 request.answer(self._mirror.ledger.retain(work_id, lease))
             case rq.RenewLease(lease_id, lease):
@@ -393,9 +393,9 @@ class SupervisorActor(pykka.ThreadingActor):
                 ended = self._mirror.ledger.release_retain(lease_id)
                 self._eviction.released(work_id)
                 request.answer(ended)
-            case rq.Kill(work_id, reason):
+            case rq.KillUnit(work_id, reason):
                 request.answer(control.kill(work_id, reason))
-            case rq.Cancel(work_id, grace, reason):
+            case rq.CancelUnit(work_id, grace, reason):
                 request.answer(control.cancel(work_id, grace, reason))
             case rq.Shed(n):
                 request.answer(control.shed(n))
@@ -403,7 +403,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._tick())
             case rq.Gc(older_than):
                 request.answer(self._mirror.ledger.gc(older_than))
-            case rq.StopTeammate(work_id):
+            case rq.StopTeammateUnit(work_id):
                 request.answer(control.stop_teammate(work_id))
             case rq.Drain():
                 self._starts.refuse_new_work()

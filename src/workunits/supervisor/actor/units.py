@@ -1,4 +1,4 @@
-"""``Units``: the registry, one ``Slot`` per unit in memory, and the change events.
+"""``Units``: the registry, one ``UnitSlot`` per unit in memory, and the change events.
 
 Owned by the SupervisorActor and used only from its thread. Every write goes
 through ``write`` (the registry's one update function), and every change is
@@ -24,7 +24,7 @@ from workunits._core.status import Status, is_terminal
 from workunits.supervisor.actor.kinds import Kinds
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.registry import Change, Registry
-from workunits.supervisor.actor.slots import Slot
+from workunits.supervisor.actor.slots import UnitSlot
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class Units:
         self.registry = Registry()
         self._mirror = mirror
         # Invariant: _slots has exactly the registry's ids (insert and evict change both).
-        self._slots: dict[str, Slot] = {}
+        self._slots: dict[str, UnitSlot] = {}
         # Invariant: the ids in _slots whose record has ``stall_after`` (it never
         # changes), so the per-tick stall check visits those alone, not every unit.
         self._stall_watched: set[str] = set()
@@ -51,10 +51,10 @@ class Units:
 
     # -- in and out of memory ------------------------------------------------------
 
-    def insert(self, record: WorkRecord) -> Slot:
+    def insert(self, record: WorkRecord) -> UnitSlot:
         """Only the registration chokepoint (``Starts.admit``) calls this."""
         self.registry.insert(record)
-        slot = self._slots[record.id] = Slot()
+        slot = self._slots[record.id] = UnitSlot()
         if record.stall_after is not None:
             self._stall_watched.add(record.id)
         self.emit(None, record)
@@ -67,13 +67,13 @@ class Units:
         if slot.read_fd is not None:
             os.close(slot.read_fd)
 
-    def slot(self, work_id: str) -> Slot | None:
+    def slot(self, work_id: str) -> UnitSlot | None:
         return self._slots.get(work_id)
 
-    def slots(self) -> Iterator[tuple[str, Slot]]:
+    def slots(self) -> Iterator[tuple[str, UnitSlot]]:
         return iter(list(self._slots.items()))
 
-    def stall_watched(self) -> Iterator[tuple[str, Slot]]:
+    def stall_watched(self) -> Iterator[tuple[str, UnitSlot]]:
         """The slots of units submitted with ``stall_after`` (a copy: callers may evict)."""
         return iter([(work_id, self._slots[work_id]) for work_id in self._stall_watched])
 
