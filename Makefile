@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The demo needs no extras beyond the tests'; `make test` and `make lint` add the
-# [ray], [bench] and [postgres] extras: the remote kind is tested against a real
-# local Ray, the PostgreSQL ledger against a real server the tests start, and the
-# benchmarks (with their peers) are type-checked.
+# [ray], [bench], [postgres] and [otel] extras: the remote kind is tested against a
+# real local Ray, the PostgreSQL ledger against a real server the tests start, traces
+# against OpenTelemetry's SDK, and the benchmarks (with their peers) are type-checked.
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
@@ -24,10 +24,10 @@ demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
 test: postgres-server
-	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http,postgres,mcp
+	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http,postgres,mcp,otel
 
 lint:
-	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http,postgres,mcp
+	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http,postgres,mcp,otel
 
 # The PostgreSQL ledger's tests start Debian's server themselves (tests/postgres_server.py):
 # install it when missing and we may (root); otherwise those tests skip, saying why.

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import harness
 import ledger_bench
+import listing_bench
 import loop_lag
 import notice_bench
 import peer_benches
@@ -650,6 +651,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     **loop_lag.BENCHES,
     **notice_bench.BENCHES,
     **submit_bench.BENCHES,
+    **listing_bench.BENCHES,
 }
 
 
@@ -786,7 +788,9 @@ def main(argv: list[str] | None = None) -> int:
     results: list[BenchResult] = []
     timeout = 120.0 if cfg.quick else 300.0
     for name in names:
-        results.append(run_here(name, cfg) if args.in_process else run_child(name, cfg, timeout))
+        # The listing bench fills ledgers of 100,000 units and watches a browser tab.
+        limit = timeout * 4 if name == "listing" else timeout
+        results.append(run_here(name, cfg) if args.in_process else run_child(name, cfg, limit))
         harness.write_json(out, env, results)  # keep what we have if a later bench hangs
     code = report(results, out, args.markdown, not args.no_plot)
     if code == 0 and args.strict and any(not c.passed for r in results for c in r.checks):

@@ -261,6 +261,8 @@ def _start_http(  # noqa: PLR0917 - serve's own options, passed on
         advertise=advertise,
     )
     url = server.start()
+    if server.warning is not None:
+        click.echo(f"workunits serve: warning: {server.warning}", err=True)
     click.echo(f"workunits serve: HTTP API at {url} (workunits ui opens the web view)", err=True)
     return server
 

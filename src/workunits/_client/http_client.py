@@ -58,6 +58,7 @@ from workunits._core.retain import HeldRetains, Retain
 from workunits._core.retry import Retry, check_retry
 from workunits._core.seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 from workunits._core.status import Reason, Status
+from workunits._ledger import listing
 from workunits._ledger.retains import check_lease
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits._wire.submits import check_not_before
@@ -573,51 +574,79 @@ class HttpClient:
         return record_of(_check(await self._aclient().get(f"/v1/units/{_unit(work_id)}")).json())
 
     def list(
-        self, status: str | None = None, kind: str | None = None, parent: str | None = None
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        order: str = "oldest",
     ) -> builtins.list[WorkRecord]:
-        """Every unit matching the filters, oldest first (all pages)."""
+        """The units matching the filters, as ``Supervisor.list``: one page with ``limit``,
+        else every page in turn (``LIST_PAGE`` units a request)."""
+        q = listing.query(
+            status,
+            kind,
+            parent,
+            limit=limit,
+            after=after,
+            key=key,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+            order=order,
+        )
         records: builtins.list[WorkRecord] = []
-        after: str | None = None
+        mark = q.after
         while True:
-            params = {
-                k: v
-                for k, v in (
-                    ("status", status),
-                    ("kind", kind),
-                    ("parent", parent),
-                    ("after", after),
-                )
-                if v
-            }
-            params["limit"] = str(LIST_PAGE)
-            page = _check(self._http.get("/v1/units", params=params)).json()
+            want = LIST_PAGE if q.limit is None else min(LIST_PAGE, q.limit - len(records))
+            page = _check(self._http.get("/v1/units", params=_list_params(q, mark, want))).json()
             records.extend(record_of(u) for u in page["items"])
-            after = page["next"]
-            if after is None:
+            mark = page["next"]
+            if mark is None or (q.limit is not None and len(records) >= q.limit):
                 return records
 
     async def list_async(
-        self, status: str | None = None, kind: str | None = None, parent: str | None = None
+        self,
+        status: str | None = None,
+        kind: str | None = None,
+        parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        order: str = "oldest",
     ) -> builtins.list[WorkRecord]:
         """Like ``list`` without blocking the event loop."""
+        q = listing.query(
+            status,
+            kind,
+            parent,
+            limit=limit,
+            after=after,
+            key=key,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+            order=order,
+        )
         records: builtins.list[WorkRecord] = []
-        after: str | None = None
+        mark = q.after
         while True:
-            params = {
-                k: v
-                for k, v in (
-                    ("status", status),
-                    ("kind", kind),
-                    ("parent", parent),
-                    ("after", after),
-                )
-                if v
-            }
-            params["limit"] = str(LIST_PAGE)
+            want = LIST_PAGE if q.limit is None else min(LIST_PAGE, q.limit - len(records))
+            params = _list_params(q, mark, want)
             page = _check(await self._aclient().get("/v1/units", params=params)).json()
             records.extend(record_of(u) for u in page["items"])
-            after = page["next"]
-            if after is None:
+            mark = page["next"]
+            if mark is None or (q.limit is not None and len(records) >= q.limit):
                 return records
 
     # -- waiting ---------------------------------------------------------------------
@@ -1063,3 +1092,21 @@ def _unit(work_id: str) -> str:
     regex checks every ID before it touches a path (DESIGN §2.1).
     """
     return ids.validate(work_id)
+
+
+def _list_params(q: listing.Query, after: str | None, limit: int) -> dict[str, str]:
+    """``GET /v1/units``'s query string for a page of ``q``."""
+    f = q.found
+    given = {
+        "status": f.status,
+        "kind": f.kind,
+        "parent": f.parent,
+        "key": f.key,
+        "created_after": None if f.created_after is None else repr(float(f.created_after)),
+        "created_before": None if f.created_before is None else repr(float(f.created_before)),
+        "q": f.text,
+        "after": after,
+        "order": "newest" if q.newest else None,
+        "limit": str(limit),
+    }
+    return {k: v for k, v in given.items() if v is not None}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import datetime
 import functools
 import os
@@ -44,7 +45,7 @@ from workunits._core.retain import HeldRetains, Retain
 from workunits._core.retry import SPEC_NOT_KEPT, Retry, check_retry, check_retryable
 from workunits._core.seconds import seconds, wait_timeout
 from workunits._core.status import Status, is_terminal
-from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow, listing, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.unreadable import Unreadable
@@ -517,9 +518,37 @@ class Client:
         status: str | None = None,
         kind: str | None = None,
         parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        order: str = "oldest",
     ) -> builtins.list[WorkRecord]:
-        """Records, oldest first. ``status="expired"`` lists the expired units."""
-        return self.ledger.records(self.rows(status=status, kind=kind, parent=parent))
+        """Records, oldest first, filtered and a page at a time as ``Supervisor.list``
+        (``status="expired"`` lists the expired units); each page reads only its rows."""
+        q = listing.query(
+            status,
+            kind,
+            parent,
+            limit=limit,
+            after=after,
+            key=key,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+            order=order,
+        )
+        found = q.found
+        if found.kind is not None:
+            found = dataclasses.replace(found, kind=self._kind_name(found.kind))
+        if found.parent is not None:
+            self.ledger.require(found.parent)  # UnknownWork, as a supervisor says
+        mark = None if q.after is None else self.ledger.mark_of(q.after)
+        rows = self.ledger.page(found, limit=q.limit, after=mark, newest=q.newest)
+        return self.ledger.records(rows)
 
     def rows(
         self,
@@ -539,8 +568,8 @@ class Client:
         A row that cannot be read is left out and handed to ``on_unreadable``
         (by default, logged as a warning: see ``Ledger.list``).
         """
-        name = ids.BUILTIN_KINDS.get(kind, kind) if kind is not None else None
-        rows = self.ledger.list(
+        name = None if kind is None else self._kind_name(kind)
+        return self.ledger.list(
             status=status,
             kind=name,
             parent=parent,
@@ -548,19 +577,18 @@ class Client:
             ended_after=ended_after,
             on_unreadable=on_unreadable,
         )
-        unknown = (
-            not rows
-            and name is not None
-            and name not in ids.BUILTIN_KINDS.values()
-            and not self.ledger.list(kind=name, limit=1)
+
+    def _kind_name(self, kind: str) -> str:
+        """The name of a kind given by letter or name; UnknownKind for one that is neither
+        built in nor the kind of any unit here (a typo must not read as "none")."""
+        name = ids.BUILTIN_KINDS.get(kind, kind)
+        if name in ids.BUILTIN_KINDS.values() or self.ledger.list(kind=name, limit=1):
+            return name
+        built_in = ", ".join(sorted(ids.BUILTIN_KINDS.values()))
+        raise UnknownKind(
+            f"no kind {name!r}: it is not built in ({built_in}), and no unit in "
+            f"{self.state_dir} is of it"
         )
-        if unknown:
-            built_in = ", ".join(sorted(ids.BUILTIN_KINDS.values()))
-            raise UnknownKind(
-                f"no kind {name!r}: it is not built in ({built_in}), and no unit in "
-                f"{self.state_dir} is of it"
-            )
-        return rows
 
     def supervisor_running(self) -> bool:
         """True while a supervisor holds this state dir (its lock; see ``_ledger.lock``).
@@ -835,9 +863,31 @@ class Client:
         status: str | None = None,
         kind: str | None = None,
         parent: str | None = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        order: str = "oldest",
     ) -> builtins.list[WorkRecord]:
         """Like ``list`` without blocking the event loop."""
-        return await asyncio.to_thread(self.list, status, kind, parent)
+        return await asyncio.to_thread(
+            functools.partial(
+                self.list,
+                status,
+                kind,
+                parent,
+                limit=limit,
+                after=after,
+                key=key,
+                created_after=created_after,
+                created_before=created_before,
+                search=search,
+                order=order,
+            )
+        )
 
     async def rows_async(
         self,

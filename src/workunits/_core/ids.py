@@ -27,8 +27,10 @@ BUILTIN_KINDS = {
 }
 _SUFFIXES = len(ALPHABET) ** SUFFIX_LEN
 
+ID_REGEX = r"[a-z][0-9a-z]{8}"
+"""What an ID is, as a regular expression (the HTTP API's OpenAPI document says it too)."""
 # re.ASCII: \Z and the classes must not admit Unicode look-alikes.
-_ID_RE = re.compile(r"[a-z][0-9a-z]{8}", re.ASCII)
+_ID_RE = re.compile(ID_REGEX, re.ASCII)
 _LETTER_RE = re.compile(r"[a-z]", re.ASCII)
 
 

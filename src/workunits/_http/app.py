@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
@@ -26,7 +27,7 @@ from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import MAX_CLAIM_LEASE
 from workunits._core.status import is_terminal
-from workunits._http import metrics, problems
+from workunits._http import fleet, metrics, openapi, problems
 from workunits._http.backend import Backend
 from workunits._http.models import (
     CancelBody,
@@ -47,6 +48,7 @@ from workunits._http.models import (
     Unit,
     UnitPage,
 )
+from workunits._http.problems import ShuttingDown
 from workunits._http.security import Guard, token_id
 from workunits._util import strictjson
 from workunits.supervisor.events import Cursor, OutputHold, UnitEvent
@@ -77,15 +79,18 @@ def create_app(backend: Backend, token: str, *, tls: bool = False) -> tuple[Fast
     app.include_router(_units(backend))
     app.include_router(_notices(backend, app.state.owner))
     app.include_router(_schedules(backend))
-    app.include_router(metrics.router(backend))
+    app.state.metrics = measured = metrics.Metrics(backend)
+    app.include_router(metrics.router(measured))
+    app.include_router(fleet.router(backend))
     _view(app)
+    openapi.install(app)
 
     @app.get("/healthz", response_model=Health, tags=["service"])
     async def healthz() -> Health:
         """Liveness; the only path that needs no token."""
         return Health(status="ok", session=backend.session)
 
-    guard = Guard(app, token=token, tls=tls)
+    guard = Guard(metrics.RequestMetrics(app, app, measured, backend), token=token, tls=tls)
     return app, guard
 
 
@@ -107,21 +112,50 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
 
     @r.get("", response_model=UnitPage)
     async def list_units(
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
+        status: Literal["pending", "running", "completed", "failed", "killed", "expired"]
+        | None = None,
+        kind: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+        parent: Annotated[str | None, Query(max_length=64)] = None,
+        *,
+        key: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+        created_after: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        created_before: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        q: Annotated[str | None, Query(max_length=512)] = None,
         limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = 100,
         after: Annotated[str | None, Query(max_length=64)] = None,
-        *,
         order: Literal["oldest", "newest"] = "oldest",
     ) -> UnitPage:
         """Units oldest first (``order=newest``: newest first), a page at a time: pass
-        ``next`` back as ``after`` for the next page in the same order."""
-        newest = order == "newest"
-        records = await backend.list_units(status, kind, parent, limit + 1, after, newest=newest)
+        ``next`` back as ``after`` for the next page in the same order.
+
+        Filters: ``status`` (``expired`` too), ``kind``, ``parent``, ``key``,
+        ``created_after`` (inclusive) and ``created_before`` (exclusive) in
+        seconds since the epoch, and ``q``, words each matched as the start of
+        a word of the unit's ID, description or key. ``total`` counts every
+        unit the filters match (``total_exact`` false: at least that many).
+        Each page reads only its own rows, whatever the ledger holds.
+        """
+        asked: dict[str, Any] = {
+            "status": status,
+            "kind": kind,
+            "parent": parent,
+            "limit": limit + 1,
+            "after": after,
+            "key": key,
+            "created_after": created_after,
+            "created_before": created_before,
+            "search": q,
+            "order": order,
+        }
+        records, total = await backend.list_units(asked)
         more = len(records) > limit
         items = [Unit.of(rec) for rec in records[:limit]]
-        return UnitPage(items=items, next=items[-1].id if more and items else None)
+        return UnitPage(
+            items=items,
+            next=items[-1].id if more and items else None,
+            total=total.count,
+            total_exact=total.exact,
+        )
 
     @r.get("/{work_id}", response_model=Unit)
     async def get(work_id: str) -> Unit:
@@ -377,6 +411,8 @@ async def _follow(
                 yield encode_event(ev)
             if batch.ended:
                 return
+            if backend.closing.is_set():
+                return  # a shutdown: the client reconnects from the last event's ID
             if batch.events:
                 delay = FOLLOW_MIN
             else:
@@ -412,15 +448,28 @@ def _notice_out(claim: NoticeClaim) -> NoticeOut:
 def _notices(backend: Backend, owner: str) -> APIRouter:
     r = APIRouter(prefix="/v1/notifications", tags=["notifications"])
 
-    async def claim_within(parent: str | None, lease: float, wait: float) -> NoticeClaim | None:
+    async def claim_within(
+        parent: str | None, lease: float, wait: float, request: Request | None = None
+    ) -> NoticeClaim | None:
+        """A claim within ``wait`` seconds, or None. A client that goes away while it
+        waits claims nothing, and one gone when its claim came gives the claim back:
+        an abandoned long-poll holds no notice for its lease."""
         deadline = time.monotonic() + wait
         delay = FOLLOW_MIN
         while True:
+            if backend.closing.is_set():
+                raise ShuttingDown
+            if request is not None and await request.is_disconnected():
+                return None
             claim = await backend.claim(parent, owner, lease)
+            if claim is not None and request is not None and await request.is_disconnected():
+                await backend.release_claim(claim.notice.id, claim.token)
+                return None
             left = deadline - time.monotonic()
             if claim is not None or left <= 0:
                 return claim
-            await asyncio.sleep(min(delay, left))
+            with contextlib.suppress(TimeoutError):  # a shutdown ends the wait at once
+                await asyncio.wait_for(backend.closing.wait(), min(delay, left))
             delay = min(delay * 2, 0.25)
 
     @r.get("", response_model=NoticeOut, responses={204: {"description": "none within wait"}})
@@ -436,9 +485,11 @@ def _notices(backend: Backend, owner: str) -> APIRouter:
         text/event-stream`` streams claims as they come. Each claim holds for
         ``lease`` seconds: ack it, renew it (PUT) or release it (DELETE).
         """
+        if parent is not None:
+            await backend.get(parent)  # 400 for a malformed ID, 404 for an unknown one
         if "text/event-stream" in request.headers.get("accept", ""):
             return EventSourceResponse(_stream_claims(claim_within, parent, lease), ping=15)
-        claim = await claim_within(parent, lease, wait)
+        claim = await claim_within(parent, lease, wait, request)
         if claim is None:
             return Response(status_code=204)
         location = f"/v1/notifications/{claim.notice.id}/claims/{quote(claim.token, safe='')}"

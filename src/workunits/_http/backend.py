@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from workunits._core import ids
@@ -28,6 +29,9 @@ from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import is_terminal
 from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
+from workunits._http.problems import ShuttingDown
+from workunits._ledger import Ledger, listing
+from workunits._ledger.listing import Total
 from workunits._ledger.values import resolve_ref
 from workunits._util import strictjson
 from workunits._wire.results import result_of
@@ -36,7 +40,6 @@ from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import NoticeClaim
-from workunits.supervisor.paging import check_limit, page
 
 T = TypeVar("T")
 
@@ -56,7 +59,40 @@ class Backend:
         sup.event_feed  # noqa: B018 - subscribes the feed (blocking: not on the loop)
         # Same-key submits one at a time, so "created" is told apart exactly.
         self._key_locks: dict[str, asyncio.Lock] = {}
-        self.submit_seconds: list[float] = []  # drained by the metrics collector
+        # Each submit's latency, observed as it happens (metrics: fixed buckets, so
+        # nothing piles up between scrapes).
+        self.on_submit: Callable[[float], None] = lambda seconds: None
+        self.closing = asyncio.Event()  # set on the server's loop when it shuts down
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.on_attach: list[Callable[[], None]] = []  # run on the loop at its first request
+
+    def attach(self) -> None:
+        """Note the server's loop (on it, at its first request): ``close`` wakes it."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            for start in self.on_attach:
+                start()
+
+    def close(self) -> None:
+        """From any thread: the server is shutting down; long-polls answer 503 now."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.closing.set)
+
+    async def until_closing(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or ShuttingDown (503) once the server starts shutting down."""
+        task = asyncio.ensure_future(work)
+        if self.closing.is_set():
+            task.cancel()
+            raise ShuttingDown
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        if not task.done():
+            task.cancel()
+            raise ShuttingDown
+        return task.result()
 
     @property
     def session(self) -> str:
@@ -84,7 +120,7 @@ class Backend:
         started = time.perf_counter()
         handle = await self._submit_now(body, key)
         record = await handle.get_async()
-        self.submit_seconds.append(time.perf_counter() - started)
+        self.on_submit(time.perf_counter() - started)
         return record
 
     async def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkHandle:
@@ -139,23 +175,28 @@ class Backend:
     async def get(self, work_id: str) -> WorkRecord:
         return await self.sup.get_async(work_id)
 
-    async def list_units(
-        self,
-        status: str | None,
-        kind: str | None,
-        parent: str | None,
-        limit: int,
-        after: str | None,
-        *,
-        newest: bool = False,
-    ) -> builtins.list[WorkRecord]:
-        check_limit(limit)
-        after_record = None if after is None else await self.sup.get_async(after)
-        records = await self.sup.list_async(status, kind, parent)
-        return page(records, limit, after_record, newest=newest)
+    async def list_units(self, asked: dict[str, Any]) -> tuple[builtins.list[WorkRecord], Total]:
+        """A page of ``sup.list(**asked)`` (memory and ledger), and the filters' total
+        (the ledger's: a unit whose new status is not written yet counts as before)."""
+        found = listing.query(**asked).found  # SpecError before anything is read
+        if found.kind is not None:
+            found = replace(found, kind=ids.BUILTIN_KINDS.get(found.kind, found.kind))
+        records = await self.sup.list_async(**asked)
+        total = await _run(self.ledger.total, found)
+        return records, total
 
-    async def all_records(self) -> builtins.list[WorkRecord]:
-        return await self.sup.list_async()
+    def unit_counts_now(self) -> dict[tuple[str, str], int]:
+        """Units by (kind, shown status), as the ledger counts them (a few rows read;
+        blocking: a metrics scrape's worker thread)."""
+        return self.ledger.counts()
+
+    def notices_waiting_now(self) -> int:
+        """Notices not yet acknowledged (blocking: a metrics scrape's worker thread)."""
+        return self.sup.http_consumers.waiting()
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.sup._machinery.ledger
 
     async def events(
         self, work_id: str, after: Cursor | None, max_bytes: int, hold: OutputHold | None = None
@@ -183,7 +224,7 @@ class Backend:
     async def wait(self, work_id: str, timeout: float) -> WorkRecord:
         """The record once terminal, or as it is after ``timeout`` (no thread is held)."""
         try:
-            return await self.sup.wait_async(work_id, timeout)
+            return await self.until_closing(self.sup.wait_async(work_id, timeout))
         except NotFinished as exc:
             return exc.record
 
@@ -280,10 +321,7 @@ class Backend:
 
     def ledger_commit_seconds(self) -> builtins.list[float]:
         """The supervisor's ledger commits since the last look (O(n) in memory, no I/O)."""
-        return self.sup._machinery.ledger.drain_commit_seconds()
-
-    async def notices_waiting(self) -> int:
-        return await _run(self.sup.http_consumers.waiting)
+        return self.ledger.drain_commit_seconds()
 
 
 def _exact_arguments(target: str, args: object, kwargs: object) -> None:

@@ -6,9 +6,18 @@ it again with the same messages as for Python callers.
 
 from __future__ import annotations
 
+import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    model_validator,
+)
 
 from workunits._core.record import WorkRecord
 from workunits._core.retry import Retry
@@ -19,7 +28,33 @@ MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: no unknown field, and no value coerced into a field's type
+    (``{"grace": "5"}`` and ``{"grace": false}`` are refused, not read as 5 and 0)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _iso_time(value: object) -> object:
+    """A time given as text: ISO 8601 only (lax parsing would read "5" as 1970)."""
+    if not isinstance(value, str):
+        raise ValueError("a time is an ISO 8601 string with its offset, or seconds from now")  # noqa: TRY004 - pydantic wants ValueError
+    return datetime.datetime.fromisoformat(value)
+
+
+def _whole(value: object) -> object:
+    """An integer field: JSON's 3.0 is the integer 3 (JSON Schema says so too); a
+    string, a boolean or 3.5 is refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be a whole number")  # noqa: TRY004 - pydantic wants ValueError
+    return value
+
+
+Whole = Annotated[int, Strict(False), BeforeValidator(_whole)]
+
+# Strict bodies get their JSON as Python values: a time arrives as a string.
+IsoTime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_time)]
 
 
 class RetryBody(_Strict):
@@ -30,12 +65,12 @@ class RetryBody(_Strict):
     codes retried (null: any non-zero one; ``[]``: none). Any exception is retried.
     """
 
-    max_attempts: Annotated[int, Field(ge=1, le=1000)] = 3
+    max_attempts: Annotated[Whole, Field(ge=1, le=1000)] = 3
     backoff: Annotated[float, Field(ge=1)] = 2.0
     initial: Annotated[float, Field(ge=0)] = 1.0
     max_delay: Annotated[float, Field(ge=0)] = 300.0
     jitter: bool = True
-    exit_codes: Annotated[list[int], Field(max_length=256)] | None = None
+    exit_codes: Annotated[list[Whole], Field(max_length=256)] | None = None
 
     def policy(self) -> Retry:
         codes = None if self.exit_codes is None else tuple(self.exit_codes)
@@ -53,7 +88,7 @@ class _Options(_Strict):
     description: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
     timeout: Annotated[float, Field(gt=0)] | None = None
     parent: Annotated[str, Field(max_length=64)] | None = None
-    not_before: Annotated[float, Field(ge=0, allow_inf_nan=False)] | AwareDatetime | None = Field(
+    not_before: Annotated[float, Field(ge=0, allow_inf_nan=False)] | IsoTime | None = Field(
         None,
         description="Stay pending until then: seconds from now, or an ISO 8601 time "
         "with its offset (e.g. 2026-01-01T03:00:00Z)",
@@ -66,8 +101,30 @@ class _Options(_Strict):
     )
 
 
+# What ShellSubmit's validator checks, said in its JSON Schema too: exactly one of
+# argv and command, and not both log and keep_output.
+_ONE_COMMAND: dict[str, Any] = {
+    "anyOf": [
+        {
+            "required": ["argv"],
+            "properties": {"argv": {"type": "array"}, "command": {"type": "null"}},
+        },
+        {
+            "required": ["command"],
+            "properties": {"command": {"type": "string"}, "argv": {"type": "null"}},
+        },
+    ],
+    "not": {
+        "required": ["log", "keep_output"],
+        "properties": {"log": {"type": "string"}, "keep_output": {"const": True}},
+    },
+}
+
+
 class ShellSubmit(_Options):
     """A shell unit: ``argv`` (a list) or ``command`` (for ``/bin/sh -c``), not both."""
+
+    model_config = ConfigDict(json_schema_extra=_ONE_COMMAND)
 
     kind: Literal["shell"]
     argv: (
@@ -76,13 +133,16 @@ class ShellSubmit(_Options):
     command: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | None = None
     cwd: Annotated[str, Field(max_length=4096)] | None = None
     env: dict[str, str] | None = None
-    output_cap: Annotated[int, Field(gt=0)] | None = Field(
+    output_cap: Annotated[Whole, Field(gt=0)] | None = Field(
         None, description="Most bytes of output kept (default 5 GiB); more ends it killed"
     )
     on_lost: Literal["fail", "restart"] | None = Field(
         None, description="restart: run it again (same ID) if its supervisor dies while it runs"
     )
-    log: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+    log: (
+        Annotated[str, Field(min_length=1, max_length=4096, json_schema_extra={"pattern": "^/"})]
+        | None
+    ) = Field(
         None,
         description="An absolute path on the server's host: the output goes into this file, "
         "which stays after the end (the first attempt truncates it, later ones append)",
@@ -107,14 +167,21 @@ class CallSubmit(_Options):
     """An agent or workflow: the callable ``target`` (``module:qualname``) and its JSON args."""
 
     kind: Literal["agent", "workflow"]
-    target: Annotated[str, Field(min_length=3, max_length=512, pattern=r"^[\w.]+:[\w.]+$")]
+    target: Annotated[
+        str,
+        Field(
+            min_length=3,
+            max_length=512,
+            pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$",
+        ),
+    ]
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    max_attempts: Annotated[int, Field(ge=1, le=1000)] | None = None
-    memory_limit: Annotated[int, Field(gt=0)] | None = Field(
+    max_attempts: Annotated[Whole, Field(ge=1, le=1000)] | None = None
+    memory_limit: Annotated[Whole, Field(gt=0)] | None = Field(
         None, description="Address-space limit of the unit's process, in bytes"
     )
-    output_cap: Annotated[int, Field(gt=0)] | None = Field(
+    output_cap: Annotated[Whole, Field(gt=0)] | None = Field(
         None, description="Most transcript bytes kept (default 5 GiB); more ends it killed"
     )
 
@@ -185,6 +252,31 @@ class Unit(BaseModel):
         )
 
 
+_NOT_SCHEDULED = (
+    "parent",
+    "retry",
+    "not_before",
+    "stall_after",
+    "cwd",
+    "env",
+    "on_lost",
+    "log",
+    "keep_output",
+    "memory_limit",
+    "output_cap",
+)
+
+
+def _plain_unit_schema(schema: dict[str, Any]) -> None:
+    """ScheduleBody's validator, said in its JSON Schema: the unit sets none of these."""
+    clauses = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in _NOT_SCHEDULED
+    ]
+    unit = schema["properties"]["unit"]
+    schema["properties"]["unit"] = {"allOf": [unit, {"not": {"anyOf": clauses}}]}
+
+
 class ScheduleBody(_Strict):
     """A cron schedule whose firings submit ``unit`` (as ``POST /v1/units`` would).
 
@@ -193,6 +285,8 @@ class ScheduleBody(_Strict):
     ``not_before``, ``stall_after``, ``cwd``, ``env``, ``on_lost``, ``log``, ``keep_output``,
     ``memory_limit`` or ``output_cap``.
     """
+
+    model_config = ConfigDict(json_schema_extra=_plain_unit_schema)
 
     cron: Annotated[str, Field(min_length=1, max_length=256)]
     tz: Annotated[str, Field(min_length=1, max_length=64)] = "UTC"
@@ -232,10 +326,16 @@ class ScheduleOut(BaseModel):
 
 
 class UnitPage(BaseModel):
-    """One page of units; pass ``next`` as ``after`` for the next page (null: no more)."""
+    """One page of units; pass ``next`` as ``after`` for the next page (null: no more).
+
+    ``total`` is how many units the filters match in all; with ``total_exact``
+    false it is a lower bound (counting further would cost more than the page).
+    """
 
     items: list[Unit]
     next: str | None
+    total: int
+    total_exact: bool
 
 
 class Result(BaseModel):

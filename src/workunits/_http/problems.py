@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pykka
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from workunits._core import errors as e
 from workunits._http.models import Unit
@@ -39,6 +42,13 @@ STATUS_OF: tuple[tuple[type[e.WorkunitsError], int], ...] = (
     (e.SupervisorBusy, 503),
     (e.LedgerFull, 507),
 )
+
+
+class ShuttingDown(Exception):
+    """The server is shutting down: a request in flight is answered 503, to be retried."""
+
+
+RETRY_SECONDS = "5"
 
 
 def status_of(exc: e.WorkunitsError) -> int:
@@ -70,7 +80,37 @@ def problem(
 def of_error(exc: e.WorkunitsError) -> Response:
     record = getattr(exc, "record", None)
     unit = Unit.of(record) if record is not None else None
-    return problem(status_of(exc), type(exc).__name__, str(exc), unit=unit)
+    status = status_of(exc)
+    retry = {"Retry-After": RETRY_SECONDS} if status == 503 else None
+    return problem(status, type(exc).__name__, str(exc), unit=unit, headers=retry)
+
+
+def routes(app: FastAPI) -> list[BaseRoute]:
+    """The app's routes, those of included routers in place of the routers."""
+    out: list[BaseRoute] = []
+    pending = list(app.router.routes)
+    while pending:
+        route = pending.pop(0)
+        inner = getattr(route, "original_router", None)  # FastAPI's included router
+        if inner is not None:
+            pending[:0] = list(inner.routes)
+        else:
+            out.append(route)
+    return out
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route of ``app`` takes at the request's path (HEAD with GET)."""
+    methods: set[str] = set()
+    for route in routes(app):
+        match, _ = route.matches({**scope, "method": "GET"})
+        if match is Match.NONE:
+            continue
+        found = getattr(route, "methods", None)
+        methods |= set(found) if found else {"GET", "HEAD"}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:
@@ -99,10 +139,27 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return problem(
-            exc.status_code, "HTTPError", str(exc.detail), headers=dict(exc.headers or {})
-        )
+        headers = dict(exc.headers or {})
+        detail = str(exc.detail)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route that matched the path;
+            # several routes share a path here (GET and DELETE of a retain...).
+            allowed = allowed_methods(app, request.scope)
+            headers["Allow"] = ", ".join(allowed)
+            detail = f"{request.method} is not allowed here; allowed: {', '.join(allowed)}"
+        return problem(exc.status_code, "HTTPError", detail, headers=headers)
 
+    async def on_shutting_down(request: Request, exc: Exception) -> Response:
+        detail = "the server is shutting down: retry in a moment (its next run answers)"
+        return problem(503, "ShuttingDown", detail, headers={"Retry-After": RETRY_SECONDS})
+
+    async def on_actor_gone(request: Request, exc: Exception) -> Response:
+        # The supervisor stopped under a request in flight (a shutdown): not a bug.
+        detail = "the supervisor has stopped: retry in a moment (its next run answers)"
+        return problem(503, "SupervisorClosed", detail, headers={"Retry-After": RETRY_SECONDS})
+
+    app.add_exception_handler(ShuttingDown, on_shutting_down)
+    app.add_exception_handler(pykka.ActorDeadError, on_actor_gone)
     app.add_exception_handler(e.WorkunitsError, on_workunits_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)

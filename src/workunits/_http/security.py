@@ -73,11 +73,15 @@ DOCS_CSP = (
     "worker-src blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 DOCS_PATHS = frozenset({"/docs", "/redoc", "/docs/oauth2-redirect"})
+HEALTH = "/healthz"
 SECURITY_HEADERS = (
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
 )
+
+RETRY_AFTER = (b"retry-after", b"5")
+"""What a 503 says: how long before a client tries again (a restart, a busy ledger)."""
 
 LOGIN_LIFETIME = 60
 """Seconds a login code from ``login_code`` may be exchanged for the cookie, once."""
@@ -152,6 +156,9 @@ class Guard:
         self._any_address_port: int | None = None
         self._local: dict[str, bool] = {}  # IP literal -> whether it is this machine's
         self._used: dict[str, int] = {}  # login code nonce -> its expiry: used once
+        # Set (from the thread that stops the server) once it is shutting down: every
+        # request from then on is answered 503 with Retry-After, never served half.
+        self.closing = False
 
     def allow(self, host: str, port: int) -> None:
         """Accept ``Host: host:port`` (and localhost names for a loopback bind; for a
@@ -217,20 +224,24 @@ class Guard:
             await self.app(scope, receive, send)
             return
         send = _with_security_headers(send, DOCS_CSP if scope["path"] in DOCS_PATHS else CSP)
+        if self.closing:
+            detail = "the server is shutting down: retry in a moment (its next run answers)"
+            await _send_problem(send, 503, "ShuttingDown", detail, [RETRY_AFTER])
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             status, title, detail, extra = refusal
             await _send_problem(send, status, title, detail, extra)
             return
-        if scope["path"] == "/" and scope.get("query_string"):
-            query = parse_qs(scope["query_string"].decode("latin-1"))
-            if "token" in query:
-                await self._hand_cookie(send, query["token"][0])
-                return
-            if "login" in query:
-                await self._hand_cookie_for_code(send, query["login"][0])
-                return
+        login = _login_exchange(scope)
+        if login is not None:
+            name, value = login
+            if name == "token":
+                await self._hand_cookie(send, value)
+            else:
+                await self._hand_cookie_for_code(send, value)
+            return
         await self.app(scope, receive, send)
 
     def _refusal(
@@ -249,8 +260,9 @@ class Guard:
         if "transfer-encoding" in headers:
             return 411, "LengthRequired", "send a Content-Length with the body", []
         path = scope["path"]
-        query = scope.get("query_string", b"")
-        if path == "/healthz" or (path == "/" and (b"token=" in query or b"login=" in query)):
+        # Exact exemptions: the health check, and the one login exchange (which
+        # checks what it is given itself). Nothing else, whatever its query says.
+        if path == HEALTH or _login_exchange(scope) is not None:
             return None
         auth = headers.get("authorization", "")
         if auth[:7].lower() == "bearer " and hmac.compare_digest(
@@ -331,6 +343,18 @@ class Guard:
             }
         )
         await send({"type": "http.response.body", "body": b""})
+
+
+def _login_exchange(scope: Scope) -> tuple[str, str] | None:
+    """``("token", value)`` or ``("login", code)`` for ``/?token=...`` or ``/?login=...``
+    (a blank value too: it is refused as wrong, not served the page); else None."""
+    if scope["path"] != "/" or not scope.get("query_string"):
+        return None
+    query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+    for name in ("token", "login"):
+        if name in query:
+            return name, query[name][0]
+    return None
 
 
 def _with_security_headers(send: Send, policy: str) -> Send:

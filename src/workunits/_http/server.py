@@ -10,6 +10,7 @@ those). The bound URL is written to ``http.url`` in the state dir (0600), for
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import threading
 from pathlib import Path
@@ -19,8 +20,11 @@ import uvicorn
 from workunits._core.errors import SpecError, SupervisorClosed
 from workunits._http.app import create_app
 from workunits._http.backend import Backend
-from workunits._http.security import load_or_create_token
+from workunits._http.protocol import Limits
+from workunits._http.security import WILDCARDS, load_or_create_token
 from workunits.supervisor.facade import Supervisor
+
+log = logging.getLogger(__name__)
 
 URL_FILE = "http.url"
 START_TIMEOUT = 30.0
@@ -60,9 +64,11 @@ class HttpServer:
         insecure: bool = False,
         token: str | None = None,
         advertise: str | None = None,
+        limits: Limits | None = None,
     ) -> None:
         """``token``: the shared secret file's (``secretfile``); else the state dir's own.
-        ``advertise``: the URL other hosts reach this server at; its host is accepted."""
+        ``advertise``: the URL other hosts reach this server at; its host is accepted.
+        ``limits``: read timeouts and connections per client (``protocol``)."""
         if (tls_cert is None) != (tls_key is None):
             raise SpecError("--tls-cert and --tls-key go together")
         tls = tls_cert is not None
@@ -74,9 +80,12 @@ class HttpServer:
         self._state_dir = Path(sup.state_dir)
         if token is None:
             token = load_or_create_token(self._state_dir)
-        self.app, self.guard = create_app(Backend(sup), token, tls=tls)
+        self.backend = Backend(sup)
+        self.app, self.guard = create_app(self.backend, token, tls=tls)
+        self.limits = limits or Limits()
         config = uvicorn.Config(
             self.guard,
+            http=self.limits.protocol(),
             host=host,
             port=port,
             ssl_certfile=tls_cert,
@@ -92,6 +101,7 @@ class HttpServer:
         self._scheme = "https" if tls else "http"
         self._thread = threading.Thread(target=self._server.run, name="workunits-http")
         self.url = ""
+        self.warning: str | None = None  # said once started (a wildcard bind)
 
     def start(self) -> str:
         self._thread.start()
@@ -110,7 +120,19 @@ class HttpServer:
         self.guard.allow(self._host, port)
         if self._advertise is not None:
             self.guard.allow_url(self._advertise)
-        shown = f"[{self._host}]" if ":" in self._host else self._host
+        self.warning = None
+        shown_host = self._host
+        if self._host in WILDCARDS:
+            # Every address of the machine, so no one address to advertise: this
+            # host's own loopback one serves `workunits ui`, and others are told.
+            shown_host = "::1" if ":" in self._host else "127.0.0.1"
+            self.warning = (
+                f"listening on every address of this machine ({self._host}, port {port}): "
+                f"anyone who can reach it and has the token can run commands here. "
+                f"Bind one address instead, or give --advertise URL for the name others use"
+            )
+            log.warning("workunits serve: %s", self.warning)
+        shown = f"[{shown_host}]" if ":" in shown_host else shown_host
         self.url = f"{self._scheme}://{shown}:{port}"
         path = self._state_dir / URL_FILE
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -119,6 +141,10 @@ class HttpServer:
         return self.url
 
     def stop(self) -> None:
+        """Answer every request from now on 503 + Retry-After, end the long-polls in flight
+        the same way, then stop (uvicorn waits up to 2 s for the responses in flight)."""
+        self.guard.closing = True
+        self.backend.close()
         self._server.should_exit = True
         self._thread.join(timeout=10)
         (self._state_dir / URL_FILE).unlink(missing_ok=True)

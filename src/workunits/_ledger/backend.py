@@ -71,6 +71,9 @@ class Database(Protocol):
     readonly: bool
     # Whether SELECT ... FOR UPDATE SKIP LOCKED exists here (``claims``).
     row_locks: bool
+    # "sqlite" or "postgresql": where the SQL differs beyond what ``postgres_sql``
+    # rewrites (text search, ``listing``).
+    dialect: str
 
     @property
     def where(self) -> str:

@@ -31,6 +31,7 @@ class FencedDatabase:
         self.session = sessions.validate(session)
         self.readonly = inner.readonly
         self.row_locks = inner.row_locks
+        self.dialect = inner.dialect
 
     @property
     def where(self) -> str:

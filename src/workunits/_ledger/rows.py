@@ -63,6 +63,7 @@ EXTRA_COLUMNS = (
     "resumable",
     "retry_at",
     "attempts_log",
+    "trace_context",
 )
 
 # Terminal statuses as SQL sees them, derived from is_terminal (the one place
@@ -194,6 +195,7 @@ class UnitRow:
     stall_after: float | None = None
     restart: Restart | None = None
     not_before: float | None = None
+    trace_context: str | None = None  # its span's traceparent (supervisor.tracing)
 
     @property
     def expired(self) -> bool:
@@ -354,6 +356,7 @@ class UnitRow:
             retry_of=c.opt("retry_of", str),
             stall_after=c.opt("stall_after", float),
             not_before=c.opt("not_before", float),
+            trace_context=c.opt("trace_context", str),
         )
 
 

@@ -56,6 +56,7 @@ from workunits._ledger import (
     attempts,
     claims,
     largevalues,
+    listing,
     outbox,
     requests,
     retains,
@@ -77,7 +78,7 @@ from workunits._ledger.fence import FencedDatabase
 from workunits._ledger.polls import Polls
 from workunits._ledger.postgres.valuestore import DatabaseValueStore
 from workunits._ledger.requests import LedgerRequest
-from workunits._ledger.rows import EXPIRED, IN_TERMINAL, TERMINAL, NewUnit, UnitRow
+from workunits._ledger.rows import IN_TERMINAL, TERMINAL, NewUnit, UnitRow
 from workunits._ledger.sessions import Session
 from workunits._ledger.signals import StoredSignal
 from workunits._ledger.sqlite import backup as backup_mod
@@ -89,8 +90,6 @@ from workunits._util import outputfile, procid, strictjson
 
 DEFAULT_EXPIRE_AFTER = 7 * 24 * 3600.0
 DEFAULT_BUSY_TIMEOUT = 10.0
-
-_STATUS_VALUES = frozenset(s.value for s in Status)
 
 
 class Ledger:
@@ -421,40 +420,63 @@ class Ledger:
         A row that cannot be read (``unreadable``) is left out, and the others
         listed: each left out goes to ``on_unreadable``, by default a warning
         logged once per process naming it and how to repair it."""
-        clauses: builtins.list[str] = []
-        params: builtins.list[object] = []
-        if status == EXPIRED:
-            clauses.append("expired_at IS NOT NULL")
-        elif status is not None:
-            if status not in _STATUS_VALUES:
-                raise SpecError(f"{status!r} is not a status (nor {EXPIRED!r})")
-            clauses.append("status = ? AND expired_at IS NULL")
-            params.append(Status(status).value)
-        if kind is not None:
-            clauses.append("kind = ?")
-            params.append(kind)
-        if parent is not None:
-            clauses.append("parent = ?")
-            params.append(ids.validate(parent))
-        if ended_after is not None:
-            clauses.append("ended_at >= ?")
-            params.append(ended_after)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        params.append(-1 if limit is None else limit)
-        with self._db.read() as conn:
-            rows = conn.execute(
-                f"SELECT * FROM units {where} ORDER BY created_at, id LIMIT ?",  # noqa: S608
-                params,
-            ).fetchall()
+        shown = None if status is None else str(getattr(status, "value", status))
+        found = listing.Filter(status=shown, kind=kind, parent=parent, ended_after=ended_after)
+        return self.page(found, limit=limit, on_unreadable=on_unreadable)
+
+    def page(
+        self,
+        found: listing.Filter,
+        *,
+        limit: int | None,
+        after: listing.Mark | None = None,
+        newest: bool = False,
+        exclude: Sequence[str] = (),
+        only: Sequence[str] | None = None,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
+    ) -> builtins.list[UnitRow]:
+        """A page of the units ``found`` matches, after ``after`` (``listing``)."""
+        rows = listing.page(
+            self._db,
+            found.checked(),
+            limit=limit,
+            after=after,
+            newest=newest,
+            exclude=exclude,
+            only=only,
+        )
         listed: builtins.list[UnitRow] = []
-        for found in self._checked_each(unreadable.decode(row) for row in rows):
-            if isinstance(found, UnitRow):
-                listed.append(found)
+        for row in self._checked_each(unreadable.decode(row) for row in rows):
+            if isinstance(row, UnitRow):
+                listed.append(row)
             elif on_unreadable is not None:
-                on_unreadable(found)
+                on_unreadable(row)
             else:
-                unreadable.report(found, logging.WARNING, "is left out of the list")
+                unreadable.report(row, logging.WARNING, "is left out of the list")
         return listed
+
+    def mark_of(self, work_id: str) -> listing.Mark:
+        """Where the unit stands in the order of pages; UnknownWork if the ledger has none."""
+        mark = listing.mark_of(self._db, work_id)
+        if mark is None:
+            raise UnknownWork(f"the ledger has no unit {work_id}")
+        return mark
+
+    def total(self, found: listing.Filter) -> listing.Total:
+        """How many units ``found`` matches (exact, or at least that many)."""
+        return listing.total(self._db, found.checked())
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Units by (kind, shown status), from counts kept by the ledger's triggers."""
+        return listing.counts(self._db)
+
+    def waiting_notices(self, limit: int = 500) -> builtins.list[dict[str, object]]:
+        """Notices not yet acknowledged, for a view (nothing is claimed)."""
+        return listing.waiting_notices(self._db, limit)
+
+    def signals_of(self, work_id: str, limit: int = 200) -> builtins.list[dict[str, object]]:
+        """The signals sent to the unit, taken or not."""
+        return listing.signals_of(self._db, work_id, limit)
 
     def load_spec(self, work_id: str) -> object:
         """The unit's spec, verified (LedgerTampered) before anything in it is loaded."""

@@ -22,6 +22,7 @@ import orjson
 
 from workunits._core.errors import InvalidArgument
 from workunits._unit import context as _context
+from workunits._unit import tracing
 from workunits._unit.capture import Capture
 from workunits._util import framing, strictjson
 from workunits._wire import frames as m
@@ -155,7 +156,8 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int
     try:
         # A resumed unit's call may have been pickled by an older version.
         fn, args, kwargs = unpickle.loads(call.payload)
-        value = fn(*args, **kwargs)
+        with tracing.unit_span(call.traceparent):
+            value = fn(*args, **kwargs)
     except SystemExit as exc:
         code = _exit_code(exc)
         transcript.write("exit", code=code)

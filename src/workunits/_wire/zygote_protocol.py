@@ -44,6 +44,7 @@ class SpawnCall:
     limits: Limits = field(default_factory=Limits)
     # Transcript bytes the unit's capture writes at most; it reports OutputCapped there.
     transcript_cap: int | None = None
+    traceparent: str | None = None  # the unit's span (TRACEPARENT; _runtime.tracing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,6 +191,7 @@ class AgentActor(WorkActor):
                 first_seq=first_seq,
                 limits=self._limits(),
                 transcript_cap=self.spec.output_cap,
+                traceparent=self.unit.traceparent,
             )
             self._start_process(call, transcript_fd, theirs.fileno(), self.process_watch())
         finally:

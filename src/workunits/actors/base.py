@@ -71,6 +71,7 @@ class UnitBinding:
     tell_supervisor: Callable[[Any], None]  # kind-specific requests, e.g. spawn a child
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
     files: WarmFiles | None = None  # output files made ahead of launches; None: create them
+    traceparent: str | None = None  # its span's context, for its process (supervisor.tracing)
 
     def create_file(self, path: str, *, append: bool = False) -> int:
         """A new file for this unit at ``path`` (refused if anything is there), opened

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from workunits._core.errors import SpecError
@@ -27,6 +28,7 @@ from workunits._wire import durable
 from workunits._wire.actor_messages import ProcessExited, ProcessLost, ProcessSpawnFailed
 from workunits._wire.specs import ShellSpec
 from workunits._wire.zygote_protocol import Limits, SpawnExec
+from workunits._zygote.client import _environment_for_units as environment_for_units
 from workunits.actors.base import UnitBinding, WorkActor, exit_outcome
 
 
@@ -70,7 +72,7 @@ class ShellActor(WorkActor):
                 unit_id=self.unit.id,
                 argv=self.spec.argv,
                 cwd=self.spec.cwd,
-                env=self.spec.env,
+                env=traced_env(self.spec.env, self.unit.traceparent),
                 limits=Limits(output_cap=self.spec.output_cap),
             )
             self.unit.zygote.spawn_exec(request, fd, self.process_watch())
@@ -150,3 +152,10 @@ class ShellActor(WorkActor):
         # A command that ignores SIGXFSZ gets EFBIG instead and exits as it likes;
         # the file stopping at the cap is what says the cap ended it.
         return outputfile.size_of(self.unit.output_path) >= self.spec.output_cap
+
+
+def traced_env(env: Mapping[str, str] | None, traceparent: str | None) -> Mapping[str, str] | None:
+    """The command's environment, with ``TRACEPARENT`` when its unit has a span."""
+    if traceparent is None:
+        return env
+    return {**(environment_for_units() if env is None else env), "TRACEPARENT": traceparent}

@@ -59,22 +59,34 @@ CHUNK = 64 << 10
 CHECKPOINT_INLINE = 4 << 10
 """A ``checkpoint`` event carries the state itself up to this many bytes of JSON."""
 
-_CURSOR_RE = re.compile(r"(\d{1,18})-(\d{1,18})(?:-(\d{1,9}))?")
+_CURSOR_RE = re.compile(r"(\d{1,18})-(\d{1,18})(?:-(\d{1,9})(?:-([1-4]))?)?")
+
+# The parts of a snapshot, in the order they are sent; a cursor's ``part`` is the
+# last one delivered, so each has an ID of its own and a resume continues after it.
+STATUS, PROGRESS, CHECKPOINT, END = 1, 2, 3, 4
+_PARTS = {"status": STATUS, "progress": PROGRESS, "checkpoint": CHECKPOINT}
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class Cursor:
     """A position in a unit's event stream; ``str(cursor)`` is ``"<seq>-<offset>"``,
-    or ``"<seq>-<offset>-<attempt>"`` once it knows whose output the offset counts.
+    or ``"<seq>-<offset>-<attempt>"`` once it knows whose output the offset counts,
+    and ``"<seq>-<offset>-<attempt>-<part>"`` inside a snapshot (``part``: its last
+    event delivered, status 1, progress 2, checkpoint 3) or after the ``end`` (4).
 
     ``attempt`` 0 is a cursor that does not say (one written before it was kept).
+    Every event of a stream has a cursor of its own, so a client resuming from
+    any event's ID gets every later event once.
     """
 
     seq: int = 0
     offset: int = 0
     attempt: int = 0
+    part: int = 0
 
     def __str__(self) -> str:
+        if self.part:
+            return f"{self.seq}-{self.offset}-{self.attempt}-{self.part}"
         if self.attempt:
             return f"{self.seq}-{self.offset}-{self.attempt}"
         return f"{self.seq}-{self.offset}"
@@ -85,7 +97,7 @@ class Cursor:
         match = _CURSOR_RE.fullmatch(text.strip()) if isinstance(text, str) else None
         if match is None:
             raise InvalidArgument(f"{text!r} is not an event cursor like '12-4096-1'")
-        return cls(int(match[1]), int(match[2]), int(match[3] or 0))
+        return cls(int(match[1]), int(match[2]), int(match[3] or 0), int(match[4] or 0))
 
 
 class OutputHold:
@@ -183,6 +195,9 @@ class EventFeed:
         self._lock = threading.Lock()  # guards _units and every _UnitJournal in it
         self._units: OrderedDict[str, _UnitJournal] = OrderedDict()
         self.ended: Counter[str] = Counter()  # terminal transitions seen, by status
+        # Called with each changed unit's ID (the actor's thread; O(1) only): a view
+        # of the whole fleet hears of changes instead of reading lists again.
+        self._everyone: list[Callable[[str], None]] = []
 
     # -- the supervisor actor's thread ----------------------------------------------
 
@@ -198,7 +213,8 @@ class EventFeed:
             new.progress_message,
         )
         if moved and (new.progress is not None or new.progress_message):
-            changes.append(("progress", {"value": new.progress, "message": new.progress_message}))
+            data = {"value": new.progress, "message": new.progress_message, "at": new.progress_at}
+            changes.append(("progress", data))
         self._journal(new.id, changes, new)
 
     def on_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
@@ -229,8 +245,11 @@ class EventFeed:
                 journal.seq += 1
                 journal.changes.append((journal.seq, kind, data))
             listeners = list(journal.listeners)
+            everyone = list(self._everyone)
         for listener in listeners:  # they only wake someone (loop.call_soon_threadsafe)
             listener()
+        for hears in everyone:
+            hears(work_id)
 
     # -- callers' threads -------------------------------------------------------------
 
@@ -248,6 +267,25 @@ class EventFeed:
                 found = self._units.get(work_id)
                 if found is not None and listener in found.listeners:
                     found.listeners.remove(listener)
+
+        return stop
+
+    def history(self, work_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """The unit's journal as it is kept (its last ``PER_UNIT`` changes), oldest first."""
+        with self._lock:
+            journal = self._units.get(work_id)
+            return [] if journal is None else [(kind, data) for _, kind, data in journal.changes]
+
+    def listen_all(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``listener(work_id)`` (from the actor's thread: O(1) only) at every unit's
+        change; returns the function that stops it."""
+        with self._lock:
+            self._everyone.append(listener)
+
+        def stop() -> None:
+            with self._lock:
+                if listener in self._everyone:
+                    self._everyone.remove(listener)
 
         return stop
 
@@ -280,20 +318,21 @@ class EventFeed:
             # counts none of this attempt's bytes, whose output is read from its start.
             # (A transcript or a kept log goes on across attempts: its offsets hold.)
             offset, after = 0, None
+        if after is not None and after.part == END:
+            # Everything, its end included, was delivered: nothing follows an end.
+            at = Cursor(after.seq, after.offset, attempt, END)
+            return EventBatch([], at, record, is_terminal(record.status))
         if after is None or after.seq > last_seq or after.seq + 1 < first_kept:
             # No cursor, or one this journal cannot continue: start from how it is now.
             seq = last_seq
-            events.append(UnitEvent("status", Cursor(seq, offset, attempt), record_fields(record)))
-            if record.progress is not None or record.progress_message:
-                data = {"value": record.progress, "message": record.progress_message}
-                events.append(UnitEvent("progress", Cursor(seq, offset, attempt), data))
-            # What it saved last, as a follower there all along saw it: a snapshot
-            # is how the unit is now, its checkpoint included.
-            last = next((c for c in reversed(changes) if c[1] == "checkpoint"), None)
-            if last is not None:
-                events.append(UnitEvent("checkpoint", Cursor(seq, offset, attempt), last[2]))
+            events += self._snapshot(record, changes, seq, offset, 0)
         else:
+            # The parts of a snapshot not delivered yet (as they are now: a kind that
+            # changed since comes below, from the journal), then the journal's changes.
             seq = after.seq
+            newer = {kind for number, kind, _ in changes if number > seq}
+            rest = self._snapshot(record, changes, seq, offset, after.part) if after.part else []
+            events += [ev for ev in rest if ev.type not in newer]
             for number, kind, data in changes:
                 if number > seq:
                     seq = number
@@ -302,8 +341,39 @@ class EventFeed:
         offset = self._read_output(work_id, record, ended, seq, offset, max_bytes, events, hold)
         done = ended and offset >= record.output_bytes
         if done:
-            events.append(UnitEvent("end", Cursor(seq, offset, attempt), record_fields(record)))
-        return EventBatch(events, Cursor(seq, offset, attempt), record, done)
+            end = Cursor(seq, offset, attempt, END)
+            events.append(UnitEvent("end", end, record_fields(record)))
+            return EventBatch(events, end, record, done)
+        last = events[-1].cursor if events else None
+        at = last if last is not None and last.part else Cursor(seq, offset, attempt)
+        return EventBatch(events, at, record, done)
+
+    @staticmethod
+    def _snapshot(
+        record: WorkRecord,
+        changes: list[tuple[int, str, dict[str, Any]]],
+        seq: int,
+        offset: int,
+        after_part: int,
+    ) -> list[UnitEvent]:
+        """How the unit is now, as status, progress and checkpoint events after part
+        ``after_part``, each with a cursor of its own (see ``Cursor``)."""
+        attempt = record.attempt
+        parts: list[tuple[str, dict[str, Any]]] = [("status", record_fields(record))]
+        if record.progress is not None or record.progress_message:
+            parts.append(
+                ("progress", {"value": record.progress, "message": record.progress_message})
+            )
+        # What it saved last, as a follower there all along saw it: a snapshot
+        # is how the unit is now, its checkpoint included.
+        last = next((c for c in reversed(changes) if c[1] == "checkpoint"), None)
+        if last is not None:
+            parts.append(("checkpoint", last[2]))
+        return [
+            UnitEvent(kind, Cursor(seq, offset, attempt, _PARTS[kind]), data)
+            for kind, data in parts
+            if _PARTS[kind] > after_part
+        ]
 
     def _read_output(  # noqa: PLR0917 - private, called once
         self,

@@ -36,7 +36,6 @@ from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import SupervisorLock, secretfile, statedir
 from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
-from workunits._ledger.rows import EXPIRED
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
 from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.sqlite.db import sync_level
@@ -58,14 +57,15 @@ from workunits._wire.specs import (
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
 from workunits.supervisor import cleanup as _cleanup
+from workunits.supervisor import paging
 from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor import tracing
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.actor.kinds import concurrency_by_name
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import HttpConsumers
 from workunits.supervisor.machinery import Machinery, Options
-from workunits.supervisor.paging import check_limit, page
 from workunits.supervisor.pool import Pool
 from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.stream import AsyncOutputStream, OutputStream
@@ -575,6 +575,7 @@ class Supervisor:
                 retry,
                 stall_after,
                 not_before=not_before,
+                trace=tracing.submitter_context(),
             )
         )
         return WorkHandle(self, record.id)
@@ -605,6 +606,7 @@ class Supervisor:
             retry,
             stall_after,
             not_before=not_before,
+            trace=tracing.submitter_context(),
         )
         return WorkHandle(self, (await self._ask_async(request)).id)
 
@@ -814,7 +816,15 @@ class Supervisor:
         )
         name = spec.name if description is None else description
         request = rq.Register(
-            "t", spec, None, name, timeout, key, restart=policy, not_before=not_before
+            "t",
+            spec,
+            None,
+            name,
+            timeout,
+            key,
+            restart=policy,
+            not_before=not_before,
+            trace=tracing.submitter_context(),
         )
         record = await self._ask_async(request)
         return TeammateHandle(self, record.id, cls)
@@ -942,20 +952,36 @@ class Supervisor:
         *,
         limit: int | None = None,
         after: str | None = None,
+        key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        order: str = "oldest",
     ) -> list[WorkRecord]:
-        """The records in memory and in the ledger, filtered by status, kind or parent.
+        """The records in memory and in the ledger, filtered; a page at a time with ``limit``.
 
         ``status="expired"`` lists the expired units; a status lists the units
-        that have it and are not expired. ``limit`` and ``after`` (a unit's ID:
-        the last of the previous page) read them a page at a time, oldest first
-        (``supervisor/paging.py``).
+        that have it and are not expired. ``key`` is an idempotency key;
+        ``created_after`` (inclusive) and ``created_before`` (exclusive) bound
+        the submit time (seconds since the epoch); ``search`` matches each of
+        its words as the start of a word of the ID, description or key.
+        ``limit`` and ``after`` (a unit's ID: the last of the previous page)
+        read a page at a time, oldest first (``order="newest"``: newest first).
+        Each page reads only its own rows (``supervisor/paging.py``).
         """
-        check_limit(limit)
-        after_record = None if after is None else self.get(after)
-        records = _shown(self._ask(rq.ListUnits(_status_filter(status), kind, parent)), status)
-        if limit is None and after_record is None:
-            return records
-        return page(records, limit, after_record)
+        q = paging.query(
+            status,
+            kind,
+            parent,
+            limit=limit,
+            after=after,
+            key=key,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+            order=order,
+        )
+        return paging.every(lambda page: self._ask(rq.ListUnits(page)), q)
 
     async def get_async(self, work_id: str) -> WorkRecord:
         """Like ``get`` without blocking the event loop."""
@@ -969,15 +995,26 @@ class Supervisor:
         *,
         limit: int | None = None,
         after: str | None = None,
+        key: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        search: str | None = None,
+        order: str = "oldest",
     ) -> builtins.list[WorkRecord]:
         """Like ``list`` without blocking the event loop."""
-        check_limit(limit)
-        after_record = None if after is None else await self.get_async(after)
-        listed = await self._ask_async(rq.ListUnits(_status_filter(status), kind, parent))
-        records = _shown(listed, status)
-        if limit is None and after_record is None:
-            return records
-        return page(records, limit, after_record)
+        q = paging.query(
+            status,
+            kind,
+            parent,
+            limit=limit,
+            after=after,
+            key=key,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+            order=order,
+        )
+        return await paging.every_async(lambda page: self._ask_async(rq.ListUnits(page)), q)
 
     def pool(self) -> Pool:
         """This supervisor's pooled workers as an object: ``agent``, ``agent_async``, ``map``.
@@ -1331,7 +1368,17 @@ class Supervisor:
         )
         name = spec.name if description is None else description
         record = self._ask(
-            rq.Register("t", spec, None, name, timeout, key, restart=policy, not_before=not_before)
+            rq.Register(
+                "t",
+                spec,
+                None,
+                name,
+                timeout,
+                key,
+                restart=policy,
+                not_before=not_before,
+                trace=tracing.submitter_context(),
+            )
         )
         return TeammateHandle(self, record.id, cls)
 
@@ -1567,27 +1614,6 @@ def _scheduled_spec(
     if kind in ("agent", "workflow"):
         return "a" if kind == "agent" else "w", AgentSpec.build(target, args, kwargs)
     raise SpecError(f"a schedule's kind is 'shell', 'agent' or 'workflow', got {kind!r}")
-
-
-def _status_filter(status: Status | str | None) -> Status | None:
-    if status is None or status == EXPIRED:
-        return None
-    try:
-        return Status(status)
-    except ValueError:
-        raise SpecError(
-            f"status must be one of {[s.value for s in Status]} or {EXPIRED!r}, got {status!r}"
-        ) from None
-
-
-def _shown(records: list[WorkRecord], status: Status | str | None) -> list[WorkRecord]:
-    """``status="expired"`` lists the expired units; a status, those that have it and are
-    not expired (their status reads ``expired``), as a client's ``list`` does."""
-    if status is None:
-        return records
-    if status == EXPIRED:
-        return [r for r in records if r.expired_at is not None]
-    return [r for r in records if r.expired_at is None]
 
 
 def _read_request(

@@ -175,6 +175,7 @@ class PostgresDatabase:
 
     readonly = False
     row_locks = True  # SELECT ... FOR UPDATE SKIP LOCKED (see ``claims``)
+    dialect = "postgresql"
 
     def __init__(
         self, url: str, *, busy_timeout: float, sync: str = "full", idle_limit: float | None = None

@@ -204,7 +204,51 @@ _V8 = """
 ALTER TABLE units ADD COLUMN checkpoint_mac bytea;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# Listing (see schema._V9): the same indexes and counts; text search is a GIN
+# index over the tsvector of ID, description and key (listing._PG_TEXT).
+_V9 = """
+ALTER TABLE units ADD COLUMN trace_context text;
+CREATE INDEX units_created ON units (created_at, id);
+CREATE INDEX units_kind_created ON units (kind, created_at, id);
+CREATE INDEX units_live_status ON units (status, created_at, id) WHERE expired_at IS NULL;
+CREATE INDEX units_expired_created ON units (created_at, id) WHERE expired_at IS NOT NULL;
+DROP INDEX units_parent;
+CREATE INDEX units_parent ON units (parent, created_at, id) WHERE parent IS NOT NULL;
+CREATE TABLE unit_counts (
+    kind    text NOT NULL,
+    status  text NOT NULL,
+    expired bigint NOT NULL,
+    n       bigint NOT NULL,
+    PRIMARY KEY (kind, status, expired)
+);
+INSERT INTO unit_counts (kind, status, expired, n)
+    SELECT kind, status, (expired_at IS NOT NULL)::int, count(*) FROM units GROUP BY 1, 2, 3;
+CREATE FUNCTION workunits_count_units() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        UPDATE unit_counts SET n = n - 1 WHERE kind = OLD.kind AND status = OLD.status
+            AND expired = (OLD.expired_at IS NOT NULL)::int;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO unit_counts (kind, status, expired, n)
+            VALUES (NEW.kind, NEW.status, (NEW.expired_at IS NOT NULL)::int, 1)
+            ON CONFLICT (kind, status, expired) DO UPDATE SET n = unit_counts.n + 1;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER units_counted AFTER INSERT OR DELETE ON units
+    FOR EACH ROW EXECUTE FUNCTION workunits_count_units();
+CREATE TRIGGER units_recounted AFTER UPDATE OF status, expired_at ON units FOR EACH ROW
+    WHEN (OLD.status IS DISTINCT FROM NEW.status
+          OR (OLD.expired_at IS NULL) <> (NEW.expired_at IS NULL))
+    EXECUTE FUNCTION workunits_count_units();
+CREATE INDEX units_text ON units USING gin (to_tsvector('simple', regexp_replace(
+    id || ' ' || description || ' ' || coalesce(key, ''), '[[:punct:][:space:]]+', ' ', 'g'
+)));
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

@@ -99,6 +99,7 @@ class SqliteDatabase:
         self.path = state_dir / DB_FILE
         self.readonly = readonly
         self.row_locks = False  # one writer at a time: nothing to lock rows against
+        self.dialect = "sqlite"
         self._busy_timeout = busy_timeout
         if not readonly:
             create_private_file(self.path)

@@ -230,7 +230,67 @@ _V8 = """
 ALTER TABLE units ADD COLUMN checkpoint_mac BLOB;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# Listing that costs what its page costs (issue 39; ``listing``): an index per
+# filter in the order of a page, (created_at, id); the live units' statuses
+# apart from the expired ones, so a page of "completed" does not step over a
+# year of expired rows; units by kind and status counted by triggers, so
+# /metrics and totals read a few rows; and FTS5 over ID, description and key.
+_V9 = """
+ALTER TABLE units ADD COLUMN trace_context TEXT;  -- its span's W3C traceparent (tracing)
+CREATE INDEX units_created ON units (created_at, id);
+CREATE INDEX units_kind_created ON units (kind, created_at, id);
+CREATE INDEX units_live_status ON units (status, created_at, id) WHERE expired_at IS NULL;
+CREATE INDEX units_expired_created ON units (created_at, id) WHERE expired_at IS NOT NULL;
+DROP INDEX units_parent;
+CREATE INDEX units_parent ON units (parent, created_at, id) WHERE parent IS NOT NULL;
+CREATE TABLE unit_counts (
+    kind    TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    expired INTEGER NOT NULL,
+    n       INTEGER NOT NULL,
+    PRIMARY KEY (kind, status, expired)
+) WITHOUT ROWID;
+INSERT INTO unit_counts (kind, status, expired, n)
+    SELECT kind, status, expired_at IS NOT NULL, count(*) FROM units GROUP BY 1, 2, 3;
+CREATE TRIGGER units_counted AFTER INSERT ON units BEGIN
+    INSERT INTO unit_counts (kind, status, expired, n)
+        VALUES (NEW.kind, NEW.status, NEW.expired_at IS NOT NULL, 1)
+        ON CONFLICT DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER units_recounted AFTER UPDATE OF status, expired_at ON units
+    WHEN OLD.status IS NOT NEW.status OR (OLD.expired_at IS NULL) != (NEW.expired_at IS NULL)
+BEGIN
+    UPDATE unit_counts SET n = n - 1
+        WHERE kind = OLD.kind AND status = OLD.status AND expired = (OLD.expired_at IS NOT NULL);
+    INSERT INTO unit_counts (kind, status, expired, n)
+        VALUES (NEW.kind, NEW.status, NEW.expired_at IS NOT NULL, 1)
+        ON CONFLICT DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER units_uncounted AFTER DELETE ON units BEGIN
+    UPDATE unit_counts SET n = n - 1
+        WHERE kind = OLD.kind AND status = OLD.status AND expired = (OLD.expired_at IS NOT NULL);
+END;
+CREATE VIRTUAL TABLE units_text USING fts5 (
+    id, description, key, content = 'units', tokenize = "unicode61 remove_diacritics 0"
+);
+INSERT INTO units_text (rowid, id, description, key) SELECT rowid, id, description, key FROM units;
+CREATE TRIGGER units_text_added AFTER INSERT ON units BEGIN
+    INSERT INTO units_text (rowid, id, description, key)
+        VALUES (NEW.rowid, NEW.id, NEW.description, NEW.key);
+END;
+CREATE TRIGGER units_text_dropped AFTER DELETE ON units BEGIN
+    INSERT INTO units_text (units_text, rowid, id, description, key)
+        VALUES ('delete', OLD.rowid, OLD.id, OLD.description, OLD.key);
+END;
+CREATE TRIGGER units_text_changed AFTER UPDATE OF description, key ON units BEGIN
+    INSERT INTO units_text (units_text, rowid, id, description, key)
+        VALUES ('delete', OLD.rowid, OLD.id, OLD.description, OLD.key);
+    INSERT INTO units_text (rowid, id, description, key)
+        VALUES (NEW.rowid, NEW.id, NEW.description, NEW.key);
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -304,6 +364,10 @@ def switch_to_incremental_vacuum(conn: sqlite3.Connection) -> bool:
     conn.execute(f"PRAGMA auto_vacuum = {INCREMENTAL}")
     try:
         conn.execute("VACUUM")
+        # VACUUM may renumber the rowids of a table without an INTEGER PRIMARY KEY, such
+        # as units; its search index finds rows by rowid, so it is built again.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'units_text'").fetchone():
+            conn.execute("INSERT INTO units_text (units_text) VALUES ('rebuild')")
         # The copy went through the WAL: give that space back too (best effort).
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     except sqlite3.OperationalError:
@@ -355,9 +419,31 @@ def _claim(conn: sqlite3.Connection, where: str) -> None:
 
 
 def _statements(script: str) -> list[str]:
-    """Split a migration into statements (none of ours has ';' inside a literal)."""
+    """Split a migration into statements (none of ours has ';' inside a literal).
+
+    A trigger's body (SQLite: ``BEGIN ... END``) and a function's (PostgreSQL:
+    between ``$$``) hold statements of their own: their ';' do not split.
+    """
     lines = [line.split("--", 1)[0] for line in script.splitlines()]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    held = ""
+    for piece in "\n".join(lines).split(";"):
+        held = f"{held};{piece}" if held else piece
+        text = held.upper()
+        open_trigger = "CREATE TRIGGER" in text and "BEGIN" in text and not _ends_block(held)
+        if open_trigger or held.count("$$") % 2:
+            continue
+        if held.strip():
+            out.append(held.strip())
+        held = ""
+    if held.strip():
+        out.append(held.strip())
+    return out
+
+
+def _ends_block(text: str) -> bool:
+    """Whether a trigger's text so far has reached the END of its body."""
+    return text.rstrip().upper().endswith("END")
 
 
 # For the PostgreSQL counterpart (postgres_schema), which shares these rules.

@@ -26,7 +26,8 @@ from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.restart import Restart
 from workunits._core.retry import Retry
 from workunits._core.schedule import ScheduleInfo
-from workunits._core.status import Reason, Status
+from workunits._core.status import Reason
+from workunits._ledger.listing import Query
 from workunits.actors.base import WorkActor
 from workunits.supervisor.actor.asks import Route
 from workunits.supervisor.actor.registry import Change
@@ -93,6 +94,7 @@ class Register(Request[WorkRecord]):
     stall_after: float | None = None
     restart: Restart | None = None
     not_before: float | datetime.datetime | None = None  # seconds from now, or a time
+    trace: str | None = None  # the submitter's current span (supervisor.tracing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +172,7 @@ class Get(Request[WorkRecord]):
 
 @dataclass(frozen=True, slots=True)
 class ListUnits(Request[list[WorkRecord]]):
-    status: Status | None = None
-    kind: str | None = None
-    parent: str | None = None
+    query: Query
 
 
 @dataclass(frozen=True, slots=True)

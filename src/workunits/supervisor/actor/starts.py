@@ -44,6 +44,7 @@ from workunits.supervisor.actor.failed_writes import retryable
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.notices import RedeliverChildNotices
 from workunits.supervisor.actor.slots import Launch
+from workunits.supervisor.actor.tracing import UnitSpans
 from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class Starts:
         self._queued: dict[str, deque[_Queued]] = {}  # FIFO per kind name
         self._delays: Delays[_Queued] = Delays()  # pending until their not_before
         self._closing = False
+        self.spans: UnitSpans | None = None  # traces, when asked for (supervisor.tracing)
 
     def refuse_new_work(self) -> None:
         """Submits are refused and nothing more starts (a drain, a close)."""
@@ -414,6 +416,7 @@ class Starts:
             tell_supervisor=tell,
             pool=around.pool,
             files=around.files,
+            traceparent=None if self.spans is None else self.spans.traceparent(work_id),
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry

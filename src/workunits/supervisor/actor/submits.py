@@ -30,10 +30,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workunits._core.errors import SupervisorClosed, copy_to_raise
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor.starts import Prepared, Starts
+
+if TYPE_CHECKING:
+    from workunits.supervisor.actor.tracing import UnitSpans
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class GroupedSubmits:
         self._tell_self = tell_self
         # Submits validated, answers deferred, rows not yet written (in arrival order).
         # Invariant: non-empty only while a FlushSubmits is in the inbox.
+        self.spans: UnitSpans | None = None  # traces, when asked for (supervisor.tracing)
         self._group: list[tuple[rq.Register, Prepared]] = []
         self._flush_queued = False
 
@@ -83,6 +88,8 @@ class GroupedSubmits:
             not_before=request.not_before,
             reserved=kind_taken,
         )
+        if self.spans is not None:
+            self.spans.given(prepared.record.id, request.trace)
         request.defer()
         self._group.append((request, prepared))
         if self._idle() or len(self._group) >= MAX_SUBMITS_PER_COMMIT:

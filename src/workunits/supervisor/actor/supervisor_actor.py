@@ -51,6 +51,7 @@ from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.kind_code import contained
 from workunits.actors.warm_files import WarmFiles
+from workunits.supervisor.actor import pages
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor.activity import Activity
 from workunits.supervisor.actor.children import ChildRequests
@@ -71,6 +72,7 @@ from workunits.supervisor.actor.schedules import Schedules
 from workunits.supervisor.actor.signals import Signals
 from workunits.supervisor.actor.starts import Starts, Surroundings
 from workunits.supervisor.actor.submits import FlushSubmits, GroupedSubmits
+from workunits.supervisor.actor.tracing import UnitSpans
 from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
@@ -173,6 +175,11 @@ class SupervisorActor(pykka.ThreadingActor):
         self._submits = GroupedSubmits(
             self._starts, idle=self.actor_inbox.empty, tell_self=self.actor_ref.tell
         )
+        # A span per unit when traces are asked for; None (nothing imported) otherwise.
+        self._spans = UnitSpans.start(ledger)
+        if self._spans is not None:
+            units.subscribe(self._spans.on_change)
+            self._submits.spans = self._starts.spans = self._spans
         self._control = UnitControl(
             units=units,
             endings=self._endings,
@@ -252,6 +259,8 @@ class SupervisorActor(pykka.ThreadingActor):
         """In this actor's thread, after the last message: commit, then close."""
         self._submits.drop()  # nothing of it was written, nor started
         self._endings.commit()
+        if self._spans is not None:
+            self._spans.close(handed_over=True)
         self._save_read_offsets()
         self._mirror.close()
         self._messaging.fail_all_asks()
@@ -324,8 +333,8 @@ class SupervisorActor(pykka.ThreadingActor):
         match request:
             case rq.Get(work_id):
                 request.answer(self._mirror.marked(units.get(work_id)))
-            case rq.ListUnits(status, kind, parent):
-                request.answer([self._mirror.marked(r) for r in units.list(status, kind, parent)])
+            case rq.ListUnits(query):
+                request.answer([self._mirror.marked(r) for r in pages.page(units, query)])
             case rq.ReadOutput(work_id, max_bytes):
                 request.answer(self._output.read(work_id, max_bytes))
             case rq.ReadChunk(work_id, offset, max_bytes):

@@ -20,7 +20,8 @@ import pykka
 from workunits._core import ids as _ids
 from workunits._core.errors import UnknownKind, UnknownWork
 from workunits._core.record import WorkRecord
-from workunits._core.status import Status, is_terminal
+from workunits._core.status import is_terminal
+from workunits._ledger import Ledger
 from workunits.supervisor.actor.kinds import Kinds
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.registry import Change, Registry
@@ -203,20 +204,12 @@ class Units:
         found = self.registry.find(work_id)
         return found if found is not None else self._mirror.get(work_id)
 
-    def list(self, status: Status | None, kind: str | None, parent: str | None) -> list[WorkRecord]:
-        kind_name = None if kind is None else self._kind_name(kind)
-        if parent is not None:
-            self.get(parent)
-        in_memory = [
-            r
-            for r in self.registry
-            if (status is None or r.status == status)
-            and (kind_name is None or r.kind == kind_name)
-            and (parent is None or r.parent == parent)
-        ]
-        return in_memory + self._mirror.rows(status, kind_name, parent, resident=self.registry)
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger memory mirrors (for reads: ``pages``)."""
+        return self._mirror.ledger
 
-    def _kind_name(self, kind: str) -> str:
+    def kind_name(self, kind: str) -> str:
         """The name of a kind given by letter or name: one of this supervisor's, else
         one the ledger's units have (a kind this supervisor has not registered)."""
         try:

@@ -1,0 +1,358 @@
+"""Pages of units, their totals, text search and the counts ``/metrics`` reads.
+
+Every read here costs what its page costs, not what the ledger holds:
+
+- **Keyset pages.** Units are ordered by ``(created_at, id)``, which never
+  changes for a unit; a page starts after a ``Mark`` (the last unit of the
+  previous page), so it neither repeats nor skips a unit that existed then.
+  Each filter has an index that yields that order (schema version 9), so
+  SQLite reads the page's rows and no others.
+- **Totals** are exact where an index answers them in bounded time (the
+  ``unit_counts`` table, kept by triggers, for kind and status; a count of
+  at most ``COUNT_CAP`` index entries otherwise) and say they are estimates
+  past that: "at least 10,000".
+- **Text search** matches each word of the query as a prefix of a word of
+  the unit's ID, description or key: FTS5 in SQLite, a ``tsvector`` GIN
+  index in PostgreSQL. ``matches`` is the same rule in Python, for records
+  that only memory holds as they are now.
+
+Runs in the calling thread, on the ledger's read snapshot (``Database.read``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import orjson
+
+from workunits._core import ids as _ids
+from workunits._core.errors import SpecError
+from workunits._core.status import Status
+from workunits._ledger.backend import Connection, Database, Row
+from workunits._ledger.rows import EXPIRED
+
+COUNT_CAP = 10_000
+"""Totals past this many units are estimates: counting more would cost more than a page."""
+MAX_WORDS = 16  # a search of more words is refused: each is a lookup in the index
+_STATUSES = frozenset(s.value for s in Status)
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Which units a page holds; every field None means all of them.
+
+    ``status`` is a status or ``expired`` (a real status lists the units that
+    have it and are not expired); ``kind`` a kind's name; ``created_after``
+    (inclusive) and ``created_before`` (exclusive) bound the submit time, in
+    seconds since the epoch; ``text`` is a search (see the module's docstring).
+    """
+
+    status: str | None = None
+    kind: str | None = None
+    parent: str | None = None
+    key: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    ended_after: float | None = None
+    text: str | None = None
+
+    def checked(self) -> Filter:
+        """This filter, or SpecError saying which field is wrong and what it takes."""
+        if self.status is not None and self.status != EXPIRED and self.status not in _STATUSES:
+            raise SpecError(
+                f"{self.status!r} is not a status: status must be one of "
+                f"{sorted(_STATUSES)} or {EXPIRED!r}"
+            )
+        if self.parent is not None:
+            _ids.validate(self.parent)
+        for name in ("created_after", "created_before", "ended_after"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise SpecError(f"{name} must be seconds since the epoch (a number), got {value!r}")
+        for name in ("kind", "key", "text"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise SpecError(f"{name} must be a string, got {value!r}")
+        if self.text is not None:
+            if not words(self.text):
+                return replace(self, text=None)  # nothing to search for: no filter
+            if len(words(self.text)) > MAX_WORDS:
+                raise SpecError(f"a search takes at most {MAX_WORDS} words, got {self.text!r}")
+        return self
+
+    @property
+    def only_counted(self) -> bool:
+        """Whether ``unit_counts`` answers this filter's total (kind and status only)."""
+        return all(
+            getattr(self, name) is None
+            for name in ("parent", "key", "created_after", "created_before", "ended_after", "text")
+        )
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Mark:
+    """A place in the order of units: the page after it starts with the next unit."""
+
+    created_at: float
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Total:
+    """How many units a filter matches: exactly ``count``, or at least that many."""
+
+    count: int
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A page: the units ``found`` matches, after the unit ``after``, at most ``limit``."""
+
+    found: Filter
+    limit: int | None = None
+    after: str | None = None
+    newest: bool = False
+
+
+ORDERS = ("oldest", "newest")
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise SpecError(f"limit must be an int >= 1, got {limit!r}")
+
+
+def query(
+    status: Status | str | None = None,
+    kind: str | None = None,
+    parent: str | None = None,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+    key: str | None = None,
+    created_after: float | None = None,
+    created_before: float | None = None,
+    search: str | None = None,
+    order: str = "oldest",
+) -> Query:
+    """The page a ``list`` call asks for, its arguments checked once for every surface
+    (``Supervisor``, ``Client``, the HTTP API): SpecError says what is wrong."""
+    check_limit(limit)
+    if order not in ORDERS:
+        raise SpecError(f"order must be 'oldest' or 'newest', got {order!r}")
+    if after is not None:
+        if not isinstance(after, str):
+            raise SpecError(
+                f"after must be the ID of the last unit of the previous page, got {after!r}"
+            )
+        _ids.validate(after)
+    shown = status.value if isinstance(status, Status) else status
+    found = Filter(
+        status=shown,
+        kind=kind,
+        parent=parent,
+        key=key,
+        created_after=created_after,
+        created_before=created_before,
+        text=search,
+    ).checked()
+    return Query(found, limit, after, order == "newest")
+
+
+def words(text: str) -> list[str]:
+    """The words of a search or of a field, as both search indexes split them (lower case)."""
+    return _WORD.findall(text.casefold())
+
+
+def matches(text: str, fields: Iterable[str | None]) -> bool:
+    """Whether every word of ``text`` starts a word of one of ``fields`` (see the docstring)."""
+    have = [w for f in fields if f for w in words(f)]
+    return all(any(h.startswith(w) for h in have) for w in words(text))
+
+
+def _where(f: Filter, dialect: str) -> tuple[list[str], list[object]]:
+    clauses: list[str] = []
+    params: list[object] = []
+    if f.status == EXPIRED:
+        clauses.append("expired_at IS NOT NULL")
+    elif f.status is not None:
+        clauses.append("status = ? AND expired_at IS NULL")
+        params.append(f.status)
+    for column in ("kind", "parent", "key"):
+        value = getattr(f, column)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    for column, op, value in (
+        ("created_at", ">=", f.created_after),
+        ("created_at", "<", f.created_before),
+        ("ended_at", ">=", f.ended_after),
+    ):
+        if value is not None:
+            clauses.append(f"{column} {op} ?")
+            params.append(value)
+    if f.text is not None:
+        if dialect == "postgresql":
+            clauses.append(f"to_tsvector('simple', {_PG_TEXT}) @@ to_tsquery('simple', ?)")
+            params.append(" & ".join(f"{w}:*" for w in words(f.text)))
+        else:
+            clauses.append("rowid IN (SELECT rowid FROM units_text WHERE units_text MATCH ?)")
+            params.append(" ".join(f'"{w}"*' for w in words(f.text)))
+    return clauses, params
+
+
+# The text PostgreSQL's search index is built over (postgres_schema, version 9):
+# punctuation made spaces first, or its parser reads "repo-17" as "repo" and "-17".
+_PG_TEXT = (
+    "regexp_replace(id || ' ' || description || ' ' || coalesce(key, ''), "
+    "'[[:punct:][:space:]]+', ' ', 'g')"
+)
+
+
+def _among(ids: Sequence[str], dialect: str, *, inside: bool) -> tuple[str, list[object]]:
+    """A clause keeping only ``ids`` (``inside``) or leaving them out, as one parameter:
+    a supervisor passes the IDs its memory answers for, a few thousand at most."""
+    checked = [_ids.validate(i) for i in ids]
+    if dialect == "postgresql":
+        clause = "id = ANY (string_to_array(?, ','))"
+        return (clause if inside else f"NOT ({clause})"), [",".join(checked)]
+    # IN (a subquery): SQLite looks each one up by the primary key, or, for NOT IN,
+    # builds a small index of them once per statement.
+    clause = f"id {'' if inside else 'NOT '}IN (SELECT value FROM json_each(?))"  # noqa: S608
+    return clause, [orjson.dumps(checked).decode()]
+
+
+def page(
+    db: Database,
+    f: Filter,
+    *,
+    limit: int | None,
+    after: Mark | None = None,
+    newest: bool = False,
+    exclude: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+) -> list[Row]:
+    """Rows of ``f`` after ``after`` in order (``newest``: its reverse), at most ``limit``.
+
+    ``exclude``: IDs left out; ``only``: the page holds none but these IDs.
+    """
+    clauses, params = _where(f, db.dialect)
+    if after is not None:
+        # Row values compare as the order does, and use the (…, created_at, id) indexes.
+        clauses.append("(created_at, id) < (?, ?)" if newest else "(created_at, id) > (?, ?)")
+        params += [after.created_at, after.id]
+    for ids, inside in ((exclude, False), (only, True)):
+        if ids is None or (not ids and not inside):
+            continue
+        if not ids:
+            return []  # only these, and there are none
+        sql, more = _among(ids, db.dialect, inside=inside)
+        clauses.append(sql)
+        params += more
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    order = "created_at DESC, id DESC" if newest else "created_at, id"
+    params.append(-1 if limit is None else limit)
+    with db.read() as conn:
+        return list(
+            conn.execute(f"SELECT * FROM units {where} ORDER BY {order} LIMIT ?", params)  # noqa: S608 - fixed clauses
+        )
+
+
+def mark_of(db: Database, work_id: str) -> Mark | None:
+    """Where ``work_id`` stands in the order; None for an ID the ledger does not have."""
+    _ids.validate(work_id)
+    with db.read() as conn:
+        row = conn.execute("SELECT created_at FROM units WHERE id = ?", (work_id,)).fetchone()
+    return None if row is None else Mark(float(row["created_at"]), work_id)
+
+
+def total(db: Database, f: Filter) -> Total:
+    """How many units ``f`` matches: exact from the counts or up to ``COUNT_CAP``, else
+    at least ``COUNT_CAP`` (an estimate)."""
+    with db.read() as conn:
+        if f.only_counted:
+            return Total(_counted(conn, f), True)
+        clauses, params = _where(f, db.dialect)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        row = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM units {where} LIMIT ?) AS capped",  # noqa: S608
+            [*params, COUNT_CAP + 1],
+        ).fetchone()
+    found = int(row[0])
+    return Total(min(found, COUNT_CAP), found <= COUNT_CAP)
+
+
+def _counted(conn: Connection, f: Filter) -> int:
+    clauses: list[str] = []
+    params: list[object] = []
+    if f.status == EXPIRED:
+        clauses.append("expired = 1")
+    elif f.status is not None:
+        clauses.append("status = ? AND expired = 0")
+        params.append(f.status)
+    if f.kind is not None:
+        clauses.append("kind = ?")
+        params.append(f.kind)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    row = conn.execute(
+        f"SELECT coalesce(sum(n), 0) FROM unit_counts {where}",  # noqa: S608 - fixed clauses
+        params,
+    ).fetchone()
+    return int(row[0])
+
+
+def counts(db: Database) -> dict[tuple[str, str], int]:
+    """Units by (kind, shown status: ``expired`` once expired), from ``unit_counts``."""
+    out: dict[tuple[str, str], int] = {}
+    with db.read() as conn:
+        for row in conn.execute("SELECT kind, status, expired, n FROM unit_counts WHERE n > 0"):
+            shown = EXPIRED if row["expired"] else str(row["status"])
+            key = (str(row["kind"]), shown)
+            out[key] = out.get(key, 0) + int(row["n"])
+    return out
+
+
+def waiting_notices(db: Database, limit: int) -> list[dict[str, object]]:
+    """Notices not yet acknowledged, oldest first, at most ``limit``: for a view, which
+    claims nothing (``outbox`` hands them out)."""
+    with db.read() as conn:
+        rows = conn.execute(
+            "SELECT id, status, parent, created_at, claimed_by, claim_until, deliveries "
+            "FROM notifications WHERE delivered_at IS NULL ORDER BY seq LIMIT ?",
+            (limit,),
+        ).fetchall()
+    return [
+        {
+            "id": str(r["id"]),
+            "status": str(r["status"]),
+            "parent": r["parent"],
+            "created_at": float(r["created_at"]),
+            "claimed": r["claimed_by"] is not None,
+            "claim_until": r["claim_until"],
+            "deliveries": int(r["deliveries"] or 0),
+        }
+        for r in rows
+    ]
+
+
+def signals_of(db: Database, work_id: str, limit: int) -> list[dict[str, object]]:
+    """The signals sent to a unit (taken or not), oldest first, at most ``limit``."""
+    _ids.validate(work_id)
+    with db.read() as conn:
+        rows = conn.execute(
+            "SELECT name, created_at, consumed_at FROM signals WHERE unit = ? ORDER BY seq LIMIT ?",
+            (work_id, limit),
+        ).fetchall()
+    return [
+        {"name": str(r["name"]), "at": float(r["created_at"]), "taken_at": r["consumed_at"]}
+        for r in rows
+    ]

@@ -1,0 +1,79 @@
+"""``Supervisor.list``'s pages: the ledger's indexed page, with memory's records in place.
+
+Runs on the SupervisorActor's thread (``ListUnits``), so memory is read as it
+is between two messages. The ledger holds every unit (a unit's row is written
+before it starts), but memory holds the newest state of the units it has:
+a status or progress may not be written yet (progress is grouped per tick).
+
+- Without a status filter, the ledger decides which units a page holds (kind,
+  parent, key, submit time and text never change), and each resident unit's
+  record replaces its row.
+- With one, a resident unit's status is memory's: the ledger's page leaves
+  resident units out, and memory's units of that status join it (checked
+  against the other filters by the ledger, which has their keys and text).
+
+Either way a page costs an indexed read of ``limit`` rows and one pass over
+memory, never a read of the whole ledger. ``page`` in ``paging`` is the same
+order for records in hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from workunits._core.record import WorkRecord
+from workunits._ledger.listing import Filter, Mark, Query
+from workunits._ledger.rows import EXPIRED
+from workunits.supervisor.actor.units import Units
+
+
+def shown_status(record: WorkRecord) -> str:
+    return EXPIRED if record.expired_at is not None else record.status.value
+
+
+def page(units: Units, query: Query) -> list[WorkRecord]:
+    """The page ``query`` asks for (runs on the actor's thread)."""
+    found = query.found
+    if found.kind is not None:
+        found = replace(found, kind=units.kind_name(found.kind))
+    if found.parent is not None:
+        units.get(found.parent)  # UnknownWork for a parent nobody has heard of
+    found = found.checked()
+    ledger = units.ledger
+    mark = None if query.after is None else _mark(units, query.after)
+    resident = {r.id: r for r in units.registry}
+    from_memory: list[WorkRecord] = []
+    exclude: list[str] = []
+    if found.status is not None:
+        exclude = list(resident)
+        candidates = [
+            r
+            for r in resident.values()
+            if shown_status(r) == found.status and _after(r, mark, query.newest)
+        ]
+        rest = replace(found, status=None)
+        if candidates and rest != Filter():
+            ids = [r.id for r in candidates]
+            kept = {row.id for row in ledger.page(rest, limit=None, only=ids)}
+            candidates = [r for r in candidates if r.id in kept]
+        from_memory = candidates
+    rows = ledger.page(found, limit=query.limit, after=mark, newest=query.newest, exclude=exclude)
+    records = [resident.get(r.id) or r for r in ledger.records(rows)]
+    merged = sorted(
+        [*records, *from_memory], key=lambda r: (r.created_at, r.id), reverse=query.newest
+    )
+    return merged if query.limit is None else merged[: query.limit]
+
+
+def _mark(units: Units, work_id: str) -> Mark:
+    found = units.registry.find(work_id)
+    if found is not None:
+        return Mark(found.created_at, found.id)
+    return units.ledger.mark_of(work_id)
+
+
+def _after(record: WorkRecord, mark: Mark | None, newest: bool) -> bool:
+    if mark is None:
+        return True
+    at = Mark(record.created_at, record.id)
+    return at < mark if newest else at > mark
