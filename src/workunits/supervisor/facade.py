@@ -186,6 +186,7 @@ class Supervisor:
         on_session_lost: Callable[[], None] | None = None,
         secret_file: str | os.PathLike[str] | None = None,
         advertise: str | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -230,6 +231,10 @@ class Supervisor:
 
         ``pool_size`` is how many worker processes run pooled units
         (``agent(..., reuse=True)``) at once; they start with the first one.
+
+        ``tracer_provider`` (an OpenTelemetry ``TracerProvider``, the ``[otel]``
+        extra) makes each unit a span (``supervisor/actor/tracing.py``); without
+        one, the program's global provider, or the ``OTEL_*`` variables, or none.
         """
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise SpecError(f"pool_size must be an int >= 1, got {pool_size!r}")
@@ -275,6 +280,7 @@ class Supervisor:
                     preload=preload,
                     extra_kinds=kinds or {},
                     concurrency=concurrency,
+                    tracer_provider=tracer_provider,
                     max_resident_ended=max_resident_ended,
                     expire_after=expire_after,
                     ledger_sync=ledger_sync,

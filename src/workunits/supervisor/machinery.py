@@ -73,6 +73,7 @@ class Options:
     preload: Sequence[str]
     extra_kinds: Mapping[str, type[WorkActor]]
     concurrency: Mapping[str, int] | None
+    tracer_provider: Any
     max_resident_ended: int
     expire_after: float
     ledger_sync: str
@@ -132,6 +133,7 @@ class Machinery:
             ledger=self.ledger,
             session=self.session,
             concurrency=options.concurrency,
+            tracer_provider=options.tracer_provider,
             max_resident_ended=options.max_resident_ended,
             pool=self.pool,
             files=self.files,

@@ -111,6 +111,7 @@ class SupervisorActor(pykka.ThreadingActor):
         ledger: Ledger,
         session: str,
         concurrency: Mapping[str, int] | None = None,
+        tracer_provider: Any = None,
         max_resident_ended: int = DEFAULT_MAX_RESIDENT_ENDED,
         pool: WorkerPool | None = None,
         files: WarmFiles | None = None,
@@ -176,7 +177,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._starts, idle=self.actor_inbox.empty, tell_self=self.actor_ref.tell
         )
         # A span per unit when traces are asked for; None (nothing imported) otherwise.
-        self._spans = UnitSpans.start(ledger)
+        self._spans = UnitSpans.start(ledger, tracer_provider)
         if self._spans is not None:
             units.subscribe(self._spans.on_change)
             self._submits.spans = self._starts.spans = self._spans

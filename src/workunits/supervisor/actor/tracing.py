@@ -1,10 +1,11 @@
 """OpenTelemetry traces of units (the ``workunits[otel]`` extra): one span per unit.
 
 **No cost without it.** ``UnitSpans.start`` returns None, importing nothing,
-unless OpenTelemetry is already loaded in this process (a program that set a
-tracer provider has imported it) or the standard ``OTEL_*`` variables ask for
-an exporter; the supervisor then holds None, and the paths a unit takes gain
-one ``is None`` test. ``submitter_context`` is the caller side's one line of it.
+unless a tracer provider is given (``Supervisor(tracer_provider=)``), the
+program set a global one (it has imported OpenTelemetry then), or the standard
+``OTEL_*`` variables ask for an exporter; the supervisor then holds None, and
+the paths a unit takes gain one ``is None`` test. ``submitter_context`` is the
+caller side's one line of it.
 
 **With it**, each unit is a span named ``workunit <kind>``, from its submit
 (``created_at``) to its end (``ended_at``), with the unit's ID, kind,
@@ -51,10 +52,8 @@ EXPORTER_VARIABLES = (
 )
 
 
-def wanted() -> bool:
-    """Whether traces are asked for, without importing anything."""
-    if "opentelemetry.trace" in sys.modules:
-        return True
+def _asked_by_environment() -> bool:
+    """Whether the ``OTEL_*`` variables ask for an exporter (nothing imported)."""
     exporter = os.environ.get("OTEL_TRACES_EXPORTER", "")
     if exporter == "none" or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
@@ -88,12 +87,16 @@ def _context_of(traceparent: str) -> Any:
 
 
 def _provider() -> Any:
-    """The tracer provider the program set, or one built from the ``OTEL_*`` variables."""
-    from opentelemetry import trace  # noqa: PLC0415 - the [otel] extra, asked for
+    """The tracer provider the program set globally, else one built from the ``OTEL_*``
+    variables when they ask for one, else None. Imports only what is loaded or asked for."""
+    if "opentelemetry.trace" in sys.modules:
+        from opentelemetry import trace  # noqa: PLC0415 - loaded already
 
-    provider = trace.get_tracer_provider()
-    if type(provider).__name__ != "ProxyTracerProvider":
-        return provider  # the program's own
+        provider = trace.get_tracer_provider()
+        if type(provider).__name__ != "ProxyTracerProvider":
+            return provider  # the program's own
+    if not _asked_by_environment():
+        return None
     from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
     from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
     from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
@@ -111,7 +114,6 @@ def _provider() -> Any:
         )
 
         built.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(built)
     return built
 
 
@@ -127,16 +129,18 @@ class UnitSpans:
         self._contexts: dict[str, str] = {}  # work_id -> its span's traceparent
 
     @classmethod
-    def start(cls, ledger: Ledger) -> UnitSpans | None:
-        """The spans of a supervisor, or None when traces are not asked for (no import)."""
-        if not wanted():
-            return None
-        try:
-            provider = _provider()
-        except ImportError as exc:
-            log.warning(
-                "OTEL_* asks for traces, but %s: pip install 'workunits[otel]'; no traces", exc
-            )
+    def start(cls, ledger: Ledger, provider: Any = None) -> UnitSpans | None:
+        """The spans of a supervisor: ``provider``'s, else the program's global one, else
+        one the ``OTEL_*`` variables ask for; None (nothing imported) when none is."""
+        if provider is None:
+            try:
+                provider = _provider()
+            except ImportError as exc:
+                log.warning(
+                    "OTEL_* asks for traces, but %s: pip install 'workunits[otel]'; no traces", exc
+                )
+                return None
+        if provider is None:
             return None
         return cls(provider.get_tracer("workunits"), ledger)
 
