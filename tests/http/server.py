@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0  # a loaded 2-core machine starts a server slowly
 
 
 class Served:
     """``workunits serve --http 127.0.0.1:0`` on ``state_dir``; ``url`` and ``token`` once up."""
 
-    def __init__(self, state_dir: Path, *extra: str) -> None:
+    def __init__(self, state_dir: Path, *extra: str, bind: str = "127.0.0.1:0") -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")]
@@ -34,7 +34,7 @@ class Served:
                 "--state",
                 str(state_dir),
                 "--http",
-                "127.0.0.1:0",
+                bind,
                 *extra,
             ],
             env=env,

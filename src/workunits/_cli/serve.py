@@ -126,6 +126,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     "[env: WORKUNITS_SECRET_FILE].",
 )
 @click.option(
+    "--http-limits",
+    metavar="HEADER,BODY,CONNECTIONS",
+    default=None,
+    hidden=True,  # for tests: a slow client is cut in seconds, not tens of them
+    help="Seconds a request's headers and body may take, and connections per client.",
+)
+@click.option(
     "--expire-after",
     "expire_after_text",
     metavar="DURATION",
@@ -148,6 +155,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     session_lease: float,
     advertise: str | None,
     secret_file: Path | None,
+    http_limits: str | None,
     expire_after_text: str,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
@@ -184,7 +192,14 @@ def serve(  # noqa: PLR0917 - click passes every option by position
             if http_bind is not None:
                 token = None if secret is None else secret.token
                 http = _start_http(
-                    supervisor, http_bind, tls_cert, tls_key, insecure, token, advertise
+                    supervisor,
+                    http_bind,
+                    tls_cert,
+                    tls_key,
+                    insecure,
+                    token,
+                    advertise,
+                    http_limits,
                 )
                 supervisor.advertise(advertise or http.url)
             caps = ", ".join(f"{kind} {n}" for kind, n in sorted(concurrency.items()))
@@ -242,8 +257,10 @@ def _start_http(  # noqa: PLR0917 - serve's own options, passed on
     insecure: bool,
     token: str | None,
     advertise: str | None,
+    limits_text: str | None = None,
 ) -> HttpServer:
     try:
+        from workunits._http.protocol import Limits  # noqa: PLC0415 - optional extra
         from workunits._http.server import HttpServer, parse_bind  # noqa: PLC0415 - optional extra
     except ImportError as exc:
         raise SpecError(
@@ -259,6 +276,7 @@ def _start_http(  # noqa: PLR0917 - serve's own options, passed on
         insecure=insecure,
         token=token,
         advertise=advertise,
+        limits=None if limits_text is None else Limits.parse(limits_text),
     )
     url = server.start()
     if server.warning is not None:

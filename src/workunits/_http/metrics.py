@@ -27,6 +27,7 @@ from fastapi.responses import Response
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     ProcessCollector,
     generate_latest,
@@ -93,6 +94,12 @@ class Metrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self.in_flight = Gauge(
+            "workunits_http_requests_in_flight",
+            "HTTP requests being answered now (long-polls and event streams too)",
+            ["route"],
+            registry=self.registry,
+        )
         self.request_seconds = Histogram(
             "workunits_http_request_seconds",
             "Time to answer an HTTP request (an event stream: its whole life)",
@@ -148,6 +155,8 @@ class RequestMetrics:
         self._backend.attach()
         started = time.perf_counter()
         status = [500]
+        flying = self._metrics.in_flight.labels(self._route(scope))
+        flying.inc()
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -157,6 +166,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
+            flying.dec()
             method = scope["method"] if scope["method"] in METHODS else "other"
             route = self._route(scope)
             self._metrics.requests.labels(method, route, str(status[0])).inc()

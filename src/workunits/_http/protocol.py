@@ -31,6 +31,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from workunits._core.errors import SpecError
+
 HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 30.0
 MAX_PER_CLIENT = 256
@@ -51,6 +53,20 @@ class Limits:
         # Client address -> its open connections, oldest first (dicts keep order).
         self.by_client: defaultdict[str, dict[GuardedProtocol, None]] = defaultdict(dict)
 
+    @classmethod
+    def parse(cls, text: str) -> Limits:
+        """``"HEADER,BODY,CONNECTIONS"`` (seconds, seconds, a count); SpecError otherwise."""
+        parts = text.split(",")
+        try:
+            header, body, most = float(parts[0]), float(parts[1]), int(parts[2])
+        except (ValueError, IndexError):
+            raise SpecError(
+                f"--http-limits takes HEADER,BODY,CONNECTIONS (e.g. 10,30,256), got {text!r}"
+            ) from None
+        if len(parts) != 3 or min(header, body) <= 0 or most < 1:
+            raise SpecError(f"--http-limits wants positive numbers, got {text!r}")
+        return cls(header, body, most)
+
     def protocol(self) -> type[GuardedProtocol]:
         """A protocol class bound to these limits, for ``uvicorn.Config(http=...)``."""
         limits = self
@@ -69,7 +85,10 @@ class GuardedProtocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._deadline_is_body = False
         self._address = ""
+        # Bytes of a request arrived, and its response has not gone out yet.
+        self._mid_request = False
 
     # -- the connection -------------------------------------------------------------
 
@@ -97,6 +116,7 @@ class GuardedProtocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._mid_request = True
         if self._deadline is None and self.conn.their_state is h11.IDLE:
             # The first bytes of the next request on a kept-alive connection.
             self._arm(self._limits.header_timeout, self._headers_late)
@@ -104,6 +124,7 @@ class GuardedProtocol(H11Protocol):
         self._follow_state()
 
     def on_response_complete(self) -> None:
+        self._mid_request = False
         super().on_response_complete()
         self._follow_state()
 
@@ -150,9 +171,8 @@ class GuardedProtocol(H11Protocol):
             self.transport.close()
 
     def _idle(self) -> bool:
-        return self.conn.their_state is h11.IDLE and (
-            self.cycle is None or self.cycle.response_complete
-        )
+        """Waiting for a next request that has not begun (a kept-alive connection)."""
+        return not self._mid_request
 
     def _refuse(self) -> None:
         self._send_and_close(503, b"too many connections from this address", retry=True)

@@ -131,7 +131,6 @@ class HttpServer:
                 f"anyone who can reach it and has the token can run commands here. "
                 f"Bind one address instead, or give --advertise URL for the name others use"
             )
-            log.warning("workunits serve: %s", self.warning)
         shown = f"[{shown_host}]" if ":" in shown_host else shown_host
         self.url = f"{self._scheme}://{shown}:{port}"
         path = self._state_dir / URL_FILE
