@@ -197,12 +197,13 @@ def test_a_failed_agent_shows_its_error_checkpoint_timeline_and_retry(
         page, lambda: page.locator('#u-timeline li[data-what="checkpoint"]').count() >= 1
     )
     assert "[result] 3" in page.locator("#u-output").inner_text()  # the value, not "[result]"
+    _shot(page, "unit", tmp_path)
     page.goto(f"{served.url}/#/unit/{failing}")
     error = page.locator('dd[data-field="error"]')
     _pumping_until(page, lambda: error.count() == 1 and "it broke" in error.inner_text(), 30)
     assert page.locator("#b-retry").is_enabled()
     assert page.locator("#b-kill").is_disabled()
-    _shot(page, "unit", tmp_path)
+    _shot(page, "unit-failed", tmp_path)
 
 
 @pytest.mark.timeout(180)
