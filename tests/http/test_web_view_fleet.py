@@ -196,7 +196,8 @@ def test_a_failed_agent_shows_its_error_checkpoint_timeline_and_retry(
     _pumping_until(
         page, lambda: page.locator('#u-timeline li[data-what="checkpoint"]').count() >= 1
     )
-    assert "[result] 3" in page.locator("#u-output").inner_text()  # the value, not "[result]"
+    output = page.locator("#u-output")  # the value, not a bare "[result]"
+    _pumping_until(page, lambda: "[result] 3" in output.inner_text(), 30)
     _shot(page, "unit", tmp_path)
     page.goto(f"{served.url}/#/unit/{failing}")
     error = page.locator('dd[data-field="error"]')
