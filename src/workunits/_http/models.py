@@ -52,6 +52,9 @@ def _whole(value: object) -> object:
 
 
 Whole = Annotated[int, Strict(False), BeforeValidator(_whole)]
+# Bounds given inside, before the validator: JSON Schema then says them as bounds.
+PositiveWhole = Annotated[int, Field(gt=0), Strict(False), BeforeValidator(_whole)]
+Attempts = Annotated[int, Field(ge=1, le=1000), Strict(False), BeforeValidator(_whole)]
 
 # Strict bodies get their JSON as Python values: a time arrives as a string.
 IsoTime = Annotated[AwareDatetime, Strict(False), BeforeValidator(_iso_time)]
@@ -65,7 +68,7 @@ class RetryBody(_Strict):
     codes retried (null: any non-zero one; ``[]``: none). Any exception is retried.
     """
 
-    max_attempts: Annotated[Whole, Field(ge=1, le=1000)] = 3
+    max_attempts: Attempts = 3
     backoff: Annotated[float, Field(ge=1)] = 2.0
     initial: Annotated[float, Field(ge=0)] = 1.0
     max_delay: Annotated[float, Field(ge=0)] = 300.0
@@ -133,7 +136,7 @@ class ShellSubmit(_Options):
     command: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | None = None
     cwd: Annotated[str, Field(max_length=4096)] | None = None
     env: dict[str, str] | None = None
-    output_cap: Annotated[Whole, Field(gt=0)] | None = Field(
+    output_cap: PositiveWhole | None = Field(
         None, description="Most bytes of output kept (default 5 GiB); more ends it killed"
     )
     on_lost: Literal["fail", "restart"] | None = Field(
@@ -177,11 +180,11 @@ class CallSubmit(_Options):
     ]
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    max_attempts: Annotated[Whole, Field(ge=1, le=1000)] | None = None
-    memory_limit: Annotated[Whole, Field(gt=0)] | None = Field(
+    max_attempts: Attempts | None = None
+    memory_limit: PositiveWhole | None = Field(
         None, description="Address-space limit of the unit's process, in bytes"
     )
-    output_cap: Annotated[Whole, Field(gt=0)] | None = Field(
+    output_cap: PositiveWhole | None = Field(
         None, description="Most transcript bytes kept (default 5 GiB); more ends it killed"
     )
 
