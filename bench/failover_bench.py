@@ -78,7 +78,9 @@ def workunits_rates(root: Path, url: str | None, units: int) -> dict[str, str]:
         ledger = client.ledger
         target = ids[0]
         seconds = _timed(
-            lambda: [ledger.write(target, attempt=1, progress=i / units) for i in range(units)]
+            lambda: [
+                ledger.attempts.write(target, attempt=1, progress=i / units) for i in range(units)
+            ]
         )
         writes = _rate(units, seconds)
         for work_id in ids:

@@ -95,8 +95,8 @@ def run(
         def submit_all() -> int:
             for n in range(units):
                 work_id = ids.mint("a")
-                spec = ledger.encode_spec(Call(operator.add, (n, n)), work_id)
-                row, _ = ledger.submit(
+                spec = ledger.units.encode_spec(Call(operator.add, (n, n)), work_id)
+                row, _ = ledger.units.submit(
                     NewUnit(work_id, "agent", spec, time.time(), key=f"bench-{n}")
                 )
                 records.append(row.to_record())
@@ -115,10 +115,10 @@ def run(
             news = []
             for n in range(units):
                 work_id = ids.mint("a")
-                spec = ledger.encode_spec(Call(operator.add, (n, -n)), work_id)
+                spec = ledger.units.encode_spec(Call(operator.add, (n, -n)), work_id)
                 news.append(NewUnit(work_id, "agent", spec, time.time(), key=f"group-{n}"))
             for i in range(0, units, group):
-                answers = ledger.submit_many(news[i : i + group])
+                answers = ledger.units.submit_many(news[i : i + group])
                 assert all(isinstance(a, tuple) and a[1] for a in answers)
             return units
 
@@ -134,7 +134,7 @@ def run(
 
         def start_all() -> int:
             for batch in in_groups([Write(r, 1) for r in running], group):
-                outcomes = ledger.write_many(batch)
+                outcomes = ledger.attempts.write_many(batch)
                 assert all(o is WriteOutcome.WRITTEN for o in outcomes)
             return units
 
@@ -151,7 +151,7 @@ def run(
             items = [(r.id, 1, 0.5, "half way") for r in running]
             written = 0
             for i in range(0, len(items), group):
-                written += ledger.write_progress_batch(items[i : i + group])
+                written += ledger.attempts.write_progress_batch(items[i : i + group])
             assert written == units
             return units
 
@@ -169,7 +169,7 @@ def run(
 
         def end_all() -> int:
             for batch in in_groups([Write(r, 1, result={"n": 1}) for r in ended], group):
-                outcomes = ledger.write_many(batch)
+                outcomes = ledger.attempts.write_many(batch)
                 assert all(o is WriteOutcome.WRITTEN for o in outcomes)
             return units
 
@@ -181,13 +181,13 @@ def run(
                 None,
             )
         )
-        assert len(ledger.undelivered(None, limit=units + 1)) == units
+        assert len(ledger.outbox.undelivered(None, limit=units + 1)) == units
 
         one_by_one = records[: min(units, 1000)]
 
         def write_one_by_one() -> int:
             for r in one_by_one:
-                ledger.write(r.id, attempt=1, output_offset=1)
+                ledger.attempts.write(r.id, attempt=1, output_offset=1)
             return len(one_by_one)
 
         count, seconds = timed(write_one_by_one)

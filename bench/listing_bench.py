@@ -67,7 +67,7 @@ def fill(state_dir: Path, units: int, now: float) -> dict[str, Any]:
     picks: dict[str, Any] = {}
     # A year's retention, so none of them expires while the bench runs.
     with Ledger(state_dir, expire_after=YEAR) as ledger:
-        spec = ledger.encode_spec(Call(operator.add, (1, 2)), _ids.mint("a"))
+        spec = ledger.units.encode_spec(Call(operator.add, (1, 2)), _ids.mint("a"))
         for start in range(0, units, GROUP):
             news: list[NewUnit] = []
             ends: list[Write] = []
@@ -99,9 +99,9 @@ def fill(state_dir: Path, units: int, now: float) -> dict[str, Any]:
                 if n == units // 2:
                     picks.update(parent=parent, key=new.key or f"job-{n - n % 3}", made=made)
             # Children first would fail their parent check nowhere: one group, one commit.
-            for answer in ledger.submit_many(news, wake=False):
+            for answer in ledger.units.submit_many(news, wake=False):
                 assert not isinstance(answer, Exception), answer
-            ledger.write_many(ends)
+            ledger.attempts.write_many(ends)
     # The roots' notices went to the application, which read them long ago.
     with sqlite3.connect(state_dir / "ledger.db") as conn:
         conn.execute("UPDATE notifications SET delivered_at = created_at")

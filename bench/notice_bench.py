@@ -45,11 +45,11 @@ def prefill(state: Path, count: int) -> list[str]:
     with Ledger(state) as ledger:
         for n in range(count):
             work_id = _ids.mint("a")
-            spec = ledger.encode_spec(Call(operator.add, (n, n)), work_id)
-            row, _ = ledger.submit(NewUnit(work_id, "agent", spec, time.time()))
+            spec = ledger.units.encode_spec(Call(operator.add, (n, n)), work_id)
+            row, _ = ledger.units.submit(NewUnit(work_id, "agent", spec, time.time()))
             running = dataclasses.replace(row.to_record(), status=Status.RUNNING, started_at=1.0)
-            ledger.write(running, attempt=1)
-            ledger.write(work_id, attempt=1, status="completed")
+            ledger.attempts.write(running, attempt=1)
+            ledger.attempts.write(work_id, attempt=1, status="completed")
             ids.append(work_id)
     return ids
 

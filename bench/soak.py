@@ -94,7 +94,7 @@ def soak(sup: wu.Supervisor, seconds: float, every: float, inflight_max: int) ->
         if now - last >= every:
             rate = (ended - last_ended) / (now - last)
             resident = len(sup.resident_ids())
-            outbox = (ledger.outbox_rows(), ledger.outbox_size())
+            outbox = (ledger.outbox.row_count(), ledger.outbox.size())
             print(
                 ROW.format(now - start, ended, rate, rss_mib(), fds(), resident, *outbox),
                 flush=True,
@@ -113,7 +113,7 @@ def soak(sup: wu.Supervisor, seconds: float, every: float, inflight_max: int) ->
         f"\n{submitted} units in {total:.0f} s ({ended / total:.1f}/s); "
         f"not terminal: {len(lost)}; notices: {noticed}; "
         f"RSS {rss_mib():.1f} MiB, {fds()} fds; "
-        f"outbox rows {ledger.outbox_rows()} ({ledger.outbox_size()} unacknowledged)"
+        f"outbox rows {ledger.outbox.row_count()} ({ledger.outbox.size()} unacknowledged)"
     )
     whole = not lost and ended == noticed == submitted
     return 0 if whole else 1

@@ -35,7 +35,7 @@ class FakeSupervisor:
 
     def close(self) -> None:
         if self.session is not None:
-            self.ledger.close_session(self.session)
+            self.ledger.sessions.close(self.session)
         self._lock.release()
         self.ledger.close()
 
@@ -43,7 +43,7 @@ class FakeSupervisor:
         """Look like a live supervisor to ``Client.supervisor_running``: hold its lock."""
         self._lock.acquire()
         self.session = ids.mint("s")
-        self.ledger.open_session(self.session, os.getpid())
+        self.ledger.sessions.open(self.session, os.getpid())
         return self.session
 
     def die(self) -> None:
@@ -51,7 +51,7 @@ class FakeSupervisor:
         self._lock.release()
 
     def row(self, work_id: str) -> UnitRow:
-        return self.ledger.require(work_id)
+        return self.ledger.units.require(work_id)
 
     def start(self, work_id: str, *, progress: float | None = None, message: str = "") -> None:
         """``pending -> running``; creates the output file (an agent's links its transcript)."""
@@ -75,11 +75,14 @@ class FakeSupervisor:
             progress=progress,
             progress_message=message,
         )
-        assert self.ledger.write(record, attempt=row.attempt, session=self.session)
+        assert self.ledger.attempts.write(record, attempt=row.attempt, session=self.session)
 
     def progress(self, work_id: str, fraction: float, message: str) -> None:
         row = self.row(work_id)
-        assert self.ledger.write_progress_batch([(work_id, row.attempt, fraction, message)]) == 1
+        assert (
+            self.ledger.attempts.write_progress_batch([(work_id, row.attempt, fraction, message)])
+            == 1
+        )
 
     def transcript(self, work_id: str) -> Path:
         return self.state_dir / "transcripts" / f"{work_id}.jsonl"
@@ -120,7 +123,7 @@ class FakeSupervisor:
             pid=None,
             **fields,
         )
-        assert self.ledger.write(record, attempt=row.attempt, result=value)
+        assert self.ledger.attempts.write(record, attempt=row.attempt, result=value)
 
     def complete(self, work_id: str, value: object = NO_RESULT) -> None:
         exit_code = 0 if self.row(work_id).kind == "shell" else None
@@ -128,7 +131,7 @@ class FakeSupervisor:
 
     def apply_requests(self) -> list[LedgerRequest]:
         """Take and apply every open request, as a supervisor tick does."""
-        taken = self.ledger.take_requests(100, session=self.session)
+        taken = self.ledger.requests.take(100, session=self.session)
         for request in taken:
             row = self.row(request.target)
             changed = False
@@ -139,8 +142,8 @@ class FakeSupervisor:
             elif request.verb in ("retain", "release"):
                 step = 1 if request.verb == "retain" else -1
                 retain = max(0, row.retain + step)
-                self.ledger.write(request.target, attempt=row.attempt, retain=retain)
+                self.ledger.attempts.write(request.target, attempt=row.attempt, retain=retain)
                 changed = True
             status = self.row(request.target).status.value
-            self.ledger.finish_request(request.seq, {"changed": changed, "status": status})
+            self.ledger.requests.finish(request.seq, {"changed": changed, "status": status})
         return taken

@@ -127,7 +127,7 @@ def test_shell_inserts_a_pending_row_the_supervisor_can_adopt(client: wu.Client)
     assert row.session is None
     assert row.output_path == str(client.state_dir / "output" / f"{handle.id}.out")
     assert (row.max_attempts, row.resumable) == (1, False)
-    spec = client.ledger.load_spec(handle.id)
+    spec = client.ledger.units.load_spec(handle.id)
     assert spec == {
         "argv": ["/bin/sh", "-c", "echo hi"],
         "cwd": None,
@@ -273,7 +273,7 @@ def test_an_expired_unit_reads_expired_and_its_result_is_a_clear_error(
         handle = client.agent(add, 1, 2)
         fake.start(handle.id)
         fake.complete(handle.id, 3)
-        assert fake.ledger.expire() == 1
+        assert fake.ledger.retention.expire() == 1
     finally:
         fake.close()
     assert handle.row().shown_status == "expired"
@@ -394,9 +394,9 @@ def test_kill_goes_through_requests_and_retains_are_leases_in_the_ledger(
     handle = client.shell("sleep 9")
     fake.start(handle.id)
     with client.retain(handle.id, lease=60) as retain:
-        assert client.ledger.retained([handle.id]) == {handle.id}
+        assert client.ledger.retains.held([handle.id]) == {handle.id}
         assert retain.renew()
-    assert client.ledger.retained([handle.id]) == set()
+    assert client.ledger.retains.held([handle.id]) == set()
     assert not retain.renew()  # released: retain again to hold it
     assert handle.kill()
     verbs = [r.verb for r in fake.apply_requests()]

@@ -72,8 +72,8 @@ def test_a_large_argument_to_an_agent_that_cannot_resume_is_not_stored(tmp_path:
         assert value_files(state) == []
     with Ledger(state) as ledger:
         with pytest.raises(UnknownWork, match=r"cannot resume.*not kept"):
-            ledger.load_spec(unit.id)
-        assert ledger.require(unit.id).spec_hash  # a keyed resubmit still compares
+            ledger.units.load_spec(unit.id)
+        assert ledger.units.require(unit.id).spec_hash  # a keyed resubmit still compares
 
 
 @pytest.mark.timeout(120)
@@ -93,7 +93,7 @@ def test_a_large_result_is_a_file_that_another_process_reads_and_tampering_is_re
         assert client.result(unit.id, timeout=10) == "r" * (3 * MIB)
     path.write_bytes(b'"' + b"x" * (3 * MIB) + b'"')  # same size, other bytes
     with Ledger(state) as ledger, pytest.raises(LedgerTampered, match=unit.id):
-        ledger.require(unit.id)
+        ledger.units.require(unit.id)
 
 
 @pytest.mark.timeout(180)
@@ -135,8 +135,8 @@ def test_a_large_spec_and_checkpoint_survive_a_sigkill_and_the_next_attempt_read
         assert again.id == work_id
         assert sup.gc(older_than=0) >= 0
     with Ledger(state) as ledger:
-        ledger.expire_ended_before(float("inf"))
-        ledger.gc(older_than=0)
+        ledger.retention.expire_ended_before(float("inf"))
+        ledger.retention.gc(older_than=0)
     assert value_files(state) == []
 
 
@@ -151,10 +151,10 @@ def test_gc_gives_the_ledger_s_space_back_to_the_file_system(tmp_path: Path) -> 
         ledger._db.give_back_space()  # the WAL out of the picture: only pages count
         full = (state / "ledger.db").stat().st_size
         assert full > 10 * MIB
-        expired, freed = ledger.expire_ended_before(float("inf"))
+        expired, freed = ledger.retention.expire_ended_before(float("inf"))
         assert expired == len(units)
         assert freed >= 12 * 900 * 1024
-        ledger.gc(older_than=0)
+        ledger.retention.gc(older_than=0)
     assert (state / "ledger.db").stat().st_size < MIB
     assert ledger_bytes(state) < 2 * MIB
 
@@ -168,7 +168,7 @@ def test_a_value_file_named_for_another_unit_is_refused(tmp_path: Path) -> None:
         sup.result(one.id, timeout=60)
         sup.result(two.id, timeout=60)
     with Ledger(state) as ledger:
-        theirs = ledger.get(two.id)
+        theirs = ledger.units.get(two.id)
         assert theirs is not None
         assert theirs.result is not None
         with ledger._db.write(durable=False) as conn:
@@ -178,4 +178,4 @@ def test_a_value_file_named_for_another_unit_is_refused(tmp_path: Path) -> None:
                 (two.id, one.id),
             )
         with pytest.raises(LedgerTampered, match="another unit"):
-            ledger.require(one.id)
+            ledger.units.require(one.id)

@@ -21,7 +21,7 @@ def _ended_roots(state_dir: Path, n: int) -> list[str]:
         ids = []
         for _ in range(n):
             unit = start(ledger, new_unit(ledger).id)
-            ledger.write(unit.id, attempt=1, status="completed")
+            ledger.attempts.write(unit.id, attempt=1, status="completed")
             ids.append(unit.id)
     return ids
 
@@ -130,7 +130,7 @@ def test_the_supervisor_hands_back_a_dead_consumers_claims_without_a_new_claim(
     unit = drive.start()
     drive.exit(unit.id, 0)
     with Ledger.open_existing(msup.state_dir, clock=clock) as ledger:
-        held = ledger.claim_notice(None, owner="lease:http-client", lease=5)
+        held = ledger.outbox.claim(None, owner="lease:http-client", lease=5)
     assert held is not None
     assert held.notice.id == unit.id
     notices = msup.notifications()

@@ -11,7 +11,8 @@ import pytest
 
 from tests.helpers import WAIT, as_notice
 from workunits import MailboxClosed, Notification, Reason, Status, Supervisor, WorkRecord
-from workunits._ledger import Ledger, Write, WriteOutcome
+from workunits._ledger import Write, WriteOutcome
+from workunits._ledger.attempts import Attempts
 from workunits.supervisor.actor import requests as rq
 from workunits.testing import ScriptedDriver
 from workunits.testing._scripted import ExitWith
@@ -155,16 +156,16 @@ def test_ends_reported_back_to_back_commit_in_one_transaction(
     msup: Supervisor, drive: ScriptedDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     groups: list[list[str]] = []
-    real_write_many = Ledger.write_many
+    real_write_many = Attempts.write_many
 
-    def write_many(self: Ledger, batch: Iterable[Write]) -> list[WriteOutcome]:
+    def write_many(self: Attempts, batch: Iterable[Write]) -> list[WriteOutcome]:
         writes = list(batch)
         ends = [str(w.target) if isinstance(w.target, str) else w.target.id for w in writes]
         if any(w.notification is not None for w in writes):
             groups.append(ends)
         return real_write_many(self, writes)
 
-    monkeypatch.setattr(Ledger, "write_many", write_many)
+    monkeypatch.setattr(Attempts, "write_many", write_many)
     units = [drive.start() for _ in range(5)]
     actors = [msup._ask(rq.UnitActor(u.id)) for u in units]
     blocker = drive.start()

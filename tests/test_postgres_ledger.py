@@ -66,7 +66,7 @@ def test_schedules_fire_and_record_misses_on_postgres(postgres_url: str, state_d
         (info,) = sup.schedules()
         assert info.next_at == 1_002_000
     with wu.connect(state_dir, ledger=postgres_url) as client:
-        firings = client.ledger.schedule_firings("ten")
+        firings = client.ledger.schedules.firings("ten")
     assert [(f.due_at, f.outcome) for f in firings] == [
         (1_001_400, "fired"),
         (1_000_800, "missed"),

@@ -145,7 +145,7 @@ def _served(state_dir: Path, url: str, secret: Path, *extra: str) -> Served:
 
 
 def _url_of(client: wu.Client, session: str) -> str | None:
-    found = client.ledger.get_session(session)
+    found = client.ledger.sessions.get(session)
     assert found is not None
     return found.url
 
@@ -163,7 +163,8 @@ def test_a_client_of_another_state_dir_reads_live_output_through_the_advertised_
             gate = tmp_path / "gate"
             handle = client.shell(_first_line_then_wait(gate))
             session = eventually(
-                lambda: client.ledger.require(handle.id).session, what="the unit to be adopted"
+                lambda: client.ledger.units.require(handle.id).session,
+                what="the unit to be adopted",
             )
             assert _url_of(client, session) == served.url
             stream = client.stream(handle.id)
@@ -208,7 +209,7 @@ def test_serve_advertises_the_url_it_is_given(
         with wu.connect(tmp_path / "client", ledger=postgres_url, secret_file=secret) as client:
             handle = client.shell("true")
             client.wait(handle.id, timeout=30)
-            session = client.ledger.require(handle.id).session
+            session = client.ledger.units.require(handle.id).session
             assert session is not None
             assert _url_of(client, session) == "http://host-a.example:8080"
     finally:

@@ -29,7 +29,7 @@ def test_progress_is_stamped_and_keeps_its_evidence(
     assert record.evidence == {"done": 3, "total": 8}
     assert record.progress_at == clock.now()
     with Ledger(state_dir.with_name("manual-state")) as ledger:
-        row = ledger.require(unit.id)
+        row = ledger.units.require(unit.id)
         assert (row.evidence, row.progress_at) == ({"done": 3, "total": 8}, clock.now())
 
 

@@ -171,10 +171,10 @@ def test_a_write_of_the_failed_attempt_is_refused_once_the_next_began(
     msup.tick()
     assert msup.result(unit.id, timeout=30) == 2
     with Ledger(state_dir.with_name("manual-state")) as ledger:
-        row = ledger.require(unit.id)
+        row = ledger.units.require(unit.id)
         assert (row.attempt, [a.attempt for a in row.attempts]) == (2, [1])
         with pytest.raises(wu.StaleAttempt):
-            ledger.save_checkpoint(unit.id, 1, {"from": "the failed attempt"})
+            ledger.attempts.save_checkpoint(unit.id, 1, {"from": "the failed attempt"})
 
 
 def test_max_attempts_and_a_policy_that_disagree_are_refused(msup: wu.Supervisor) -> None:

@@ -128,8 +128,8 @@ def test_firings_missed_while_down_are_recorded_or_run_once(tmp_path: Path) -> N
             (caught,) = _fired(sup, "catch")
             assert caught.description == "catch at 1970-01-12T14:10:00+00:00"
             with wu.connect(state) as client:
-                skipped = client.ledger.schedule_firings("skip")
-                fired = client.ledger.schedule_firings("catch")
+                skipped = client.ledger.schedules.firings("skip")
+                fired = client.ledger.schedules.firings("catch")
             assert [(f.due_at, f.outcome) for f in skipped] == [
                 (FIRST + 2 * EVERY, "missed"),
                 (FIRST + EVERY, "missed"),
@@ -158,7 +158,7 @@ def test_a_firing_submitted_but_not_recorded_before_a_crash_counts_as_fired(
     with _open(state, clock) as sup:
         sup.tick()
     with wu.connect(state) as client:
-        (firing,) = client.ledger.schedule_firings("ten")
+        (firing,) = client.ledger.schedules.firings("ten")
     assert (firing.due_at, firing.outcome, firing.unit) == (FIRST, "fired", unit)
 
 
@@ -175,11 +175,11 @@ def test_a_sigkilled_supervisor_s_missed_firings_are_kept(tmp_path: Path) -> Non
         assert host.stdout is not None
         assert host.stdout.readline().strip() == "ready"
         with wu.connect(state) as client:
-            eventually(lambda: client.ledger.schedule_firings("every2s"), what="a first firing")
+            eventually(lambda: client.ledger.schedules.firings("every2s"), what="a first firing")
             host.send_signal(signal.SIGKILL)
             host.wait(timeout=10)
-            before = client.ledger.schedule_firings("every2s")
-            (row,) = client.ledger.all_schedules()
+            before = client.ledger.schedules.firings("every2s")
+            (row,) = client.ledger.schedules.all_rows()
     finally:
         if host.poll() is None:
             host.kill()
@@ -194,7 +194,7 @@ def test_a_sigkilled_supervisor_s_missed_firings_are_kept(tmp_path: Path) -> Non
         sup.tick()
         sup.tick()
         with wu.connect(state) as client:
-            after = client.ledger.schedule_firings("every2s")
+            after = client.ledger.schedules.firings("every2s")
         new = [f for f in after if f.due_at >= row.next_at]
         assert [f.due_at for f in reversed(new)] == [row.next_at + 2 * i for i in range(5)]
         assert [f.outcome for f in reversed(new)] == ["missed"] * 4 + ["fired"]

@@ -193,7 +193,7 @@ def test_a_ledger_client_refuses_bad_durations_and_sends_no_request(
                 client.cancel(handle.id, grace=bad)
             with pytest.raises(wu.SpecError, match=WAIT_TEXT):
                 client.notifications().claim(timeout=bad)
-            assert client.ledger.get_request(1) is None  # no cancel was asked for
+            assert client.ledger.requests.get(1) is None  # no cancel was asked for
         finally:
             fake.close()
     with pytest.raises(wu.SpecError, match="poll must be a finite number of seconds > 0"):

@@ -219,7 +219,7 @@ def test_a_shell_resumed_after_its_supervisor_died_appends_to_its_log(
     try:
         fake.open_session()
         fake.start(unit.id)  # attempt 1 "ran" and wrote into the log, then its host died
-        fake.ledger.write(unit.id, attempt=1, pid=_dead_pid())
+        fake.ledger.attempts.write(unit.id, attempt=1, pid=_dead_pid())
         log.write_bytes(b"first\n")
         fake.die()
     finally:
@@ -239,7 +239,7 @@ def _resumed(state_dir: Path, command: str, log: Path | None, first: bytes) -> s
     try:
         fake.open_session()
         fake.start(unit.id)
-        fake.ledger.write(unit.id, attempt=1, pid=_dead_pid())
+        fake.ledger.attempts.write(unit.id, attempt=1, pid=_dead_pid())
         if log is not None:
             log.write_bytes(first)
         fake.die()
@@ -291,7 +291,7 @@ def test_retention_deletes_a_kept_log_and_never_the_callers(
         sup.wait(work_id, WAIT)
     assert _kept(sup, ours).exists()
     with wu.connect(sup.state_dir) as client:
-        units, freed = client.ledger.expire_ended_before(time.time() + 1)
+        units, freed = client.ledger.retention.expire_ended_before(time.time() + 1)
         assert units >= 2
         assert freed >= len(b"ours\n")
         assert client.row(ours).shown_status == "expired"

@@ -62,7 +62,7 @@ def test_an_error_the_ledger_could_not_hold_is_written_with_its_end(
     assert record.error is not None
     assert kept in record.error
     assert ledger_sup.notifications().get(timeout=WAIT).id == handle.id
-    row = ledger_sup._machinery.ledger.require(handle.id)
+    row = ledger_sup._machinery.ledger.units.require(handle.id)
     assert row.status == "failed"
     assert row.error == record.error
 
@@ -79,7 +79,7 @@ def test_a_progress_message_the_ledger_could_not_hold_does_not_fail_the_unit(
     record = ledger_sup.get(handle.id)
     assert record.durable
     assert record.progress_message == kept
-    assert ledger_sup._machinery.ledger.require(handle.id).progress_message == kept
+    assert ledger_sup._machinery.ledger.units.require(handle.id).progress_message == kept
 
 
 @pytest.mark.parametrize(
@@ -105,4 +105,4 @@ def test_a_scripted_units_error_is_stored_as_every_ledger_keeps_it(
     unit = drive.start()
     record = drive.fail(unit.id, "\x00\udcff")
     assert record.error == "\ufffd\\udcff"
-    assert msup._machinery.ledger.require(unit.id).error == record.error
+    assert msup._machinery.ledger.units.require(unit.id).error == record.error

@@ -17,7 +17,7 @@ def test_cancel_without_a_supervisor_is_queued_and_says_so(run: Run, client: wu.
     result = run("cancel", "--grace", "2", work_id)
     assert result.exit_code == Exit.OK
     assert "queued: no supervisor is running" in result.stdout
-    (request,) = client.ledger.take_requests(10)
+    (request,) = client.ledger.requests.take(10)
     assert (request.verb, request.target, request.args) == ("cancel", work_id, {"grace": 2.0})
 
 

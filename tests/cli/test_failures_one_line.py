@@ -161,7 +161,7 @@ def test_ls_show_and_wait_say_when_no_supervisor_holds_the_state_dir(
 
     fake.die()  # as a SIGKILL leaves it: the row says running, the session row is open
     row = client.row(work_id)
-    fake.ledger.write(work_id, attempt=row.attempt, pid=_dead_pid())
+    fake.ledger.attempts.write(work_id, attempt=row.attempt, pid=_dead_pid())
 
     assert "running (no supervisor)" in run("ls").stdout
     shown = run("show", work_id).stdout

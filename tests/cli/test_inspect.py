@@ -17,9 +17,9 @@ from workunits._ledger import NewUnit
 def _child(client: wu.Client, parent: str, description: str) -> str:
     """A child unit, as a supervisor inserts it for a unit that spawned one."""
     work_id = wu.mint_id("b")
-    spec = client.ledger.encode_spec({"argv": ["true"]}, work_id)
+    spec = client.ledger.units.encode_spec({"argv": ["true"]}, work_id)
     new = NewUnit(work_id, "shell", spec, 1.0, parent=parent, description=description)
-    client.ledger.submit(new)
+    client.ledger.units.submit(new)
     return work_id
 
 
@@ -96,7 +96,7 @@ def test_show_tells_how_a_unit_ended_with_its_error_and_output(
     work_id = client.shell("make", key="nightly").id
     fake.start(work_id, progress=0.5, message="half way")
     fake.output(work_id, b"compiling\nlinking\n")
-    fake.ledger.save_checkpoint(work_id, 1, {"group": 3})
+    fake.ledger.attempts.save_checkpoint(work_id, 1, {"group": 3})
     traceback = "Traceback (most recent call last):\n  ...\nValueError: bad input"
     fake.end(work_id, Status.FAILED, exit_code=1, error=traceback)
     out = run("show", work_id).stdout
@@ -146,11 +146,11 @@ def test_show_of_an_expired_unit_says_it_expired(run: Run, client: wu.Client) ->
         work_id = client.shell("true").id
         fake.start(work_id)
         record = fake.row(work_id).to_record()
-        fake.ledger.write(
+        fake.ledger.attempts.write(
             dataclasses.replace(record, status=Status.KILLED, reason=Reason.CANCELLED),
             attempt=1,
         )
-        fake.ledger.expire()
+        fake.ledger.retention.expire()
     finally:
         fake.close()
     out = run("show", work_id).stdout

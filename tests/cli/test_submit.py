@@ -16,7 +16,7 @@ from workunits._cli import Exit
 
 
 def _spec(client: wu.Client, work_id: str) -> dict[str, Any]:
-    spec = client.ledger.load_spec(work_id)
+    spec = client.ledger.units.load_spec(work_id)
     assert isinstance(spec, dict)
     return spec
 

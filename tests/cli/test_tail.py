@@ -69,7 +69,7 @@ def test_tail_follow_prints_everything_then_the_status_and_exits_with_it(
     def finish() -> None:
         # The viewer holds a retain lease while it follows: end the unit under it.
         try:
-            eventually(lambda: client.ledger.retained([work_id]) == {work_id}, what="a lease")
+            eventually(lambda: client.ledger.retains.held([work_id]) == {work_id}, what="a lease")
             held.append(True)
         finally:
             fake.output(work_id, b"second\n")
@@ -86,7 +86,7 @@ def test_tail_follow_prints_everything_then_the_status_and_exits_with_it(
     assert result.stderr == f"-- {work_id} killed (reason cancelled)\n"
     # It retained the unit (a lease) while following and released it on the way out.
     assert held == [True]
-    assert client.ledger.retained([work_id]) == set()
+    assert client.ledger.retains.held([work_id]) == set()
     assert fake.apply_requests() == []
 
 
@@ -97,7 +97,7 @@ def test_tail_follow_without_a_supervisor_says_nothing_will_change_until_one_run
 
     def end_it() -> None:
         try:
-            eventually(lambda: client.ledger.retained([work_id]) == {work_id}, what="a lease")
+            eventually(lambda: client.ledger.retains.held([work_id]) == {work_id}, what="a lease")
         finally:
             fake.start(work_id)
             fake.complete(work_id)

@@ -33,7 +33,7 @@ def _retained(client: wu.Client, work_id: str, count: int) -> None:
     """Wait until ``work_id`` is held by a live retain lease (count 1) or by none (0)."""
     wanted = {work_id} if count else set()
     eventually(
-        lambda: client.ledger.retained([work_id]) == wanted,
+        lambda: client.ledger.retains.held([work_id]) == wanted,
         timeout=WAIT,
         what=f"{work_id} to be {'retained' if count else 'released'}",
     )

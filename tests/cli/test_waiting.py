@@ -74,7 +74,7 @@ def test_wait_and_result_of_an_expired_unit_exit_5(run: Run, client: wu.Client) 
     fake = FakeSupervisor(client.state_dir, expire_after=0.0)
     try:
         work_id = _ended(client, fake, Status.COMPLETED, exit_code=0)
-        fake.ledger.expire()
+        fake.ledger.retention.expire()
     finally:
         fake.close()
     one_line_error(run("wait", work_id), Exit.UNKNOWN, "has expired")

@@ -68,7 +68,7 @@ def _script(module: str, *args: str, env: dict[str, str]) -> subprocess.Popen[by
 
 
 def _running_on(ledger: Ledger, session: str) -> bool:
-    return any(r.session == session for r in ledger.list(status=wu.Status.RUNNING))
+    return any(r.session == session for r in ledger.units.list(status=wu.Status.RUNNING))
 
 
 def _json_lines(paths: list[Path]) -> list[dict[str, Any]]:
@@ -127,7 +127,7 @@ def test_the_cluster_keeps_its_promises_through_a_kill_and_a_stop(
         start("s0")  # as a restarting process manager would, on the same state dir
         stopped.signal(signal.SIGSTOP)
         taken = eventually(
-            lambda: ledger.get_session(stopped.session).recovered_by,  # type: ignore[union-attr]
+            lambda: ledger.sessions.get(stopped.session).recovered_by,  # type: ignore[union-attr]
             LEASE + 30,
             "the stopped supervisor's session to be taken over",
         )
@@ -143,7 +143,7 @@ def test_the_cluster_keeps_its_promises_through_a_kill_and_a_stop(
         entries = _json_lines(submitted)
         ids = {e["id"] for e in entries if e["op"] == "submit"}
         eventually(
-            lambda: all(is_terminal(ledger.require(i).status) for i in ids),
+            lambda: all(is_terminal(ledger.units.require(i).status) for i in ids),
             90 * SCALE,
             "every unit to end",
         )
@@ -153,10 +153,10 @@ def test_the_cluster_keeps_its_promises_through_a_kill_and_a_stop(
         for host in hosts[-3:]:  # the live ones: steady and the two restarted
             host.close()
             assert host.proc.returncode == 0, host.log.read_text()[-2000:]
-        rows = {row.id: row for row in ledger.list()}
+        rows = {row.id: row for row in ledger.units.list()}
         taken_at = {}
         for victim in (killed, stopped):
-            session = ledger.get_session(victim.session)
+            session = ledger.sessions.get(victim.session)
             assert session is not None
             assert session.recovered_at is not None, f"{victim.session} was not taken over"
             taken_at[victim.session] = session.recovered_at

@@ -54,7 +54,7 @@ def test_each_pending_unit_is_started_by_one_supervisor(
     counts = Counter(effects.read_text().split())
     assert counts == {f"u{i}": 1 for i in range(30)}
     with Ledger(_state(tmp_path, "reader"), ledger=postgres_url) as ledger:
-        sessions = {ledger.require(work_id).session for work_id in ids}
+        sessions = {ledger.units.require(work_id).session for work_id in ids}
     assert sessions <= {h.session for h in hosts}
 
 
@@ -67,7 +67,7 @@ def test_each_supervisor_runs_no_more_than_its_concurrency(
     for work_id in ids:
         assert client.wait(work_id, timeout=30).status == wu.Status.COMPLETED
     with Ledger(_state(tmp_path, "reader"), ledger=postgres_url) as ledger:
-        rows = [ledger.require(work_id) for work_id in ids]
+        rows = [ledger.units.require(work_id) for work_id in ids]
     per_session: dict[str | None, list[tuple[float, float]]] = {}
     for row in rows:
         assert row.started_at is not None
@@ -127,9 +127,9 @@ def test_a_stopped_supervisor_loses_its_session_and_its_late_writes_are_refused(
     with Ledger(_state(tmp_path, "late"), ledger=postgres_url) as late:
         late.fence(stopped.session)
         with pytest.raises(SessionLost, match="taken over"):
-            late.write(unit, attempt=record.attempt, progress=0.5)
+            late.attempts.write(unit, attempt=record.attempt, progress=0.5)
         with pytest.raises(SessionLost):
-            late.heartbeat(stopped.session)
+            late.sessions.heartbeat(stopped.session)
     assert other.proc.poll() is None
 
 
@@ -193,19 +193,19 @@ def test_each_schedule_firing_is_taken_by_one_supervisor(tmp_path: Path, postgre
             tz="UTC",
             catch_up="skip",
             letter="b",
-            spec=a.encode_schedule_spec({"cmd": "true"}, "nightly"),
+            spec=a.schedules.encode_spec({"cmd": "true"}, "nightly"),
             options={},
             next_at=100.0,
             created_at=0.0,
         )
-        a.put_schedule(row)
+        a.schedules.put(row)
         results = [
-            a.advance_schedule("nightly", 100.0, 200.0),
-            b.advance_schedule("nightly", 100.0, 200.0),
+            a.schedules.advance("nightly", 100.0, 200.0),
+            b.schedules.advance("nightly", 100.0, 200.0),
         ]
         assert results == [True, False]
-        assert b.advance_schedule("nightly", 200.0, 300.0)
-        assert [r.next_at for r in a.all_schedules()] == [300.0]
+        assert b.schedules.advance("nightly", 200.0, 300.0)
+        assert [r.next_at for r in a.schedules.all_rows()] == [300.0]
 
 
 def test_a_writer_frozen_inside_its_transaction_does_not_hold_the_cluster_s_writes(
@@ -266,7 +266,7 @@ def test_a_schedule_added_through_a_supervisor_that_is_gone_fires_on_another(
         clock.set(1_000_200)
         survivor.tick()  # read the ledger's schedules again, and fire what is due
         with Ledger(_state(tmp_path, "reader"), ledger=postgres_url) as ledger:
-            firings = ledger.schedule_firings("ten")
+            firings = ledger.schedules.firings("ten")
         assert [(f.due_at, f.outcome) for f in firings] == [(1_000_200, "fired")]
         unit = firings[0].unit
         assert unit is not None

@@ -152,14 +152,16 @@ def test_one_unit_s_writes_land_in_the_order_they_were_made(disk: tuple[Path, Fi
         backlog.retry()
         assert landed == []
         assert backlog.status_waiting(row.id)
-        assert ledger.require(row.id).status == Status.PENDING
+        assert ledger.units.require(row.id).status == Status.PENDING
 
         filler.free(ledger)
         backlog.retry()
         assert landed == ["running", "ended"]
         assert not backlog.holds(row.id)
-        assert ledger.require(row.id).status == Status.COMPLETED
-        assert [n.id for n in ledger.undelivered(None)] == [row.id]  # its notice, with its end
+        assert ledger.units.require(row.id).status == Status.COMPLETED
+        assert [n.id for n in ledger.outbox.undelivered(None)] == [
+            row.id
+        ]  # its notice, with its end
 
 
 def test_a_start_waiting_in_the_backlog_goes_on_only_once_it_lands(
@@ -192,5 +194,5 @@ def test_a_start_waiting_in_the_backlog_goes_on_only_once_it_lands(
         assert started == [kept.id]
         for row in (kept, dropped, taken):
             assert not backlog.holds(row.id)
-        assert ledger.require(kept.id).status == Status.RUNNING
-        assert ledger.require(taken.id).status == Status.PENDING
+        assert ledger.units.require(kept.id).status == Status.RUNNING
+        assert ledger.units.require(taken.id).status == Status.PENDING

@@ -120,7 +120,7 @@ def test_the_supervisor_checks_the_ledger_before_writing_to_it(
         for n in range(60):
             client.shell(["echo", str(n)], description="x" * 200)
         for unit in client.list():
-            client.ledger.write(unit.id, attempt=1, status=Status.KILLED, ended_at=1.0)
+            client.ledger.attempts.write(unit.id, attempt=1, status=Status.KILLED, ended_at=1.0)
     db = state_dir / "ledger.db"
     assert not db.with_name("ledger.db-wal").exists()  # the last close checkpointed it
     _damage(db, db.stat().st_size // 4096 + page_no)

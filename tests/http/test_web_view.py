@@ -99,14 +99,14 @@ def test_table_progress_output_cancel_and_retain(
     output = page.locator("#u-output")
     _until(lambda: "line 3" in output.inner_text())  # its page streams output
     with wu.connect(served.state_dir) as ledger_client:
-        _until(lambda: work_id in ledger_client.ledger.retained([work_id]))  # held while open
+        _until(lambda: work_id in ledger_client.ledger.retains.held([work_id]))  # held while open
         page.screenshot(path=str(shots / "web-view-unit.png"))
         page.click("#b-cancel")
         status = page.locator('dd[data-field="status"]')
         _until(lambda: status.inner_text() == "killed")
         assert "cancelled" in page.locator('dd[data-field="cause"]').inner_text()
         page.evaluate("location.hash = '#/'")  # leave the page
-        _until(lambda: work_id not in ledger_client.ledger.retained([work_id]))
+        _until(lambda: work_id not in ledger_client.ledger.retains.held([work_id]))
 
 
 def _pumping_until(page: Page, check: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -41,8 +41,8 @@ def submit(state_dir: str, keys: int, seed: int) -> None:
     with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
         for i in order:
             work_id = ids.mint("a")
-            spec = ledger.encode_spec(Call(operator.add, (i, i)), work_id)
-            row, created = ledger.submit(NewUnit(work_id, "agent", spec, 1.0, key=f"k{i}"))
+            spec = ledger.units.encode_spec(Call(operator.add, (i, i)), work_id)
+            row, created = ledger.units.submit(NewUnit(work_id, "agent", spec, 1.0, key=f"k{i}"))
             say({"key": f"k{i}", "id": row.id, "created": created})
 
 
@@ -53,12 +53,12 @@ def crash_writer(state_dir: str) -> None:
         n = 0
         while True:
             work_id = ids.mint("a")
-            spec = ledger.encode_spec(Call(operator.add, (n, n)), work_id)
-            row, _ = ledger.submit(NewUnit(work_id, "agent", spec, 1.0))
+            spec = ledger.units.encode_spec(Call(operator.add, (n, n)), work_id)
+            row, _ = ledger.units.submit(NewUnit(work_id, "agent", spec, 1.0))
             record = dataclasses.replace(row.to_record(), status=Status.RUNNING, started_at=2.0)
-            ledger.write(record, attempt=1)
+            ledger.attempts.write(record, attempt=1)
             ended = dataclasses.replace(record, status=Status.COMPLETED, ended_at=3.0)
-            ledger.write(ended, attempt=1, result={"n": n})
+            ledger.attempts.write(ended, attempt=1, result={"n": n})
             n += 1
             say(n)
 
@@ -67,7 +67,7 @@ def take(state_dir: str, session: str) -> None:
     """Take requests a few at a time until none is left; report each batch."""
     go()
     with Ledger(state_dir, ledger=os.environ.get(LEDGER_URL_ENV)) as ledger:
-        while batch := ledger.take_requests(3, session=session):
+        while batch := ledger.requests.take(3, session=session):
             say([request.seq for request in batch])
     say("done")
 

@@ -58,7 +58,7 @@ def submit(
     created_at: float = 1.0,
 ) -> tuple[UnitRow, bool]:
     work_id = ids.mint("a")
-    spec = ledger.encode_spec(Call(operator.add, args), work_id)
+    spec = ledger.units.encode_spec(Call(operator.add, args), work_id)
     new = NewUnit(
         work_id,
         kind,
@@ -69,7 +69,7 @@ def submit(
         max_attempts=max_attempts,
         resumable=max_attempts > 1,
     )
-    return ledger.submit(new)
+    return ledger.units.submit(new)
 
 
 def new_unit(ledger: Ledger, **kwargs: object) -> UnitRow:
@@ -80,10 +80,10 @@ def new_unit(ledger: Ledger, **kwargs: object) -> UnitRow:
 
 def start(ledger: Ledger, work_id: str, *, session: str | None = None) -> UnitRow:
     """Move a pending unit to running, as a supervisor's start would."""
-    record = ledger.require(work_id).to_record()
+    record = ledger.units.require(work_id).to_record()
     running = dataclasses.replace(record, status=Status.RUNNING, started_at=2.0)
-    assert ledger.write(running, attempt=record.attempt, session=session)
-    return ledger.require(work_id)
+    assert ledger.attempts.write(running, attempt=record.attempt, session=session)
+    return ledger.units.require(work_id)
 
 
 def spawn(*args: str, ledger_url: str | None = None) -> subprocess.Popen[str]:

@@ -81,15 +81,15 @@ def test_a_full_disk_is_ledger_full_and_nothing_is_written(tiny_fs: Path) -> Non
         assert str(state_dir) in message
         assert "full" in message
         assert "nothing was written" in message
-        keys = {row.key for row in ledger.list()}
+        keys = {row.key for row in ledger.units.list()}
         assert "kept" in keys
         assert failed_key not in keys  # the failed submit left no row behind
-        assert ledger.require(kept.id) == kept
+        assert ledger.units.require(kept.id) == kept
 
         (tiny_fs / "filler").unlink()
         again, created = submit(ledger, key=failed_key, args=("x" * 20_000, int(failed_key[4:])))
         assert created
-        assert ledger.require(again.id).key == failed_key
+        assert ledger.units.require(again.id).key == failed_key
 
 
 @pytest.mark.timeout(60)

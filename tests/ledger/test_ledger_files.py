@@ -81,7 +81,7 @@ def test_a_ledger_is_not_used_across_a_fork(ledger: Ledger) -> None:
     if pid == 0:  # the child: the inherited connection must refuse to work
         os.close(read)
         try:
-            ledger.list()
+            ledger.units.list()
         except LedgerError as exc:
             os.write(write, str(exc).encode())
         os._exit(0)
@@ -90,7 +90,7 @@ def test_a_ledger_is_not_used_across_a_fork(ledger: Ledger) -> None:
         message = pipe.read().decode()
     os.waitpid(pid, 0)
     assert "open a new Ledger" in message
-    assert len(ledger.list()) == 1
+    assert len(ledger.units.list()) == 1
 
 
 def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_processes(
@@ -106,7 +106,7 @@ def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_process
         "import sys\n"
         "from workunits._ledger import Ledger\n"
         "with Ledger(sys.argv[1]) as ledger:\n"
-        "    print(ledger.add_request('kill', 'b00000000'))\n"
+        "    print(ledger.requests.add('kill', 'b00000000'))\n"
     )
     try:
         for _ in range(3):
@@ -118,8 +118,8 @@ def test_a_second_ledger_in_one_process_keeps_the_first_one_seeing_other_process
                 timeout=30,
             )
             seq = int(done.stdout)
-            assert first.get_request(seq) is not None
-            assert second.get_request(seq) is not None
+            assert first.requests.get(seq) is not None
+            assert second.requests.get(seq) is not None
     finally:
         first.close()
         second.close()
@@ -145,7 +145,7 @@ def test_sync_normal_skips_the_fsync_but_keeps_every_commit(tmp_path: Path) -> N
         unit = new_unit(ledger)
     # Another connection (another process would do the same) reads it back.
     with Ledger(tmp_path / "state") as reader:
-        row = reader.get(unit.id)
+        row = reader.units.get(unit.id)
         assert row is not None
         assert row.status is Status.PENDING
 

@@ -21,7 +21,7 @@ DESCRIPTIONS = ("migrate repo-17 now", "index the docs", "Résumé builder", "mi
 
 
 def _fill(ledger: Ledger, n: int, *, parent: str | None = None) -> list[NewUnit]:
-    spec = ledger.encode_spec(Call(operator.add, (1, 2)), _ids.mint("a"))
+    spec = ledger.units.encode_spec(Call(operator.add, (1, 2)), _ids.mint("a"))
     news = [
         NewUnit(
             _ids.mint("b" if i % 2 else "a"),
@@ -34,7 +34,7 @@ def _fill(ledger: Ledger, n: int, *, parent: str | None = None) -> list[NewUnit]
         )
         for i in range(n)
     ]
-    for answer in ledger.submit_many(news):
+    for answer in ledger.units.submit_many(news):
         assert not isinstance(answer, Exception)
     return news
 
@@ -49,11 +49,11 @@ def test_keyset_pages_walk_every_unit_once_in_both_orders(ledger: Ledger) -> Non
         seen: list[str] = []
         mark: Mark | None = None
         while True:
-            rows = ledger.page(Filter(), limit=5, after=mark, newest=newest)
+            rows = ledger.listing.page(Filter(), limit=5, after=mark, newest=newest)
             seen += [r.id for r in rows]
             if len(rows) < 5:
                 break
-            mark = ledger.mark_of(rows[-1].id)
+            mark = ledger.listing.mark_of(rows[-1].id)
         expected = _order(news)
         assert seen == (expected[::-1] if newest else expected)
 
@@ -62,97 +62,101 @@ def test_each_filter_pages_only_its_units(ledger: Ledger) -> None:
     root = _fill(ledger, 1)[0]
     children = _fill(ledger, 6, parent=root.id)
     shells = [u.id for u in children if u.kind == "shell"]
-    assert [r.id for r in ledger.page(Filter(kind="shell"), limit=None)] == _order(
+    assert [r.id for r in ledger.listing.page(Filter(kind="shell"), limit=None)] == _order(
         [u for u in children if u.kind == "shell"]
     )
-    assert {r.id for r in ledger.page(Filter(parent=root.id), limit=None)} == {
+    assert {r.id for r in ledger.listing.page(Filter(parent=root.id), limit=None)} == {
         u.id for u in children
     }
     keyed = next(u for u in children if u.key)
-    assert [r.id for r in ledger.page(Filter(key=keyed.key), limit=None)] == [keyed.id]
+    assert [r.id for r in ledger.listing.page(Filter(key=keyed.key), limit=None)] == [keyed.id]
     window = Filter(created_after=101.0, created_before=102.0)
-    assert {r.created_at for r in ledger.page(window, limit=None)} == {101.0}
-    ledger.write_many([Write(shells[0], 1, {"status": "running"})])
-    assert [r.id for r in ledger.page(Filter(status="running"), limit=None)] == [shells[0]]
-    assert ledger.total(Filter(status="running")) == Total(1, True)
-    assert ledger.total(Filter(kind="shell", status="pending")) == Total(len(shells) - 1, True)
-    assert ledger.total(Filter(parent=root.id)) == Total(6, True)
+    assert {r.created_at for r in ledger.listing.page(window, limit=None)} == {101.0}
+    ledger.attempts.write_many([Write(shells[0], 1, {"status": "running"})])
+    assert [r.id for r in ledger.listing.page(Filter(status="running"), limit=None)] == [shells[0]]
+    assert ledger.listing.total(Filter(status="running")) == Total(1, True)
+    assert ledger.listing.total(Filter(kind="shell", status="pending")) == Total(
+        len(shells) - 1, True
+    )
+    assert ledger.listing.total(Filter(parent=root.id)) == Total(6, True)
 
 
 def test_text_search_matches_word_starts_of_id_description_and_key(ledger: Ledger) -> None:
     news = _fill(ledger, 8)
-    found = {r.id for r in ledger.page(Filter(text="migrate REPO-1"), limit=None)}
+    found = {r.id for r in ledger.listing.page(Filter(text="migrate REPO-1"), limit=None)}
     assert found == {u.id for u in news if u.description == "migrate repo-17 now"}
-    assert {r.id for r in ledger.page(Filter(text="job-3"), limit=None)} == {news[3].id}
-    assert [r.id for r in ledger.page(Filter(text=news[5].id[:6]), limit=None)] == [news[5].id]
-    assert ledger.total(Filter(text="docs")) == Total(2, True)
-    assert ledger.page(Filter(text="zebra"), limit=None) == []
+    assert {r.id for r in ledger.listing.page(Filter(text="job-3"), limit=None)} == {news[3].id}
+    assert [r.id for r in ledger.listing.page(Filter(text=news[5].id[:6]), limit=None)] == [
+        news[5].id
+    ]
+    assert ledger.listing.total(Filter(text="docs")) == Total(2, True)
+    assert ledger.listing.page(Filter(text="zebra"), limit=None) == []
     # Punctuation is no syntax: the words are searched, nothing is parsed.
-    assert len(ledger.page(Filter(text='migrate" * ( : ^'), limit=None)) == 4
-    assert len(ledger.page(Filter(text="  -- "), limit=None)) == 8  # no words: no filter
+    assert len(ledger.listing.page(Filter(text='migrate" * ( : ^'), limit=None)) == 4
+    assert len(ledger.listing.page(Filter(text="  -- "), limit=None)) == 8  # no words: no filter
 
 
 def test_the_python_rule_agrees_with_the_index(ledger: Ledger) -> None:
     news = _fill(ledger, 8)
     for text in ("migrate repo-1", "docs", "job-6", "mig", news[1].id[:4]):
         expected = {u.id for u in news if matches(text, (u.id, u.description, u.key))}
-        assert {r.id for r in ledger.page(Filter(text=text), limit=None)} == expected, text
+        assert {r.id for r in ledger.listing.page(Filter(text=text), limit=None)} == expected, text
     assert words("Repo-17_x") == ["repo", "17", "x"]
     # Accents are as written, in both indexes: "resume" is not "résumé".
-    assert {r.description for r in ledger.page(Filter(text="résumé"), limit=None)} == {
+    assert {r.description for r in ledger.listing.page(Filter(text="résumé"), limit=None)} == {
         "Résumé builder"
     }
-    assert ledger.page(Filter(text="resume"), limit=None) == []
+    assert ledger.listing.page(Filter(text="resume"), limit=None) == []
 
 
 def test_counts_follow_inserts_transitions_expiry_and_deletes(
     ledger: Ledger, clock: ManualClock
 ) -> None:
     news = _fill(ledger, 4)
-    assert ledger.counts() == {("agent", "pending"): 2, ("shell", "pending"): 2}
+    assert ledger.listing.counts() == {("agent", "pending"): 2, ("shell", "pending"): 2}
     first, second = news[0].id, news[2].id
-    ledger.write_many([Write(first, 1, {"status": "running"})])
-    ledger.write_many([Write(first, 1, {"status": "completed"})])
-    ledger.write_many([Write(second, 1, {"status": "killed"})])
-    assert ledger.counts() == {
+    ledger.attempts.write_many([Write(first, 1, {"status": "running"})])
+    ledger.attempts.write_many([Write(first, 1, {"status": "completed"})])
+    ledger.attempts.write_many([Write(second, 1, {"status": "killed"})])
+    assert ledger.listing.counts() == {
         ("agent", "completed"): 1,
         ("agent", "killed"): 1,
         ("shell", "pending"): 2,
     }
     clock.advance(1000)
-    assert ledger.expire() == 2
-    assert ledger.counts() == {("agent", "expired"): 2, ("shell", "pending"): 2}
-    assert ledger.total(Filter(status="expired")) == Total(2, True)
-    assert ledger.total(Filter(status="killed")) == Total(0, True)
+    assert ledger.retention.expire() == 2
+    assert ledger.listing.counts() == {("agent", "expired"): 2, ("shell", "pending"): 2}
+    assert ledger.listing.total(Filter(status="expired")) == Total(2, True)
+    assert ledger.listing.total(Filter(status="killed")) == Total(0, True)
     clock.advance(1000)
-    ledger.gc(older_than=10)
-    assert ledger.counts() == {("shell", "pending"): 2}
+    ledger.retention.gc(older_than=10)
+    assert ledger.listing.counts() == {("shell", "pending"): 2}
     # The forgotten units are gone from the search index too.
-    assert [r.id for r in ledger.page(Filter(text="migrate"), limit=None)] == [news[3].id]
+    assert [r.id for r in ledger.listing.page(Filter(text="migrate"), limit=None)] == [news[3].id]
 
 
 def test_totals_past_the_cap_say_they_are_estimates(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(listing, "COUNT_CAP", 20)  # the rule, without 10,000 rows to count
-    spec = ledger.encode_spec(Call(operator.add, (1, 2)), _ids.mint("a"))
-    ledger.submit_many(
+    spec = ledger.units.encode_spec(Call(operator.add, (1, 2)), _ids.mint("a"))
+    ledger.units.submit_many(
         [NewUnit(_ids.mint("b"), "shell", spec, float(i), description="bulk") for i in range(22)]
     )
-    assert ledger.total(Filter(text="bulk")) == Total(20, False)
-    assert ledger.total(Filter(text="bulk", created_before=5.0)) == Total(5, True)
-    assert ledger.total(Filter(kind="shell")) == Total(22, True)  # counted: always exact
+    assert ledger.listing.total(Filter(text="bulk")) == Total(20, False)
+    assert ledger.listing.total(Filter(text="bulk", created_before=5.0)) == Total(5, True)
+    assert ledger.listing.total(Filter(kind="shell")) == Total(22, True)  # counted: always exact
 
 
 def test_bad_filters_say_what_is_wrong(ledger: Ledger) -> None:
     with pytest.raises(SpecError, match="'done' is not a status"):
-        ledger.page(Filter(status="done"), limit=1)
+        ledger.listing.page(Filter(status="done"), limit=1)
     with pytest.raises(SpecError, match="created_after must be seconds"):
-        ledger.page(Filter(created_after=float("nan")), limit=1)
+        ledger.listing.page(Filter(created_after=float("nan")), limit=1)
     with pytest.raises(SpecError, match="at most 16 words"):
-        ledger.page(Filter(text=" ".join("w" * 17)), limit=1)
+        ledger.listing.page(Filter(text=" ".join("w" * 17)), limit=1)
     with pytest.raises(UnknownWork):
-        ledger.mark_of("b00000000")
+        ledger.listing.mark_of("b00000000")
 
 
 @pytest.mark.sqlite_only
@@ -176,8 +180,8 @@ def test_a_version_8_ledger_gains_indexes_counts_and_search(tmp_path: Path) -> N
         conn.execute("ALTER TABLE units DROP COLUMN trace_context")
         conn.execute("PRAGMA user_version = 8")
     with Ledger(state) as ledger:
-        assert ledger.counts() == {("agent", "pending"): 3, ("shell", "pending"): 3}
-        assert {r.id for r in ledger.page(Filter(text="docs"), limit=None)} == {
+        assert ledger.listing.counts() == {("agent", "pending"): 3, ("shell", "pending"): 3}
+        assert {r.id for r in ledger.listing.page(Filter(text="docs"), limit=None)} == {
             u.id for u in news if u.description == "index the docs"
         }
     assert schema_mod.SCHEMA_VERSION == 9
@@ -223,14 +227,14 @@ def test_pages_concatenated_are_the_whole_list(
     state = tmp_path_factory.mktemp("pages") / "state"
     with Ledger(state) as ledger:
         news = _fill(ledger, size)
-        whole = [r.id for r in ledger.page(Filter(kind=kind), limit=None, newest=newest)]
+        whole = [r.id for r in ledger.listing.page(Filter(kind=kind), limit=None, newest=newest)]
         seen: list[str] = []
         mark = None
         for _ in range(size + 1):
-            rows = ledger.page(Filter(kind=kind), limit=limit, after=mark, newest=newest)
+            rows = ledger.listing.page(Filter(kind=kind), limit=limit, after=mark, newest=newest)
             seen += [r.id for r in rows]
             if not rows:
                 break
-            mark = ledger.mark_of(rows[-1].id)
+            mark = ledger.listing.mark_of(rows[-1].id)
         assert seen == whole
         assert len(whole) == len([u for u in news if kind is None or u.kind == kind])

@@ -29,44 +29,44 @@ def test_each_poll_finds_what_another_process_commits_after_it_found_nothing(
     ledger: Ledger, other: Ledger
 ) -> None:
     for _ in range(2):  # the second finds nothing without reading (SQLite)
-        assert ledger.take_requests(10, session=SESSION) == []
-        assert ledger.signals_after(0) == []
-        assert ledger.claim_pending(SESSION, {}, 10) == []
+        assert ledger.requests.take(10, session=SESSION) == []
+        assert ledger.signals.after(0) == []
+        assert ledger.claims.claim(SESSION, {}, 10) == []
 
-    seq = other.add_request("kill", "a12345678")
-    assert [r.seq for r in ledger.take_requests(10, session=SESSION)] == [seq]
+    seq = other.requests.add("kill", "a12345678")
+    assert [r.seq for r in ledger.requests.take(10, session=SESSION)] == [seq]
 
     pending = new_unit(other)
-    assert [r.id for r in ledger.claim_pending(SESSION, {}, 10)] == [pending.id]
+    assert [r.id for r in ledger.claims.claim(SESSION, {}, 10)] == [pending.id]
 
     running = start(other, new_unit(other).id)
-    sent = other.send_signal(running.id, "go", 1)
-    assert [s.seq for s in ledger.signals_after(0)] == [sent]
+    sent = other.signals.send(running.id, "go", 1)
+    assert [s.seq for s in ledger.signals.after(0)] == [sent]
 
 
 def test_a_poll_reads_again_after_a_write_of_its_own_connection(ledger: Ledger) -> None:
-    assert ledger.take_requests(10, session=SESSION) == []
-    assert ledger.claim_pending(SESSION, {}, 10) == []
+    assert ledger.requests.take(10, session=SESSION) == []
+    assert ledger.claims.claim(SESSION, {}, 10) == []
     # Written through the poller's own connection (SQLite's data_version does not count
     # these: the ledger counts them itself).
-    seq = ledger.add_request("cancel", "a12345678")
-    assert [r.seq for r in ledger.take_requests(10, session=SESSION)] == [seq]
+    seq = ledger.requests.add("cancel", "a12345678")
+    assert [r.seq for r in ledger.requests.take(10, session=SESSION)] == [seq]
     pending = new_unit(ledger)
-    assert [r.id for r in ledger.claim_pending(SESSION, {}, 10)] == [pending.id]
+    assert [r.id for r in ledger.claims.claim(SESSION, {}, 10)] == [pending.id]
 
 
 def test_a_poll_asked_differently_reads(ledger: Ledger, other: Ledger) -> None:
     running = start(other, new_unit(other).id)
     sent = [_sent(other, running.id, n) for n in range(3)]
-    assert [s.seq for s in ledger.signals_after(0, limit=2)] == sent[:2]
-    assert [s.seq for s in ledger.signals_after(sent[1], limit=2)] == sent[2:]
-    assert ledger.signals_after(sent[2], limit=2) == []
-    assert [s.seq for s in ledger.signals_after(sent[0], limit=2)] == sent[1:]  # another poll
+    assert [s.seq for s in ledger.signals.after(0, limit=2)] == sent[:2]
+    assert [s.seq for s in ledger.signals.after(sent[1], limit=2)] == sent[2:]
+    assert ledger.signals.after(sent[2], limit=2) == []
+    assert [s.seq for s in ledger.signals.after(sent[0], limit=2)] == sent[1:]  # another poll
     # What a poll found is found again: only finding nothing is remembered.
-    assert [s.seq for s in ledger.signals_after(sent[0], limit=2)] == sent[1:]
+    assert [s.seq for s in ledger.signals.after(sent[0], limit=2)] == sent[1:]
     pending = new_unit(other)
-    assert ledger.claim_pending(SESSION, {"agent": 0}, 10) == []  # no slot for an agent
-    assert [r.id for r in ledger.claim_pending(SESSION, {"agent": 1}, 10)] == [pending.id]
+    assert ledger.claims.claim(SESSION, {"agent": 0}, 10) == []  # no slot for an agent
+    assert [r.id for r in ledger.claims.claim(SESSION, {"agent": 1}, 10)] == [pending.id]
 
 
 @pytest.mark.sqlite_only
@@ -82,22 +82,22 @@ def test_a_poll_that_found_nothing_reads_nothing_until_the_ledger_changes(
         return found
 
     def poll() -> None:
-        assert ledger.take_requests(10, session=SESSION) == []
-        assert ledger.signals_after(0) == []
-        assert ledger.claim_pending(SESSION, {}, 10) == []
+        assert ledger.requests.take(10, session=SESSION) == []
+        assert ledger.signals.after(0) == []
+        assert ledger.claims.claim(SESSION, {}, 10) == []
 
     poll()
     assert reads(), "the first polls read the ledger"
     poll()
     assert reads() == [], "nothing changed: nothing read"
     statements.clear()
-    other.add_request("kill", "a12345678")  # another connection commits
-    assert [r.target for r in ledger.take_requests(10, session=SESSION)] == ["a12345678"]
+    other.requests.add("kill", "a12345678")  # another connection commits
+    assert [r.target for r in ledger.requests.take(10, session=SESSION)] == ["a12345678"]
     assert reads(), "after another connection's commit, the poll reads"
 
 
 def _sent(ledger: Ledger, work_id: str, value: int) -> int:
-    seq = ledger.send_signal(work_id, "go", value)
+    seq = ledger.signals.send(work_id, "go", value)
     assert seq is not None
     return seq
 
@@ -111,15 +111,15 @@ def test_a_pending_row_that_does_not_decode_is_claimed_once_and_leaves_the_queue
     good = new_unit(other, created_at=2.0).id
     with raw(other) as conn:
         conn.execute("UPDATE units SET parent = 'not-an-id' WHERE id = ?", (bad,))
-    (first,) = ledger.claim_pending(SESSION, {"agent": 1}, 10)
+    (first,) = ledger.claims.claim(SESSION, {"agent": 1}, 10)
     assert isinstance(first, Unreadable)
     assert first.id == bad
     assert first.row is None
     assert "column parent holds 'not-an-id'" in str(first.error)
-    (second,) = ledger.claim_pending(SESSION, {"agent": 1}, 10)
+    (second,) = ledger.claims.claim(SESSION, {"agent": 1}, 10)
     assert isinstance(second, UnitRow)
     assert second.id == good
-    assert ledger.claim_pending(SESSION, {"agent": 1}, 10) == []
+    assert ledger.claims.claim(SESSION, {"agent": 1}, 10) == []
     with raw(other) as conn:
         kept = conn.execute(
             "SELECT status, parent, session FROM units WHERE id = ?", (bad,)

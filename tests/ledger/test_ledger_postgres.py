@@ -45,7 +45,7 @@ def test_migrations_run_forward_one_step_at_a_time_and_keep_data(
         assert pg_schema.version(conn) == 1
     with Ledger(state_dir, ledger=postgres_url) as ledger:  # migrates 1 -> current
         unit = new_unit(ledger)
-        ledger.retain(unit.id, 30)
+        ledger.retains.add(unit.id, 30)
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         assert pg_schema.version(conn) == SCHEMA_VERSION
         assert pg_schema.migrate(conn, "db", WRITE_LOCK) == SCHEMA_VERSION  # nothing to do

@@ -75,7 +75,7 @@ class LedgerProtocol(RuleBasedStateMachine):
 
     def _open(self) -> Ledger:
         ledger = Ledger(self.dir / "state", clock=self.clock, ledger=self.url)
-        ledger.open_session(self.session, pid=1)
+        ledger.sessions.open(self.session, pid=1)
         return ledger
 
     @property
@@ -100,14 +100,14 @@ class LedgerProtocol(RuleBasedStateMachine):
     @rule(key=KEYS, variant=st.integers(0, 1))
     def submit(self, key: str | None, variant: int) -> None:
         work_id = _ids.mint("a")
-        spec = self.ledger.encode_spec(Call(operator.add, (variant, 1)), work_id)
+        spec = self.ledger.units.encode_spec(Call(operator.add, (variant, 1)), work_id)
         new = NewUnit(work_id, "agent", spec, self.clock.now(), key=key, max_attempts=100)
         existing = None if key is None else self.world.by_key.get(key)
         if existing is not None and self.world.units[existing].variant != variant:
             with pytest.raises(IdempotencyConflict, match=existing):
-                self.ledger.submit(new)
+                self.ledger.units.submit(new)
             return
-        row, created = self.ledger.submit(new)
+        row, created = self.ledger.units.submit(new)
         if existing is not None:
             assert (row.id, created) == (existing, False)
             return
@@ -120,7 +120,9 @@ class LedgerProtocol(RuleBasedStateMachine):
     @rule(data=st.data())
     def start(self, data: st.DataObject) -> None:
         work_id = self._pick(data, Status.PENDING)
-        assert self.ledger.write(work_id, attempt=1, status="running", session=self.session)
+        assert self.ledger.attempts.write(
+            work_id, attempt=1, status="running", session=self.session
+        )
         self.world.units[work_id].status = Status.RUNNING
 
     @precondition(lambda self: bool(self.world.units))
@@ -129,7 +131,7 @@ class LedgerProtocol(RuleBasedStateMachine):
         work_id = self._pick(data, *Status)
         model = self.world.units[work_id]
         attempt = model.attempt - 1 if stale else model.attempt
-        written = self.ledger.write_progress_batch([(work_id, attempt, fraction, None)])
+        written = self.ledger.attempts.write_progress_batch([(work_id, attempt, fraction, None)])
         expect = not stale and not is_terminal(model.status)
         assert written == int(expect)
         if expect:
@@ -142,9 +144,9 @@ class LedgerProtocol(RuleBasedStateMachine):
         model = self.world.units[work_id]
         if stale:
             with pytest.raises(StaleAttempt):
-                self.ledger.save_checkpoint(work_id, model.attempt - 1, {"group": group})
+                self.ledger.attempts.save_checkpoint(work_id, model.attempt - 1, {"group": group})
             return
-        assert self.ledger.save_checkpoint(work_id, model.attempt, {"group": group})
+        assert self.ledger.attempts.save_checkpoint(work_id, model.attempt, {"group": group})
         model.checkpoint = {"group": group}
 
     @precondition(lambda self: self._has(Status.RUNNING, Status.PENDING))
@@ -156,9 +158,9 @@ class LedgerProtocol(RuleBasedStateMachine):
             status = Status.KILLED  # a cancel before start: the only way out of pending
         if stale:
             with pytest.raises(StaleAttempt):
-                self.ledger.write(work_id, attempt=model.attempt - 1, status=status)
+                self.ledger.attempts.write(work_id, attempt=model.attempt - 1, status=status)
             return
-        assert self.ledger.write(work_id, attempt=model.attempt, status=status)
+        assert self.ledger.attempts.write(work_id, attempt=model.attempt, status=status)
         model.status = status
 
     @precondition(lambda self: any(is_terminal(m.status) for m in self.world.units.values()))
@@ -168,7 +170,7 @@ class LedgerProtocol(RuleBasedStateMachine):
         the kill); the same status is a replay that writes no second notice."""
         work_id = self._pick(data, *(s for s in Status if is_terminal(s)))
         model = self.world.units[work_id]
-        written = self.ledger.write(work_id, attempt=model.attempt, status=status)
+        written = self.ledger.attempts.write(work_id, attempt=model.attempt, status=status)
         assert written == (status == model.status)
 
     @rule()
@@ -178,26 +180,26 @@ class LedgerProtocol(RuleBasedStateMachine):
         self.session_no += 1
         self.clock.advance(1)
         self.ledger = self._open()
-        for row in self.ledger.units_of_dead_sessions(self.session):
+        for row in self.ledger.sessions.units_of_dead_sessions(self.session):
             model = self.world.units[row.id]
             assert model.status == Status.RUNNING
-            assert self.ledger.begin_attempt(row.id, self.session, expected=model.attempt) == (
+            assert self.ledger.attempts.resume(row.id, self.session, expected=model.attempt) == (
                 model.attempt + 1
             )
             model.attempt += 1
-            assert self.ledger.require(row.id).last_checkpoint() == model.checkpoint
+            assert self.ledger.units.require(row.id).last_checkpoint() == model.checkpoint
 
     @rule(limit=st.integers(1, 3))
     def deliver(self, limit: int) -> None:
-        for notice in self.ledger.undelivered(None, limit=limit):
-            assert self.ledger.mark_delivered(notice.id, notice.status)
+        for notice in self.ledger.outbox.undelivered(None, limit=limit):
+            assert self.ledger.outbox.mark_delivered(notice.id, notice.status)
             self.world.delivered[(notice.id, notice.status.value)] += 1
 
     # -- invariants ---------------------------------------------------------------
 
     @invariant()
     def rows_match_the_model(self) -> None:
-        rows = {row.id: row for row in self.ledger.list()}
+        rows = {row.id: row for row in self.ledger.units.list()}
         assert set(rows) == set(self.world.units)
         for work_id, model in self.world.units.items():
             row = rows[work_id]
@@ -222,7 +224,7 @@ class LedgerProtocol(RuleBasedStateMachine):
         assert sorted(notices) == sorted(terminal)
         assert all(count == 1 for count in self.world.delivered.values())
         assert set(self.world.delivered) <= terminal
-        waiting = {(n.id, n.status.value) for n in self.ledger.undelivered(None)}
+        waiting = {(n.id, n.status.value) for n in self.ledger.outbox.undelivered(None)}
         assert waiting == terminal - set(self.world.delivered)
 
 

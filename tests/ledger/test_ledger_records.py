@@ -31,7 +31,7 @@ class Toucher:
 def _ended(ledger: Ledger, **changes: Any) -> WorkRecord:
     unit = start(ledger, new_unit(ledger).id)
     record = dataclasses.replace(unit.to_record(), ended_at=3.0, **changes)
-    assert ledger.write(record, attempt=1)
+    assert ledger.attempts.write(record, attempt=1)
     return record
 
 
@@ -39,11 +39,11 @@ def test_a_records_json_result_is_stored_as_it_is_and_signed(ledger: Ledger) -> 
     record = _ended(
         ledger, status=Status.COMPLETED, result=orjson.dumps([1, 2]), result_format="json"
     )
-    row = ledger.require(record.id)
+    row = ledger.units.require(record.id)
     assert row.result is not None
     assert (row.result.format, row.result.data) == ("json", b"[1,2]")
     assert row.result.mac is not None  # what a caller acts on is bound to this unit
-    assert ledger.load_result(record.id) == [1, 2]
+    assert ledger.units.load_result(record.id) == [1, 2]
     assert row.to_record().result == orjson.dumps([1, 2])
     assert row.to_record().result_format == "json"
 
@@ -58,12 +58,12 @@ def test_a_records_pickled_result_and_cause_are_signed(ledger: Ledger) -> None:
         cause=cause,
         error="ValueError: bad input",
     )
-    row = ledger.require(record.id)
+    row = ledger.units.require(record.id)
     assert row.result is not None
     assert row.cause is not None
     assert row.result.mac is not None
     assert row.cause.mac is not None
-    assert ledger.load_result(record.id) == {1, 2}
+    assert ledger.units.load_result(record.id) == {1, 2}
     back = row.to_record()
     assert (back.result, back.result_format, back.cause) == (
         record.result,
@@ -88,10 +88,10 @@ def test_a_tampered_pickle_in_a_row_makes_reading_it_fail(
         evil = cloudpickle.dumps(Toucher(marker))
         conn.execute(f"UPDATE units SET {column} = ? WHERE id = ?", (evil, record.id))  # noqa: S608
     with pytest.raises(LedgerTampered, match=f"unit {record.id}: the stored {column}"):
-        ledger.get(record.id)
+        ledger.units.get(record.id)
     # A listing leaves it out (the others are listed) and says why.
     left_out: list[Unreadable] = []
-    assert ledger.list(on_unreadable=left_out.append) == []
+    assert ledger.units.list(on_unreadable=left_out.append) == []
     assert [bad.id for bad in left_out] == [record.id]
     assert isinstance(left_out[0].error, LedgerTampered)
     assert not marker.exists()
@@ -102,16 +102,16 @@ def test_a_later_write_without_the_result_keeps_it(ledger: Ledger) -> None:
         ledger, status=Status.COMPLETED, result=orjson.dumps("done"), result_format="json"
     )
     bare = dataclasses.replace(record, result=None, result_format=None, pid=99)
-    assert ledger.write(bare, attempt=1)
-    row = ledger.require(record.id)
+    assert ledger.attempts.write(bare, attempt=1)
+    row = ledger.units.require(record.id)
     assert row.pid == 99
-    assert ledger.load_result(record.id) == "done"
+    assert ledger.units.load_result(record.id) == "done"
 
 
 def test_progress_is_mirrored_from_the_record(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
     record = dataclasses.replace(unit.to_record(), progress=0.75, progress_message="6/8")
-    assert ledger.write(record, attempt=1)
-    row = ledger.require(unit.id)
+    assert ledger.attempts.write(record, attempt=1)
+    row = ledger.units.require(unit.id)
     assert (row.progress, row.progress_message) == (0.75, "6/8")
     assert row.to_record() == record

@@ -14,8 +14,8 @@ from workunits._ledger import Ledger, LedgerError, UnstorableValue
 
 
 def test_a_request_is_taken_once_and_finished(ledger: Ledger) -> None:
-    seq = ledger.add_request("cancel", "a12345678", {"grace": 5.0})
-    (request,) = ledger.take_requests(10, session="s00000001")
+    seq = ledger.requests.add("cancel", "a12345678", {"grace": 5.0})
+    (request,) = ledger.requests.take(10, session="s00000001")
     assert (request.seq, request.verb, request.target, request.args) == (
         seq,
         "cancel",
@@ -23,47 +23,47 @@ def test_a_request_is_taken_once_and_finished(ledger: Ledger) -> None:
         {"grace": 5.0},
     )
     assert request.taken_by == "s00000001"
-    assert ledger.take_requests(10) == []
-    ledger.finish_request(seq, {"cancelled": True})
-    done = ledger.get_request(seq)
+    assert ledger.requests.take(10) == []
+    ledger.requests.finish(seq, {"cancelled": True})
+    done = ledger.requests.get(seq)
     assert done is not None
     assert done.result == {"cancelled": True}
     assert done.done_at is not None
-    assert ledger.get_request(seq + 1) is None
+    assert ledger.requests.get(seq + 1) is None
 
 
 def test_requests_come_oldest_first_up_to_the_limit(ledger: Ledger) -> None:
-    seqs = [ledger.add_request("kill", "a12345678") for _ in range(5)]
-    assert [r.seq for r in ledger.take_requests(3)] == seqs[:3]
-    assert [r.seq for r in ledger.take_requests(3)] == seqs[3:]
+    seqs = [ledger.requests.add("kill", "a12345678") for _ in range(5)]
+    assert [r.seq for r in ledger.requests.take(3)] == seqs[:3]
+    assert [r.seq for r in ledger.requests.take(3)] == seqs[3:]
 
 
 def test_bad_requests_are_refused(ledger: Ledger) -> None:
     with pytest.raises(SpecError, match="'explode' is not a request verb"):
-        ledger.add_request("explode", "a12345678")
+        ledger.requests.add("explode", "a12345678")
     with pytest.raises(ValueError, match="not a work unit ID"):
-        ledger.add_request("kill", "../etc")
+        ledger.requests.add("kill", "../etc")
     with pytest.raises(UnstorableValue, match="kill request"):
-        ledger.add_request("kill", "a12345678", {"why": {1, 2}})
+        ledger.requests.add("kill", "a12345678", {"why": {1, 2}})
     with pytest.raises(LedgerError, match="no taken request 99"):
-        ledger.finish_request(99)
+        ledger.requests.finish(99)
 
 
 def test_requests_a_dead_session_took_are_reopened(ledger: Ledger) -> None:
-    first = ledger.add_request("retain", "a12345678")
-    second = ledger.add_request("release", "a12345678")
-    ledger.take_requests(10, session="s00000001")
-    ledger.finish_request(first)
-    assert ledger.reopen_requests("s00000002") == 1
-    assert [r.seq for r in ledger.take_requests(10, session="s00000002")] == [second]
-    assert ledger.reopen_requests("s00000002") == 0
+    first = ledger.requests.add("retain", "a12345678")
+    second = ledger.requests.add("release", "a12345678")
+    ledger.requests.take(10, session="s00000001")
+    ledger.requests.finish(first)
+    assert ledger.requests.reopen("s00000002") == 1
+    assert [r.seq for r in ledger.requests.take(10, session="s00000002")] == [second]
+    assert ledger.requests.reopen("s00000002") == 0
 
 
 @pytest.mark.timeout(120)
 def test_concurrent_takers_take_each_request_exactly_once(
     ledger: Ledger, state_dir: Path, ledger_url: str | None
 ) -> None:
-    seqs = [ledger.add_request("cancel", "a12345678", {"n": n}) for n in range(150)]
+    seqs = [ledger.requests.add("cancel", "a12345678", {"n": n}) for n in range(150)]
     argvs = [("take", str(state_dir), f"s0000000{n}") for n in range(4)]
     with spawn_all(argvs, ledger_url) as takers:
         for taker in takers:

@@ -19,40 +19,40 @@ def test_signals_are_kept_in_order_until_consumed_with_a_checkpoint(ledger: Ledg
     seqs = [_sent(ledger, unit.id, "vote", value) for value in ("a", {"b": 2}, None)]
     other = _sent(ledger, new_unit(ledger).id, "vote", "elsewhere")
     assert seqs == sorted(seqs)
-    kept = ledger.open_signals(unit.id)
+    kept = ledger.signals.open_for(unit.id)
     assert [(s.name, s.value) for s in kept] == [("vote", "a"), ("vote", {"b": 2}), ("vote", None)]
-    assert [s.seq for s in ledger.signals_after(0)] == [*seqs, other]
-    assert [s.seq for s in ledger.signals_after(seqs[1])] == [seqs[2], other]
+    assert [s.seq for s in ledger.signals.after(0)] == [*seqs, other]
+    assert [s.seq for s in ledger.signals.after(seqs[1])] == [seqs[2], other]
 
-    assert ledger.save_checkpoint_encoded(unit.id, 1, b'{"n": 1}', consumed=seqs[:2])
-    assert [s.seq for s in ledger.open_signals(unit.id)] == [seqs[2]]
-    assert ledger.require(unit.id).checkpoint == b'{"n": 1}'
-    assert ledger.last_signal_seq() == other
+    assert ledger.attempts.save_checkpoint_encoded(unit.id, 1, b'{"n": 1}', consumed=seqs[:2])
+    assert [s.seq for s in ledger.signals.open_for(unit.id)] == [seqs[2]]
+    assert ledger.units.require(unit.id).checkpoint == b'{"n": 1}'
+    assert ledger.signals.last_seq() == other
 
 
 def test_a_stale_checkpoint_consumes_nothing(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger, max_attempts=2).id)
     seq = _sent(ledger, unit.id, "go", 1)
-    ledger.begin_attempt(unit.id, "s00000001", expected=1)
+    ledger.attempts.resume(unit.id, "s00000001", expected=1)
     with pytest.raises(StaleAttempt):
-        ledger.save_checkpoint_encoded(unit.id, 1, b"{}", consumed=[seq])
-    assert [s.seq for s in ledger.open_signals(unit.id)] == [seq]
+        ledger.attempts.save_checkpoint_encoded(unit.id, 1, b"{}", consumed=[seq])
+    assert [s.seq for s in ledger.signals.open_for(unit.id)] == [seq]
 
 
 def test_a_signal_for_an_ended_unit_is_not_kept(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
     ended = dataclasses.replace(unit.to_record(), status=Status.COMPLETED, ended_at=3.0)
-    assert ledger.write(ended, attempt=1)
-    assert ledger.send_signal(unit.id, "go", 1) is None
-    assert ledger.open_signals(unit.id) == []
+    assert ledger.attempts.write(ended, attempt=1)
+    assert ledger.signals.send(unit.id, "go", 1) is None
+    assert ledger.signals.open_for(unit.id) == []
     with pytest.raises(UnknownWork):
-        ledger.send_signal("a00000000", "go", 1)
+        ledger.signals.send("a00000000", "go", 1)
     with pytest.raises(SpecError, match="signal name"):
-        ledger.send_signal(unit.id, "", 1)
+        ledger.signals.send(unit.id, "", 1)
 
 
 def _sent(ledger: Ledger, work_id: str, name: str, value: object) -> int:
-    seq = ledger.send_signal(work_id, name, value)
+    seq = ledger.signals.send(work_id, name, value)
     assert seq is not None
     return seq
 
@@ -60,10 +60,10 @@ def _sent(ledger: Ledger, work_id: str, name: str, value: object) -> int:
 def test_an_ended_units_signals_are_consumed_at_its_end_and_go_with_it(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
     _sent(ledger, unit.id, "approval", True)
-    ledger.write(unit.id, attempt=1, status="completed")
-    assert ledger.open_signals(unit.id) == []  # consumed at its end
+    ledger.attempts.write(unit.id, attempt=1, status="completed")
+    assert ledger.signals.open_for(unit.id) == []  # consumed at its end
     assert _rows(ledger, unit.id) == 1  # kept, consumed, while the unit is
-    ledger.expire_ended_before(cut=float("inf"))
+    ledger.retention.expire_ended_before(cut=float("inf"))
     assert _rows(ledger, unit.id) == 0  # and gone with it
 
 

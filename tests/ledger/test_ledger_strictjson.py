@@ -71,29 +71,31 @@ def test_exact_json_round_trips(value: Any) -> None:
 
 def test_a_refused_checkpoint_leaves_the_previous_one(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
-    assert ledger.save_checkpoint(unit.id, 1, {"group": 2})
+    assert ledger.attempts.save_checkpoint(unit.id, 1, {"group": 2})
     with pytest.raises(UnstorableValue, match=r"checkpoint of a.* at \$\['group'\]"):
-        ledger.save_checkpoint(unit.id, 1, {"group": (3,)})
-    assert ledger.require(unit.id).last_checkpoint() == {"group": 2}
+        ledger.attempts.save_checkpoint(unit.id, 1, {"group": (3,)})
+    assert ledger.units.require(unit.id).last_checkpoint() == {"group": 2}
 
 
 def test_results_are_json_when_exact_and_a_signed_pickle_otherwise(ledger: Ledger) -> None:
     exact, inexact = start(ledger, new_unit(ledger).id), start(ledger, new_unit(ledger).id)
-    ledger.write(exact.id, attempt=1, status="completed", result={"n": [1, 2]})
-    ledger.write(inexact.id, attempt=1, status="completed", result=(1, {2, 3}))
-    exact_row, inexact_row = ledger.require(exact.id), ledger.require(inexact.id)
+    ledger.attempts.write(exact.id, attempt=1, status="completed", result={"n": [1, 2]})
+    ledger.attempts.write(inexact.id, attempt=1, status="completed", result=(1, {2, 3}))
+    exact_row, inexact_row = ledger.units.require(exact.id), ledger.units.require(inexact.id)
     assert exact_row.result is not None
     assert exact_row.result.format == "json"
     assert inexact_row.result is not None
     assert inexact_row.result.format == "pickle"
     assert inexact_row.result.mac is not None
-    assert ledger.load_result(exact.id) == {"n": [1, 2]}
-    assert ledger.load_result(inexact.id) == (1, {2, 3})
+    assert ledger.units.load_result(exact.id) == {"n": [1, 2]}
+    assert ledger.units.load_result(inexact.id) == (1, {2, 3})
 
 
 def test_a_json_only_result_is_refused_rather_than_pickled(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
     with pytest.raises(UnstorableValue, match="result of a"):
-        ledger.write(unit.id, attempt=1, status="completed", result=(1, 2), json_result=True)
+        ledger.attempts.write(
+            unit.id, attempt=1, status="completed", result=(1, 2), json_result=True
+        )
     # Nothing of that write landed: the unit still runs.
-    assert ledger.require(unit.id).status == "running"
+    assert ledger.units.require(unit.id).status == "running"

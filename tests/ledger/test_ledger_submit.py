@@ -29,7 +29,7 @@ def test_a_submit_is_a_pending_row(ledger: Ledger) -> None:
     assert created
     assert row.status == Status.PENDING
     assert row.attempt == 1
-    assert ledger.require(row.id) == row
+    assert ledger.units.require(row.id) == row
 
 
 @pytest.mark.parametrize("status", ["pending", "running", "completed", "failed", "killed"])
@@ -40,19 +40,19 @@ def test_the_same_key_and_spec_returns_the_unit_whatever_its_status(
     if status != "pending":
         start(ledger, first.id)
     if status not in ("pending", "running"):
-        ledger.write(first.id, attempt=1, status=status)
+        ledger.attempts.write(first.id, attempt=1, status=status)
     again, created = submit(ledger, key="job-1")
     assert not created
     assert again.id == first.id
     assert again.status == status
-    assert len(ledger.list()) == 1
+    assert len(ledger.units.list()) == 1
 
 
 def test_the_same_key_returns_an_expired_unit_too(ledger: Ledger, clock: ManualClock) -> None:
     first = start(ledger, new_unit(ledger, key="job-1").id)
-    ledger.write(first.id, attempt=1, status="completed")
+    ledger.attempts.write(first.id, attempt=1, status="completed")
     clock.advance(1000)
-    assert ledger.expire() == 1
+    assert ledger.retention.expire() == 1
     again, created = submit(ledger, key="job-1")
     assert (again.id, created, again.shown_status) == (first.id, False, "expired")
 
@@ -65,7 +65,7 @@ def test_the_same_key_with_other_arguments_is_a_conflict_naming_key_and_unit(
         submit(ledger, key="job-1", args=(1, 3))
     assert "'job-1'" in str(caught.value)
     assert first.id in str(caught.value)
-    assert len(ledger.list()) == 1
+    assert len(ledger.units.list()) == 1
 
 
 def test_the_same_key_for_another_kind_is_a_conflict(ledger: Ledger) -> None:
@@ -83,13 +83,13 @@ def test_an_id_already_in_the_ledger_is_refused(ledger: Ledger) -> None:
     row = new_unit(ledger)
     assert row.spec is not None
     with pytest.raises(LedgerError, match="mint another"):
-        ledger.submit(NewUnit(row.id, "agent", row.spec, 1.0))
+        ledger.units.submit(NewUnit(row.id, "agent", row.spec, 1.0))
 
 
 def test_a_malformed_id_never_reaches_the_database(ledger: Ledger) -> None:
-    spec = ledger.encode_spec(Call(print), "a00000000")
+    spec = ledger.units.encode_spec(Call(print), "a00000000")
     with pytest.raises(ValueError, match="not a work unit ID"):
-        ledger.submit(NewUnit("a'; DROP TABLE units; --", "agent", spec, 1.0))
+        ledger.units.submit(NewUnit("a'; DROP TABLE units; --", "agent", spec, 1.0))
 
 
 @pytest.mark.timeout(120)
@@ -125,35 +125,37 @@ def test_submit_many_answers_each_submit_in_one_transaction(ledger: Ledger) -> N
 
     def new(key: str | None, args: tuple[int, int]) -> NewUnit:
         work_id = _ids.mint("a")
-        return NewUnit(work_id, "agent", ledger.encode_spec(Call(max, args), work_id), 1.0, key=key)
+        return NewUnit(
+            work_id, "agent", ledger.units.encode_spec(Call(max, args), work_id), 1.0, key=key
+        )
 
     batch = [new("a", (1, 2)), new("a", (1, 2)), new("taken", (9, 9)), new(None, (0, 0))]
-    answers = ledger.submit_many(batch)
+    answers = ledger.units.submit_many(batch)
     assert not isinstance(answers[0], WorkunitsError)
-    assert answers[0] == (ledger.require(batch[0].id), True)
+    assert answers[0] == (ledger.units.require(batch[0].id), True)
     assert answers[1] == (answers[0][0], False)  # the same key within one batch
     assert isinstance(answers[2], IdempotencyConflict)
     assert first.id in str(answers[2])
     assert not isinstance(answers[3], WorkunitsError)
     assert answers[3][1]
-    assert len(ledger.list()) == 3
+    assert len(ledger.units.list()) == 3
 
 
 def test_submit_many_fails_only_the_submit_whose_text_the_ledger_refuses(ledger: Ledger) -> None:
     def new(description: str) -> NewUnit:
         work_id = _ids.mint("a")
-        spec = ledger.encode_spec(Call(max, (1, 2)), work_id)
+        spec = ledger.units.encode_spec(Call(max, (1, 2)), work_id)
         return NewUnit(work_id, "agent", spec, 1.0, description=description)
 
     batch = [new("fine"), new("bad \udcff bytes"), new("also fine")]
-    answers = ledger.submit_many(batch)
+    answers = ledger.units.submit_many(batch)
     assert isinstance(answers[1], SpecError)
     assert "not UTF-8" in str(answers[1])
     assert [a[1] for a in (answers[0], answers[2]) if not isinstance(a, WorkunitsError)] == [
         True,
         True,
     ]
-    assert {r.id for r in ledger.list()} == {batch[0].id, batch[2].id}
+    assert {r.id for r in ledger.units.list()} == {batch[0].id, batch[2].id}
 
 
 @pytest.mark.parametrize("field", ["description", "key"])
@@ -165,7 +167,7 @@ def test_submit_many_refuses_a_nul_in_submitted_text_and_keeps_the_rest(
 
     def new(text: str | None = None) -> NewUnit:
         work_id = _ids.mint("a")
-        spec = ledger.encode_spec(Call(max, (1, 2)), work_id)
+        spec = ledger.units.encode_spec(Call(max, (1, 2)), work_id)
         if text is None:
             return NewUnit(work_id, "agent", spec, 1.0)
         if field == "key":
@@ -173,7 +175,7 @@ def test_submit_many_refuses_a_nul_in_submitted_text_and_keeps_the_rest(
         return NewUnit(work_id, "agent", spec, 1.0, description=text)
 
     batch = [new(), new("a\x00b"), new()]
-    answers = ledger.submit_many(batch)
+    answers = ledger.units.submit_many(batch)
     assert isinstance(answers[1], SpecError)
     assert f"the {field} 'a\\x00b' holds a NUL character" in str(answers[1])
-    assert {r.id for r in ledger.list()} == {batch[0].id, batch[2].id}
+    assert {r.id for r in ledger.units.list()} == {batch[0].id, batch[2].id}

@@ -53,7 +53,7 @@ class Toucher:
 
 def _store(ledger: Ledger, spec: object) -> str:
     work_id = _ids.mint("a")
-    ledger.submit(NewUnit(work_id, "agent", ledger.encode_spec(spec, work_id), 1.0))
+    ledger.units.submit(NewUnit(work_id, "agent", ledger.units.encode_spec(spec, work_id), 1.0))
     return work_id
 
 
@@ -66,11 +66,11 @@ def _poke(ledger: Ledger, work_id: str, **columns: object) -> None:
 
 def test_an_importable_function_is_stored_as_a_reference(ledger: Ledger) -> None:
     work_id = _store(ledger, Call(operator.add, (1, 2), {}))
-    row = ledger.require(work_id)
+    row = ledger.units.require(work_id)
     assert row.spec is not None
     assert row.spec.format == "ref"
     assert b'"ref":"_operator:add"' in row.spec.data
-    loaded = ledger.load_spec(work_id)
+    loaded = ledger.units.load_spec(work_id)
     assert loaded == Call(operator.add, (1, 2), {})
 
 
@@ -81,7 +81,7 @@ def test_an_importable_function_is_stored_as_a_reference(ledger: Ledger) -> None
 )
 def test_what_has_no_reference_is_pickled_and_loads_back(ledger: Ledger, fn: Any) -> None:
     work_id = _store(ledger, Call(fn, (1,)))
-    row = ledger.require(work_id)
+    row = ledger.units.require(work_id)
     assert row.spec is not None
     assert row.spec.format == "pickle"
     assert row.spec.versions == values.versions()
@@ -89,7 +89,7 @@ def test_what_has_no_reference_is_pickled_and_loads_back(ledger: Ledger, fn: Any
 
 def test_a_closure_round_trips_through_its_pickle(ledger: Ledger) -> None:
     work_id = _store(ledger, Call(_make_closure(), (1,)))
-    loaded = ledger.load_spec(work_id)
+    loaded = ledger.units.load_spec(work_id)
     assert isinstance(loaded, Call)
     assert callable(loaded.fn)
     assert loaded.fn(*loaded.args) == 6
@@ -117,18 +117,18 @@ def test_reference_arguments_that_are_not_exact_json_fall_back_to_a_pickle(
     ledger: Ledger,
 ) -> None:
     work_id = _store(ledger, Call(operator.add, ((1, 2), (3,))))
-    row = ledger.require(work_id)
+    row = ledger.units.require(work_id)
     assert row.spec is not None
     assert row.spec.format == "pickle"
-    assert ledger.load_spec(work_id) == Call(operator.add, ((1, 2), (3,)), {})
+    assert ledger.units.load_spec(work_id) == Call(operator.add, ((1, 2), (3,)), {})
 
 
 def test_plain_data_specs_are_json(ledger: Ledger) -> None:
     work_id = _store(ledger, {"argv": ["true"], "cwd": None})
-    row = ledger.require(work_id)
+    row = ledger.units.require(work_id)
     assert row.spec is not None
     assert row.spec.format == "json"
-    assert ledger.load_spec(work_id) == {"argv": ["true"], "cwd": None}
+    assert ledger.units.load_spec(work_id) == {"argv": ["true"], "cwd": None}
 
 
 def test_resolve_ref_says_what_is_wrong() -> None:
@@ -143,19 +143,19 @@ def test_resolve_ref_says_what_is_wrong() -> None:
 def test_a_tampered_pickle_is_refused_and_never_runs(ledger: Ledger, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     honest = _store(ledger, Toucher(marker))
-    ledger.load_spec(honest)  # the untampered pickle does run: the marker proves it
+    ledger.units.load_spec(honest)  # the untampered pickle does run: the marker proves it
     assert marker.exists()
     marker.unlink()
 
     work_id = _store(ledger, Toucher(marker))
-    row = ledger.require(work_id)
+    row = ledger.units.require(work_id)
     assert row.spec is not None
     assert row.spec.format == "pickle"
     flipped = bytearray(row.spec.data)
     flipped[-2] ^= 0x01
     _poke(ledger, work_id, spec=bytes(flipped))
     with pytest.raises(LedgerTampered, match=f"unit {work_id}.*integrity"):
-        ledger.load_spec(work_id)
+        ledger.units.load_spec(work_id)
     assert not marker.exists()
 
 
@@ -163,11 +163,11 @@ def test_a_pickle_signed_by_another_state_dir_is_refused(tmp_path: Path) -> None
     marker = tmp_path / "ran"
     with Ledger(tmp_path / "one") as one, Ledger(tmp_path / "two") as two:
         work_id = _store(one, Toucher(marker))
-        row = one.require(work_id)
+        row = one.units.require(work_id)
         assert row.spec is not None
-        two.submit(NewUnit(work_id, "agent", row.spec, 1.0))
+        two.units.submit(NewUnit(work_id, "agent", row.spec, 1.0))
         with pytest.raises(LedgerTampered):
-            two.load_spec(work_id)
+            two.units.load_spec(work_id)
     assert not marker.exists()
 
 
@@ -180,17 +180,17 @@ def test_a_reference_rewritten_to_run_something_else_is_refused(
     )
     _poke(ledger, work_id, spec=evil)
     with pytest.raises(LedgerTampered):
-        ledger.load_spec(work_id)
+        ledger.units.load_spec(work_id)
 
 
 def test_a_spec_moved_to_another_unit_is_refused(ledger: Ledger) -> None:
     first = _store(ledger, Call(_make_closure(), (1,)))
     second = _store(ledger, Call(_make_closure(), (2,)))
-    spec = ledger.require(first).spec
+    spec = ledger.units.require(first).spec
     assert spec is not None
     _poke(ledger, second, spec=spec.data, spec_mac=spec.mac)
     with pytest.raises(LedgerTampered):
-        ledger.load_spec(second)
+        ledger.units.load_spec(second)
 
 
 def test_a_pickle_from_other_versions_is_refused_with_both_named(
@@ -198,7 +198,7 @@ def test_a_pickle_from_other_versions_is_refused_with_both_named(
 ) -> None:
     marker = tmp_path / "ran"
     work_id = _store(ledger, Toucher(marker))
-    row = ledger.require(work_id)
+    row = ledger.units.require(work_id)
     assert row.spec is not None
     older = values.versions().replace("python 3.", "python 2.")
     key = (ledger.state_dir / values.KEY_FILE).read_bytes()
@@ -207,7 +207,7 @@ def test_a_pickle_from_other_versions_is_refused_with_both_named(
     )
     _poke(ledger, work_id, spec_versions=older, spec_mac=mac)
     with pytest.raises(ValueVersionMismatch) as caught:
-        ledger.load_spec(work_id)
+        ledger.units.load_spec(work_id)
     assert older in str(caught.value)
     assert values.versions() in str(caught.value)
     assert "module:qualname" in str(caught.value)
@@ -217,19 +217,19 @@ def test_a_pickle_from_other_versions_is_refused_with_both_named(
 def test_a_tampered_pickled_result_is_refused(ledger: Ledger, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     unit = new_unit(ledger)
-    ledger.write(unit.id, attempt=1, status="running")
-    ledger.write(unit.id, attempt=1, status="completed", result=Toucher(marker))
-    stored = ledger.require(unit.id).result
+    ledger.attempts.write(unit.id, attempt=1, status="running")
+    ledger.attempts.write(unit.id, attempt=1, status="completed", result=Toucher(marker))
+    stored = ledger.units.require(unit.id).result
     assert stored is not None
     _poke(ledger, unit.id, result=stored.data + b".")
     with pytest.raises(LedgerTampered):
-        ledger.load_result(unit.id)
+        ledger.units.load_result(unit.id)
     assert not marker.exists()
 
 
 def test_the_spec_hash_ignores_keyword_order_and_the_unit_id(ledger: Ledger) -> None:
     def stored(kwargs: dict[str, int]) -> Stored:
-        return ledger.encode_spec(Call(dict, (), kwargs), _ids.mint("a"))
+        return ledger.units.encode_spec(Call(dict, (), kwargs), _ids.mint("a"))
 
     a, b = stored({"x": 1, "y": 2}), stored({"y": 2, "x": 1})
     assert a.mac != b.mac  # bound to different unit IDs
@@ -239,14 +239,16 @@ def test_the_spec_hash_ignores_keyword_order_and_the_unit_id(ledger: Ledger) -> 
 
 
 def test_the_spec_hash_is_the_same_in_another_process(ledger: Ledger) -> None:
-    here = values.spec_hash("agent", ledger.encode_spec(Call(operator.add, (1, 2)), "a00000000"))
+    here = values.spec_hash(
+        "agent", ledger.units.encode_spec(Call(operator.add, (1, 2)), "a00000000")
+    )
     code = (
         "import operator, sys\n"
         "from pathlib import Path\n"
         "from workunits._ledger import Ledger, Call\n"
         "from workunits._ledger import values\n"
         "with Ledger(Path(sys.argv[1])) as ledger:\n"
-        "    spec = ledger.encode_spec(Call(operator.add, (1, 2)), 'a11111111')\n"
+        "    spec = ledger.units.encode_spec(Call(operator.add, (1, 2)), 'a11111111')\n"
         "    print(values.spec_hash('agent', spec))\n"
     )
     there = subprocess.run(

@@ -27,7 +27,7 @@ def _outbox(ledger: Ledger) -> list[tuple[str, str]]:
 def _resumed(ledger: Ledger) -> str:
     """A unit on its second attempt: attempt 1 is stale."""
     unit = start(ledger, new_unit(ledger, max_attempts=3).id, session="s00000000")
-    assert ledger.begin_attempt(unit.id, SESSION) == 2
+    assert ledger.attempts.resume(unit.id, SESSION) == 2
     return unit.id
 
 
@@ -36,8 +36,8 @@ def test_a_record_is_written_with_its_mirrored_columns(ledger: Ledger) -> None:
     record = dataclasses.replace(
         unit.to_record(), status=Status.RUNNING, started_at=5.0, pid=4242, progress_message="go"
     )
-    assert ledger.write(record, attempt=1)
-    row = ledger.require(unit.id)
+    assert ledger.attempts.write(record, attempt=1)
+    row = ledger.units.require(unit.id)
     assert (row.status, row.started_at, row.pid, row.progress_message) == (
         "running",
         5.0,
@@ -60,8 +60,8 @@ def test_an_end_whose_text_holds_a_nul_is_written_on_every_ledger(
         error="ValueError: bad\x00byte",
         progress_message="half\x00way",
     )
-    assert ledger.write(ended, attempt=1)
-    row = ledger.require(unit.id)
+    assert ledger.attempts.write(ended, attempt=1)
+    row = ledger.units.require(unit.id)
     kept = "\x00" if backend == "sqlite" else "\ufffd"  # PostgreSQL: shown as U+FFFD
     assert (row.status, row.error, row.progress_message) == (
         "failed",
@@ -82,11 +82,11 @@ def test_a_terminal_write_commits_its_notice_in_the_same_transaction(ledger: Led
         output_tail=b"last words",
         output_bytes=10,
     )
-    assert ledger.write(ended, attempt=1)
+    assert ledger.attempts.write(ended, attempt=1)
     assert _outbox(ledger) == [(unit.id, "failed")]
-    (notice,) = ledger.undelivered("a99999999")
+    (notice,) = ledger.outbox.undelivered("a99999999")
     assert notice == Notification.of(dataclasses.replace(ended, notified=True))
-    assert ledger.require(unit.id).expire_at == 9.0 + 100.0
+    assert ledger.units.require(unit.id).expire_at == 9.0 + 100.0
 
 
 def test_a_given_notification_is_stored_as_given(ledger: Ledger) -> None:
@@ -95,8 +95,8 @@ def test_a_given_notification_is_stored_as_given(ledger: Ledger) -> None:
         unit.to_record(), status=Status.KILLED, ended_at=4.0, reason=Reason.CANCELLED
     )
     notice = Notification.of(ended)
-    assert ledger.write(ended, attempt=1, notification=notice)
-    assert ledger.undelivered(None) == [notice]
+    assert ledger.attempts.write(ended, attempt=1, notification=notice)
+    assert ledger.outbox.undelivered(None) == [notice]
 
 
 def test_a_notification_must_match_its_transition(ledger: Ledger) -> None:
@@ -104,49 +104,49 @@ def test_a_notification_must_match_its_transition(ledger: Ledger) -> None:
     ended = dataclasses.replace(unit.to_record(), status=Status.COMPLETED, ended_at=4.0)
     wrong = Notification.of(dataclasses.replace(ended, status=Status.FAILED))
     with pytest.raises(InvalidTransition, match="not for this transition"):
-        ledger.write(ended, attempt=1, notification=wrong)
+        ledger.attempts.write(ended, attempt=1, notification=wrong)
     with pytest.raises(InvalidTransition, match="only with the terminal transition"):
-        ledger.write(unit.id, attempt=1, pid=7, notification=Notification.of(ended))
-    assert ledger.require(unit.id).status == Status.RUNNING
+        ledger.attempts.write(unit.id, attempt=1, pid=7, notification=Notification.of(ended))
+    assert ledger.units.require(unit.id).status == Status.RUNNING
     assert _outbox(ledger) == []
 
 
 def test_terminal_is_permanent_and_a_late_write_is_ignored(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
-    assert ledger.write(unit.id, attempt=1, status="killed", reason=Reason.KILLED)
-    assert not ledger.write(unit.id, attempt=1, status="completed", exit_code=0)
-    row = ledger.require(unit.id)
+    assert ledger.attempts.write(unit.id, attempt=1, status="killed", reason=Reason.KILLED)
+    assert not ledger.attempts.write(unit.id, attempt=1, status="completed", exit_code=0)
+    row = ledger.units.require(unit.id)
     assert (row.status, row.exit_code, row.reason) == ("killed", None, Reason.KILLED)
     assert _outbox(ledger) == [(unit.id, "killed")]
     # A write that keeps the terminal status still lands (a saved read offset, say).
-    assert ledger.write(unit.id, attempt=1, output_offset=2)
-    assert ledger.require(unit.id).output_offset == 2
+    assert ledger.attempts.write(unit.id, attempt=1, output_offset=2)
+    assert ledger.units.require(unit.id).output_offset == 2
 
 
 def test_a_transition_the_table_forbids_raises(ledger: Ledger) -> None:
     unit = new_unit(ledger)
     with pytest.raises(InvalidTransition, match="pending -> completed"):
-        ledger.write(unit.id, attempt=1, status="completed")
+        ledger.attempts.write(unit.id, attempt=1, status="completed")
     start(ledger, unit.id)
     with pytest.raises(InvalidTransition, match="running -> pending"):
-        ledger.write(unit.id, attempt=1, status="pending")
+        ledger.attempts.write(unit.id, attempt=1, status="pending")
 
 
 def test_a_cancel_before_start_ends_a_pending_unit_killed(ledger: Ledger) -> None:
     unit = new_unit(ledger)
-    assert ledger.write(unit.id, attempt=1, status="killed", reason=Reason.CANCELLED)
-    assert ledger.require(unit.id).reason == Reason.CANCELLED
+    assert ledger.attempts.write(unit.id, attempt=1, status="killed", reason=Reason.CANCELLED)
+    assert ledger.units.require(unit.id).reason == Reason.CANCELLED
     assert _outbox(ledger) == [(unit.id, "killed")]
 
 
 def test_writes_name_unknown_units_and_columns(ledger: Ledger) -> None:
     with pytest.raises(UnknownWork, match="a12345678"):
-        ledger.write("a12345678", attempt=1, pid=1)
+        ledger.attempts.write("a12345678", attempt=1, pid=1)
     unit = new_unit(ledger)
     with pytest.raises(SpecError, match=r"no writable column.*'colour'"):
-        ledger.write(unit.id, attempt=1, colour="blue")
+        ledger.attempts.write(unit.id, attempt=1, colour="blue")
     with pytest.raises(SpecError, match="'done' is not a status"):
-        ledger.write(unit.id, attempt=1, status="done")
+        ledger.attempts.write(unit.id, attempt=1, status="done")
 
 
 # -- fencing ---------------------------------------------------------------------------
@@ -154,38 +154,38 @@ def test_writes_name_unknown_units_and_columns(ledger: Ledger) -> None:
 
 def test_a_stale_attempts_write_is_refused_and_changes_nothing(ledger: Ledger) -> None:
     work_id = _resumed(ledger)
-    before = ledger.require(work_id)
+    before = ledger.units.require(work_id)
     with pytest.raises(StaleAttempt) as caught:
-        ledger.write(work_id, attempt=1, status="completed", result=42)
+        ledger.attempts.write(work_id, attempt=1, status="completed", result=42)
     assert (caught.value.attempt, caught.value.current) == (1, 2)
     assert "attempt 1 refused, the current attempt is 2" in str(caught.value)
-    assert ledger.require(work_id) == before
+    assert ledger.units.require(work_id) == before
     assert _outbox(ledger) == []
-    assert ledger.write(work_id, attempt=2, status="completed", result=42)
-    assert ledger.load_result(work_id) == 42
+    assert ledger.attempts.write(work_id, attempt=2, status="completed", result=42)
+    assert ledger.units.load_result(work_id) == 42
 
 
 def test_a_stale_checkpoint_is_refused(ledger: Ledger) -> None:
     work_id = _resumed(ledger)
-    assert ledger.save_checkpoint(work_id, 2, {"group": 1})
+    assert ledger.attempts.save_checkpoint(work_id, 2, {"group": 1})
     with pytest.raises(StaleAttempt):
-        ledger.save_checkpoint(work_id, 1, {"group": 5})
-    assert ledger.require(work_id).last_checkpoint() == {"group": 1}
+        ledger.attempts.save_checkpoint(work_id, 1, {"group": 5})
+    assert ledger.units.require(work_id).last_checkpoint() == {"group": 1}
 
 
 def test_a_checkpoint_after_the_end_is_not_kept(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
-    ledger.write(unit.id, attempt=1, status="completed")
-    assert not ledger.save_checkpoint(unit.id, 1, {"late": True})
-    assert ledger.require(unit.id).checkpoint is None
+    ledger.attempts.write(unit.id, attempt=1, status="completed")
+    assert not ledger.attempts.save_checkpoint(unit.id, 1, {"late": True})
+    assert ledger.units.require(unit.id).checkpoint is None
 
 
 def test_progress_batches_drop_stale_and_ended_units(ledger: Ledger) -> None:
     resumed = _resumed(ledger)
     running = start(ledger, new_unit(ledger).id).id
     ended = start(ledger, new_unit(ledger).id).id
-    ledger.write(ended, attempt=1, status="completed")
-    written = ledger.write_progress_batch(
+    ledger.attempts.write(ended, attempt=1, status="completed")
+    written = ledger.attempts.write_progress_batch(
         [
             (resumed, 1, 0.9, "stale"),
             (resumed, 2, 0.25, "2/8"),
@@ -194,28 +194,31 @@ def test_progress_batches_drop_stale_and_ended_units(ledger: Ledger) -> None:
         ]
     )
     assert written == 2
-    assert (ledger.require(resumed).progress, ledger.require(resumed).progress_message) == (
+    assert (
+        ledger.units.require(resumed).progress,
+        ledger.units.require(resumed).progress_message,
+    ) == (
         0.25,
         "2/8",
     )
-    assert ledger.require(running).progress == 0.5
-    assert ledger.require(ended).progress is None
-    assert ledger.write_progress_batch([]) == 0
+    assert ledger.units.require(running).progress == 0.5
+    assert ledger.units.require(ended).progress is None
+    assert ledger.attempts.write_progress_batch([]) == 0
 
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.5, float("nan"), "half", True])
 def test_progress_must_be_a_fraction(ledger: Ledger, fraction: object) -> None:
     unit = start(ledger, new_unit(ledger).id)
     with pytest.raises(ValueError, match=r"number in \[0, 1\]"):
-        ledger.write_progress_batch([(unit.id, 1, fraction, None)])  # type: ignore[list-item]
+        ledger.attempts.write_progress_batch([(unit.id, 1, fraction, None)])  # type: ignore[list-item]
 
 
 def test_write_many_reports_each_outcome_and_applies_the_rest(ledger: Ledger) -> None:
     resumed = _resumed(ledger)
     pending = new_unit(ledger).id
     ended = start(ledger, new_unit(ledger).id).id
-    ledger.write(ended, attempt=1, status="failed")
-    outcomes = ledger.write_many(
+    ledger.attempts.write(ended, attempt=1, status="failed")
+    outcomes = ledger.attempts.write_many(
         [
             Write(resumed, 1, {"progress": 0.5}),
             Write(pending, 1, {"status": "running"}),
@@ -229,33 +232,33 @@ def test_write_many_reports_each_outcome_and_applies_the_rest(ledger: Ledger) ->
         WriteOutcome.IGNORED,
         WriteOutcome.WRITTEN,
     ]
-    assert ledger.require(pending).status == Status.RUNNING
-    assert ledger.require(ended).status == Status.FAILED
+    assert ledger.units.require(pending).status == Status.RUNNING
+    assert ledger.units.require(ended).status == Status.FAILED
     assert sorted(_outbox(ledger)) == sorted([(ended, "failed"), (resumed, "completed")])
 
 
 def test_begin_attempt_resumes_a_running_unit_under_a_new_session(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger, max_attempts=2).id, session="s00000000")
-    ledger.save_checkpoint(unit.id, 1, {"group": 3})
-    assert ledger.begin_attempt(unit.id, SESSION, expected=1) == 2
-    row = ledger.require(unit.id)
+    ledger.attempts.save_checkpoint(unit.id, 1, {"group": 3})
+    assert ledger.attempts.resume(unit.id, SESSION, expected=1) == 2
+    row = ledger.units.require(unit.id)
     assert (row.attempt, row.session, row.status) == (2, SESSION, Status.RUNNING)
     assert row.last_checkpoint() == {"group": 3}
     with pytest.raises(InvalidTransition, match="used 2 of 2 attempts"):
-        ledger.begin_attempt(unit.id, SESSION)
+        ledger.attempts.resume(unit.id, SESSION)
     with pytest.raises(StaleAttempt):
-        ledger.begin_attempt(unit.id, SESSION, expected=1)
+        ledger.attempts.resume(unit.id, SESSION, expected=1)
 
 
 def test_begin_attempt_refuses_units_that_are_not_running(ledger: Ledger) -> None:
     pending = new_unit(ledger, max_attempts=5)
     with pytest.raises(InvalidTransition, match="pending"):
-        ledger.begin_attempt(pending.id, SESSION)
-    ledger.write(pending.id, attempt=1, status="killed")
+        ledger.attempts.resume(pending.id, SESSION)
+    ledger.attempts.write(pending.id, attempt=1, status="killed")
     with pytest.raises(InvalidTransition, match="killed"):
-        ledger.begin_attempt(pending.id, SESSION)
+        ledger.attempts.resume(pending.id, SESSION)
     with pytest.raises(UnknownWork):
-        ledger.begin_attempt("a12345678", SESSION)
+        ledger.attempts.resume("a12345678", SESSION)
 
 
 # -- corrupt rows ------------------------------------------------------------------------
@@ -295,7 +298,7 @@ def test_a_corrupt_row_names_the_unit_and_column(
     with raw(ledger) as conn:
         conn.execute(f"UPDATE units SET {column} = ? WHERE id = ?", (value, unit.id))  # noqa: S608
     with pytest.raises(LedgerCorrupt) as caught:
-        ledger.require(unit.id)
+        ledger.units.require(unit.id)
     assert f"unit {unit.id}" in str(caught.value)
     assert message in str(caught.value)
     assert "restore the ledger from a backup (`workunits backup` makes one" in str(caught.value)
@@ -309,7 +312,7 @@ def test_a_row_whose_id_was_changed_is_corrupt_for_every_read_not_a_bad_argument
     with raw(ledger) as conn:
         conn.execute("UPDATE units SET id = 'BAD/../x' WHERE id = ?", (unit.id,))
     left_out: list[Unreadable] = []
-    assert ledger.list(on_unreadable=left_out.append) == []
+    assert ledger.units.list(on_unreadable=left_out.append) == []
     (bad,) = left_out
     assert bad.id == "BAD/../x"
     assert isinstance(bad.error, LedgerCorrupt)
@@ -320,7 +323,7 @@ def test_a_corrupt_checkpoint_names_the_unit_and_column(ledger: Ledger) -> None:
     unit = start(ledger, new_unit(ledger).id)
     with raw(ledger) as conn:
         conn.execute("UPDATE units SET checkpoint = ? WHERE id = ?", (b"{not json", unit.id))
-    row = ledger.require(unit.id)  # reading the row still works
+    row = ledger.units.require(unit.id)  # reading the row still works
     with pytest.raises(LedgerCorrupt, match=f"unit {unit.id}: column checkpoint"):
         row.last_checkpoint()
 
@@ -337,8 +340,8 @@ def test_a_json_column_that_does_not_parse_says_how_to_repair_the_row(
 
     def read() -> object:
         if column == "result":
-            return ledger.load_result(unit.id)
-        return ledger.require(unit.id).last_checkpoint()
+            return ledger.units.load_result(unit.id)
+        return ledger.units.require(unit.id).last_checkpoint()
 
     with pytest.raises(LedgerCorrupt) as caught:
         read()
@@ -353,7 +356,7 @@ def test_a_corrupt_status_is_reported_by_writes_too(ledger: Ledger) -> None:
     with raw(ledger) as conn:
         conn.execute("UPDATE units SET status = 'paused' WHERE id = ?", (unit.id,))
     with pytest.raises(LedgerCorrupt, match=f"unit {unit.id}: column status"):
-        ledger.write(unit.id, attempt=1, status="running")
+        ledger.attempts.write(unit.id, attempt=1, status="running")
 
 
 def test_record_columns_are_exactly_the_mirrored_columns(ledger: Ledger) -> None:
@@ -363,10 +366,10 @@ def test_record_columns_are_exactly_the_mirrored_columns(ledger: Ledger) -> None
 
 def test_a_checkpoint_encoded_by_the_unit_is_stored_as_it_is(ledger: Ledger) -> None:
     work_id = _resumed(ledger)
-    assert ledger.save_checkpoint_encoded(work_id, 2, b'{"group":4}')
-    assert ledger.require(work_id).last_checkpoint() == {"group": 4}
+    assert ledger.attempts.save_checkpoint_encoded(work_id, 2, b'{"group":4}')
+    assert ledger.units.require(work_id).last_checkpoint() == {"group": 4}
     with pytest.raises(StaleAttempt):
-        ledger.save_checkpoint_encoded(work_id, 1, b'{"group":5}')
+        ledger.attempts.save_checkpoint_encoded(work_id, 1, b'{"group":5}')
     with pytest.raises(ValueError, match="not valid JSON"):
-        ledger.save_checkpoint_encoded(work_id, 2, b"{group: 5")
-    assert ledger.require(work_id).last_checkpoint() == {"group": 4}
+        ledger.attempts.save_checkpoint_encoded(work_id, 2, b"{group: 5")
+    assert ledger.units.require(work_id).last_checkpoint() == {"group": 4}

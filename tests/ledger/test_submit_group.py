@@ -29,7 +29,7 @@ THREADS = 8
 def new(ledger: Ledger, *, key: str | None = None, args: tuple[int, ...] = (1, 2)) -> NewUnit:
     work_id = ids.mint("a")
     return NewUnit(
-        work_id, "agent", ledger.encode_spec(Call(operator.add, args), work_id), 1.0, key=key
+        work_id, "agent", ledger.units.encode_spec(Call(operator.add, args), work_id), 1.0, key=key
     )
 
 
@@ -59,12 +59,12 @@ def submit_at_once(
 
     def one(i: int) -> None:
         try:
-            answers[i] = ledger.submit(news[i])
+            answers[i] = ledger.units.submit(news[i])
         except BaseException as exc:  # noqa: BLE001 - the answer under test
             answers[i] = exc
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(news))]
-    group: SubmitGroup = ledger._submits
+    group: SubmitGroup = ledger.units._group
     with write_lock_held(ledger):
         for t in threads:
             t.start()
@@ -85,11 +85,11 @@ def test_threads_submitting_at_once_share_a_commit(sqlite_ledger: Ledger) -> Non
         assert isinstance(answer, tuple), answer
         row, created = answer
         assert (row.id, created) == (unit.id, True)
-        assert sqlite_ledger.require(unit.id).status.value == "pending"
+        assert sqlite_ledger.units.require(unit.id).status.value == "pending"
 
 
 def test_each_submit_of_a_group_keeps_its_own_answer(sqlite_ledger: Ledger) -> None:
-    taken, _ = sqlite_ledger.submit(new(sqlite_ledger, key="taken"))
+    taken, _ = sqlite_ledger.units.submit(new(sqlite_ledger, key="taken"))
     news = [
         new(sqlite_ledger),  # the leader
         new(sqlite_ledger, key="taken", args=(5, 6)),  # the key with another spec
@@ -184,15 +184,15 @@ def test_a_forked_child_is_told_not_left_waiting_for_its_parents_leader(
 ) -> None:
     # A leader of the parent's is mid-commit at the fork, holding the ledger's lock:
     # nothing in the child would ever release it or answer a submit queued behind it.
-    leader = threading.Thread(target=sqlite_ledger.submit, args=(new(sqlite_ledger),))
+    leader = threading.Thread(target=sqlite_ledger.units.submit, args=(new(sqlite_ledger),))
     unit = new(sqlite_ledger)
     with write_lock_held(sqlite_ledger):
         leader.start()
-        eventually(lambda: sqlite_ledger._submits._leading, what="the leader to commit")
+        eventually(lambda: sqlite_ledger.units._group._leading, what="the leader to commit")
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             try:
-                sqlite_ledger.submit(unit)
+                sqlite_ledger.units.submit(unit)
             except LedgerError as exc:
                 os._exit(0 if "fork" in str(exc) else 2)
             os._exit(3)
@@ -222,7 +222,7 @@ def test_a_waiting_submit_interrupted_by_a_signal_leaves_the_queue(
 ) -> None:
     # The main thread waits second in line, is interrupted, and must not be made the
     # next leader after it left: the submit behind it would wait for ever.
-    group: SubmitGroup = sqlite_ledger._submits
+    group: SubmitGroup = sqlite_ledger.units._group
     main = threading.get_ident()
     later = new(sqlite_ledger)
     outcomes: list[tuple[UnitRow, bool]] = []
@@ -235,12 +235,14 @@ def test_a_waiting_submit_interrupted_by_a_signal_leaves_the_queue(
         other = sqlite3.connect(sqlite_ledger.state_dir / DB_FILE, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # the first submit's commit waits for this
-            first = threading.Thread(target=sqlite_ledger.submit, args=(new(sqlite_ledger),))
+            first = threading.Thread(target=sqlite_ledger.units.submit, args=(new(sqlite_ledger),))
             first.start()
             eventually(lambda: group._leading and not group._queue, what="a leader")
             led.set()
             eventually(lambda: len(group._queue) == 1, what="the main thread in line")
-            behind = threading.Thread(target=lambda: outcomes.append(sqlite_ledger.submit(later)))
+            behind = threading.Thread(
+                target=lambda: outcomes.append(sqlite_ledger.units.submit(later))
+            )
             behind.start()
             eventually(lambda: len(group._queue) == 2, what="a submit behind it")
             signal.pthread_kill(main, signal.SIGUSR1)
@@ -257,7 +259,7 @@ def test_a_waiting_submit_interrupted_by_a_signal_leaves_the_queue(
         helper.start()
         assert led.wait(30)
         with pytest.raises(Interrupted):
-            sqlite_ledger.submit(new(sqlite_ledger))
+            sqlite_ledger.units.submit(new(sqlite_ledger))
         helper.join(40)
     finally:
         signal.signal(signal.SIGUSR1, previous)

@@ -107,7 +107,7 @@ def test_competing_consumers_lose_nothing_and_repeat_only_what_was_not_acknowled
             for work_id in ids:
                 client.wait(work_id, WAIT)
             # Every notice ends up acknowledged, by one of them.
-            eventually(lambda: client.ledger.outbox_size() == 0, timeout=WAIT, what="all acked")
+            eventually(lambda: client.ledger.outbox.size() == 0, timeout=WAIT, what="all acked")
     finally:
         for consumer in consumers.values():
             consumer.stop()

@@ -85,8 +85,8 @@ def test_the_outbox_keeps_only_what_is_unread(tmp_path: Path) -> None:
                 clock.advance(OUTBOX_TRIM_EVERY + 1)
                 sup.tick()
                 # What was acknowledged is gone; what is not read stays, however old.
-                assert client.ledger.outbox_size() == round_ + 1
-                assert client.ledger.outbox_rows() == round_ + 1
+                assert client.ledger.outbox.size() == round_ + 1
+                assert client.ledger.outbox.row_count() == round_ + 1
 
 
 @pytest.mark.timeout(120)
@@ -96,8 +96,8 @@ def test_an_agent_that_takes_its_childrens_notices_acknowledges_them(sup: Superv
     with wu.connect(sup.state_dir) as client:
         children = [r.id for r in client.list(parent=handle.id)]
         assert len(children) == 4
-        assert client.ledger.acknowledged_among(children) == set(children)
-        assert client.ledger.outbox_size() == 1  # the parent's own, for the application
+        assert client.ledger.outbox.acknowledged_among(children) == set(children)
+        assert client.ledger.outbox.size() == 1  # the parent's own, for the application
 
 
 def _parent_taking_children(n: int) -> int:

@@ -173,8 +173,8 @@ def gc(state_dir: Path, as_json: bool, older_than: str) -> None:
     """
     age = parse_duration(older_than)
     with opened(state_dir) as client:
-        expired, freed = client.ledger.expire_ended_before(time.time() - age)
-        forgotten = client.ledger.gc(age)
+        expired, freed = client.ledger.retention.expire_ended_before(time.time() - age)
+        forgotten = client.ledger.retention.gc(age)
     if as_json:
         emit_json({"expired": expired, "bytes_freed": freed, "forgotten": forgotten})
         return

@@ -118,7 +118,7 @@ def _show_doc(client: Client, row: UnitRow, supervised: bool) -> dict[str, Any]:
     doc["result_format"] = None if row.result is None else row.result.format
     # A JSON result runs nothing to read; a pickle would run the unit's code here.
     json_result = row.result is not None and row.result.format == "json"
-    doc["result"] = client.ledger.load_result(row.id) if json_result else None
+    doc["result"] = client.ledger.units.load_result(row.id) if json_result else None
     doc["output_tail"] = row.output_tail.decode("utf-8", "replace")
     doc["log"] = _log(client, row)
     doc["children"] = [child.id for child in client.rows(parent=row.id)]

@@ -31,7 +31,7 @@ def schedules(state_dir: Path, as_json: bool) -> None:
     next start, for a schedule with catch_up="run-once").
     """
     with opened(state_dir) as client:
-        found = client.ledger.schedule_listing()
+        found = client.ledger.schedules.listing()
     if as_json:
         for info in found:
             last = info.last

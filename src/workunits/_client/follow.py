@@ -123,7 +123,7 @@ class LedgerOutputStream(Iterator[bytes]):
         is there yet (the caller waits, then looks again). Reads the ledger and a file."""
         if not self._open:
             return b""
-        row = self._ledger.require(self.id)
+        row = self._ledger.units.require(self.id)
         # The status is read before the file: output read after a terminal
         # row has been seen is all the output there will be.
         ended = is_terminal(row.status)
@@ -260,7 +260,7 @@ class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
         if self._stop.is_set():
             raise ClientClosed("the client is closed")
         try:
-            held = self._ledger.claim_notice(None)
+            held = self._ledger.outbox.claim(None)
         except LedgerError:
             # close() from another thread closes the ledger under us: that is
             # the client closing, not a broken ledger.
@@ -272,8 +272,8 @@ class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
         work_id, token = held.notice.id, held.token
         return Claim(
             held.notice,
-            ack=lambda: self._ledger.ack_notice(work_id, token),
-            release=lambda: self._ledger.release_notice(work_id, token),
+            ack=lambda: self._ledger.outbox.ack(work_id, token),
+            release=lambda: self._ledger.outbox.release(work_id, token),
         )
 
     def get_nowait(self) -> Notification | None:

@@ -438,7 +438,7 @@ class Client:
         stall_after = check_stall_after(stall_after)
         start_at = check_not_before(not_before, self._clock.now())
         work_id = ids.mint(letter)
-        stored = self.ledger.encode_spec(durable, work_id)
+        stored = self.ledger.units.encode_spec(durable, work_id)
         resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
         if max_attempts is None:
             max_attempts = RESUMABLE_ATTEMPTS if resumable else 1
@@ -457,7 +457,7 @@ class Client:
             retry=retry,
             stall_after=stall_after,
         )
-        row, created = self.ledger.submit(new)
+        row, created = self.ledger.units.submit(new)
         return ClientHandle(self, row.id, created=created)
 
     def retry(self, work_id: str) -> ClientHandle:
@@ -469,13 +469,13 @@ class Client:
         supervisor starts it on its next tick, as the application's unit (no
         parent). The spec must be in the ledger: NotRetryable otherwise.
         """
-        again = self.ledger.retried_by(work_id)
+        again = self.ledger.units.retried_by(work_id)
         if again is not None:
             return ClientHandle(self, again, created=False)
-        row = self.ledger.require(work_id)
+        row = self.ledger.units.require(work_id)
         check_retryable(row.to_record())
         try:
-            durable = self.ledger.load_spec(work_id)
+            durable = self.ledger.units.load_spec(work_id)
         except UnknownWork as exc:
             raise NotRetryable(
                 f"{work_id} cannot be started again: {exc}. {SPEC_NOT_KEPT}"
@@ -484,7 +484,7 @@ class Client:
         new = NewUnit(
             id=new_id,
             kind=row.kind,
-            spec=self.ledger.encode_spec(durable, new_id),
+            spec=self.ledger.units.encode_spec(durable, new_id),
             created_at=self._clock.now(),
             description=row.description,
             key=row.key,
@@ -496,14 +496,14 @@ class Client:
             retry_of=work_id,
             stall_after=row.stall_after,
         )
-        made, created = self.ledger.submit(new)
+        made, created = self.ledger.units.submit(new)
         return ClientHandle(self, made.id, created=created)
 
     # -- reading ---------------------------------------------------------------
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's record. An expired unit keeps its terminal status here; see ``row``."""
-        return self.ledger.record(self.row(work_id))
+        return self.ledger.units.record(self.row(work_id))
 
     def row(self, work_id: str) -> UnitRow:
         """Everything the ledger keeps about the unit: ``shown_status`` reads ``expired``
@@ -511,7 +511,7 @@ class Client:
 
         InvalidWorkId for a malformed ID, UnknownWork for one the ledger never saw.
         """
-        return self.ledger.require(work_id)
+        return self.ledger.units.require(work_id)
 
     def list(
         self,
@@ -545,10 +545,10 @@ class Client:
         if found.kind is not None:
             found = dataclasses.replace(found, kind=self._kind_name(found.kind))
         if found.parent is not None:
-            self.ledger.require(found.parent)  # UnknownWork, as a supervisor says
-        mark = None if q.after is None else self.ledger.mark_of(q.after)
-        rows = self.ledger.page(found, limit=q.limit, after=mark, newest=q.newest)
-        return self.ledger.records(rows)
+            self.ledger.units.require(found.parent)  # UnknownWork, as a supervisor says
+        mark = None if q.after is None else self.ledger.listing.mark_of(q.after)
+        rows = self.ledger.listing.page(found, limit=q.limit, after=mark, newest=q.newest)
+        return self.ledger.units.records(rows)
 
     def rows(
         self,
@@ -566,10 +566,10 @@ class Client:
         ``kind`` is a kind's name or letter. UnknownKind for one that is neither
         built in nor the kind of any unit here (a typo must not read as "none").
         A row that cannot be read is left out and handed to ``on_unreadable``
-        (by default, logged as a warning: see ``Ledger.list``).
+        (by default, logged as a warning: see ``Units.list``).
         """
         name = None if kind is None else self._kind_name(kind)
-        return self.ledger.list(
+        return self.ledger.units.list(
             status=status,
             kind=name,
             parent=parent,
@@ -582,7 +582,7 @@ class Client:
         """The name of a kind given by letter or name; UnknownKind for one that is neither
         built in nor the kind of any unit here (a typo must not read as "none")."""
         name = ids.BUILTIN_KINDS.get(kind, kind)
-        if name in ids.BUILTIN_KINDS.values() or self.ledger.list(kind=name, limit=1):
+        if name in ids.BUILTIN_KINDS.values() or self.ledger.units.list(kind=name, limit=1):
             return name
         built_in = ", ".join(sorted(ids.BUILTIN_KINDS.values()))
         raise UnknownKind(
@@ -609,7 +609,7 @@ class Client:
         NotFinished after ``timeout`` seconds (``0`` looks once). Waits back off
         from a few milliseconds to ``poll`` seconds between looks.
         """
-        return self.ledger.record(self._wait_row(work_id, timeout))
+        return self.ledger.units.record(self._wait_row(work_id, timeout))
 
     def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
         wait_timeout(timeout)
@@ -635,7 +635,7 @@ class Client:
     def _result_of_row(self, row: UnitRow) -> Any:
         if row.expired or row.result is None or row.status is not Status.COMPLETED:
             return result_of(row.to_record())  # raises, or the record of a value-less unit
-        return self.ledger.load_result(row.id)
+        return self.ledger.units.load_result(row.id)
 
     # -- output and notices ----------------------------------------------------
 
@@ -689,7 +689,7 @@ class Client:
         waits there while no supervisor runs; a running supervisor routes it
         on its next tick. False, and nothing kept, when the unit has ended.
         """
-        return self.ledger.send_signal(work_id, name, value) is not None
+        return self.ledger.signals.send(work_id, name, value) is not None
 
     def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
         """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
@@ -702,13 +702,13 @@ class Client:
         """
         self.row(work_id)  # InvalidWorkId / UnknownWork now
         lease = check_lease(lease)
-        lease_id = self.ledger.retain(work_id, lease)
+        lease_id = self.ledger.retains.add(work_id, lease)
         return self._held.hold(
             work_id,
             lease_id,
             lease,
-            renew=lambda seconds: self.ledger.renew_retain(lease_id, seconds),
-            release=lambda: self.ledger.release_retain(lease_id),
+            renew=lambda seconds: self.ledger.retains.renew(lease_id, seconds),
+            release=lambda: self.ledger.retains.release(lease_id),
         )
 
     def release(self, work_id: str) -> bool:
@@ -726,7 +726,7 @@ class Client:
         row = self.row(work_id)
         if verb in _END_VERBS and is_terminal(row.status):
             return None
-        return self.ledger.add_request(verb, work_id, args)
+        return self.ledger.requests.add(verb, work_id, args)
 
     def request_result(self, seq: int, timeout: float | None = 0.0) -> Any:
         """The supervisor's answer to request ``seq`` (``{"changed": bool, "status": ...}``
@@ -735,7 +735,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
-            request = self.ledger.get_request(seq)
+            request = self.ledger.requests.get(seq)
             if request is None:
                 raise SpecError(f"the ledger has no request {seq}")
             if request.done_at is not None:
@@ -922,7 +922,7 @@ class Client:
         """Like ``wait`` without blocking the event loop: each look at the ledger is a
         short call on a worker thread, each pause an ``asyncio.sleep``."""
         row = await self._wait_row_async(work_id, timeout)
-        return await asyncio.to_thread(self.ledger.record, row)
+        return await asyncio.to_thread(self.ledger.units.record, row)
 
     async def _wait_row_async(self, work_id: str, timeout: float | None) -> UnitRow:
         wait_timeout(timeout)

@@ -52,7 +52,7 @@ class OtherHostOutput:
         """
         if row.pid is None or not self._ledger.shared:
             return None
-        now = self._ledger.get(row.id)
+        now = self._ledger.units.get(row.id)
         if now is None or is_terminal(now.status):
             return None
         url = self._url_of(row)
@@ -77,7 +77,7 @@ class OtherHostOutput:
             return None
         url = self._urls.get(row.session)
         if url is None:
-            session = self._ledger.get_session(row.session)
+            session = self._ledger.sessions.get(row.session)
             if session is not None and session.url is not None:
                 url = self._urls[row.session] = session.url
         return url

@@ -182,13 +182,13 @@ class Backend:
         if found.kind is not None:
             found = replace(found, kind=ids.BUILTIN_KINDS.get(found.kind, found.kind))
         records = await self.sup.list_async(**asked)
-        total = await _run(self.ledger.total, found)
+        total = await _run(self.ledger.listing.total, found)
         return records, total
 
     def unit_counts_now(self) -> dict[tuple[str, str], int]:
         """Units by (kind, shown status), as the ledger counts them (a few rows read;
         blocking: a metrics scrape's worker thread)."""
-        return self.ledger.counts()
+        return self.ledger.listing.counts()
 
     def notices_waiting_now(self) -> int:
         """Notices not yet acknowledged (blocking: a metrics scrape's worker thread)."""

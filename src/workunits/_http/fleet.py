@@ -114,14 +114,14 @@ def router(backend: Backend) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=NOTICES_SHOWN)] = NOTICES_SHOWN,
     ) -> JSONResponse:
         """Notices waiting for a consumer (not acknowledged), oldest first; none is claimed."""
-        waiting = await asyncio.to_thread(backend.ledger.waiting_notices, limit)
+        waiting = await asyncio.to_thread(backend.ledger.listing.waiting_notices, limit)
         return JSONResponse({"items": waiting})
 
     @r.get("/v1/units/{work_id}/details")
     async def details(work_id: str) -> JSONResponse:
         """A unit's arguments, result, checkpoint, attempts, signals, children and timeline."""
         record = await backend.get(work_id)
-        row = await asyncio.to_thread(backend.ledger.require, work_id)
+        row = await asyncio.to_thread(backend.ledger.units.require, work_id)
         body = await asyncio.to_thread(_details, backend, record, row)
         children = await backend.sup.list_async(parent=work_id, limit=CHILDREN_SHOWN)
         body["children"] = [
@@ -188,7 +188,7 @@ def _details(backend: Backend, record: WorkRecord, row: UnitRow) -> dict[str, An
     """What the unit's page shows; a worker thread (reads the ledger, may load a spec)."""
     ledger = backend.ledger
     try:
-        arguments: dict[str, Any] = _arguments(ledger.load_spec(record.id))
+        arguments: dict[str, Any] = _arguments(ledger.units.load_spec(record.id))
     except Exception as exc:  # noqa: BLE001 - an expired or unloadable spec is said, not fatal
         arguments = {"unavailable": str(exc)}
     result: Any = None
@@ -198,7 +198,7 @@ def _details(backend: Backend, record: WorkRecord, row: UnitRow) -> dict[str, An
             result = strictjson.loads(record.result or b"null", record.id, "result")
             has_result = True
     checkpoint = _json_or_none(row.checkpoint)
-    signals = ledger.signals_of(record.id)
+    signals = ledger.listing.signals_of(record.id)
     attempts = [
         {
             "attempt": a.attempt,
@@ -253,7 +253,7 @@ def _details(backend: Backend, record: WorkRecord, row: UnitRow) -> dict[str, An
         "signals": signals,
         "timeline": timeline,
         "duration": None if started is None else (ended or time.time()) - started,
-        "retried_by": ledger.retried_by(record.id),
+        "retried_by": ledger.units.retried_by(record.id),
         "can": {
             "cancel": not is_terminal(record.status),
             "kill": not is_terminal(record.status),

@@ -6,17 +6,27 @@ forward migrations by ``PRAGMA user_version``; ``backup``) and ``postgres/``
 (the same for a ``postgresql://`` URL, with its SQL rewriting and LISTEN). The
 modules beside them, one concept each, speak to either through ``backend``:
 
-- ``statedir``    the state dir's checks: refused when unsafe, never repaired
-- ``store``       ``Ledger``: submit, read, fenced writes, checkpoints, attempts, retention
-- ``submits``     the idempotent insert (invariant 12)
-- ``writes``      the one function that changes a unit's status, with fence and outbox
-- ``retention``   expiry to a small ``expired`` row, and forgetting
+- ``store``       ``Ledger``: opens the connection and hands out one object per table
+                  or concern (below), which share it through ``context``
+- ``units``       ``ledger.units``: submits (``submits``, the idempotent insert,
+                  invariant 12; ``submit_group``, shared commits) and reads
+- ``attempts``    ``ledger.attempts``: writes fenced by attempt (``writes``, the one
+                  function that changes a unit's status, with its outbox row),
+                  progress, checkpoints, resumes and retries
+- ``outbox``      ``ledger.outbox``: notifications claimed and acknowledged (invariant 11)
+- ``retains``     ``ledger.retains``: leases that keep ended units visible
+- ``requests``    ``ledger.requests``: commands from other processes
+- ``signals``     ``ledger.signals``: outside input units wait for
+- ``schedules``   ``ledger.schedules``: cron entries and their firings
+- ``sessions``    ``ledger.sessions``: supervisor runs, leases, takeovers (``fence``)
+- ``claims``      ``ledger.claims``: pending units no session owns, taken by one
+- ``retention``   ``ledger.retention``: expiry to a small ``expired`` row, forgetting
+- ``context``     what those objects share: the connection, clock, key, large values
+                  (``largevalues``, ``valuestore``), polls (``polls``) and the row check
 - ``rows``        typed rows and their conversions to and from ``WorkRecord``
 - ``unreadable``  rows that do not decode: skipped one by one by readers of many, reported
-- ``outbox``      notifications waiting for delivery (invariant 11)
-- ``requests``    commands from other processes
-- ``sessions``    supervisor runs and the units a dead one left running
 - ``values``      specs and results: import references, signed pickles, spec hashes
+- ``statedir``    the state dir's checks: refused when unsafe, never repaired
 - ``lock``        one supervisor per state dir
 
 The store and its rows are imported on first use (see ``workunits._util.lazy``), so

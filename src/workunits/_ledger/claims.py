@@ -24,52 +24,70 @@ from collections.abc import Mapping
 
 from workunits._core.status import Status
 from workunits._ledger import unreadable
-from workunits._ledger.backend import Database
+from workunits._ledger.context import LedgerContext
 from workunits._ledger.rows import UnitRow
+from workunits._ledger.sessions import validate as validate_session
 from workunits._ledger.unreadable import Unreadable
 
 _PICK = "SELECT * FROM units WHERE status = ? AND session IS NULL"
 
 
-def claim(
-    db: Database, me: str, free: Mapping[str, int], batch: int, *, row_locks: bool
-) -> list[UnitRow | Unreadable]:
-    """Claim the oldest unowned pending units for session ``me``; return their rows.
+class Claims:
+    """Which supervisor starts a pending unit no session owns, for one Ledger.
 
-    ``free``: kinds with a concurrency limit, and how many more this
-    supervisor can run now (0: none is claimed). Other kinds: up to ``batch``.
-
-    A row that does not decode is claimed too, and returned as an Unreadable
-    (see ``unreadable``): left in the queue, it would be the oldest pending
-    row for ever, take a slot of every claim and make every tick's look find
-    work and open a synced write. Claimed, it leaves the queue with nothing
-    else in it changed; when this session is taken over it goes back to the
-    queue, and the next claim finds it again, repaired or not.
+    Every method runs in the calling thread.
     """
-    lock = " FOR UPDATE SKIP LOCKED" if row_locks else ""
-    limited = sorted(free)
-    picks: list[tuple[str, tuple[object, ...]]] = [
-        (" AND kind = ?", (kind, free[kind])) for kind in limited if free[kind] > 0
-    ]
-    if limited:
-        picks.append((f" AND kind NOT IN ({', '.join('?' * len(limited))})", (*limited, batch)))
-    else:
-        picks.append(("", (batch,)))
-    # A cheap look first, in a read: on most ticks there is nothing to claim, and
-    # a write transaction would take the ledger's write lock (every host's, on
-    # PostgreSQL) and a synced commit to find that out.
-    with db.read() as conn:
-        if conn.execute(_PICK + " LIMIT 1", (Status.PENDING.value,)).fetchone() is None:
-            return []
-    claimed: list[UnitRow | Unreadable] = []
-    with db.write(durable=True) as conn:
-        for where, params in picks:
-            # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
-            sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"
-            rows = conn.execute(sql, (Status.PENDING.value, *params)).fetchall()
-            claimed.extend(unreadable.decode(row) for row in rows)
-        if claimed:
-            conn.executemany(
-                "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in claimed]
-            )
-    return claimed
+
+    def __init__(self, ctx: LedgerContext) -> None:
+        self._ctx = ctx
+
+    def claim(self, me: str, free: Mapping[str, int], batch: int) -> list[UnitRow | Unreadable]:
+        """Claim the oldest unowned pending units for session ``me``; return their rows.
+
+        ``free``: kinds with a concurrency limit, and how many more this
+        supervisor can run now (0: none is claimed). Other kinds: up to ``batch``.
+        A row that does not decode, or whose stored values fail their check, is
+        claimed too, and returned as an Unreadable (see ``unreadable``): left in
+        the queue, it would be the oldest pending row for ever, take a slot of
+        every claim and make every tick's look find work and open a synced
+        write. Claimed, it leaves the queue with nothing else in it changed;
+        when this session is taken over it goes back to the queue, and the next
+        claim finds it again, repaired or not. A poll that found nothing skips
+        its read while the ledger has not changed (``polls``).
+        """
+        validate_session(me)
+        rows = self._ctx.polls.poll(
+            ("claims", me, tuple(sorted(free.items())), batch),
+            lambda: self._claim(me, free, batch),
+        )
+        return self._ctx.checked_each(rows)
+
+    def _claim(self, me: str, free: Mapping[str, int], batch: int) -> list[UnitRow | Unreadable]:
+        db = self._ctx.db
+        lock = " FOR UPDATE SKIP LOCKED" if db.row_locks else ""
+        limited = sorted(free)
+        picks: list[tuple[str, tuple[object, ...]]] = [
+            (" AND kind = ?", (kind, free[kind])) for kind in limited if free[kind] > 0
+        ]
+        if limited:
+            picks.append((f" AND kind NOT IN ({', '.join('?' * len(limited))})", (*limited, batch)))
+        else:
+            picks.append(("", (batch,)))
+        # A cheap look first, in a read: on most ticks there is nothing to claim, and
+        # a write transaction would take the ledger's write lock (every host's, on
+        # PostgreSQL) and a synced commit to find that out.
+        with db.read() as conn:
+            if conn.execute(_PICK + " LIMIT 1", (Status.PENDING.value,)).fetchone() is None:
+                return []
+        claimed: list[UnitRow | Unreadable] = []
+        with db.write(durable=True) as conn:
+            for where, params in picks:
+                # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
+                sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"
+                rows = conn.execute(sql, (Status.PENDING.value, *params)).fetchall()
+                claimed.extend(unreadable.decode(row) for row in rows)
+            if claimed:
+                conn.executemany(
+                    "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in claimed]
+                )
+        return claimed

@@ -16,23 +16,28 @@ Every read here costs what its page costs, not what the ledger holds:
   index in PostgreSQL. ``matches`` is the same rule in Python, for records
   that only memory holds as they are now.
 
-Runs in the calling thread, on the ledger's read snapshot (``Database.read``).
+``ledger.listing`` (``Listing``) runs in the calling thread, on the ledger's read
+snapshot (``Database.read``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import orjson
 
 from workunits._core import ids as _ids
-from workunits._core.errors import SpecError
+from workunits._core.errors import SpecError, UnknownWork
 from workunits._core.status import Status
-from workunits._ledger.backend import Connection, Database, Row
-from workunits._ledger.rows import EXPIRED
+from workunits._ledger import unreadable
+from workunits._ledger.backend import Connection, Row
+from workunits._ledger.context import LedgerContext
+from workunits._ledger.rows import EXPIRED, UnitRow
+from workunits._ledger.unreadable import Unreadable
 
 COUNT_CAP = 10_000
 """Totals past this many units are estimates: counting more would cost more than a page."""
@@ -231,64 +236,145 @@ def _among(ids: Sequence[str], dialect: str, *, inside: bool) -> tuple[str, list
     return clause, [orjson.dumps(checked).decode()]
 
 
-def page(
-    db: Database,
-    f: Filter,
-    *,
-    limit: int | None,
-    after: Mark | None = None,
-    newest: bool = False,
-    exclude: Sequence[str] = (),
-    only: Sequence[str] | None = None,
-) -> list[Row]:
-    """Rows of ``f`` after ``after`` in order (``newest``: its reverse), at most ``limit``.
+class Listing:
+    """Pages, totals and counts of one Ledger's units. Every method runs in the calling
+    thread."""
 
-    ``exclude``: IDs left out; ``only``: the page holds none but these IDs.
-    """
-    clauses, params = _where(f, db.dialect)
-    if after is not None:
-        # Row values compare as the order does, and use the (…, created_at, id) indexes.
-        clauses.append("(created_at, id) < (?, ?)" if newest else "(created_at, id) > (?, ?)")
-        params += [after.created_at, after.id]
-    for ids, inside in ((exclude, False), (only, True)):
-        if ids is None or (not ids and not inside):
-            continue
-        if not ids:
-            return []  # only these, and there are none
-        sql, more = _among(ids, db.dialect, inside=inside)
-        clauses.append(sql)
-        params += more
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    order = "created_at DESC, id DESC" if newest else "created_at, id"
-    params.append(-1 if limit is None else limit)
-    with db.read() as conn:
-        return list(
-            conn.execute(f"SELECT * FROM units {where} ORDER BY {order} LIMIT ?", params)  # noqa: S608 - fixed clauses
-        )
+    def __init__(self, ctx: LedgerContext) -> None:
+        self._ctx = ctx
 
+    def page(
+        self,
+        f: Filter,
+        *,
+        limit: int | None,
+        after: Mark | None = None,
+        newest: bool = False,
+        exclude: Sequence[str] = (),
+        only: Sequence[str] | None = None,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
+    ) -> list[UnitRow]:
+        """Units of ``f`` after ``after`` in order (``newest``: its reverse), at most ``limit``.
 
-def mark_of(db: Database, work_id: str) -> Mark | None:
-    """Where ``work_id`` stands in the order; None for an ID the ledger does not have."""
-    _ids.validate(work_id)
-    with db.read() as conn:
-        row = conn.execute("SELECT created_at FROM units WHERE id = ?", (work_id,)).fetchone()
-    return None if row is None else Mark(float(row["created_at"]), work_id)
+        ``exclude``: IDs left out; ``only``: the page holds none but these IDs.
+        A row that cannot be read (``unreadable``) is left out, and the others
+        listed: each left out goes to ``on_unreadable``, by default a warning
+        logged once per process naming it and how to repair it.
+        """
+        rows = self._rows(f.checked(), limit, after, newest, exclude, only)
+        listed: list[UnitRow] = []
+        for row in self._ctx.checked_each(unreadable.decode(row) for row in rows):
+            if isinstance(row, UnitRow):
+                listed.append(row)
+            elif on_unreadable is not None:
+                on_unreadable(row)
+            else:
+                unreadable.report(row, logging.WARNING, "is left out of the list")
+        return listed
 
-
-def total(db: Database, f: Filter) -> Total:
-    """How many units ``f`` matches: exact from the counts or up to ``COUNT_CAP``, else
-    at least ``COUNT_CAP`` (an estimate)."""
-    with db.read() as conn:
-        if f.only_counted:
-            return Total(_counted(conn, f), True)
+    def _rows(  # noqa: PLR0917 - page's own arguments
+        self,
+        f: Filter,
+        limit: int | None,
+        after: Mark | None,
+        newest: bool,
+        exclude: Sequence[str],
+        only: Sequence[str] | None,
+    ) -> list[Row]:
+        db = self._ctx.db
         clauses, params = _where(f, db.dialect)
+        if after is not None:
+            # Row values compare as the order does, and use the (…, created_at, id) indexes.
+            clauses.append("(created_at, id) < (?, ?)" if newest else "(created_at, id) > (?, ?)")
+            params += [after.created_at, after.id]
+        for ids, inside in ((exclude, False), (only, True)):
+            if ids is None or (not ids and not inside):
+                continue
+            if not ids:
+                return []  # only these, and there are none
+            sql, more = _among(ids, db.dialect, inside=inside)
+            clauses.append(sql)
+            params += more
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        row = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM units {where} LIMIT ?) AS capped",  # noqa: S608
-            [*params, COUNT_CAP + 1],
-        ).fetchone()
-    found = int(row[0])
-    return Total(min(found, COUNT_CAP), found <= COUNT_CAP)
+        order = "created_at DESC, id DESC" if newest else "created_at, id"
+        params.append(-1 if limit is None else limit)
+        with db.read() as conn:
+            return list(
+                conn.execute(f"SELECT * FROM units {where} ORDER BY {order} LIMIT ?", params)  # noqa: S608 - fixed clauses
+            )
+
+    def mark_of(self, work_id: str) -> Mark:
+        """Where ``work_id`` stands in the order of pages; UnknownWork if the ledger has none."""
+        _ids.validate(work_id)
+        with self._ctx.db.read() as conn:
+            row = conn.execute("SELECT created_at FROM units WHERE id = ?", (work_id,)).fetchone()
+        if row is None:
+            raise UnknownWork(f"the ledger has no unit {work_id}")
+        return Mark(float(row["created_at"]), work_id)
+
+    def total(self, f: Filter) -> Total:
+        """How many units ``f`` matches: exact from the counts or up to ``COUNT_CAP``, else
+        at least ``COUNT_CAP`` (an estimate)."""
+        f = f.checked()
+        db = self._ctx.db
+        with db.read() as conn:
+            if f.only_counted:
+                return Total(_counted(conn, f), True)
+            clauses, params = _where(f, db.dialect)
+            where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM units {where} LIMIT ?) AS capped",  # noqa: S608
+                [*params, COUNT_CAP + 1],
+            ).fetchone()
+        found = int(row[0])
+        return Total(min(found, COUNT_CAP), found <= COUNT_CAP)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Units by (kind, shown status: ``expired`` once expired), from ``unit_counts``,
+        which the ledger's triggers keep."""
+        out: dict[tuple[str, str], int] = {}
+        with self._ctx.db.read() as conn:
+            for row in conn.execute("SELECT kind, status, expired, n FROM unit_counts WHERE n > 0"):
+                shown = EXPIRED if row["expired"] else str(row["status"])
+                key = (str(row["kind"]), shown)
+                out[key] = out.get(key, 0) + int(row["n"])
+        return out
+
+    def waiting_notices(self, limit: int = 500) -> list[dict[str, object]]:
+        """Notices not yet acknowledged, oldest first, at most ``limit``: for a view, which
+        claims nothing (``outbox`` hands them out)."""
+        with self._ctx.db.read() as conn:
+            rows = conn.execute(
+                "SELECT id, status, parent, created_at, claimed_by, claim_until, deliveries "
+                "FROM notifications WHERE delivered_at IS NULL ORDER BY seq LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            {
+                "id": str(r["id"]),
+                "status": str(r["status"]),
+                "parent": r["parent"],
+                "created_at": float(r["created_at"]),
+                "claimed": r["claimed_by"] is not None,
+                "claim_until": r["claim_until"],
+                "deliveries": int(r["deliveries"] or 0),
+            }
+            for r in rows
+        ]
+
+    def signals_of(self, work_id: str, limit: int = 200) -> list[dict[str, object]]:
+        """The signals sent to a unit (taken or not), oldest first, at most ``limit``."""
+        _ids.validate(work_id)
+        with self._ctx.db.read() as conn:
+            rows = conn.execute(
+                "SELECT name, created_at, consumed_at FROM signals WHERE unit = ? "
+                "ORDER BY seq LIMIT ?",
+                (work_id, limit),
+            ).fetchall()
+        return [
+            {"name": str(r["name"]), "at": float(r["created_at"]), "taken_at": r["consumed_at"]}
+            for r in rows
+        ]
 
 
 def _counted(conn: Connection, f: Filter) -> int:
@@ -308,51 +394,3 @@ def _counted(conn: Connection, f: Filter) -> int:
         params,
     ).fetchone()
     return int(row[0])
-
-
-def counts(db: Database) -> dict[tuple[str, str], int]:
-    """Units by (kind, shown status: ``expired`` once expired), from ``unit_counts``."""
-    out: dict[tuple[str, str], int] = {}
-    with db.read() as conn:
-        for row in conn.execute("SELECT kind, status, expired, n FROM unit_counts WHERE n > 0"):
-            shown = EXPIRED if row["expired"] else str(row["status"])
-            key = (str(row["kind"]), shown)
-            out[key] = out.get(key, 0) + int(row["n"])
-    return out
-
-
-def waiting_notices(db: Database, limit: int) -> list[dict[str, object]]:
-    """Notices not yet acknowledged, oldest first, at most ``limit``: for a view, which
-    claims nothing (``outbox`` hands them out)."""
-    with db.read() as conn:
-        rows = conn.execute(
-            "SELECT id, status, parent, created_at, claimed_by, claim_until, deliveries "
-            "FROM notifications WHERE delivered_at IS NULL ORDER BY seq LIMIT ?",
-            (limit,),
-        ).fetchall()
-    return [
-        {
-            "id": str(r["id"]),
-            "status": str(r["status"]),
-            "parent": r["parent"],
-            "created_at": float(r["created_at"]),
-            "claimed": r["claimed_by"] is not None,
-            "claim_until": r["claim_until"],
-            "deliveries": int(r["deliveries"] or 0),
-        }
-        for r in rows
-    ]
-
-
-def signals_of(db: Database, work_id: str, limit: int) -> list[dict[str, object]]:
-    """The signals sent to a unit (taken or not), oldest first, at most ``limit``."""
-    _ids.validate(work_id)
-    with db.read() as conn:
-        rows = conn.execute(
-            "SELECT name, created_at, consumed_at FROM signals WHERE unit = ? ORDER BY seq LIMIT ?",
-            (work_id, limit),
-        ).fetchall()
-    return [
-        {"name": str(r["name"]), "at": float(r["created_at"]), "taken_at": r["consumed_at"]}
-        for r in rows
-    ]

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from workunits._core import ids
 from workunits._core.record import Notification
 from workunits._core.status import Status
-from workunits._ledger.backend import Connection, Database
+from workunits._ledger.backend import Connection
+from workunits._ledger.context import LedgerContext
+from workunits._ledger.retains import check_lease
 from workunits._ledger.rows import decode_notification
 from workunits._util import procid
 
@@ -42,58 +45,182 @@ class Claimed:
     token: str
 
 
-def undelivered(db: Database, parent: str | None, limit: int | None = None) -> list[Notification]:
-    """Notices for ``parent`` (None: the application root) not yet acknowledged, oldest first."""
-    if parent is not None:
-        ids.validate(parent)
-    with db.read() as conn:
-        rows = conn.execute(
-            "SELECT id, payload FROM notifications WHERE parent IS ? AND delivered_at IS NULL "
-            "ORDER BY seq LIMIT ?",
-            (parent, -1 if limit is None else limit),
-        ).fetchall()
-    return [decode_notification(row["payload"], row["id"]) for row in rows]
+class Outbox:
+    """The outbox (``notifications``) of one Ledger. Every method runs in the calling thread."""
 
+    def __init__(self, ctx: LedgerContext) -> None:
+        self._ctx = ctx
 
-def claim(
-    db: Database, parent: str | None, owner: str, now: float, lease: float | None
-) -> Claimed | None:
-    """Claim the oldest unclaimed notice of ``parent`` for ``owner``; None if there is none.
+    def undelivered(self, parent: str | None, limit: int | None = None) -> list[Notification]:
+        """Notices for ``parent`` (None: the application root) not yet acknowledged, oldest
+        first."""
+        if parent is not None:
+            ids.validate(parent)
+        with self._ctx.db.read() as conn:
+            rows = conn.execute(
+                "SELECT id, payload FROM notifications WHERE parent IS ? AND delivered_at IS NULL "
+                "ORDER BY seq LIMIT ?",
+                (parent, -1 if limit is None else limit),
+            ).fetchall()
+        return [decode_notification(row["payload"], row["id"]) for row in rows]
 
-    ``lease`` (seconds) bounds the claim for an owner whose process cannot be
-    watched; a local process's claim lasts as long as the process.
-    """
-    if parent is not None:
-        ids.validate(parent)
-    token = f"{owner}#{secrets.token_hex(8)}"
-    until = None if lease is None else now + lease
-    # NORMAL sync: a claim lost to a power cut only means the notice is
-    # delivered again, which the contract allows.
-    with db.write(durable=False) as conn:
-        _release_dead(conn, now)
-        row = conn.execute(
-            "SELECT seq, id, payload, deliveries FROM notifications "
-            "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL "
-            "ORDER BY seq LIMIT 1",
-            (parent,),
-        ).fetchone()
-        if row is None:
-            return None
-        conn.execute(
-            "UPDATE notifications SET claimed_by = ?, claim_until = ?, "
-            "deliveries = deliveries + 1 WHERE seq = ?",
-            (token, until, row["seq"]),
-        )
-    notice = decode_notification(row["payload"], row["id"])
-    if row["deliveries"] > 0:
-        notice = dataclasses.replace(notice, redelivered=True)
-    return Claimed(notice, token)
+    def claim(
+        self, parent: str | None, *, owner: str | None = None, lease: float | None = None
+    ) -> Claimed | None:
+        """Claim the oldest unclaimed notice of ``parent`` for ``owner``; None if there is none.
 
+        ``owner`` defaults to this process; a claim with a ``lease`` (seconds)
+        lapses after it unless renewed, for an owner whose process cannot be
+        watched; one without lasts as long as the owner's process.
+        """
+        if lease is not None:
+            lease = check_lease(lease)
+        now = self._ctx.now()
+        if parent is not None:
+            ids.validate(parent)
+        token = f"{owner or procid.this_process()}#{secrets.token_hex(8)}"
+        until = None if lease is None else now + lease
+        # NORMAL sync: a claim lost to a power cut only means the notice is
+        # delivered again, which the contract allows.
+        with self._ctx.db.write(durable=False) as conn:
+            _release_dead(conn, now)
+            row = conn.execute(
+                "SELECT seq, id, payload, deliveries FROM notifications "
+                "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL "
+                "ORDER BY seq LIMIT 1",
+                (parent,),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE notifications SET claimed_by = ?, claim_until = ?, "
+                "deliveries = deliveries + 1 WHERE seq = ?",
+                (token, until, row["seq"]),
+            )
+        notice = decode_notification(row["payload"], row["id"])
+        if row["deliveries"] > 0:
+            notice = dataclasses.replace(notice, redelivered=True)
+        return Claimed(notice, token)
 
-def release_dead(db: Database, now: float) -> int:
-    """Hand back every claim whose process has exited or whose lease has lapsed; how many."""
-    with db.write(durable=False) as conn:
-        return _release_dead(conn, now)
+    def release_dead(self) -> int:
+        """Hand back every claim whose process has exited or whose lease has lapsed; how
+        many."""
+        now = self._ctx.now()
+        with self._ctx.db.write(durable=False) as conn:
+            return _release_dead(conn, now)
+
+    def ack(self, work_id: str, token: str | None) -> bool:
+        """Acknowledge the notice claimed with ``token`` (None: by whichever claim holds it);
+        False if that claim is no longer held (or, with None, none is): it lapsed or was
+        released."""
+        ids.validate(work_id)
+        now = self._ctx.now()
+        held = "claimed_by IS NOT NULL" if token is None else "claimed_by = ?"
+        params = (now, work_id) if token is None else (now, work_id, token)
+        # Fully synced: an acknowledged notice must never be delivered again.
+        with self._ctx.db.write(durable=True) as conn:
+            cursor = conn.execute(
+                "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
+                f"WHERE id = ? AND {held} AND delivered_at IS NULL",
+                params,
+            )
+            return cursor.rowcount == 1
+
+    def release(self, work_id: str, token: str) -> bool:
+        """Hand the claimed notice back for delivery to any consumer; False if not held."""
+        ids.validate(work_id)
+        with self._ctx.db.write(durable=False) as conn:
+            cursor = conn.execute(
+                "UPDATE notifications SET claimed_by = NULL, claim_until = NULL "
+                "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
+                (work_id, token),
+            )
+            return cursor.rowcount == 1
+
+    def renew(self, work_id: str, token: str, lease: float) -> bool:
+        """Extend a leased claim to ``lease`` seconds from now; False if it is no longer
+        held."""
+        now, lease = self._ctx.now(), check_lease(lease)
+        ids.validate(work_id)
+        with self._ctx.db.write(durable=False) as conn:
+            cursor = conn.execute(
+                "UPDATE notifications SET claim_until = ? "
+                "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
+                (now + lease, work_id, token),
+            )
+            return cursor.rowcount == 1
+
+    def mark_delivered(self, work_id: str, status: Status) -> bool:
+        """Acknowledge ``(work_id, status)`` whoever holds it; True only for the call that did.
+
+        For the supervisor's own consumers (a relayed child notice an agent has
+        taken), which hold no claim in the ledger.
+        """
+        now = self._ctx.now()
+        ids.validate(work_id)
+        with self._ctx.db.write(durable=True) as conn:
+            cursor = conn.execute(
+                "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, claim_until = NULL "
+                "WHERE id = ? AND status = ? AND delivered_at IS NULL",
+                (now, work_id, Status(status).value),
+            )
+            return cursor.rowcount == 1
+
+    def acknowledged_among(self, work_ids: Iterable[str]) -> set[str]:
+        """Those of ``work_ids`` (ended units) whose notice is acknowledged or already gone."""
+        work_ids = list(work_ids)
+        if not work_ids:
+            return set()
+        waiting: set[str] = set()
+        with self._ctx.db.read() as conn:
+            for start in range(0, len(work_ids), 500):  # under SQLite's variable limit
+                chunk = work_ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT id FROM notifications WHERE delivered_at IS NULL AND id IN ({marks})",  # noqa: S608
+                    chunk,
+                ).fetchall()
+                waiting.update(str(row[0]) for row in rows)
+        return set(work_ids) - waiting
+
+    def unclaimed_count(self, parent: str | None) -> int:
+        """Notices of ``parent`` that wait for a consumer (neither claimed nor acknowledged)."""
+        with self._ctx.db.read() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM notifications "
+                "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL",
+                (parent,),
+            ).fetchone()
+        return int(row[0])
+
+    def size(self) -> int:
+        """Notices not yet acknowledged."""
+        return self._counts()[1]
+
+    def row_count(self) -> int:
+        """Rows in the outbox, acknowledged or not (what ``make soak`` checks stays flat)."""
+        return self._counts()[0]
+
+    def _counts(self) -> tuple[int, int]:
+        """Rows in the outbox, and how many of them are not yet acknowledged."""
+        with self._ctx.db.read() as conn:
+            row = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE delivered_at IS NULL) FROM notifications"
+            ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def drop_acknowledged(self, older_than: float) -> int:
+        """Delete notices acknowledged more than ``older_than`` seconds ago; how many went.
+
+        Safe: a terminal write is never applied twice (a replay finds the unit
+        terminal and is ignored), so a deleted notice cannot be written again.
+        """
+        before = self._ctx.now() - older_than
+        with self._ctx.db.write(durable=False) as conn:
+            return conn.execute(
+                "DELETE FROM notifications WHERE delivered_at IS NOT NULL AND delivered_at < ?",
+                (before,),
+            ).rowcount
 
 
 def _release_dead(conn: Connection, now: float) -> int:
@@ -113,109 +240,3 @@ def _release_dead(conn: Connection, now: float) -> int:
             "UPDATE notifications SET claimed_by = NULL, claim_until = NULL WHERE seq = ?", dead
         )
     return len(dead)
-
-
-def ack(db: Database, work_id: str, token: str | None, now: float) -> bool:
-    """Acknowledge the notice claimed with ``token`` (None: by whichever claim holds it);
-    False if that claim is no longer held (or, with None, none is)."""
-    ids.validate(work_id)
-    held = "claimed_by IS NOT NULL" if token is None else "claimed_by = ?"
-    params = (now, work_id) if token is None else (now, work_id, token)
-    # Fully synced: an acknowledged notice must never be delivered again.
-    with db.write(durable=True) as conn:
-        cursor = conn.execute(
-            "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
-            f"WHERE id = ? AND {held} AND delivered_at IS NULL",
-            params,
-        )
-        return cursor.rowcount == 1
-
-
-def release(db: Database, work_id: str, token: str) -> bool:
-    """Hand the claimed notice back for delivery to any consumer; False if not held."""
-    ids.validate(work_id)
-    with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            "UPDATE notifications SET claimed_by = NULL, claim_until = NULL "
-            "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
-            (work_id, token),
-        )
-        return cursor.rowcount == 1
-
-
-def renew(db: Database, work_id: str, token: str, now: float, lease: float) -> bool:
-    """Extend a leased claim to ``now + lease``; False if it is no longer held."""
-    ids.validate(work_id)
-    with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            "UPDATE notifications SET claim_until = ? "
-            "WHERE id = ? AND claimed_by = ? AND delivered_at IS NULL",
-            (now + lease, work_id, token),
-        )
-        return cursor.rowcount == 1
-
-
-def mark_delivered(db: Database, work_id: str, status: Status, now: float) -> bool:
-    """Acknowledge ``(work_id, status)`` whoever holds it; True only for the call that did.
-
-    For the supervisor's own consumers (a relayed child notice an agent has
-    taken), which hold no claim in the ledger.
-    """
-    ids.validate(work_id)
-    with db.write(durable=True) as conn:
-        cursor = conn.execute(
-            "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, claim_until = NULL "
-            "WHERE id = ? AND status = ? AND delivered_at IS NULL",
-            (now, work_id, Status(status).value),
-        )
-        return cursor.rowcount == 1
-
-
-def acknowledged_among(db: Database, work_ids: list[str]) -> set[str]:
-    """Those of ``work_ids`` (ended units) whose notice is acknowledged or already gone."""
-    if not work_ids:
-        return set()
-    waiting: set[str] = set()
-    with db.read() as conn:
-        for start in range(0, len(work_ids), 500):  # under SQLite's variable limit
-            chunk = work_ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = conn.execute(
-                f"SELECT id FROM notifications WHERE delivered_at IS NULL AND id IN ({marks})",  # noqa: S608
-                chunk,
-            ).fetchall()
-            waiting.update(str(row[0]) for row in rows)
-    return set(work_ids) - waiting
-
-
-def unclaimed_count(db: Database, parent: str | None) -> int:
-    """Notices of ``parent`` that wait for a consumer (neither claimed nor acknowledged)."""
-    with db.read() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM notifications "
-            "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL",
-            (parent,),
-        ).fetchone()
-    return int(row[0])
-
-
-def counts(db: Database) -> tuple[int, int]:
-    """Rows in the outbox, and how many of them are not yet acknowledged."""
-    with db.read() as conn:
-        row = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE delivered_at IS NULL) FROM notifications"
-        ).fetchone()
-    return int(row[0]), int(row[1])
-
-
-def drop_acknowledged(db: Database, before: float) -> int:
-    """Delete notices acknowledged before ``before``; how many went.
-
-    Safe: a terminal write is never applied twice (a replay finds the unit
-    terminal and is ignored), so a deleted notice cannot be written again.
-    """
-    with db.write(durable=False) as conn:
-        return conn.execute(
-            "DELETE FROM notifications WHERE delivered_at IS NOT NULL AND delivered_at < ?",
-            (before,),
-        ).rowcount

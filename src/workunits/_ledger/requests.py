@@ -5,7 +5,7 @@ a request (``submit``, ``cancel``, ``kill``, ``retain``, ``release``) and the
 supervisor applies it on its next tick, or when one next starts. Taking
 requests marks them in the same transaction that reads them, so two takers
 never get the same request. A supervisor that dies between taking and
-finishing a request leaves it taken; the next one calls :func:`reopen` to
+finishing a request leaves it taken; the next one calls ``Requests.reopen`` to
 take such requests again (at least once, so requests are made idempotent by
 the supervisor: cancel/kill of an ended unit is a no-op).
 """
@@ -17,8 +17,9 @@ from typing import Any, Final
 
 from workunits._core import ids
 from workunits._core.errors import LedgerCorrupt, LedgerError, SpecError
-from workunits._ledger.backend import Database
+from workunits._ledger.context import LedgerContext
 from workunits._ledger.sessions import DEFAULT_LEASE
+from workunits._ledger.sessions import validate as validate_session
 from workunits._util import strictjson
 
 VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
@@ -37,21 +38,6 @@ class LedgerRequest:
     result: Any
 
 
-def add(db: Database, verb: str, target: str, args: dict[str, Any] | None, now: float) -> int:
-    """Append a request; return its sequence number. Fully synced: a cancel must not be lost."""
-    if verb not in VERBS:
-        raise SpecError(f"{verb!r} is not a request verb; one of {', '.join(VERBS)}")
-    ids.validate(target)
-    data = strictjson.dumps({} if args is None else args, f"{verb} request for {target}")
-    with db.write(durable=True, wake=f"unit:{target}") as conn:
-        row = conn.execute(
-            "INSERT INTO requests (verb, target, args, created_at) VALUES (?, ?, ?, ?) "
-            "RETURNING seq",
-            (verb, target, data, now),
-        ).fetchone()
-        return int(row[0])
-
-
 # With several supervisors on one ledger, a request goes to the supervisor whose
 # session owns its unit: only that one holds the unit's process. A request whose
 # unit no live session owns (unowned, ended, unknown, or its owner's lease has
@@ -67,83 +53,122 @@ _ROUTED = (
 END_VERBS = ("cancel", "kill")
 
 
-def take(
-    db: Database,
-    limit: int,
-    session: str | None,
-    now: float,
-    *,
-    routed: bool = False,
-) -> list[LedgerRequest]:
-    """Take up to ``limit`` open requests, oldest first; each is taken by one caller only.
+class Requests:
+    """The requests of one Ledger: other processes' commands to its supervisor.
 
-    ``routed`` (several supervisors share the ledger): only requests this
-    ``session`` may apply, see ``_ROUTED``; a cancel or kill of a pending unit
-    nobody claimed claims it for ``session`` in the same transaction, so no
-    other supervisor starts what this one is about to end.
+    Every method runs in the calling thread.
     """
-    # A supervisor asks on every tick and there is usually nothing: look before
-    # paying for a write transaction (its lock and commit) to find that out.
-    with db.read() as conn:
-        if conn.execute("SELECT 1 FROM requests WHERE taken_at IS NULL LIMIT 1").fetchone() is None:
-            return []
-    with db.write(durable=False) as conn:
-        if routed and session is not None:
-            rows = conn.execute(_ROUTED, (session, now, DEFAULT_LEASE, limit)).fetchall()
+
+    def __init__(self, ctx: LedgerContext) -> None:
+        self._ctx = ctx
+
+    def add(self, verb: str, target: str, args: dict[str, Any] | None = None) -> int:
+        """Append a request; return its sequence number. Fully synced: a cancel must not be
+        lost."""
+        now = self._ctx.now()
+        if verb not in VERBS:
+            raise SpecError(f"{verb!r} is not a request verb; one of {', '.join(VERBS)}")
+        ids.validate(target)
+        data = strictjson.dumps({} if args is None else args, f"{verb} request for {target}")
+        with self._ctx.db.write(durable=True, wake=f"unit:{target}") as conn:
+            row = conn.execute(
+                "INSERT INTO requests (verb, target, args, created_at) VALUES (?, ?, ?, ?) "
+                "RETURNING seq",
+                (verb, target, data, now),
+            ).fetchone()
+            return int(row[0])
+
+    def take(
+        self, limit: int, *, session: str | None = None, routed: bool = False
+    ) -> list[LedgerRequest]:
+        """Take up to ``limit`` open requests, oldest first; each is taken by one caller only.
+
+        ``routed`` (several supervisors share the ledger): only requests this
+        ``session`` may apply, see ``_ROUTED``; a cancel or kill of a pending unit
+        nobody claimed claims it for ``session`` in the same transaction, so no
+        other supervisor starts what this one is about to end. A poll that found
+        nothing skips its read while the ledger has not changed (``polls``).
+        """
+        return self._ctx.polls.poll(
+            ("requests", limit, session, routed),
+            lambda: self._take(limit, session, self._ctx.now(), routed=routed),
+        )
+
+    def _take(
+        self, limit: int, session: str | None, now: float, *, routed: bool
+    ) -> list[LedgerRequest]:
+        db = self._ctx.db
+        # A supervisor asks on every tick and there is usually nothing: look before
+        # paying for a write transaction (its lock and commit) to find that out.
+        with db.read() as conn:
+            if (
+                conn.execute("SELECT 1 FROM requests WHERE taken_at IS NULL LIMIT 1").fetchone()
+                is None
+            ):
+                return []
+        with db.write(durable=False) as conn:
+            if routed and session is not None:
+                rows = conn.execute(_ROUTED, (session, now, DEFAULT_LEASE, limit)).fetchall()
+                conn.executemany(
+                    "UPDATE units SET session = ? WHERE id = ? AND session IS NULL AND status = ?",
+                    [
+                        (session, row["target"], "pending")
+                        for row in rows
+                        if row["verb"] in END_VERBS
+                    ],
+                )
+            else:
+                rows = conn.execute(
+                    "SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq LIMIT ?", (limit,)
+                ).fetchall()
             conn.executemany(
-                "UPDATE units SET session = ? WHERE id = ? AND session IS NULL AND status = ?",
-                [(session, row["target"], "pending") for row in rows if row["verb"] in END_VERBS],
+                "UPDATE requests SET taken_at = ?, taken_by = ? WHERE seq = ?",
+                [(now, session, row["seq"]) for row in rows],
             )
-        else:
-            rows = conn.execute(
-                "SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq LIMIT ?", (limit,)
-            ).fetchall()
-        conn.executemany(
-            "UPDATE requests SET taken_at = ?, taken_by = ? WHERE seq = ?",
-            [(now, session, row["seq"]) for row in rows],
-        )
-        # A row written outside workunits that does not decode is answered with
-        # its error and finished here: raising would refuse the whole batch, at
-        # every tick, and no good request behind it would ever be applied.
-        taken: list[LedgerRequest] = []
-        refused: list[tuple[float, bytes, int]] = []
-        for row in rows:
-            try:
-                taken.append(_decode(row, taken_at=now, taken_by=session))
-            except LedgerCorrupt as exc:
-                answer = strictjson.dumps({"error": str(exc)}, f"result of request {row['seq']}")
-                refused.append((now, answer, row["seq"]))
-        conn.executemany("UPDATE requests SET done_at = ?, result = ? WHERE seq = ?", refused)
-    return taken
+            # A row written outside workunits that does not decode is answered with
+            # its error and finished here: raising would refuse the whole batch, at
+            # every tick, and no good request behind it would ever be applied.
+            taken: list[LedgerRequest] = []
+            refused: list[tuple[float, bytes, int]] = []
+            for row in rows:
+                try:
+                    taken.append(_decode(row, taken_at=now, taken_by=session))
+                except LedgerCorrupt as exc:
+                    answer = strictjson.dumps(
+                        {"error": str(exc)}, f"result of request {row['seq']}"
+                    )
+                    refused.append((now, answer, row["seq"]))
+            conn.executemany("UPDATE requests SET done_at = ?, result = ? WHERE seq = ?", refused)
+        return taken
 
+    def finish(self, seq: int, result: Any = None) -> None:
+        """Record a taken request's outcome (exact JSON), for the client that made it."""
+        now = self._ctx.now()
+        data = strictjson.dumps(result, f"result of request {seq}")
+        with self._ctx.db.write(durable=False) as conn:
+            cursor = conn.execute(
+                "UPDATE requests SET done_at = ?, result = ? WHERE seq = ? "
+                "AND taken_at IS NOT NULL",
+                (now, data, seq),
+            )
+            if cursor.rowcount != 1:
+                raise LedgerError(f"no taken request {seq} in the ledger")
 
-def finish(db: Database, seq: int, result: Any, now: float) -> None:
-    """Record a taken request's outcome (exact JSON), for the client that made it."""
-    data = strictjson.dumps(result, f"result of request {seq}")
-    with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            "UPDATE requests SET done_at = ?, result = ? WHERE seq = ? AND taken_at IS NOT NULL",
-            (now, data, seq),
-        )
-        if cursor.rowcount != 1:
-            raise LedgerError(f"no taken request {seq} in the ledger")
+    def get(self, seq: int) -> LedgerRequest | None:
+        with self._ctx.db.read() as conn:
+            row = conn.execute("SELECT * FROM requests WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else _decode(row)
 
-
-def get(db: Database, seq: int) -> LedgerRequest | None:
-    with db.read() as conn:
-        row = conn.execute("SELECT * FROM requests WHERE seq = ?", (seq,)).fetchone()
-    return None if row is None else _decode(row)
-
-
-def reopen(db: Database, current_session: str) -> int:
-    """Make requests taken but never finished by other sessions open again."""
-    with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            "UPDATE requests SET taken_at = NULL, taken_by = NULL "
-            "WHERE taken_at IS NOT NULL AND done_at IS NULL AND taken_by IS NOT ?",
-            (current_session,),
-        )
-        return cursor.rowcount
+    def reopen(self, current_session: str) -> int:
+        """Make requests taken but never finished by other sessions open again."""
+        validate_session(current_session)
+        with self._ctx.db.write(durable=False) as conn:
+            cursor = conn.execute(
+                "UPDATE requests SET taken_at = NULL, taken_by = NULL "
+                "WHERE taken_at IS NOT NULL AND done_at IS NULL AND taken_by IS NOT ?",
+                (current_session,),
+            )
+            return cursor.rowcount
 
 
 def _decode(row: Any, **override: Any) -> LedgerRequest:

@@ -53,7 +53,7 @@ RECORD_COLUMNS = (
     "progress_evidence",
 )
 
-# Columns ``Ledger.write`` may set by name, besides the record's own.
+# Columns ``Attempts.write`` may set by name, besides the record's own.
 EXTRA_COLUMNS = (
     "output_offset",
     "cancel_requested",
@@ -217,7 +217,7 @@ class UnitRow:
 
         A terminal row's notice is in the outbox (written with the transition),
         so ``notified`` is true exactly when the status is terminal; whether it
-        was ``acknowledged`` is the outbox's to say (``Ledger.records``). The memory-only
+        was ``acknowledged`` is the outbox's to say (``Units.records``). The memory-only
         fields (``evict_after``, ``retain``) start afresh; ``output_offset`` is
         where the record's reader stopped when it left memory. A pickled result
         or cause is handed on as bytes: rows the Ledger reads have had their

@@ -28,7 +28,8 @@ from workunits._core import ids
 from workunits._core.errors import InvalidWorkId, LedgerError, SessionLost, SpecError
 from workunits._core.status import Status
 from workunits._ledger import unreadable
-from workunits._ledger.backend import Connection, Database
+from workunits._ledger.backend import Connection
+from workunits._ledger.context import LedgerContext
 from workunits._ledger.rows import UnitRow
 from workunits._ledger.unreadable import Unreadable
 
@@ -82,44 +83,6 @@ def check_advertise(url: object) -> str:
     return str(url).rstrip("/")
 
 
-def open_session(
-    db: Database, session_id: str, pid: int, now: float, lease: float | None = None
-) -> None:
-    validate(session_id)
-    with db.write(durable=True) as conn:
-        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
-            raise LedgerError(f"session {session_id} was opened before; mint a new session ID")
-        conn.execute(
-            "INSERT INTO sessions (id, pid, started_at, heartbeat_at, lease) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (session_id, pid, now, now, lease),
-        )
-
-
-def advertise(db: Database, session_id: str, url: str) -> None:
-    """Record where ``session_id``'s HTTP API is reached from other hosts."""
-    validate(session_id)
-    with db.write(durable=True) as conn:
-        cursor = conn.execute(
-            "UPDATE sessions SET url = ? WHERE id = ?", (check_advertise(url), session_id)
-        )
-        if cursor.rowcount != 1:
-            raise LedgerError(f"no session {session_id} in the ledger; open_session() first")
-
-
-def heartbeat(db: Database, session_id: str, now: float) -> None:
-    """Renew the session's lease; SessionLost when another supervisor took it over."""
-    validate(session_id)
-    with db.write(durable=False) as conn:
-        cursor = conn.execute(
-            "UPDATE sessions SET heartbeat_at = ? WHERE id = ? AND recovered_by IS NULL",
-            (now, session_id),
-        )
-        if cursor.rowcount != 1:
-            check_not_taken(conn, session_id)
-            raise LedgerError(f"no session {session_id} in the ledger; open_session() first")
-
-
 def check_not_taken(conn: Connection, session_id: str) -> None:
     """Inside a write transaction: SessionLost if ``session_id`` was taken over."""
     row = conn.execute(
@@ -133,116 +96,171 @@ def check_not_taken(conn: Connection, session_id: str) -> None:
         )
 
 
-def take_over(
-    db: Database, me: str, now: float, *, exclusive: bool, default_lease: float = DEFAULT_LEASE
-) -> tuple[list[str], list[UnitRow | Unreadable]]:
-    """Take over every session whose lease lapsed (or that ended); its running units.
+class Sessions:
+    """The sessions of one Ledger: supervisor runs, their leases, and takeovers.
 
-    One transaction: the sessions won (a conditional UPDATE, so of two
-    supervisors trying at once exactly one wins each), their running units
-    moved to ``me`` (the caller resumes or fails them: see recovery), and
-    their pending units handed back (``session`` NULL) for any supervisor to
-    claim. ``exclusive``: the caller holds the only supervisor lock there can
-    be (SQLite), so every other session is dead, lease or not, and running
-    units that name no session are taken too.
-
-    Rows are decoded one by one: one that does not decode is an Unreadable
-    (see ``unreadable``) and the others are taken all the same. It is moved to
-    ``me`` too, and nothing else in it changes: whoever takes ``me`` over
-    later (the next supervisor, on SQLite) finds it again, repaired or not.
+    Every method runs in the calling thread.
     """
-    validate(me)
-    lapsed = (
-        "" if exclusive else " AND (ended_at IS NOT NULL OR heartbeat_at < ? - coalesce(lease, ?))"
-    )
-    params: tuple[object, ...] = (me, now, me)
-    if not exclusive:
-        params += (now, default_lease)
-    with db.write(durable=True) as conn:
-        won = [
-            str(row[0])
-            for row in conn.execute(
-                "UPDATE sessions SET recovered_by = ?, recovered_at = ? "  # noqa: S608 - fixed text
-                f"WHERE id <> ? AND recovered_by IS NULL{lapsed} RETURNING id",
-                params,
-            ).fetchall()
-        ]
-        owners = [*won]
-        rows: list[UnitRow | Unreadable] = []
-        if won or exclusive:
-            marks = ", ".join("?" * len(won)) or "NULL"
-            null_too = " OR session IS NULL" if exclusive else ""
-            rows = [
-                unreadable.decode(row)
+
+    def __init__(self, ctx: LedgerContext) -> None:
+        self._ctx = ctx
+
+    def open(self, session_id: str, pid: int, *, lease: float | None = None) -> None:
+        """Open ``session_id`` for the supervisor process ``pid``, held as a ``lease``."""
+        now = self._ctx.now()
+        validate(session_id)
+        with self._ctx.db.write(durable=True) as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+                raise LedgerError(f"session {session_id} was opened before; mint a new session ID")
+            conn.execute(
+                "INSERT INTO sessions (id, pid, started_at, heartbeat_at, lease) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (session_id, pid, now, now, lease),
+            )
+
+    def advertise(self, session_id: str, url: str) -> None:
+        """Record the URL ``session_id``'s HTTP API is reached at from other hosts
+        (``serve --advertise``)."""
+        validate(session_id)
+        with self._ctx.db.write(durable=True) as conn:
+            cursor = conn.execute(
+                "UPDATE sessions SET url = ? WHERE id = ?", (check_advertise(url), session_id)
+            )
+            if cursor.rowcount != 1:
+                raise LedgerError(
+                    f"no session {session_id} in the ledger; open it first (sessions.open)"
+                )
+
+    def heartbeat(self, session_id: str) -> None:
+        """Renew the session's lease; SessionLost when another supervisor took it over."""
+        now = self._ctx.now()
+        validate(session_id)
+        with self._ctx.db.write(durable=False) as conn:
+            cursor = conn.execute(
+                "UPDATE sessions SET heartbeat_at = ? WHERE id = ? AND recovered_by IS NULL",
+                (now, session_id),
+            )
+            if cursor.rowcount != 1:
+                check_not_taken(conn, session_id)
+                raise LedgerError(
+                    f"no session {session_id} in the ledger; open it first (sessions.open)"
+                )
+
+    def take_over(
+        self, me: str, *, exclusive: bool, default_lease: float = DEFAULT_LEASE
+    ) -> tuple[list[str], list[UnitRow | Unreadable]]:
+        """Take over every session whose lease lapsed (or that ended); its running units.
+
+        One transaction: the sessions won (a conditional UPDATE, so of two
+        supervisors trying at once exactly one wins each), their running units
+        moved to ``me`` (the caller resumes or fails them: see recovery), and
+        their pending units handed back (``session`` NULL) for any supervisor to
+        claim. ``exclusive``: the caller holds the only supervisor lock there can
+        be (SQLite), so every other session is dead, lease or not, and running
+        units that name no session are taken too.
+
+        Rows are decoded one by one: one that does not decode, or whose stored
+        values fail their check, is an Unreadable (see ``unreadable``) and the
+        others are taken all the same. It is moved to ``me`` too, and nothing
+        else in it changes: whoever takes ``me`` over later (the next
+        supervisor, on SQLite) finds it again, repaired or not.
+        """
+        now = self._ctx.now()
+        validate(me)
+        lapsed = (
+            ""
+            if exclusive
+            else " AND (ended_at IS NOT NULL OR heartbeat_at < ? - coalesce(lease, ?))"
+        )
+        params: tuple[object, ...] = (me, now, me)
+        if not exclusive:
+            params += (now, default_lease)
+        with self._ctx.db.write(durable=True) as conn:
+            won = [
+                str(row[0])
                 for row in conn.execute(
-                    f"SELECT * FROM units WHERE status = ? AND (session IN ({marks}){null_too}) "  # noqa: S608
-                    "ORDER BY created_at, id",
-                    (Status.RUNNING.value, *owners),
+                    "UPDATE sessions SET recovered_by = ?, recovered_at = ? "  # noqa: S608 - fixed text
+                    f"WHERE id <> ? AND recovered_by IS NULL{lapsed} RETURNING id",
+                    params,
                 ).fetchall()
             ]
-            if rows:
-                conn.executemany(
-                    "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in rows]
+            owners = [*won]
+            rows: list[UnitRow | Unreadable] = []
+            if won or exclusive:
+                marks = ", ".join("?" * len(won)) or "NULL"
+                null_too = " OR session IS NULL" if exclusive else ""
+                running = (
+                    f"SELECT * FROM units WHERE status = ? AND (session IN ({marks}){null_too}) "  # noqa: S608
+                    "ORDER BY created_at, id"
                 )
-            if won:
-                conn.execute(
-                    f"UPDATE units SET session = NULL WHERE status = ? AND session IN ({marks})",  # noqa: S608
-                    (Status.PENDING.value, *won),
+                rows = [
+                    unreadable.decode(row)
+                    for row in conn.execute(running, (Status.RUNNING.value, *owners)).fetchall()
+                ]
+                if rows:
+                    conn.executemany(
+                        "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in rows]
+                    )
+                if won:
+                    handed_back = (
+                        f"UPDATE units SET session = NULL WHERE status = ? AND session IN ({marks})"  # noqa: S608
+                    )
+                    conn.execute(handed_back, (Status.PENDING.value, *won))
+        return won, self._ctx.checked_each(rows)
+
+    def close(self, session_id: str) -> None:
+        """Close ``session_id``: its supervisor stopped."""
+        self._touch(session_id, "ended_at", durable=True)
+
+    def _touch(self, session_id: str, column: str, *, durable: bool) -> None:
+        now = self._ctx.now()
+        validate(session_id)
+        with self._ctx.db.write(durable=durable) as conn:
+            cursor = conn.execute(
+                f"UPDATE sessions SET {column} = ? WHERE id = ?",  # noqa: S608 - a fixed column name
+                (now, session_id),
+            )
+            if cursor.rowcount != 1:
+                raise LedgerError(
+                    f"no session {session_id} in the ledger; open it first (sessions.open)"
                 )
-    return won, rows
 
+    def get(self, session_id: str) -> Session | None:
+        validate(session_id)
+        with self._ctx.db.read() as conn:
+            row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return None if row is None else Session(**dict(row))
 
-def close_session(db: Database, session_id: str, now: float) -> None:
-    _touch(db, session_id, "ended_at", now, durable=True)
+    def live(self, stale_after: float) -> list[Session]:
+        """Sessions not closed whose heartbeat is younger than ``stale_after`` seconds."""
+        now = self._ctx.now()
+        with self._ctx.db.read() as conn:
+            rows = conn.execute(
+                "SELECT * FROM sessions WHERE ended_at IS NULL AND heartbeat_at >= ? "
+                "ORDER BY started_at, id",
+                (now - stale_after,),
+            ).fetchall()
+        return [Session(**dict(row)) for row in rows]
 
+    def units_of_dead_sessions(
+        self, current: str, *, stale_after: float | None = None
+    ) -> list[UnitRow]:
+        """``running`` units whose session is not ``current`` and not live.
 
-def _touch(db: Database, session_id: str, column: str, now: float, *, durable: bool) -> None:
-    validate(session_id)
-    with db.write(durable=durable) as conn:
-        cursor = conn.execute(
-            f"UPDATE sessions SET {column} = ? WHERE id = ?",  # noqa: S608 - a fixed column name
-            (now, session_id),
-        )
-        if cursor.rowcount != 1:
-            raise LedgerError(f"no session {session_id} in the ledger; open_session() first")
-
-
-def get(db: Database, session_id: str) -> Session | None:
-    validate(session_id)
-    with db.read() as conn:
-        row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    return None if row is None else Session(**dict(row))
-
-
-def live(db: Database, now: float, stale_after: float) -> list[Session]:
-    """Sessions not closed whose heartbeat is younger than ``stale_after`` seconds."""
-    with db.read() as conn:
-        rows = conn.execute(
-            "SELECT * FROM sessions WHERE ended_at IS NULL AND heartbeat_at >= ? "
-            "ORDER BY started_at, id",
-            (now - stale_after,),
-        ).fetchall()
-    return [Session(**dict(row)) for row in rows]
-
-
-def units_of_dead_sessions(
-    db: Database, current: str, now: float, stale_after: float | None
-) -> list[UnitRow]:
-    """``running`` units whose session is not ``current`` and not live.
-
-    With ``stale_after=None`` every other session counts as dead: right for a
-    caller holding the supervisor lock, since no other supervisor can run.
-    Otherwise a session heard from within ``stale_after`` seconds is live.
-    """
-    validate(current)
-    query = "SELECT * FROM units WHERE status = ? AND session IS NOT ?"
-    params: tuple[object, ...] = (Status.RUNNING.value, current)
-    if stale_after is not None:
-        query += (
-            " AND (session IS NULL OR session NOT IN (SELECT id FROM sessions "
-            "WHERE ended_at IS NULL AND heartbeat_at >= ?))"
-        )
-        params += (now - stale_after,)
-    with db.read() as conn:
-        rows = conn.execute(query + " ORDER BY created_at, id", params).fetchall()
-    return [UnitRow.from_sql(row) for row in rows]
+        With ``stale_after=None`` every other session counts as dead: right for a
+        caller holding the supervisor lock, since no other supervisor can run.
+        Otherwise a session heard from within ``stale_after`` seconds is live.
+        """
+        now = self._ctx.now()
+        validate(current)
+        query = "SELECT * FROM units WHERE status = ? AND session IS NOT ?"
+        params: tuple[object, ...] = (Status.RUNNING.value, current)
+        if stale_after is not None:
+            query += (
+                " AND (session IS NULL OR session NOT IN (SELECT id FROM sessions "
+                "WHERE ended_at IS NULL AND heartbeat_at >= ?))"
+            )
+            params += (now - stale_after,)
+        with self._ctx.db.read() as conn:
+            rows = conn.execute(query + " ORDER BY created_at, id", params).fetchall()
+        return [self._ctx.checked(UnitRow.from_sql(row)) for row in rows]

@@ -1,4 +1,4 @@
-"""Group commit of ``Ledger.submit`` across the threads of one process.
+"""Group commit of ``Units.submit`` across the threads of one process.
 
 A supervisor groups its facade's submits in its actor (``supervisor.actor.submits``).
 A client (``wu.connect``, the HTTP server's request threads, a script with a
@@ -56,7 +56,7 @@ class SubmitGroup:
 
     def submit(self, new: NewUnit) -> tuple[UnitRow, bool]:
         """Write ``new`` (in a group, when others submit at once); its row and whether it
-        was created, as ``Ledger.submit`` returns them. Returns once the row is durable."""
+        was created, as ``Units.submit`` returns them. Returns once the row is durable."""
         if os.getpid() != self._pid:
             # A forked child: a leader of the parent's may have been mid-commit, and
             # no thread of ours would ever answer. The ledger itself says what to do.

@@ -52,7 +52,7 @@ class WriteOutcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One write for :meth:`Ledger.write_many`: a record (its mirrored columns) or an ID.
+    """One write for :meth:`Attempts.write_many`: a record (its mirrored columns) or an ID.
 
     ``fields`` sets further columns by name (``cancel_requested``,
     ``progress``, ...); ``result`` is a value to store as the unit's result.

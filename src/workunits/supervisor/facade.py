@@ -1324,7 +1324,7 @@ class Supervisor:
         its ``--http`` address). SpecError unless an ``http(s)://host:port`` URL.
         """
         self._ensure_started()
-        self._machinery.ledger.advertise(self.session, check_advertise(url))
+        self._machinery.ledger.sessions.advertise(self.session, check_advertise(url))
 
     # -- time ------------------------------------------------------------------
 

@@ -42,36 +42,36 @@ class HttpConsumers:
         if parent is not None:
             ids.validate(parent)
         seconds = check_lease(lease)
-        claimed = self._ledger.claim_notice(parent, owner=owner, lease=seconds)
+        claimed = self._ledger.outbox.claim(parent, owner=owner, lease=seconds)
         if claimed is None:
             return None
         return NoticeClaim(claimed.notice, claimed.token, seconds)
 
     def ack(self, work_id: str, token: str | None) -> bool:
         ids.validate(work_id)
-        return self._ledger.ack_notice(work_id, token)
+        return self._ledger.outbox.ack(work_id, token)
 
     def release(self, work_id: str, token: str) -> bool:
         ids.validate(work_id)
-        return self._ledger.release_notice(work_id, token)
+        return self._ledger.outbox.release(work_id, token)
 
     def renew(self, work_id: str, token: str, lease: float) -> bool:
         ids.validate(work_id)
-        return self._ledger.renew_claim(work_id, token, check_lease(lease))
+        return self._ledger.outbox.renew(work_id, token, check_lease(lease))
 
     def retain(self, work_id: str, lease: float, owner: str) -> str:
-        self._ledger.require(work_id)  # InvalidWorkId / UnknownWork: no lease on nothing
-        return self._ledger.retain(work_id, check_lease(lease), owner=owner)
+        self._ledger.units.require(work_id)  # InvalidWorkId / UnknownWork: no lease on nothing
+        return self._ledger.retains.add(work_id, check_lease(lease), owner=owner)
 
     def renew_retain(self, lease_id: str, lease: float, unit: str | None = None) -> bool:
-        return self._ledger.renew_retain(lease_id, check_lease(lease), unit=unit)
+        return self._ledger.retains.renew(lease_id, check_lease(lease), unit=unit)
 
     def release_retain(self, lease_id: str, unit: str | None = None) -> bool:
-        return self._ledger.release_retain(lease_id, unit=unit)
+        return self._ledger.retains.release(lease_id, unit=unit)
 
     def retained(self, work_id: str) -> bool:
-        return work_id in self._ledger.retained([work_id])
+        return work_id in self._ledger.retains.held([work_id])
 
     def waiting(self) -> int:
         """Notices not yet acknowledged, for every parent."""
-        return self._ledger.outbox_size()
+        return self._ledger.outbox.size()

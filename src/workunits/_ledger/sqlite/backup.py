@@ -11,7 +11,7 @@ expired): then the whole copy is taken again.
 
 The copy is a state dir of its own (0700, files 0600, key 0400), at any
 path: a unit's output path follows from the state dir it is opened in
-(``Ledger.output_path_of``), and nothing in the ledger names an absolute path
+(``Units.output_path_of``), and nothing in the ledger names an absolute path
 that the restored copy needs. A supervisor opened on it recovers as after a
 crash: units that were running resume from their checkpoints or fail lost.
 """

@@ -127,7 +127,7 @@ class Eviction:
         ]
         waiting = [r.id for r in candidates if not r.acknowledged and self.gated(r)]
         if waiting:
-            for work_id in self._ledger.acknowledged_among(waiting):
+            for work_id in self._ledger.outbox.acknowledged_among(waiting):
                 self.acknowledged(work_id)
         ready = []
         for candidate in candidates:
@@ -136,7 +136,7 @@ class Eviction:
                 ready.append(record.id)
             else:
                 self._deadlines.push(now + RECHECK, record.id, Due.EVICT)
-        leased = self._ledger.retained(ready) if ready else set()
+        leased = self._ledger.retains.held(ready) if ready else set()
         for work_id in leased:
             self._deadlines.push(now + RECHECK, work_id, Due.EVICT)
         evicted = [work_id for work_id in ready if work_id not in leased]
@@ -156,7 +156,7 @@ class Eviction:
                 oldest.append(work_id)
             if len(oldest) == over:
                 break
-        leased = self._ledger.retained(oldest)
+        leased = self._ledger.retains.held(oldest)
         evicted = [work_id for work_id in oldest if work_id not in leased]
         for work_id in evicted:
             self._evict(work_id)
@@ -167,7 +167,7 @@ class Eviction:
         if record.output_offset:
             # The read offset goes with the record: a later read_output from the
             # ledger's tail carries on from it.
-            self._ledger.save_output_offset(work_id, record.output_offset)
+            self._ledger.units.save_output_offset(work_id, record.output_offset)
         self._units.evict(work_id)
         self._notices.forget(work_id)
         self._ended.pop(work_id, None)

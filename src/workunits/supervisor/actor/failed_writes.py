@@ -210,7 +210,9 @@ class FailedWrites:
         """One transaction for all; if one write is bad for good, one at a time."""
         if len(items) > 1:
             try:
-                outcomes = self._ledger.write_many([w for p in items for w in p.writes or ()])
+                outcomes = self._ledger.attempts.write_many(
+                    [w for p in items for w in p.writes or ()]
+                )
             except WorkunitsError as exc:
                 if retryable(exc):
                     raise
@@ -231,7 +233,7 @@ class FailedWrites:
         landed = False
         try:
             if item.writes is not None:
-                landed = not _stale([item], self._ledger.write_many(item.writes))
+                landed = not _stale([item], self._ledger.attempts.write_many(item.writes))
             else:
                 if item.call is not None:
                     item.call()

@@ -80,7 +80,7 @@ class LedgerMirror:
         caller's start then writes nothing more (``running_in_ledger``).
         """
         durable = call_kind(actor_class, actor_class.to_durable, spec, timeout)
-        stored = self.ledger.encode_spec(durable, record.id)
+        stored = self.ledger.units.encode_spec(durable, record.id)
         # A unit with a retry policy keeps its spec and continues after a lost
         # supervisor too: one attempt counter serves both (supervisor.actor.retries).
         resumable = (
@@ -111,7 +111,7 @@ class LedgerMirror:
         """
         return [
             a if isinstance(a, WorkunitsError) else (None if a[1] else a[0])
-            for a in self.ledger.submit_many(news, wake=False)  # in memory here already
+            for a in self.ledger.units.submit_many(news, wake=False)  # in memory here already
         ]
 
     def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: UnitSlot | None) -> None:
@@ -202,7 +202,7 @@ class LedgerMirror:
         """Answer request ``seq`` (about ``work_id``) for the process that made it."""
 
         def finish() -> None:
-            self.ledger.finish_request(seq, result)
+            self.ledger.requests.finish(seq, result)
 
         self.backlog.submit([Pending(work_id, f"the answer to request {seq}", call=finish)])
 
@@ -210,7 +210,7 @@ class LedgerMirror:
         self, work_id: str, attempt: int, state: bytes, consumed: tuple[int, ...] = ()
     ) -> None:
         def save() -> None:
-            self.ledger.save_checkpoint_encoded(work_id, attempt, state, consumed=consumed)
+            self.ledger.attempts.save_checkpoint_encoded(work_id, attempt, state, consumed=consumed)
 
         what = f"a checkpoint of {work_id}"
         # A newer one replaces it while both wait, unless it consumes signals: those
@@ -222,7 +222,7 @@ class LedgerMirror:
         """The notice of ``work_id`` was acknowledged (kept and retried, like any write)."""
 
         def mark() -> None:
-            self.ledger.mark_delivered(work_id, status)
+            self.ledger.outbox.mark_delivered(work_id, status)
 
         what = f"the acknowledgement of the notice of {work_id}"
         self.backlog.submit([Pending(work_id, what, call=mark)])
@@ -245,10 +245,10 @@ class LedgerMirror:
     # -- reads that outlive memory ------------------------------------------------
 
     def get(self, work_id: str) -> WorkRecord:
-        row = self.ledger.get(work_id)
+        row = self.ledger.units.get(work_id)
         if row is None:
             raise UnknownWork(f"no work unit {work_id!r} in this state dir")
-        return self.ledger.record(row)
+        return self.ledger.units.record(row)
 
     def rows(
         self,
@@ -259,14 +259,14 @@ class LedgerMirror:
         resident: Container[str],
     ) -> list[WorkRecord]:
         """Rows of units not in memory (``resident`` are)."""
-        return self.ledger.records(
+        return self.ledger.units.records(
             r
-            for r in self.ledger.list(status=status, kind=kind, parent=parent)
+            for r in self.ledger.units.list(status=status, kind=kind, parent=parent)
             if r.id not in resident
         )
 
     def resumable(self, work_id: str) -> bool:
-        row = self.ledger.get(work_id)
+        row = self.ledger.units.get(work_id)
         return row is not None and row.resumable and row.attempt < row.max_attempts
 
     # -- every tick ---------------------------------------------------------------------
@@ -283,12 +283,12 @@ class LedgerMirror:
         # Dropped when they fail: the next report carries the newer value.
         try:
             if pids:
-                self.ledger.write_many(pids)
+                self.ledger.attempts.write_many(pids)
         except WorkunitsError as exc:
             self.backlog.report(exc, "pids (dropped: shown by ls/show only)", kept=False)
         try:
             if progress:
-                self.ledger.write_progress_batch(progress)
+                self.ledger.attempts.write_progress_batch(progress)
         except WorkunitsError as exc:
             self.backlog.report(exc, "progress (dropped: the next report carries it)", kept=False)
 
@@ -306,11 +306,11 @@ class LedgerMirror:
         try:
             if now >= self._next_heartbeat:
                 self._next_heartbeat = now + self._heartbeat_every
-                self.ledger.heartbeat(self.session)
+                self.ledger.sessions.heartbeat(self.session)
             if now >= self._next_expire:
                 self._next_expire = now + EXPIRE_EVERY
-                expired = self.ledger.expire_due()
-                self.ledger.release_dead_claims()
+                expired = self.ledger.retention.expire_due()
+                self.ledger.outbox.release_dead()
         except SessionLost:
             raise
         except LedgerError as exc:
@@ -334,7 +334,7 @@ class LedgerMirror:
                 shown,
             )
         try:
-            self.ledger.close_session(self.session)
+            self.ledger.sessions.close(self.session)
         except WorkunitsError:
             log.exception("ledger: could not close session %s", self.session)
         self.ledger.close()

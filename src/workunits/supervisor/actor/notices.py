@@ -100,25 +100,25 @@ class Notices:
         supervisor has closed, on a connection per call, so a reader can still
         drain what the ledger holds.
         """
-        held = self._on_claims(lambda ledger: ledger.claim_notice(None))
+        held = self._on_claims(lambda ledger: ledger.outbox.claim(None))
         if held is None:
             return None
         notice, token = held.notice, held.token
 
         def ack() -> bool:
-            done = self._on_claims(lambda ledger: ledger.ack_notice(notice.id, token))
+            done = self._on_claims(lambda ledger: ledger.outbox.ack(notice.id, token))
             if done:
                 self._tell(Acknowledged(notice, in_ledger=True))
             return done
 
         def release() -> bool:
-            return self._on_claims(lambda ledger: ledger.release_notice(notice.id, token))
+            return self._on_claims(lambda ledger: ledger.outbox.release(notice.id, token))
 
         return Claim(notice, ack=ack, release=release)
 
     def _root_waiting(self) -> int:
         """Application notices nobody has claimed (in the consumer's thread)."""
-        return self._on_claims(lambda ledger: ledger.unclaimed_count(None))
+        return self._on_claims(lambda ledger: ledger.outbox.unclaimed_count(None))
 
     def _on_claims(self, call: Callable[[Ledger], T]) -> T:
         with self._claims_lock:
@@ -180,7 +180,7 @@ class Notices:
         restart finds them there too.
         """
         try:
-            notices = self._ledger.undelivered(parent)
+            notices = self._ledger.outbox.undelivered(parent)
         except LedgerError:
             log.exception("ledger: could not read the notices waiting for %s", parent)
             return
@@ -188,7 +188,7 @@ class Notices:
             record = self._units.registry.find(notice.id)
             if record is None:
                 try:
-                    row = self._ledger.get(notice.id)
+                    row = self._ledger.units.get(notice.id)
                     if row is None:
                         continue  # expired with its notice still waiting: nothing to hand
                     record = row.to_record()

@@ -54,7 +54,7 @@ class OutputReads:
         record = self._units.get(work_id)
         data, new_offset = _from_tail(record, record.output_offset, limit)
         if new_offset != record.output_offset:
-            self._ledger.save_output_offset(work_id, new_offset)
+            self._ledger.units.save_output_offset(work_id, new_offset)
             record = replace(record, output_offset=new_offset)
         return data, record
 

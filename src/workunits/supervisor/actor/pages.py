@@ -54,11 +54,13 @@ def page(units: Units, query: Query) -> list[WorkRecord]:
         rest = replace(found, status=None)
         if candidates and rest != Filter():
             ids = [r.id for r in candidates]
-            kept = {row.id for row in ledger.page(rest, limit=None, only=ids)}
+            kept = {row.id for row in ledger.listing.page(rest, limit=None, only=ids)}
             candidates = [r for r in candidates if r.id in kept]
         from_memory = candidates
-    rows = ledger.page(found, limit=query.limit, after=mark, newest=query.newest, exclude=exclude)
-    records = [resident.get(r.id) or r for r in ledger.records(rows)]
+    rows = ledger.listing.page(
+        found, limit=query.limit, after=mark, newest=query.newest, exclude=exclude
+    )
+    records = [resident.get(r.id) or r for r in ledger.units.records(rows)]
     merged = sorted(
         [*records, *from_memory], key=lambda r: (r.created_at, r.id), reverse=query.newest
     )
@@ -69,7 +71,7 @@ def _mark(units: Units, work_id: str) -> Mark:
     found = units.registry.find(work_id)
     if found is not None:
         return Mark(found.created_at, found.id)
-    return units.ledger.mark_of(work_id)
+    return units.ledger.listing.mark_of(work_id)
 
 
 def _after(record: WorkRecord, mark: Mark | None, newest: bool) -> bool:

@@ -10,9 +10,9 @@ with reason ``lost``.
 Several supervisors on one (PostgreSQL) ledger (``shared``): each holds its
 session as a lease (renewed by its heartbeat, ``LedgerMirror.periodic``). At
 start and every TAKEOVER_EVERY seconds of ticks, a supervisor takes over the
-sessions whose lease lapsed (``Ledger.take_over``: exactly one supervisor wins
+sessions whose lease lapsed (``Sessions.take_over``: exactly one supervisor wins
 each) and recovers their running units as above; their pending units go back
-to the cluster. Pending units nobody owns are claimed (``Ledger.claim_pending``),
+to the cluster. Pending units nobody owns are claimed (``Claims.claim``),
 no more of a kind than this supervisor has free slots for, so each is started
 by exactly one supervisor. Alone on a SQLite ledger (its lock held), every
 other session is dead at start, and none can lapse afterwards.
@@ -123,14 +123,14 @@ class Recovery:
 
     def recover(self) -> dict[str, list[str]]:
         """Open the session; apply requests; resume or fail what dead sessions left; adopt."""
-        self._ledger.open_session(self._session, os.getpid(), lease=self._lease)
+        self._ledger.sessions.open(self._session, os.getpid(), lease=self._lease)
         if self._shared:
             # From here on every write checks this session was not taken over (fence).
             # A ledger of our own (SQLite, its state dir's lock held) needs no check:
             # only a supervisor holding that lock can take this session over, and it
             # cannot get the lock while we live. That is two queries less per unit.
             self._ledger.fence(self._session)
-        self._ledger.reopen_requests(self._session)
+        self._ledger.requests.reopen(self._session)
         self._recovered = True
         # Before anything is resumed or started: a cancel sent while no supervisor
         # ran ends its unit without another attempt (DESIGN §4).
@@ -142,7 +142,7 @@ class Recovery:
     def _take_over(self, *, exclusive: bool) -> tuple[list[str], list[str]]:
         """Take over dead sessions; resume or fail their running units."""
         self._next_takeover = self._clock.now() + TAKEOVER_EVERY
-        won, rows = self._ledger.take_over(self._session, exclusive=exclusive)
+        won, rows = self._ledger.sessions.take_over(self._session, exclusive=exclusive)
         if won and self._shared:
             log.warning(
                 "session %s took over session(s) %s (lease lapsed): %d running unit(s) to "
@@ -224,10 +224,10 @@ class Recovery:
             return False
         try:
             actor_class = self._units.kinds.actor_class(row.id[0])
-            durable = self._ledger.load_spec(row.id)
+            durable = self._ledger.units.load_spec(row.id)
             if row.resumable and row.attempt < row.max_attempts:
                 spec, timeout = call_kind(actor_class, actor_class.from_durable, durable)
-                attempt = self._ledger.begin_attempt(row.id, self._session, expected=row.attempt)
+                attempt = self._ledger.attempts.resume(row.id, self._session, expected=row.attempt)
                 record = replace(row.to_record(), status=Status.PENDING, attempt=attempt, pid=None)
                 self._starts.admit(record, actor_class, spec, timeout, row.checkpoint, adopted=True)
                 return True
@@ -248,7 +248,7 @@ class Recovery:
         for work_id in sorted(self._left):
             self._left.discard(work_id)
             try:
-                row = self._ledger.get(work_id)
+                row = self._ledger.units.get(work_id)
             except LedgerError as exc:
                 if retryable(exc):
                     self._left.add(work_id)
@@ -302,7 +302,7 @@ class Recovery:
         # those of a kind that is registered now.
         rows, self._claimed = self._claimed, []
         rows += self._kind_registered()
-        rows += self._ledger.claim_pending(self._session, free, ADOPT_BATCH)
+        rows += self._ledger.claims.claim(self._session, free, ADOPT_BATCH)
         for i, item in enumerate(rows):
             if item.id in self._units or self._mirror.backlog.holds(item.id):
                 continue  # in memory, or its lost end is waiting to be written
@@ -323,10 +323,10 @@ class Recovery:
                 bare = item
             try:
                 # An Unreadable for the ledger's moment is read again: it may pass now.
-                row = item if isinstance(item, UnitRow) else self._ledger.require(item.id)
+                row = item if isinstance(item, UnitRow) else self._ledger.units.require(item.id)
                 actor_class = self._units.kinds.actor_class(row.id[0])
                 spec, timeout = call_kind(
-                    actor_class, actor_class.from_durable, self._ledger.load_spec(row.id)
+                    actor_class, actor_class.from_durable, self._ledger.units.load_spec(row.id)
                 )
             except (WorkunitsError, UnknownKind) as exc:
                 if retryable(exc):  # not the unit's fault: adopted at a later tick
@@ -362,7 +362,7 @@ class Recovery:
         ready: list[UnitRow | Unreadable] = []
         for work_id in [w for w in self._parked if w[0] in self._units.kinds]:
             del self._parked[work_id]
-            row = self._ledger.get(work_id)
+            row = self._ledger.units.get(work_id)
             if row is not None and row.status == Status.PENDING:
                 ready.append(row)
         return ready
@@ -376,7 +376,7 @@ class Recovery:
         while True:
             if not self._held:
                 try:
-                    taken = self._ledger.take_requests(
+                    taken = self._ledger.requests.take(
                         REQUESTS_PER_TICK, session=self._session, routed=self._shared
                     )
                 except LedgerError as exc:
@@ -427,7 +427,7 @@ class Recovery:
     def _apply_to_row(self, request: LedgerRequest) -> dict[str, Any]:
         """A request for a unit not in memory (evicted, or never started here)."""
         target = request.target
-        row = self._ledger.require(target)
+        row = self._ledger.units.require(target)
         if request.verb in END_VERBS and (
             row.status == Status.PENDING
             or (row.status == Status.RUNNING and row.session != self._session)
@@ -435,7 +435,7 @@ class Recovery:
             # Never started (pending -> killed), or left running by a dead session
             # whose zygote killed its process: it ends without another attempt.
             reason = Reason.CANCELLED if request.verb == "cancel" else Reason.KILLED
-            self._ledger.write(
+            self._ledger.attempts.write(
                 target,
                 attempt=row.attempt,
                 status=Status.KILLED.value,

@@ -33,11 +33,11 @@ class Reruns:
 
     def retry(self, work_id: str) -> WorkRecord:
         old = self._units.get(work_id)  # validates; UnknownWork for an ID nobody knows
-        again = self._ledger.retried_by(work_id)
+        again = self._ledger.units.retried_by(work_id)
         if again is not None:
             return self._units.get(again)
         check_retryable(old)
-        row = self._ledger.require(work_id)
+        row = self._ledger.units.require(work_id)
         launch = self._launch_of(work_id)
         parent = old.parent
         if parent is not None:
@@ -65,7 +65,7 @@ class Reruns:
         actor_class = self._units.kinds.actor_class(work_id[0])
         try:
             spec, timeout = call_kind(
-                actor_class, actor_class.from_durable, self._ledger.load_spec(work_id)
+                actor_class, actor_class.from_durable, self._ledger.units.load_spec(work_id)
             )
         except UnknownWork as exc:
             raise NotRetryable(

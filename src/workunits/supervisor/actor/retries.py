@@ -137,7 +137,9 @@ class Retries:
             retry_at=now + delay,
         )
         try:
-            log_so_far = self._ledger.schedule_retry(work_id, record.attempt, failed, message)
+            log_so_far = self._ledger.attempts.schedule_retry(
+                work_id, record.attempt, failed, message
+            )
         except WorkunitsError:
             log.exception("ledger: could not schedule the next attempt of %s; it ends now", work_id)
             return False
@@ -172,9 +174,11 @@ class Retries:
         try:
             actor_class = self._units.kinds.actor_class(row.id[0])
             spec, timeout = call_kind(
-                actor_class, actor_class.from_durable, self._ledger.load_spec(row.id)
+                actor_class, actor_class.from_durable, self._ledger.units.load_spec(row.id)
             )
-            self._ledger.write(row.id, attempt=row.attempt, session=self._session, pid=None)
+            self._ledger.attempts.write(
+                row.id, attempt=row.attempt, session=self._session, pid=None
+            )
         except (WorkunitsError, UnknownKind):
             log.exception("could not continue the retries of %s", row.id)
             return False
@@ -204,7 +208,7 @@ class Retries:
         message = f"restart {n}/{policy.max_restarts} within {_seconds(policy.within)}"
         failed = Attempt(row.attempt, now, error, reason=Reason.LOST, retry_at=now)
         try:
-            log_so_far = self._ledger.schedule_retry(row.id, row.attempt, failed, message)
+            log_so_far = self._ledger.attempts.schedule_retry(row.id, row.attempt, failed, message)
         except WorkunitsError:
             log.exception("ledger: could not schedule the restart of %s", row.id)
             return lost
@@ -239,7 +243,9 @@ class Retries:
             self._push(now + BUSY_RECHECK, work_id, failed)
             return
         try:
-            attempt, row = self._ledger.begin_retry(work_id, self._session, expected=failed)
+            attempt, row = self._ledger.attempts.begin_retry(
+                work_id, self._session, expected=failed
+            )
         except WorkunitsError:
             log.exception("ledger: could not begin the next attempt of %s", work_id)
             self._push(now + FAILED_BEGIN_RECHECK, work_id, failed)

@@ -90,7 +90,7 @@ class Schedules:
 
     def _reload(self) -> None:
         try:
-            self._rows = {row.name: row for row in self._ledger.all_schedules()}
+            self._rows = {row.name: row for row in self._ledger.schedules.all_rows()}
         except WorkunitsError:
             log.exception("ledger: could not read the schedules (read again later)")
 
@@ -119,7 +119,7 @@ class Schedules:
                 f"{cron!r} names no time after now (a 31st of February, a year that has "
                 f"passed): it would never fire"
             )
-        stored = self._ledger.encode_schedule_spec(spec, name)
+        stored = self._ledger.schedules.encode_spec(spec, name)
         old = self._rows.get(name)
         if (
             old is not None
@@ -148,13 +148,13 @@ class Schedules:
             next_at=first,
             created_at=now,
         )
-        self._ledger.put_schedule(row)
+        self._ledger.schedules.put(row)
         self._rows[name] = row
         return row
 
     def remove(self, name: str) -> bool:
         self._rows.pop(name, None)
-        return self._ledger.remove_schedule(name)
+        return self._ledger.schedules.remove(name)
 
     def tick(self, now: float) -> None:
         """Fire (or record as missed) every firing due by ``now``."""
@@ -177,7 +177,7 @@ class Schedules:
             # several supervisors on one ledger exactly one fires (or records as
             # missed) it. A supervisor that dies right after taking it loses
             # that one firing: at most once, never twice.
-            if not self._ledger.advance_schedule(row.name, due, following):
+            if not self._ledger.schedules.advance(row.name, due, following):
                 self._reread(row.name)
                 return
             missed = due < self._started_at
@@ -185,8 +185,8 @@ class Schedules:
             if missed and not (row.catch_up == "run-once" and last_missed):
                 # A supervisor that died between a firing's submit and its record
                 # did fire it: its unit is under the firing's key.
-                unit = self._ledger.unit_under_key(firing_key(row.name, due))
-                self._ledger.record_firing(row.name, due, unit, following)
+                unit = self._ledger.schedules.unit_under(firing_key(row.name, due))
+                self._ledger.schedules.record_firing(row.name, due, unit, following)
             else:
                 self._fire(row, due, following)
             row = self._moved(row, following)
@@ -194,14 +194,14 @@ class Schedules:
 
     def _reread(self, name: str) -> None:
         """Another supervisor took a firing: this one's copy of the row is behind."""
-        for found in self._ledger.all_schedules():
+        for found in self._ledger.schedules.all_rows():
             if found.name == name:
                 self._rows[name] = found
                 return
         self._rows.pop(name, None)  # removed there
 
     def _fire(self, row: ScheduleRow, due: float, following: float) -> None:
-        spec = self._ledger.schedule_spec(row)
+        spec = self._ledger.schedules.spec_of(row)
         options = row.options
         record = self._register(
             row.letter,
@@ -210,7 +210,7 @@ class Schedules:
             timeout=options.get("timeout"),
             key=firing_key(row.name, due),
         )
-        self._ledger.record_firing(row.name, due, record.id, following)
+        self._ledger.schedules.record_firing(row.name, due, record.id, following)
 
     def _moved(self, row: ScheduleRow, next_at: float) -> ScheduleRow:
         moved = dataclasses.replace(row, next_at=next_at)

@@ -39,11 +39,11 @@ class Signals:
         # Invariant: every signal with seq <= _seen was routed, or sent before this
         # supervisor started (a unit asks for those at its first wait_for). Seqs are
         # taken under the ledger's write lock, so they commit in order.
-        self._seen = ledger.last_signal_seq()
+        self._seen = ledger.signals.last_seq()
 
     def send(self, work_id: str, name: str, value: Any) -> bool:
         """Keep a signal for ``work_id`` and route it now; False when the unit has ended."""
-        seq = self._ledger.send_signal(work_id, name, value)
+        seq = self._ledger.signals.send(work_id, name, value)
         if seq is None:
             return False
         self.tick()
@@ -52,7 +52,7 @@ class Signals:
     def tick(self) -> None:
         """Route the signals other processes sent since the last tick."""
         try:
-            arrived = self._ledger.signals_after(self._seen, ROUTED_PER_TICK)
+            arrived = self._ledger.signals.after(self._seen, ROUTED_PER_TICK)
         except WorkunitsError:
             log.exception("ledger: could not read new signals")
             return
@@ -63,7 +63,7 @@ class Signals:
     def opened(self, work_id: str, req: int) -> None:
         """Answer a unit's first ``wait_for``: the signals it has not consumed, oldest first."""
         try:
-            found = self._ledger.open_signals(work_id)
+            found = self._ledger.signals.open_for(work_id)
         except WorkunitsError as exc:
             reply_to_unit(self._units, work_id, req, False, f"{type(exc).__name__}: {exc}")
             return

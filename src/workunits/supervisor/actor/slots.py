@@ -18,7 +18,7 @@ from workunits._ledger import Write
 from workunits.actors.base import WorkActor
 
 if TYPE_CHECKING:
-    from workunits._ledger.store import ProgressItem
+    from workunits._ledger.attempts import ProgressItem
 
 
 class Ending(enum.Enum):

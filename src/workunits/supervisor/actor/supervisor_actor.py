@@ -279,7 +279,7 @@ class SupervisorActor(pykka.ThreadingActor):
         if not offsets:
             return
         try:
-            self._mirror.ledger.save_output_offsets(offsets)
+            self._mirror.ledger.units.save_output_offsets(offsets)
         except WorkunitsError:  # a read offset: the reader sees bytes again, nothing is lost
             log.exception("ledger: could not keep %d units' read offsets", len(offsets))
 
@@ -376,7 +376,7 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.RemoveSchedule(name):
                 request.answer(self._schedules.remove(name))
             case rq.ListSchedules():
-                request.answer(self._mirror.ledger.schedule_listing())
+                request.answer(self._mirror.ledger.schedules.listing())
             case rq.RegisterKind(letter, actor_class):
                 units.kinds.add(letter, actor_class)
                 request.answer(None)
@@ -396,11 +396,11 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(control.release(work_id))
             case rq.TakeLease(work_id, lease):
                 units.get(work_id)  # InvalidWorkId / UnknownWork now, not a stray lease
-                request.answer(self._mirror.ledger.retain(work_id, lease))
+                request.answer(self._mirror.ledger.retains.add(work_id, lease))
             case rq.RenewLease(lease_id, lease):
-                request.answer(self._mirror.ledger.renew_retain(lease_id, lease))
+                request.answer(self._mirror.ledger.retains.renew(lease_id, lease))
             case rq.EndLease(work_id, lease_id):
-                ended = self._mirror.ledger.release_retain(lease_id)
+                ended = self._mirror.ledger.retains.release(lease_id)
                 self._eviction.released(work_id)
                 request.answer(ended)
             case rq.KillUnit(work_id, reason):
@@ -412,7 +412,7 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.TickNow():
                 request.answer(self._tick())
             case rq.Gc(older_than):
-                request.answer(self._mirror.ledger.gc(older_than))
+                request.answer(self._mirror.ledger.retention.gc(older_than))
             case rq.StopTeammateUnit(work_id):
                 request.answer(control.stop_teammate(work_id))
             case rq.Drain():
@@ -464,7 +464,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 # then deleted: the outbox stays as small as what is unread.
                 self._next_outbox_trim = now + OUTBOX_TRIM_EVERY
                 try:
-                    self._mirror.ledger.drop_acknowledged(older_than=OUTBOX_TRIM_EVERY)
+                    self._mirror.ledger.outbox.drop_acknowledged(older_than=OUTBOX_TRIM_EVERY)
                 except LedgerError as exc:  # tried again at its next time
                     self._mirror.backlog.report(exc, "the outbox trim", kept=False)
         return evicted

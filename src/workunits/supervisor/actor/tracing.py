@@ -175,7 +175,7 @@ class UnitSpans:
     def _open(self, record: WorkRecord) -> Any:
         from opentelemetry import trace  # noqa: PLC0415 - loaded (start imported it)
 
-        row = self._ledger.get(record.id)
+        row = self._ledger.units.get(record.id)
         earlier = None if row is None else row.trace_context
         given = self._given.pop(record.id, None)
         parent = earlier or given or (record.parent and self._context_or_row(record.parent))
@@ -201,7 +201,9 @@ class UnitSpans:
             self._contexts[record.id] = mine
         if earlier is None and row is not None:
             try:
-                self._ledger.write_many([Write(record.id, record.attempt, {"trace_context": mine})])
+                self._ledger.attempts.write_many(
+                    [Write(record.id, record.attempt, {"trace_context": mine})]
+                )
             except Exception as exc:  # noqa: BLE001 - a trace is never worth a unit
                 log.warning("could not keep %s's trace context: %s", record.id, exc)
         return span
@@ -231,7 +233,7 @@ class UnitSpans:
             found = self._contexts.get(work_id)
         if found is not None:
             return found
-        row = self._ledger.get(work_id)
+        row = self._ledger.units.get(work_id)
         return None if row is None else row.trace_context
 
     @staticmethod

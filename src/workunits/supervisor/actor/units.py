@@ -215,6 +215,6 @@ class Units:
         try:
             return self.kinds.actor_class(self.kinds.letter_of(kind)).kind
         except UnknownKind:
-            if self._mirror.ledger.list(kind=kind, limit=1):
+            if self._mirror.ledger.units.list(kind=kind, limit=1):
                 return kind
             raise
