@@ -191,8 +191,7 @@ def main() -> int:
         call = calls[args.kind]
         for _ in range(args.warmup):
             call()
-        db: Any = sup._machinery.ledger._db
-        db = getattr(db, "inner", db)  # under a fence, the database it wraps
+        db: Any = sup._machinery.ledger._db  # the database itself, under the session fence
         with db._lock:
             db.conn = TimedConnection(db.conn, statements)
         stages.clear()

@@ -108,7 +108,7 @@ class PageLimitFull:
 
     @staticmethod
     def _limit(ledger: Ledger, pages: int | None) -> None:
-        db = getattr(ledger._db, "inner", ledger._db)  # see the module docstring; unfenced
+        db = ledger._db  # the connection itself, under any session fence
         assert isinstance(db, SqliteDatabase), "the page limit is SQLite's"
         with db._lock:
             if pages is None:
