@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest browser static check postgres-server docs docs-build dist-check \
+.PHONY: demo test lint pytest browser static generate check postgres-server docs docs-build dist-check \
 	dist-run test-pythons \
 	bench bench-quick bench-run bench-remote bench-scaling bench-scaling-run bench-cluster bench-cluster-run soak mutate clean
 
@@ -60,7 +60,14 @@ browser:
 			chromium chromium-driver) >/dev/null 2>&1 || echo "could not install chromium"; \
 	fi
 
+# Each surface's verbs and their async twins, written from workunits/_surface/ by
+# tools/gen_surfaces.py: `make generate` after editing the definitions; the lint
+# fails when a generated file is not what they make.
+generate: $(STAMP)
+	$(PY) tools/gen_surfaces.py
+
 static: $(STAMP)
+	$(PY) tools/gen_surfaces.py --check
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy

@@ -242,7 +242,6 @@ def test_a_running_agent_has_loaded_nothing_of_the_supervisor_side(tmp_path: Pat
 
 
 def _parameters(fn: object) -> list[tuple[str, object, object]]:
-    import inspect  # noqa: PLC0415 - only these tests
 
     return [
         (p.name, p.kind, p.default)
@@ -273,67 +272,9 @@ def test_every_async_twin_takes_what_its_sync_twin_takes(cls: type) -> None:
         )
 
 
-# What the HTTP client leaves out, because it is the ledger itself (its rows, its
-# request queue, its file's permissions and lock): the class docstring says so.
-LEDGER_ONLY = {
-    "Client": {
-        "ledger",
-        "row",
-        "row_async",
-        "rows",
-        "rows_async",
-        "request",
-        "request_result",
-        "readonly",
-        "supervisor_running",
-    },
-    "ClientHandle": {"row"},
-}
-# Options only the HTTP client takes, each with a default, so code written for
-# ``wu.connect(state_dir)`` still runs unchanged against an address.
-HTTP_EXTRAS = {
-    "shell": {"parent"},
-    "shell_async": {"parent"},
-    "notifications": {"lease"},
-    "release": {"lease_id"},  # its older call: one lease by its ID
-    "release_async": {"lease_id"},
-}
-
-
-def _http_pairs() -> list[tuple[type, type]]:
+def test_the_http_client_async_twins_take_what_their_sync_twins_take() -> None:
     pytest.importorskip("httpx", reason="the HTTP client needs workunits[http]")
     from workunits._client.http_client import HttpClient, HttpHandle  # noqa: PLC0415
 
-    return [(workunits.Client, HttpClient), (workunits.ClientHandle, HttpHandle)]
-
-
-def _public(cls: type) -> set[str]:
-    return {name for name in dir(cls) if not name.startswith("_")}
-
-
-def test_the_http_client_has_every_call_of_the_ledger_client() -> None:
-    for local, http in _http_pairs():
-        missing = _public(local) - _public(http) - LEDGER_ONLY[local.__name__]
-        assert missing == set(), f"{http.__name__} lacks {sorted(missing)}"
-
-
-def test_the_http_client_takes_what_the_ledger_client_takes() -> None:
-    """An option added to ``Client.shell`` and forgotten on ``HttpClient.shell`` fails here."""
-    for local, http in _http_pairs():
-        for name in sorted(_public(local) & _public(http)):
-            mine, theirs = getattr(local, name), getattr(http, name)
-            if not callable(mine):
-                continue
-            extras = HTTP_EXTRAS.get(name, set())
-            taken = [p for p in _parameters(theirs) if p[0] not in extras]
-            assert taken == _parameters(mine), f"{http.__name__}.{name} differs from {name}"
-            assert all(
-                p.default is not inspect.Parameter.empty
-                for p in inspect.signature(theirs).parameters.values()
-                if p.name in extras
-            ), f"{http.__name__}.{name}'s HTTP-only options need defaults"
-
-
-def test_the_http_client_async_twins_take_what_their_sync_twins_take() -> None:
-    for _local, http in _http_pairs():
-        test_every_async_twin_takes_what_its_sync_twin_takes(http)
+    for cls in (HttpClient, HttpHandle):
+        test_every_async_twin_takes_what_its_sync_twin_takes(cls)

@@ -68,8 +68,8 @@ from workunits._core.schedule import ScheduleInfo as ScheduleInfo
 from workunits._core.status import Reason as Reason
 from workunits._core.status import Status as Status
 from workunits._core.status import is_terminal as is_terminal
-from workunits._unit.context import ChildHandle as ChildHandle
-from workunits._unit.context import ChildTeammate as ChildTeammate
+from workunits._unit.child_handles import ChildHandle as ChildHandle
+from workunits._unit.child_handles import ChildTeammate as ChildTeammate
 from workunits._unit.context import UnitContext as UnitContext
 from workunits._unit.context import current as current
 from workunits._util import lazy as _lazy  # not a public name of the package

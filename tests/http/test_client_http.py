@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 import workunits as wu
@@ -259,3 +260,18 @@ def test_retry_and_stall_after_travel_with_a_submit(served: Served, tmp_path: Pa
         client.kill(quiet.id)
         with pytest.raises(wu.SpecError, match="on= names Python types"):
             client.agent("tests.http.units:add", 1, 2, retry=wu.Retry(on=(TimeoutError,)))
+
+
+def test_a_unit_submitted_over_http_may_be_a_child_and_a_pooled_one(client: HttpClient) -> None:
+    parent = client.shell("sleep 30")
+    child = client.agent("tests.http.units:add", 2, 3, parent=parent.id, reuse=True)
+    assert child.result(timeout=30) == 5
+    assert client.get(child.id).parent == parent.id
+    assert client.kill(parent.id)
+
+
+def test_a_workflow_body_refuses_what_only_an_agent_takes(api: httpx.Client) -> None:
+    body = {"kind": "workflow", "target": "tests.http.units:add", "args": [1, 2], "reuse": True}
+    response = api.post("/v1/units", json=body)
+    assert response.status_code == 422, response.text
+    assert "a workflow takes no reuse" in response.text

@@ -17,7 +17,7 @@ import pytest
 
 import workunits as wu
 from tests.http.server import Served
-from workunits._client import http_client as _client_http
+from workunits._client import http_wire as _client_http
 from workunits._client.http_client import HttpClient
 from workunits._core.claim import Claim
 
@@ -304,3 +304,27 @@ def test_the_http_client_is_the_one_connect_returns(served: Served) -> None:
     with wu.connect(served.url, token=served.token) as client:
         assert isinstance(client, HttpClient)
         assert client.get(client.shell("true").id).kind == "shell"
+
+
+def test_list_a_page_at_a_time_and_the_tree(conn: Connected) -> None:
+    tag = f"{type(conn).__name__}-page-{time.monotonic_ns()}"
+    handles = [conn.shell(["echo", str(i)], description=tag) for i in range(3)]
+    for h in handles:
+        h.wait(timeout=30)
+    ids = [h.id for h in handles]
+    mine = [r.id for r in conn.list(kind="shell") if r.id in ids]
+    first = conn.list(kind="shell", limit=1, after=mine[0])
+    assert [r.id for r in first] == [mine[1]]  # the page after a unit, oldest first
+    assert all(tag in line for line in conn.tree(mine[2]).splitlines())
+    with pytest.raises(wu.SpecError, match="limit"):
+        conn.list(limit=0)
+
+    async def paged() -> list[str]:
+        return [r.id for r in await conn.list_async(kind="shell", limit=1, after=mine[1])]
+
+    assert asyncio.run(paged()) == [mine[2]]
+
+
+def test_a_workflow_takes_an_output_cap_as_an_agent_does(conn: Connected) -> None:
+    small = conn.workflow("tests.http.units:add", 1, 2, output_cap=1 << 20)
+    assert small.result(timeout=30) == 3

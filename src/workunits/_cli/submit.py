@@ -2,50 +2,68 @@
 
 Runs in the main thread. It inserts the row and returns at once: a running
 ``workunits serve`` (or any supervisor on the state dir) picks the unit up
-on its next tick. Creates the state dir and ledger if they are missing.
+on its next tick. Creates the state dir and ledger if they are missing. Its
+option flags are the submit options' (``_surface.options``: each option's
+``Flag``), so a new option gets its flag where it is defined.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
 from workunits._client.ledger_client import ClientHandle
 from workunits._core.errors import SpecError
+from workunits._surface._generated import UnitOptions
+from workunits._surface.options import BY_NAME, OPTIONS, Flag, Option, taken_by
+from workunits._surface.submission import Submission
 from workunits._util import strictjson
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _flag(option: Option, flag: Flag) -> Callable[[F], F]:
+    """The click option of a submit option's ``Flag`` (``_surface.options``)."""
+    kinds: dict[str, dict[str, Any]] = {
+        "text": {},
+        "duration": {},
+        "count": {"type": click.IntRange(min=1)},
+        "flag": {"is_flag": True},
+        "choice": {
+            "type": click.Choice(list(flag.choices)),
+            "default": option.default,
+            "show_default": True,
+        },
+        "dir": {"type": click.Path(file_okay=False, exists=True)},
+        "env": {"multiple": True},
+    }
+    return click.option(
+        *flag.decls, option.name, metavar=flag.metavar, help=flag.help, **kinds[flag.form]
+    )
+
+
+# Every option a submit through the ledger takes that has a flag, in the table's order.
+FLAGGED = [
+    (o, o.cli)
+    for o in OPTIONS
+    if isinstance(o.cli, Flag) and o.verbs & {"shell", "agent", "workflow"}
+]
+
+
+def _option_flags(fn: F) -> F:
+    for option, flag in reversed(FLAGGED):
+        fn = _flag(option, flag)(fn)
+    return fn
 
 
 @cli.command("submit", context_settings={"ignore_unknown_options": False})
 @state_option
-@click.option("--key", help="Idempotency key: resubmitting with it returns the same unit.")
-@click.option("-d", "--description", help="What the unit is for (default: the command).")
-@click.option("--timeout", metavar="DURATION", help="Kill the unit after this long (90s, 15m).")
-@click.option("--cwd", type=click.Path(file_okay=False, exists=True), help="Working directory.")
-@click.option(
-    "--env", "env_items", multiple=True, metavar="NAME=VALUE", help="Environment (replaces it)."
-)
-@click.option(
-    "--on-lost",
-    type=click.Choice(["fail", "restart"]),
-    default="fail",
-    show_default=True,
-    help="If the supervisor dies mid-run: fail the unit, or run it again.",
-)
-@click.option(
-    "--log",
-    "log",
-    metavar="PATH",
-    help="Write the output into this file, which stays after the end (relative: to here).",
-)
-@click.option(
-    "--keep-output",
-    is_flag=True,
-    help="Keep the whole output in the state dir until the unit expires.",
-)
+@_option_flags
 @click.option("--agent", "ref", metavar="MODULE:FUNCTION", help="Run a callable, not a command.")
 @click.option(
     "--workflow",
@@ -55,35 +73,20 @@ from workunits._util import strictjson
 )
 @click.option("--args", "args_json", metavar="JSON", help="The callable's arguments (a list).")
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Its keyword arguments (an object).")
-@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts for a resumable agent.")
-@click.option(
-    "--not-before",
-    metavar="DURATION",
-    help="Keep the unit pending this long before it may start (90s, 15m, 2h).",
-)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the ID.")
 @click.option("--json", "as_json", is_flag=True, help="Print the unit as one JSON object.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(
     *,
     state_dir: Path,
-    key: str | None,
-    description: str | None,
-    timeout: str | None,
-    cwd: str | None,
-    env_items: tuple[str, ...],
-    on_lost: str,
-    log: str | None,
-    keep_output: bool,
     ref: str | None,
     workflow_ref: str | None,
     args_json: str | None,
     kwargs_json: str | None,
-    max_attempts: int | None,
-    not_before: str | None,
     quiet: bool,
     as_json: bool,
     command: tuple[str, ...],
+    **flags: Any,
 ) -> None:
     """Submit a unit and print its ID.
 
@@ -94,49 +97,65 @@ def submit(
     workunits submit --agent pkg.mod:fn --args '[1, 2]' --kwargs '{"n": 3}'
     workunits submit --workflow pkg.mod:nightly --key nightly-2024-06-01
     """
-    seconds = None if timeout is None else parse_duration(timeout)
-    delay = None if not_before is None else parse_duration(not_before)
+    given = {name: _value(name, value) for name, value in flags.items() if _given(name, value)}
     if ref is not None and workflow_ref is not None:
         raise SpecError("give --agent or --workflow, not both")
+    target: Any
+    if ref is not None or workflow_ref is not None:
+        verb = "agent" if ref is not None else "workflow"
+        if command or any(verb not in BY_NAME[name].verbs for name in given):
+            refused = ["command", *(_flag_of(o.name) for o, _ in FLAGGED if verb not in o.verbs)]
+            raise SpecError(f"--{verb} runs a callable: it takes no {_listed(refused)}")
+        target = ref or workflow_ref
+        args = tuple(_json_arg(args_json, list, "--args", "a JSON list"))
+        kwargs = _json_arg(kwargs_json, dict, "--kwargs", "a JSON object")
+    else:
+        verb, args, kwargs = "shell", (), {}
+        calls_only = [
+            "--args",
+            "--kwargs",
+            *(_flag_of(o.name) for o, _ in FLAGGED if "shell" not in o.verbs),
+        ]
+        if (
+            args_json is not None
+            or kwargs_json is not None
+            or any("shell" not in BY_NAME[name].verbs for name in given)
+        ):
+            raise SpecError(f"{_listed(calls_only, 'and')} go with --agent or --workflow")
+        if not command:
+            raise SpecError("nothing to run: give a command after --, or --agent MODULE:FN")
+        target = command[0] if len(command) == 1 else list(command)
+    unit = UnitOptions(**{k: v for k, v in given.items() if BY_NAME[k].unit})
+    spec = {o.name: given.get(o.name, o.default) for o in taken_by(verb) if not o.unit}
     with opened(state_dir, create=True) as client:
-        if ref is not None or workflow_ref is not None:
-            option = "--agent" if ref is not None else "--workflow"
-            if command or cwd or env_items or on_lost != "fail" or log or keep_output:
-                raise SpecError(
-                    f"{option} runs a callable: it takes no command, --cwd, --env, "
-                    f"--on-lost, --log or --keep-output"
-                )
-            args = _json_arg(args_json, list, "--args", "a JSON list")
-            kwargs = _json_arg(kwargs_json, dict, "--kwargs", "a JSON object")
-            submit_call = client.agent if ref is not None else client.workflow
-            handle = submit_call(
-                ref or workflow_ref or "",
-                *args,
-                key=key,
-                description=description,
-                timeout=seconds,
-                max_attempts=max_attempts,
-                not_before=delay,
-                **kwargs,
-            )
-        else:
-            if args_json is not None or kwargs_json is not None or max_attempts is not None:
-                raise SpecError("--args, --kwargs and --max-attempts go with --agent or --workflow")
-            if not command:
-                raise SpecError("nothing to run: give a command after --, or --agent MODULE:FN")
-            handle = client.shell(
-                command[0] if len(command) == 1 else list(command),
-                key=key,
-                cwd=cwd,
-                env=_env(env_items) if env_items else None,
-                timeout=seconds,
-                description=description,
-                on_lost=on_lost,
-                not_before=delay,
-                log=log,
-                keep_output=keep_output,
-            )
+        handle = client._submit(Submission(verb, target, args, kwargs, spec, unit))
         _report(handle, quiet=quiet, as_json=as_json)
+
+
+def _given(name: str, value: Any) -> bool:
+    """Was the flag given (not left at its default)?"""
+    return value not in (None, (), False) and value != BY_NAME[name].default
+
+
+def _value(name: str, value: Any) -> Any:
+    """A flag's value as the Python option takes it."""
+    flag = BY_NAME[name].cli
+    assert isinstance(flag, Flag)
+    if flag.form == "duration":
+        return parse_duration(value)
+    if flag.form == "env":
+        return _env(value)
+    return value
+
+
+def _flag_of(name: str) -> str:
+    flag = BY_NAME[name].cli
+    assert isinstance(flag, Flag)
+    return flag.decls[-1]
+
+
+def _listed(names: list[str], last: str = "or") -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
 
 
 def _report(handle: ClientHandle, *, quiet: bool, as_json: bool) -> None:

@@ -20,19 +20,15 @@ twins use one ``httpx.AsyncClient``, made on first use, bound to that loop.
 from __future__ import annotations
 
 import asyncio
-import builtins
-import datetime
-import os
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
 )
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
 try:
@@ -42,272 +38,34 @@ except ModuleNotFoundError as missing:  # the optional extra: say which one
         "the HTTP client needs httpx: pip install 'workunits[http]'", name="httpx"
     ) from missing
 
-from workunits._client.http_notices import DEFAULT_CLAIM_LEASE, HttpNotices, LeaseKeeper
-from workunits._client.http_stream import HttpOutputStream
-from workunits._core import errors as _errors
+from workunits._client import http_wire
+from workunits._client.http_notices import HttpNotices, LeaseKeeper
+from workunits._client.http_stream import HttpOutputStream, SseParser
 from workunits._core import ids
-from workunits._core.errors import (
-    ClientClosed,
-    NotFinished,
-    ServerUnreachable,
-    SpecError,
-    WorkunitsError,
-)
+from workunits._core.errors import ClientClosed, ServerUnreachable, SpecError
 from workunits._core.record import Notification, WorkRecord
-from workunits._core.retain import HeldRetains, Retain
-from workunits._core.retry import Retry, check_retry
-from workunits._core.seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
+from workunits._core.retain import HeldRetains
+from workunits._core.seconds import DEFAULT_CLAIM_LEASE, MAX_CLAIM_LEASE, seconds
 from workunits._core.status import Reason, Status
-from workunits._ledger import listing
-from workunits._ledger.retains import check_lease
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP
-from workunits._wire.submits import check_not_before
+from workunits._surface import ops
+from workunits._surface._generated import HttpClientVerbs, HttpHandleVerbs
+from workunits._surface.submission import Submission
 
-_RECORD_ERRORS = (_errors.WorkFailed, _errors.WorkKilled, _errors.WorkExpired)
-WAIT_SLICE = 30.0  # one long-poll lasts at most this; longer waits repeat it
-LIST_PAGE = 1000  # units asked for per ``GET /v1/units`` page (the server's maximum)
-DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed (as the ledger client's)
+R = TypeVar("R")
 
 
-def record_of(unit: dict[str, Any]) -> WorkRecord:
-    """The ``WorkRecord`` a unit's JSON describes (without output tail, result or cause)."""
-    return WorkRecord(
-        id=unit["id"],
-        kind=unit["kind"],
-        status=Status(unit["status"]),
-        parent=unit["parent"],
-        description=unit["description"],
-        created_at=unit["created_at"],
-        started_at=unit["started_at"],
-        ended_at=unit["ended_at"],
-        exit_code=unit["exit_code"],
-        signal=unit["signal"],
-        error=unit["error"],
-        reason=None if unit["reason"] is None else Reason(unit["reason"]),
-        attempt=unit["attempt"],
-        progress=unit["progress"],
-        progress_message=unit["progress_message"],
-        output_bytes=unit["output_bytes"],
-        retain=unit["retain"],
-        expired_at=unit["ended_at"] if unit.get("expired") else None,
-    )
-
-
-def error_of(response: httpx.Response) -> WorkunitsError:
-    """The Python error a problem response stands for (WorkunitsError if it names none)."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = {}
-    title = str(body.get("title", ""))
-    detail = str(body.get("detail", response.text or response.reason_phrase))
-    if title == "ValidationError":
-        return SpecError(detail)  # the request's arguments, checked by the server's models
-    cls = getattr(_errors, title, None)
-    if isinstance(cls, type) and issubclass(cls, WorkunitsError):
-        unit = body.get("unit")
-        if issubclass(cls, _RECORD_ERRORS) and unit is not None:
-            return cls(record_of(unit))
-        try:
-            return cls(detail)
-        except TypeError:
-            pass
-    return WorkunitsError(f"HTTP {response.status_code} {title}: {detail}")
-
-
-def _check(response: httpx.Response) -> httpx.Response:
-    if response.status_code >= 400:
-        raise error_of(response)
-    return response
-
-
-def _settle(
-    response: httpx.Response, timeout: float | None, deadline: float | None, for_result: bool
-) -> tuple[WorkRecord, dict[str, Any] | None] | None:
-    """A long-poll's answer: None to poll again, else the record (and the result body)."""
-    if response.status_code == 202:
-        record = record_of(response.json())
-        if deadline is not None and time.monotonic() >= deadline:
-            raise NotFinished(record, timeout)
-        return None
-    if response.status_code == 409:
-        error = error_of(response)
-        if not for_result and isinstance(error, _errors.WorkFailed | _errors.WorkKilled):
-            return error.record, None
-        raise error
-    if response.status_code == 406 and not for_result:
-        # Completed with a value JSON cannot carry: a wait needs only the record.
-        return record_of(response.json()["unit"]), None
-    body = _check(response).json()
-    return record_of(body["unit"]), body
-
-
-def _not_before(not_before: float | datetime.datetime | None) -> str | None:
-    """``not_before`` as the API takes it: an ISO 8601 time with its offset (checked here,
-    with the ledger client's message; a naive datetime is local time, as there)."""
-    at = check_not_before(not_before, time.time())
-    return None if at is None else datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat()
-
-
-def _shell_options(  # noqa: PLR0917 - private; one per option of shell()
-    cwd: str | os.PathLike[str] | None,
-    env: Mapping[str, str] | None,
-    output_cap: int,
-    on_lost: str,
-    log: str | os.PathLike[str] | None,
-    keep_output: bool,
-) -> dict[str, Any]:
-    """The shell-only fields, sent only when not their defaults (older servers lack them).
-
-    A relative ``log`` is made absolute here, against this process's directory,
-    as ``Client.shell`` does: the server takes absolute paths only.
-    """
-    if isinstance(log, str | os.PathLike) and isinstance(text := os.fspath(log), str):
-        log = os.path.abspath(text)  # anything else is sent as it is, for the server to refuse
-    return {
-        "cwd": None if cwd is None else os.fspath(cwd),
-        "env": None if env is None else dict(env),
-        "output_cap": None if output_cap == DEFAULT_OUTPUT_CAP else output_cap,
-        "on_lost": None if on_lost == "fail" else on_lost,
-        "log": log,
-        "keep_output": keep_output or None,
-    }
-
-
-def _shell_body(cmd: str | Sequence[str], options: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": "shell"}
-    if isinstance(cmd, str):
-        body["command"] = cmd
-    else:
-        body["argv"] = list(cmd)
-    body.update({k: v for k, v in options.items() if v is not None})
-    return body
-
-
-def _call_body(
-    kind: str, fn: Any, args: tuple[Any, ...], options: dict[str, Any]
-) -> dict[str, Any]:
-    if not isinstance(fn, str):
-        module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-        if not module or module == "__main__" or "<" in qualname:
-            raise SpecError(
-                f"over HTTP an agent is named by import reference: {fn!r} has none "
-                "(define it at module level in an importable module)"
-            )
-        fn = f"{module}:{qualname}"
-    kwargs = options.pop("kwargs")
-    body = {"kind": kind, "target": fn, "args": list(args), "kwargs": kwargs}
-    body.update({k: v for k, v in options.items() if v is not None})
-    return body
-
-
-def _call_options(  # noqa: PLR0917 - the submit options, passed on in one place
-    description: str | None,
-    timeout: float | None,
-    max_attempts: int | None,
-    memory_limit: int | None,
-    output_cap: int,
-    not_before: float | datetime.datetime | None,
-    kwargs: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "description": description,
-        "timeout": timeout,
-        "max_attempts": max_attempts,
-        "memory_limit": memory_limit,
-        "output_cap": None if output_cap == DEFAULT_OUTPUT_CAP else output_cap,
-        "not_before": _not_before(not_before),
-        "kwargs": kwargs,
-    }
-
-
-def _policy(retry: Retry | None, stall_after: float | None) -> dict[str, Any]:
-    """``retry`` and ``stall_after`` as ``POST /v1/units`` takes them."""
-    return {"retry": _retry_body(retry), "stall_after": stall_after}
-
-
-def _retry_body(retry: Retry | None) -> dict[str, Any] | None:
-    if check_retry(retry) is None:
-        return None
-    assert retry is not None
-    if tuple(retry.on) != (Exception,):
-        raise SpecError(
-            "over HTTP a Retry retries any exception (or exit_codes): its on= names Python "
-            "types the server cannot take; drop on=, or submit with the Python API on the host"
-        )
-    return {
-        "max_attempts": retry.max_attempts,
-        "backoff": retry.backoff,
-        "initial": retry.initial,
-        "max_delay": retry.max_delay,
-        "jitter": retry.jitter,
-        "exit_codes": None if retry.exit_codes is None else list(retry.exit_codes),
-    }
-
-
-class HttpHandle:
+class HttpHandle(HttpHandleVerbs):
     """What ``HttpClient.shell``/``agent`` return: the unit's ID, and ``created``."""
 
-    __slots__ = ("client", "created", "id")
+    __slots__ = ()
 
-    def __init__(self, client: HttpClient, work_id: str, *, created: bool) -> None:
-        self.client = client
-        self.id = work_id
-        self.created = created
+    def __init__(self, client: HttpClient, work_id: str, *, created: bool = True) -> None:
+        super().__init__(client, work_id, created=created)
 
-    def __repr__(self) -> str:
-        return f"<HttpHandle {self.id}{'' if self.created else ' (existing)'}>"
-
-    def __str__(self) -> str:
-        return self.id
-
-    def get(self) -> WorkRecord:
-        """The unit's record (``HttpClient.get``)."""
-        return self.client.get(self.id)
-
-    def wait(self, timeout: float | None = None) -> WorkRecord:
-        """Block until the unit is terminal (``HttpClient.wait``)."""
-        return self.client.wait(self.id, timeout)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The unit's result, or its failure raised (``HttpClient.result``)."""
-        return self.client.result(self.id, timeout)
-
-    def cancel(self, grace: float = 5.0) -> bool:
-        """Cancel it, SIGKILL after ``grace`` (``HttpClient.cancel``)."""
-        return self.client.cancel(self.id, grace)
-
-    def kill(self) -> bool:
-        """Kill it (``HttpClient.kill``)."""
-        return self.client.kill(self.id)
-
-    def stream(self) -> HttpOutputStream:
-        """The unit's output as it is written (``HttpClient.stream``)."""
-        return self.client.stream(self.id)
-
-    async def get_async(self) -> WorkRecord:
-        """Like ``get`` without blocking the event loop."""
-        return await self.client.get_async(self.id)
-
-    async def wait_async(self, timeout: float | None = None) -> WorkRecord:
-        """Like ``wait`` without blocking the event loop."""
-        return await self.client.wait_async(self.id, timeout)
-
-    async def result_async(self, timeout: float | None = None) -> Any:
-        """Like ``result`` without blocking the event loop."""
-        return await self.client.result_async(self.id, timeout)
-
-    async def cancel_async(self, grace: float = 5.0) -> bool:
-        """Like ``cancel`` without blocking the event loop."""
-        return await self.client.cancel_async(self.id, grace)
-
-    async def kill_async(self) -> bool:
-        """Like ``kill`` without blocking the event loop."""
-        return await self.client.kill_async(self.id)
-
-    def stream_async(self) -> HttpOutputStream:
-        """Like ``stream``, for ``async for`` (``HttpClient.stream_async``)."""
-        return self.client.stream_async(self.id)
+    @property
+    def client(self) -> HttpClient:
+        """The client the unit was submitted through."""
+        return self._surface
 
 
 class _Session(httpx.Client):
@@ -341,14 +99,14 @@ def _unreachable(request: httpx.Request, exc: httpx.TransportError) -> ServerUnr
     )
 
 
-class HttpClient:
+class HttpClient(HttpClientVerbs):
     """Work units through a ``workunits serve --http`` API, with the ledger client's calls.
 
-    Every call the ledger client (``wu.connect(state_dir)``) offers is here with
-    the same parameters, except those that are the ledger itself: ``ledger``,
-    ``row``, ``rows``, ``row_async``, ``request``, ``request_result``,
-    ``readonly`` and ``supervisor_running``. Extras: ``shell(parent=...)``,
-    ``notifications(lease=...)``, ``events`` (the raw SSE events) and ``aclose``.
+    Its verbs are every surface's (``workunits._surface``), carried out as HTTP
+    requests (``http_wire``); what it lacks of the ledger client's -- the
+    ledger itself: ``ledger``, ``row``, ``rows``, ``request``... -- and what it
+    adds (``parent=``, ``notifications(lease=)``, ``events``, ``aclose``) are
+    listed in ``workunits._surface.surfaces``.
     """
 
     def __init__(self, url: str, *, token: str, timeout: float = 60.0) -> None:
@@ -394,345 +152,82 @@ class HttpClient:
     def _new_async(self) -> httpx.AsyncClient:
         return _AsyncSession(base_url=self.url, headers=self._headers, timeout=self._timeout)
 
-    # -- submitting ----------------------------------------------------------------
+    # -- the transport of its verbs (``workunits._surface``): HTTP requests --------------
 
-    def shell(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        key: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        on_lost: str = "fail",
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-        parent: str | None = None,
-    ) -> HttpHandle:
-        """Submit a shell unit (``POST /v1/units``); ``key`` is the Idempotency-Key.
+    def _drive(self, steps: http_wire.Steps[R]) -> R:
+        """Carry out an operation's requests (``http_wire``) on the blocking connections."""
+        try:
+            call = next(steps)
+            while True:
+                method, path, kwargs = _request_of(call, self._timeout)
+                call = steps.send(self._http.request(method, path, **kwargs))
+        except StopIteration as done:
+            return cast("R", done.value)
 
-        As ``Client.shell``; ``parent`` (HTTP only) makes it a child of a unit.
-        """
-        options = {
-            **_shell_options(cwd, env, output_cap, on_lost, log, keep_output),
-            "timeout": timeout,
-            "description": description,
-            "not_before": _not_before(not_before),
-            "parent": parent,
-            **_policy(retry, stall_after),
-        }
-        return self._submit(_shell_body(cmd, options), key)
+    async def _drive_async(self, steps: http_wire.Steps[R]) -> R:
+        """``_drive`` on the caller's loop, with the async connections."""
+        try:
+            call = next(steps)
+            while True:
+                method, path, kwargs = _request_of(call, self._timeout)
+                call = steps.send(await self._aclient().request(method, path, **kwargs))
+        except StopIteration as done:
+            return cast("R", done.value)
 
-    def agent(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> HttpHandle:
-        """Submit ``fn`` (importable, or ``"module:qualname"``) with JSON arguments."""
-        options = _call_options(
-            description, timeout, max_attempts, memory_limit, output_cap, not_before, kwargs
-        ) | _policy(retry, stall_after)
-        return self._submit(_call_body("agent", fn, args, options), key)
+    def _run(self, op: ops.Op[R]) -> R:
+        return cast("R", self._drive(http_wire.steps_for(op)))
 
-    def workflow(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> HttpHandle:
-        """Submit a workflow (``w``), named like an agent."""
-        options = _call_options(
-            description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
-        ) | _policy(retry, stall_after)
-        return self._submit(_call_body("workflow", fn, args, options), key)
+    async def _run_async(self, op: ops.Op[R]) -> R:
+        return cast("R", await self._drive_async(http_wire.steps_for(op)))
 
-    def _submit(self, body: dict[str, Any], key: str | None) -> HttpHandle:
-        headers = {} if key is None else {"Idempotency-Key": key}
-        response = _check(self._http.post("/v1/units", json=body, headers=headers))
-        return HttpHandle(self, response.json()["id"], created=response.status_code == 201)
+    def _submit(self, submission: Submission) -> HttpHandle:
+        """``POST /v1/units``; ``key`` is its Idempotency-Key."""
+        return self._handle(self._drive(http_wire.submit(submission)))
 
-    async def shell_async(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        key: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        on_lost: str = "fail",
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-        parent: str | None = None,
-    ) -> HttpHandle:
-        """Like ``shell`` without blocking the event loop."""
-        options = {
-            **_shell_options(cwd, env, output_cap, on_lost, log, keep_output),
-            "timeout": timeout,
-            "description": description,
-            "not_before": _not_before(not_before),
-            "parent": parent,
-            **_policy(retry, stall_after),
-        }
-        return await self._submit_async(_shell_body(cmd, options), key)
+    async def _submit_async(self, submission: Submission) -> HttpHandle:
+        return self._handle(await self._drive_async(http_wire.submit(submission)))
 
-    async def agent_async(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> HttpHandle:
-        """Like ``agent`` without blocking the event loop."""
-        options = _call_options(
-            description, timeout, max_attempts, memory_limit, output_cap, not_before, kwargs
-        ) | _policy(retry, stall_after)
-        return await self._submit_async(_call_body("agent", fn, args, options), key)
+    def _handle(self, submitted: ops.Submitted) -> HttpHandle:
+        return HttpHandle(self, submitted.id, created=submitted.created)
 
-    async def workflow_async(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> HttpHandle:
-        """Like ``workflow`` without blocking the event loop."""
-        options = _call_options(
-            description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
-        ) | _policy(retry, stall_after)
-        return await self._submit_async(_call_body("workflow", fn, args, options), key)
-
-    async def _submit_async(self, body: dict[str, Any], key: str | None) -> HttpHandle:
-        headers = {} if key is None else {"Idempotency-Key": key}
-        response = _check(await self._aclient().post("/v1/units", json=body, headers=headers))
-        return HttpHandle(self, response.json()["id"], created=response.status_code == 201)
-
-    def retry(self, work_id: str) -> HttpHandle:
-        """Start a unit that ended ``failed`` or ``killed`` again, as a new unit
-        (``POST /v1/units/{id}/retry``); a second call returns the same new unit
-        (``created`` False). NotRetryable for a unit that did not fail."""
-        return self._retried(self._http.post(f"/v1/units/{_unit(work_id)}/retry"))
-
-    async def retry_async(self, work_id: str) -> HttpHandle:
-        """Like ``retry`` without blocking the event loop."""
-        return self._retried(await self._aclient().post(f"/v1/units/{_unit(work_id)}/retry"))
-
-    def _retried(self, response: httpx.Response) -> HttpHandle:
-        again = _check(response).json()
-        return HttpHandle(self, again["id"], created=response.status_code == 201)
-
-    # -- reading ---------------------------------------------------------------------
-
-    def get(self, work_id: str) -> WorkRecord:
-        """The unit's record; WorkExpired once its retention ran out (410)."""
-        return record_of(_check(self._http.get(f"/v1/units/{_unit(work_id)}")).json())
-
-    async def get_async(self, work_id: str) -> WorkRecord:
-        """Like ``get`` without blocking the event loop."""
-        return record_of(_check(await self._aclient().get(f"/v1/units/{_unit(work_id)}")).json())
-
-    def list(
-        self,
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        key: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        order: str = "oldest",
-    ) -> builtins.list[WorkRecord]:
-        """The units matching the filters, as ``Supervisor.list``: one page with ``limit``,
-        else every page in turn (``LIST_PAGE`` units a request)."""
-        q = listing.query(
-            status,
-            kind,
-            parent,
-            limit=limit,
-            after=after,
-            key=key,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            order=order,
-        )
-        records: builtins.list[WorkRecord] = []
-        mark = q.after
-        while True:
-            want = LIST_PAGE if q.limit is None else min(LIST_PAGE, q.limit - len(records))
-            page = _check(self._http.get("/v1/units", params=_list_params(q, mark, want))).json()
-            records.extend(record_of(u) for u in page["items"])
-            mark = page["next"]
-            if mark is None or (q.limit is not None and len(records) >= q.limit):
-                return records
-
-    async def list_async(
-        self,
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        key: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        order: str = "oldest",
-    ) -> builtins.list[WorkRecord]:
-        """Like ``list`` without blocking the event loop."""
-        q = listing.query(
-            status,
-            kind,
-            parent,
-            limit=limit,
-            after=after,
-            key=key,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            order=order,
-        )
-        records: builtins.list[WorkRecord] = []
-        mark = q.after
-        while True:
-            want = LIST_PAGE if q.limit is None else min(LIST_PAGE, q.limit - len(records))
-            params = _list_params(q, mark, want)
-            page = _check(await self._aclient().get("/v1/units", params=params)).json()
-            records.extend(record_of(u) for u in page["items"])
-            mark = page["next"]
-            if mark is None or (q.limit is not None and len(records) >= q.limit):
-                return records
-
-    # -- waiting ---------------------------------------------------------------------
-
-    def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
+    def _wait(self, work_id: str, timeout: float | None) -> WorkRecord:
         """Long-poll ``/result`` until the unit is terminal; NotFinished after ``timeout``."""
-        return self._finish(work_id, timeout, for_result=False)[0]
+        return self._drive(http_wire.finish(work_id, timeout, for_result=False))[0]
 
-    def result(self, work_id: str, timeout: float | None = None) -> Any:
-        """The value, the record of a value-less unit, or WorkFailed / WorkKilled raised."""
-        record, body = self._finish(work_id, timeout, for_result=True)
-        assert body is not None, "a result response that did not raise has a body"
-        return body["value"] if body["has_value"] else record
+    async def _wait_async(self, work_id: str, timeout: float | None) -> WorkRecord:
+        return (await self._drive_async(http_wire.finish(work_id, timeout, for_result=False)))[0]
 
-    def _finish(
-        self, work_id: str, timeout: float | None, *, for_result: bool
-    ) -> tuple[WorkRecord, dict[str, Any] | None]:
-        timeout = wait_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = (
-                WAIT_SLICE
-                if deadline is None
-                else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
-            )
-            response = self._http.get(
-                f"/v1/units/{_unit(work_id)}/result",
-                params={"wait": left},
-                timeout=left + self._timeout,
-            )
-            found = _settle(response, timeout, deadline, for_result)
-            if found is not None:
-                return found
+    def _result(self, work_id: str, timeout: float | None) -> Any:
+        return http_wire.value_of(self._drive(http_wire.finish(work_id, timeout, for_result=True)))
 
-    async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
-        """Like ``wait`` without blocking the event loop."""
-        return (await self._finish_async(work_id, timeout, for_result=False))[0]
+    async def _result_async(self, work_id: str, timeout: float | None) -> Any:
+        found = await self._drive_async(http_wire.finish(work_id, timeout, for_result=True))
+        return http_wire.value_of(found)
 
-    async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
-        """Like ``result`` without blocking the event loop."""
-        record, body = await self._finish_async(work_id, timeout, for_result=True)
-        assert body is not None
-        return body["value"] if body["has_value"] else record
-
-    async def _finish_async(
-        self, work_id: str, timeout: float | None, *, for_result: bool
-    ) -> tuple[WorkRecord, dict[str, Any] | None]:
-        timeout = wait_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = (
-                WAIT_SLICE
-                if deadline is None
-                else max(0.0, min(WAIT_SLICE, deadline - time.monotonic()))
-            )
-            response = await self._aclient().get(
-                f"/v1/units/{_unit(work_id)}/result",
-                params={"wait": left},
-                timeout=left + self._timeout,
-            )
-            found = _settle(response, timeout, deadline, for_result)
-            if found is not None:
-                return found
-
-    # -- output ----------------------------------------------------------------------
-
-    def stream(self, work_id: str, *, follow: bool = True) -> HttpOutputStream:
-        """Yield the unit's output from its start, every byte once, until it is terminal.
-
-        Follows ``/events`` (resuming after a dropped connection); with
-        ``follow=False``, reads ``/output`` for only what has been written so
-        far. InvalidWorkId / UnknownWork here, not at the first ``next()``.
-        """
-        response = self._http.get(f"/v1/units/{_unit(work_id)}")
+    def _stream(self, work_id: str, follow: bool, poll: float) -> HttpOutputStream:
+        """Follows ``/events`` (resuming after a dropped connection); with ``follow=False``,
+        reads ``/output`` for only what has been written so far. UnknownWork here, not at
+        the first ``next()``."""
+        response = self._http.get(http_wire.unit_path(work_id))
         if response.status_code != 410:  # an expired unit's tail is still served
-            _check(response)
-        return HttpOutputStream(self, work_id, follow=follow)
+            http_wire.checked(response)
+        return self._stream_async(work_id, follow, poll)
 
-    def stream_async(self, work_id: str, *, follow: bool = True) -> HttpOutputStream:
-        """Like ``stream``, for ``async for chunk in client.stream_async(id)``.
-
-        A bad ID raises here; an unknown one at the first step.
-        """
-        ids.validate(work_id)
+    def _stream_async(self, work_id: str, follow: bool, poll: float) -> HttpOutputStream:
+        """An unknown ID raises at the first step."""
         self._check_open()
         return HttpOutputStream(self, work_id, follow=follow)
+
+    def _notifications(self, lease: float) -> HttpNotices:
+        """A claim holds for ``lease`` seconds at a time and this client renews it while
+        it is held, so it lasts as long as this process (or ``close()``)."""
+        self._check_open()
+        return HttpNotices(self, lease=lease)
+
+    async def _notifications_async(self, lease: float) -> HttpNotices:
+        return self._notifications(lease)
+
+    # -- what ``HttpOutputStream`` and ``HttpNotices`` call --------------------------------
 
     def _stream_events(
         self, work_id: str, headers: dict[str, str]
@@ -740,7 +235,7 @@ class HttpClient:
         """The ``/events`` response, checked (for ``HttpOutputStream``)."""
         return _checked_stream(
             self._http.stream(
-                "GET", f"/v1/units/{_unit(work_id)}/events", headers=headers, timeout=None
+                "GET", http_wire.unit_path(work_id, "/events"), headers=headers, timeout=None
             )
         )
 
@@ -749,19 +244,15 @@ class HttpClient:
     ) -> AbstractAsyncContextManager[httpx.Response]:
         return _checked_stream_async(
             self._aclient().stream(
-                "GET", f"/v1/units/{_unit(work_id)}/events", headers=headers, timeout=None
+                "GET", http_wire.unit_path(work_id, "/events"), headers=headers, timeout=None
             )
         )
 
     def _read_output(self, work_id: str, offset: int, limit: int) -> httpx.Response:
-        params = {"offset": offset, "limit": limit}
-        return _check(self._http.get(f"/v1/units/{_unit(work_id)}/output", params=params))
+        return self._drive(http_wire.output(work_id, offset, limit))
 
     async def _read_output_async(self, work_id: str, offset: int, limit: int) -> httpx.Response:
-        params = {"offset": offset, "limit": limit}
-        return _check(
-            await self._aclient().get(f"/v1/units/{_unit(work_id)}/output", params=params)
-        )
+        return await self._drive_async(http_wire.output(work_id, offset, limit))
 
     def events(
         self, work_id: str, after: str | None = None
@@ -773,11 +264,11 @@ class HttpClient:
         while True:
             headers = {} if last is None else {"Last-Event-ID": last}
             with self._http.stream(
-                "GET", f"/v1/units/{_unit(work_id)}/events", headers=headers, timeout=None
+                "GET", http_wire.unit_path(work_id, "/events"), headers=headers, timeout=None
             ) as r:
                 _check_stream(r)
                 try:
-                    for event, data, event_id in _sse(r.iter_lines()):
+                    for event, data, event_id in _events_in(r.iter_lines()):
                         last = event_id or last
                         yield event, json.loads(data)
                         if event == "end":
@@ -785,112 +276,19 @@ class HttpClient:
                 except (httpx.TransportError, ServerUnreachable):
                     continue  # reconnect from the last event seen
 
-    # -- ending work --------------------------------------------------------------------
-
-    def cancel(self, work_id: str, grace: float = 5.0) -> bool:
-        """Cancel (SIGTERM or a cooperative cancel, SIGKILL after ``grace``); False if it
-        had already ended."""
-        grace = seconds("grace", grace, zero=True)
-        r = _check(self._http.post(f"/v1/units/{_unit(work_id)}/cancel", json={"grace": grace}))
-        return bool(r.json()["changed"])
-
-    def kill(self, work_id: str) -> bool:
-        """SIGKILL the unit's process group; False if it had already ended."""
-        return bool(_check(self._http.post(f"/v1/units/{_unit(work_id)}/kill")).json()["changed"])
-
-    async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
-        """Like ``cancel`` without blocking the event loop."""
-        grace = seconds("grace", grace, zero=True)
-        r = _check(
-            await self._aclient().post(f"/v1/units/{_unit(work_id)}/cancel", json={"grace": grace})
-        )
-        return bool(r.json()["changed"])
-
-    async def kill_async(self, work_id: str) -> bool:
-        """Like ``kill`` without blocking the event loop."""
-        r = _check(await self._aclient().post(f"/v1/units/{_unit(work_id)}/kill"))
-        return bool(r.json()["changed"])
-
-    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
-        """Send the signal ``name`` (a JSON ``value``) to the unit's ``ctx.wait_for(name)``.
-
-        Kept in the ledger until the unit takes it. False, and nothing kept,
-        when the unit has ended (409).
-        """
-        body = {"name": name, "value": value}
-        return _signalled(self._http.post(f"/v1/units/{_unit(work_id)}/signals", json=body))
-
-    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
-        """Like ``signal`` without blocking the event loop."""
-        body = {"name": name, "value": value}
-        return _signalled(
-            await self._aclient().post(f"/v1/units/{_unit(work_id)}/signals", json=body)
-        )
-
-    # -- retain and notices -------------------------------------------------------------
-
-    def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
-        """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
-
-        As ``Client.retain``: ``renew()`` (a ``PUT``) before it runs out, or
-        ``keep_renewing()``; ``release()`` (a ``DELETE``) or use it as a context
-        manager. It lapses by itself when no longer renewed.
-        """
-        lease = check_lease(lease)
-        response = self._http.post(f"/v1/units/{_unit(work_id)}/retain", json={"lease": lease})
-        return self._retain(work_id, str(_check(response).json()["lease_id"]), lease)
-
-    async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
-        """Like ``retain`` without blocking the event loop (``renew`` and ``release``
-        are short blocking requests: from the loop, run them with ``asyncio.to_thread``)."""
-        lease = check_lease(lease)
-        path = f"/v1/units/{_unit(work_id)}/retain"
-        response = await self._aclient().post(path, json={"lease": lease})
-        return self._retain(work_id, str(_check(response).json()["lease_id"]), lease)
-
-    def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
-        return self._held.hold(
-            work_id,
-            lease_id,
-            lease,
-            renew=lambda seconds: self.renew_retain(work_id, lease_id, seconds),
-            release=lambda: self.release(work_id, lease_id),
-        )
+    # -- its own: the HTTP API's leases and claims ------------------------------------------
 
     def renew_retain(self, work_id: str, lease_id: str, lease: float = 30.0) -> bool:
         """Renew a retain lease by its ID; False once it lapsed or was released."""
         lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
-        r = self._http.put(
-            f"/v1/units/{_unit(work_id)}/retain/{quote(lease_id, safe='')}", json={"lease": lease}
-        )
-        return r.status_code == 200
-
-    def release(self, work_id: str, lease_id: str | None = None) -> bool:
-        """Release a retain lease by its ID; False if it had already gone.
-
-        Without ``lease_id``: every lease this client's ``retain`` took on the
-        unit and did not release yet, as ``Client.release`` does.
-        """
-        if lease_id is None:
-            _unit(work_id)
-            return self._held.release(work_id)
-        return (
-            self._http.delete(
-                f"/v1/units/{_unit(work_id)}/retain/{quote(lease_id, safe='')}"
-            ).status_code
-            == 204
-        )
-
-    async def release_async(self, work_id: str, lease_id: str | None = None) -> bool:
-        """Like ``release`` without blocking the event loop."""
-        return await asyncio.to_thread(self.release, work_id, lease_id)
+        return self._run(ops.RenewLease(work_id, lease_id, lease))
 
     def take_notice(
         self, timeout: float = 0.0, lease: float = 30.0
     ) -> tuple[Notification, str] | None:
         """Claim the next application notice (None if none within ``timeout``): the notice
         and the token that acks (``ack_notice``) or releases (``release_notice``) it."""
-        r = _check(
+        r = http_wire.checked(
             self._http.get(
                 "/v1/notifications",
                 params={"wait": timeout, "lease": lease},
@@ -915,33 +313,23 @@ class HttpClient:
         )
         return notice, n["token"]
 
-    def notifications(self, *, lease: float = DEFAULT_CLAIM_LEASE) -> HttpNotices:
-        """Notices of top-level units as they end; each goes to one consumer, once.
-
-        As ``Client.notifications``: ``take`` / ``get`` / ``claim``. Over HTTP a
-        claim holds for ``lease`` seconds at a time and this client renews it
-        while it is held, so it lasts as long as this process (or ``close()``).
-        """
-        self._check_open()
-        return HttpNotices(self, lease=lease)
-
     def renew_notice(self, work_id: str, token: str, lease: float = DEFAULT_CLAIM_LEASE) -> bool:
         """Extend a claim (from ``take_notice``) by ``lease`` seconds; False if it was lost."""
         lease = seconds("lease", lease, most=MAX_CLAIM_LEASE)
         response = self._http.put(
-            f"/v1/notifications/{_unit(work_id)}/claims/{quote(token, safe='')}",
+            f"/v1/notifications/{ids.validate(work_id)}/claims/{quote(token, safe='')}",
             json={"token": token, "lease": lease},
         )
         if response.status_code == 409:
             return False
-        _check(response)
+        http_wire.checked(response)
         return True
 
     def ack_notice(self, work_id: str, token: str) -> bool:
         """Acknowledge a claimed notice; False if the claim was lost."""
         return (
             self._http.post(
-                f"/v1/notifications/{_unit(work_id)}/ack", json={"token": token}
+                f"/v1/notifications/{ids.validate(work_id)}/ack", json={"token": token}
             ).status_code
             == 200
         )
@@ -950,7 +338,7 @@ class HttpClient:
         """Give a claimed notice back for redelivery; False if the claim was lost."""
         return (
             self._http.delete(
-                f"/v1/notifications/{_unit(work_id)}/claims/{quote(token, safe='')}"
+                f"/v1/notifications/{ids.validate(work_id)}/claims/{quote(token, safe='')}"
             ).status_code
             == 204
         )
@@ -1007,12 +395,9 @@ class _AsyncCalls:
         self._client = client
 
     async def get(self, url: str, **kwargs: Any) -> httpx.Response:
-        return await self._send("GET", url, **kwargs)
+        return await self.request("GET", url, **kwargs)
 
-    async def post(self, url: str, **kwargs: Any) -> httpx.Response:
-        return await self._send("POST", url, **kwargs)
-
-    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         shared = self._client._shared_async()
         if shared is not None:
             return await shared.request(method, url, **kwargs)
@@ -1028,13 +413,6 @@ class _AsyncCalls:
             return
         async with self._client._new_async() as http, http.stream(method, url, **kwargs) as r:
             yield r
-
-
-def _signalled(response: httpx.Response) -> bool:
-    if response.status_code == 409 and response.json().get("title") == "WorkEnded":
-        return False
-    _check(response)
-    return True
 
 
 @contextmanager
@@ -1053,60 +431,34 @@ async def _checked_stream_async(
     async with opened as response:
         if response.status_code >= 400:
             await response.aread()
-            raise error_of(response)
+            raise http_wire.error_of(response)
         yield response
 
 
 def _check_stream(response: httpx.Response) -> None:
     if response.status_code >= 400:
         response.read()
-        raise error_of(response)
+        raise http_wire.error_of(response)
 
 
-def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None]]:
+def _request_of(call: http_wire.Call, timeout: float) -> tuple[str, str, dict[str, Any]]:
+    """An ``http_wire.Call`` as httpx's ``request`` takes it (a long-poll's wait added)."""
+    kwargs: dict[str, Any] = {}
+    if call.json is not None:
+        kwargs["json"] = call.json
+    if call.params is not None:
+        kwargs["params"] = call.params
+    if call.headers:
+        kwargs["headers"] = dict(call.headers)
+    if call.timeout is not None:
+        kwargs["timeout"] = call.timeout + timeout
+    return call.method, call.path, kwargs
+
+
+def _events_in(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None]]:
     """``(event, data, id)`` of each event in a text/event-stream (comments skipped)."""
-    event, event_id = "message", None
-    data: list[str] = []
+    parser = SseParser()
     for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data), event_id
-            event, data = "message", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            event = value
-        elif field == "data":
-            data.append(value)
-        elif field == "id":
-            event_id = value
-
-
-def _unit(work_id: str) -> str:
-    """``work_id`` for a URL path, once it is a well-formed ID (InvalidWorkId otherwise).
-
-    Unchecked, ``"a…/../b…"`` would have named another unit's route: the one
-    regex checks every ID before it touches a path (DESIGN §2.1).
-    """
-    return ids.validate(work_id)
-
-
-def _list_params(q: listing.Query, after: str | None, limit: int) -> dict[str, str]:
-    """``GET /v1/units``'s query string for a page of ``q``."""
-    f = q.found
-    given = {
-        "status": f.status,
-        "kind": f.kind,
-        "parent": f.parent,
-        "key": f.key,
-        "created_after": None if f.created_after is None else repr(float(f.created_after)),
-        "created_before": None if f.created_before is None else repr(float(f.created_before)),
-        "q": f.text,
-        "after": after,
-        "order": "newest" if q.newest else None,
-        "limit": str(limit),
-    }
-    return {k: v for k, v in given.items() if v is not None}
+        event = parser.feed(line)
+        if event is not None:
+            yield event

@@ -1,7 +1,7 @@
 """A unit's output over HTTP, once each byte, for ``for`` and ``async for`` alike.
 
 What ``HttpClient.stream`` / ``stream_async`` return: the HTTP twin of the
-ledger client's ``OutputStream``. Following (``follow=True``) reads the unit's
+ledger client's ``LedgerStream``. Following (``follow=True``) reads the unit's
 Server-Sent Events and keeps only ``output``; a dropped connection resumes from
 the last event's ID (``Last-Event-ID``), so nothing is lost or repeated. Without
 following it reads ``/output`` from its own offset until it has what is there now.

@@ -19,14 +19,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
-import datetime
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 
 from workunits._client.follow import Backoff, LedgerNotices, LedgerOutputStream
 from workunits._client.other_host_output import OtherHostOutput
@@ -40,15 +39,18 @@ from workunits._core.errors import (
     UnknownKind,
     UnknownWork,
 )
+from workunits._core.query import Query
 from workunits._core.record import WorkRecord
-from workunits._core.retain import HeldRetains, Retain
-from workunits._core.retry import SPEC_NOT_KEPT, Retry, check_retry, check_retryable
+from workunits._core.retain import HeldRetains
+from workunits._core.retry import SPEC_NOT_KEPT, check_retryable
 from workunits._core.seconds import seconds, wait_timeout
 from workunits._core.status import Status, is_terminal
-from workunits._ledger import Call, Ledger, NewUnit, UnitRow, listing, lock, secretfile
+from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
-from workunits._ledger.retains import check_lease
 from workunits._ledger.unreadable import Unreadable
+from workunits._surface import ops
+from workunits._surface._generated import ClientHandleVerbs, ClientVerbs, UnitOptions
+from workunits._surface.submission import LETTERS, Submission, build, check_unit_options
 from workunits._util import shell_log
 from workunits._wire.durable import (
     agent_resumable,
@@ -57,20 +59,8 @@ from workunits._wire.durable import (
     shell_to_durable,
 )
 from workunits._wire.results import result_of
-from workunits._wire.specs import (
-    DEFAULT_OUTPUT_CAP,
-    AgentSpec,
-    ShellSpec,
-    check_limits,
-    durable_options,
-)
-from workunits._wire.submits import (
-    check_attempts,
-    check_not_before,
-    check_stall_after,
-    check_submit,
-    check_timeout,
-)
+from workunits._wire.specs import AgentSpec, check_limits, durable_options
+from workunits._wire.submits import check_timeout
 
 if TYPE_CHECKING:
     from workunits._client.http_client import HttpClient
@@ -83,8 +73,7 @@ RESUMABLE_ATTEMPTS: Final = 3
 
 _END_VERBS = frozenset({"cancel", "kill"})
 
-
-DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
+R = TypeVar("R")
 
 
 @overload
@@ -197,8 +186,12 @@ async def connect_async(
     return await asyncio.to_thread(opened)
 
 
-class Client:
-    """Submit, inspect, wait for, follow and end work units through a state dir's ledger."""
+class Client(ClientVerbs):
+    """Submit, inspect, wait for, follow and end work units through a state dir's ledger.
+
+    Its verbs are every surface's (``workunits._surface``); this class carries
+    them out against the ledger (``_run``, ``_submit``...).
+    """
 
     def __init__(
         self,
@@ -244,202 +237,96 @@ class Client:
         """True once ``close()`` was called."""
         return self._closed.is_set()
 
-    # -- submitting ------------------------------------------------------------
+    # -- the transport of its verbs (``workunits._surface``): the ledger -----------------
 
-    def shell(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        key: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        on_lost: str = "fail",
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-    ) -> ClientHandle:
-        """Submit ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
+    def _run(self, op: ops.Op[R]) -> R:
+        """Carry ``op`` out against the ledger, in the caller's thread (a short transaction)."""
+        answer: Any
+        match op:
+            case ops.Get(work_id):
+                answer = self.ledger.units.record(self.ledger.units.require(work_id))
+            case ops.Row(work_id):
+                answer = self.ledger.units.require(work_id)
+            case ops.List(q):
+                answer = self._page(q)
+            case ops.Rows(status, kind, parent, limit, ended_after, on_unreadable):
+                answer = self._rows(status, kind, parent, limit, ended_after, on_unreadable)
+            case ops.Kill(work_id):
+                answer = self.request("kill", work_id) is not None
+            case ops.Cancel(work_id, grace):
+                answer = self.request("cancel", work_id, {"grace": grace}) is not None
+            case ops.Signal(work_id, name, value):
+                answer = self.ledger.signals.send(work_id, name, value) is not None
+            case ops.Retry(work_id):
+                answer = self._again(work_id)
+            case ops.Lease(work_id, lease):
+                self.ledger.units.require(work_id)  # UnknownWork now, not a stray lease
+                answer = self.ledger.retains.add(work_id, lease)
+            case ops.RenewLease(_, lease_id, lease):
+                answer = self.ledger.retains.renew(lease_id, lease)
+            case ops.EndLease(_, lease_id):
+                answer = self.ledger.retains.release(lease_id)
+            case _:
+                raise SpecError(f"a ledger client has no {type(op).__name__} operation")
+        return cast("R", answer)
 
-        It stays ``pending`` until a supervisor adopts it (and, with
-        ``not_before``, a ``datetime`` or seconds from now, until then). ``key``
-        makes the submit idempotent: the same key returns the unit it already
-        names (``handle.created`` is False); the same key with another command
-        raises IdempotencyConflict. ``on_lost="restart"`` runs it again (same
-        ID, next attempt) if its supervisor dies while it runs. ``log`` and
-        ``keep_output`` keep its output after the end, as ``Supervisor.shell``.
+    async def _run_async(self, op: ops.Op[R]) -> R:
+        """``_run`` on a worker thread: one short ledger call, no thread parked per waiter."""
+        return await asyncio.to_thread(self._run, op)
+
+    def _submit(self, submission: Submission) -> ClientHandle:
+        """A ``pending`` row in the ledger, fully synced, for a supervisor to adopt."""
+        letter, kind, durable, description = self._durable(submission)
+        unit = dataclasses.replace(submission.unit, description=description)
+        work_id, created = self._submit_row(letter, kind, durable, unit)
+        return ClientHandle(self, work_id, created=created)
+
+    async def _submit_async(self, submission: Submission) -> ClientHandle:
+        # Pickled and submitted on a worker thread (the synced submit, too).
+        return await asyncio.to_thread(self._submit, submission)
+
+    def _handle(self, submitted: ops.Submitted) -> ClientHandle:
+        return ClientHandle(self, submitted.id, created=submitted.created)
+
+    def _durable(self, sub: Submission) -> tuple[str, str, Any, str]:
+        """The letter, kind, stored spec and description of a shell, agent or workflow.
+
+        A callable given as ``"module:qualname"`` is not imported here (the
+        supervisor does that), so its arguments must be exact JSON; a reference
+        and the callable it names make the same spec, so they share idempotency keys.
         """
-        spec = ShellSpec.build(
-            cmd,
-            cwd=cwd,
-            env=env,
-            output_cap=output_cap,
-            on_lost=on_lost,
-            log=log,
-            keep_output=keep_output,
-        )
-        if spec.log is not None:
-            shell_log.refuse_inside(spec.log, self.state_dir)
-        durable = shell_to_durable(spec, check_timeout(timeout))
-        name = spec.describe() if description is None else description
-        return self._submit(
-            "b",
-            "shell",
-            durable,
-            name,
-            key=key,
-            max_attempts=None,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
-        )
-
-    def agent(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> ClientHandle:
-        """Submit ``fn(*args, **kwargs)`` as an ``a`` unit (pending until ``not_before``, if given).
-
-        ``fn`` is an importable callable or an import reference
-        ``"package.module:function"``; a reference is not imported here (the
-        supervisor does that), so its arguments must be exact JSON. An agent
-        stored by reference resumes from its last checkpoint if its supervisor
-        dies, up to ``max_attempts`` (default 3) attempts in all.
-        """
-        return self._call_unit(
-            "a",
-            "agent",
-            fn,
-            args,
-            kwargs,
-            key=key,
-            description=description,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            memory_limit=memory_limit,
-            output_cap=output_cap,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
-        )
-
-    def workflow(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> ClientHandle:
-        """Submit ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
-
-        ``fn`` as for ``agent``: a callable or ``"package.module:function"``.
-        Stored by reference, it resumes after a crash at its first unfinished step.
-        """
-        return self._call_unit(
-            "w",
-            "workflow",
-            fn,
-            args,
-            kwargs,
-            key=key,
-            description=description,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            memory_limit=memory_limit,
-            output_cap=DEFAULT_OUTPUT_CAP,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
-        )
-
-    def _call_unit(
-        self,
-        letter: str,
-        kind: str,
-        fn: Callable[..., Any] | str,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        key: str | None,
-        description: str | None,
-        timeout: float | None,
-        max_attempts: int | None,
-        memory_limit: int | None,
-        output_cap: int,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-    ) -> ClientHandle:
-        if isinstance(fn, str):
-            check_limits(memory_limit, output_cap)
-            # The options agent_to_durable would write: a reference and the
-            # callable it names make the same spec, so they share idempotency keys.
-            options = durable_options(check_timeout(timeout), memory_limit, output_cap)
-            durable: Any = Call(fn, tuple(args), dict(kwargs), options)
-            name = fn
-        else:
-            spec = AgentSpec.build(
-                fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
+        timeout = check_timeout(sub.unit.timeout)
+        given = sub.unit.description
+        if sub.verb == "shell":
+            built = build(sub)
+            if built.spec.log is not None:
+                shell_log.refuse_inside(built.spec.log, self.state_dir)
+            return "b", "shell", shell_to_durable(built.spec, timeout), built.description
+        if sub.verb not in ("agent", "workflow"):
+            raise SpecError(
+                f"a ledger client submits shell, agent and workflow units, not {sub.verb}"
             )
-            durable = agent_to_durable(spec, check_timeout(timeout))
-            name = spec.name
-        if description is not None:
-            name = description
-        return self._submit(
-            letter,
-            kind,
-            durable,
-            name,
-            key=key,
-            max_attempts=max_attempts,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
+        letter = LETTERS[sub.verb]
+        memory_limit, output_cap = sub.spec["memory_limit"], sub.spec["output_cap"]
+        if isinstance(sub.target, str):
+            check_limits(memory_limit, output_cap)
+            options = durable_options(timeout, memory_limit, output_cap)
+            durable = Call(sub.target, tuple(sub.args), dict(sub.kwargs), options)
+            return letter, sub.verb, durable, sub.target if given is None else given
+        spec = AgentSpec.build(
+            sub.target, sub.args, dict(sub.kwargs), memory_limit=memory_limit, output_cap=output_cap
         )
+        durable = agent_to_durable(spec, timeout)
+        return letter, sub.verb, durable, spec.name if given is None else given
 
-    def _submit(
-        self,
-        letter: str,
-        kind: str,
-        durable: Any,
-        description: str,
-        *,
-        key: str | None,
-        max_attempts: int | None,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-    ) -> ClientHandle:
-        check_submit(description=description, key=key, max_attempts=max_attempts)
-        # One attempt counter for retries and resumes, as Starts.register keeps it.
-        max_attempts = check_attempts(check_retry(retry), max_attempts)
-        stall_after = check_stall_after(stall_after)
-        start_at = check_not_before(not_before, self._clock.now())
+    def _submit_row(
+        self, letter: str, kind: str, durable: Any, unit: UnitOptions
+    ) -> tuple[str, bool]:
+        unit = check_unit_options(unit, self._clock.now())
         work_id = ids.mint(letter)
         stored = self.ledger.units.encode_spec(durable, work_id)
         resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
+        max_attempts = unit.max_attempts
         if max_attempts is None:
             max_attempts = RESUMABLE_ATTEMPTS if resumable else 1
         new = NewUnit(
@@ -447,31 +334,31 @@ class Client:
             kind=kind,
             spec=stored,
             created_at=self._clock.now(),
-            description=description,
-            key=key,
+            description=unit.description or "",
+            key=unit.key,
             max_attempts=max_attempts,
             resumable=resumable,
             session=None,
             output_path=str(self.state_dir / "output" / f"{work_id}.out"),
-            not_before=start_at,
-            retry=retry,
-            stall_after=stall_after,
+            not_before=cast("float | None", unit.not_before),
+            retry=unit.retry,
+            stall_after=unit.stall_after,
         )
         row, created = self.ledger.units.submit(new)
-        return ClientHandle(self, row.id, created=created)
+        return row.id, created
 
-    def retry(self, work_id: str) -> ClientHandle:
-        """Start a unit that ended ``failed`` or ``killed`` again, as a new pending unit.
+    def _again(self, work_id: str) -> ops.Submitted:
+        """``retry``: a unit that ended failed or killed, again, as a new pending unit.
 
-        Like ``Supervisor.retry``: same spec, description and policy, ``retry_of``
-        names the old unit, whose idempotency key moves to the new one (in the
-        submit's transaction); a second call returns the same new unit. The
-        supervisor starts it on its next tick, as the application's unit (no
-        parent). The spec must be in the ledger: NotRetryable otherwise.
+        Same spec, description and policy; ``retry_of`` names the old unit, whose
+        idempotency key moves to the new one (in the submit's transaction); a
+        second call returns the same new unit. The supervisor starts it on its
+        next tick, as the application's unit (no parent). The spec must be in
+        the ledger: NotRetryable otherwise.
         """
         again = self.ledger.units.retried_by(work_id)
         if again is not None:
-            return ClientHandle(self, again, created=False)
+            return ops.Submitted(again, created=False)
         row = self.ledger.units.require(work_id)
         check_retryable(row.to_record())
         try:
@@ -497,50 +384,10 @@ class Client:
             stall_after=row.stall_after,
         )
         made, created = self.ledger.units.submit(new)
-        return ClientHandle(self, made.id, created=created)
+        return ops.Submitted(made.id, created)
 
-    # -- reading ---------------------------------------------------------------
-
-    def get(self, work_id: str) -> WorkRecord:
-        """The unit's record. An expired unit keeps its terminal status here; see ``row``."""
-        return self.ledger.units.record(self.row(work_id))
-
-    def row(self, work_id: str) -> UnitRow:
-        """Everything the ledger keeps about the unit: ``shown_status`` reads ``expired``
-        once retention ran out; attempts, key, checkpoint, session too.
-
-        InvalidWorkId for a malformed ID, UnknownWork for one the ledger never saw.
-        """
-        return self.ledger.units.require(work_id)
-
-    def list(
-        self,
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        key: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        order: str = "oldest",
-    ) -> builtins.list[WorkRecord]:
-        """Records, oldest first, filtered and a page at a time as ``Supervisor.list``
-        (``status="expired"`` lists the expired units); each page reads only its rows."""
-        q = listing.query(
-            status,
-            kind,
-            parent,
-            limit=limit,
-            after=after,
-            key=key,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            order=order,
-        )
+    def _page(self, q: Query) -> builtins.list[WorkRecord]:
+        """One page of records, read by the ledger's indexes (only its own rows)."""
         found = q.found
         if found.kind is not None:
             found = dataclasses.replace(found, kind=self._kind_name(found.kind))
@@ -550,24 +397,15 @@ class Client:
         rows = self.ledger.listing.page(found, limit=q.limit, after=mark, newest=q.newest)
         return self.ledger.units.records(rows)
 
-    def rows(
+    def _rows(  # noqa: PLR0917 - ``rows``' own parameters, passed on
         self,
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        limit: int | None = None,
-        ended_after: float | None = None,
-        *,
-        on_unreadable: Callable[[Unreadable], None] | None = None,
+        status: str | None,
+        kind: str | None,
+        parent: str | None,
+        limit: int | None,
+        ended_after: float | None,
+        on_unreadable: Callable[[Unreadable], None] | None,
     ) -> builtins.list[UnitRow]:
-        """Like ``list``, with the ledger's full rows; ``ended_after`` keeps units that
-        ended at or after that time (seconds since the epoch).
-
-        ``kind`` is a kind's name or letter. UnknownKind for one that is neither
-        built in nor the kind of any unit here (a typo must not read as "none").
-        A row that cannot be read is left out and handed to ``on_unreadable``
-        (by default, logged as a warning: see ``Units.list``).
-        """
         name = None if kind is None else self._kind_name(kind)
         return self.ledger.units.list(
             status=status,
@@ -590,6 +428,80 @@ class Client:
             f"{self.state_dir} is of it"
         )
 
+    def _wait(self, work_id: str, timeout: float | None) -> WorkRecord:
+        """Looks back off from a few milliseconds to ``poll`` seconds."""
+        return self.ledger.units.record(self._wait_row(work_id, timeout))
+
+    async def _wait_async(self, work_id: str, timeout: float | None) -> WorkRecord:
+        row = await self._wait_row_async(work_id, timeout)
+        return await asyncio.to_thread(self.ledger.units.record, row)
+
+    def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff(self._closed, self._poll)
+        while True:
+            row = self.ledger.units.require(work_id)
+            if is_terminal(row.status):
+                return row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NotFinished(row.to_record(), timeout)
+            backoff.pause(deadline)
+
+    async def _wait_row_async(self, work_id: str, timeout: float | None) -> UnitRow:
+        """Each look is a short call on a worker thread, each pause an ``asyncio.sleep``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        backoff = Backoff(self._closed, self._poll)
+        while True:
+            row = await asyncio.to_thread(self.ledger.units.require, work_id)
+            if is_terminal(row.status):
+                return row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NotFinished(row.to_record(), timeout)
+            await backoff.pause_async(deadline)
+
+    def _result(self, work_id: str, timeout: float | None) -> Any:
+        return self._result_of_row(self._wait_row(work_id, timeout))
+
+    async def _result_async(self, work_id: str, timeout: float | None) -> Any:
+        row = await self._wait_row_async(work_id, timeout)
+        return await asyncio.to_thread(self._result_of_row, row)
+
+    def _result_of_row(self, row: UnitRow) -> Any:
+        if row.expired or row.result is None or row.status is not Status.COMPLETED:
+            return result_of(row.to_record())  # raises, or the record of a value-less unit
+        return self.ledger.units.load_result(row.id)
+
+    def _stream(self, work_id: str, follow: bool, poll: float) -> LedgerOutputStream:
+        """The offset is this stream's own. Output of a unit that ended before it was read
+        comes from the stored tail: its last 64 KiB (an agent's transcript is kept
+        whole). Retain the unit while following it for long, so its row does not
+        expire meanwhile."""
+        self.ledger.units.require(work_id)  # UnknownWork now, not at the first next()
+        return self._stream_async(work_id, follow, poll)
+
+    def _stream_async(self, work_id: str, follow: bool, poll: float) -> LedgerOutputStream:
+        """Each look at the ledger and the output file of ``async for`` is a short call
+        on a worker thread; waits are ``asyncio.sleep``. An unknown ID raises at the
+        first step."""
+        return LedgerOutputStream(
+            self.ledger,
+            work_id,
+            stop=self._closed,
+            poll=self._poll,
+            follow=follow,
+            other_host=self._other_host_output,
+        )
+
+    def _notifications(self, lease: float) -> LedgerNotices:
+        """Consumers on the same state dir (other clients, other processes) share the
+        notices: a notice one of them took is not seen by the others."""
+        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll)
+
+    async def _notifications_async(self, lease: float) -> LedgerNotices:
+        return self._notifications(lease)
+
+    # -- the ledger's own ------------------------------------------------------------------
+
     def supervisor_running(self) -> bool:
         """True while a supervisor holds this state dir (its lock; see ``_ledger.lock``).
 
@@ -601,129 +513,13 @@ class Client:
             raise ClientClosed("the client is closed")
         return lock.is_held(self.state_dir)
 
-    # -- waiting ---------------------------------------------------------------
-
-    def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
-        """Block until the unit is terminal and return its record.
-
-        NotFinished after ``timeout`` seconds (``0`` looks once). Waits back off
-        from a few milliseconds to ``poll`` seconds between looks.
-        """
-        return self.ledger.units.record(self._wait_row(work_id, timeout))
-
-    def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
-        wait_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        backoff = Backoff(self._closed, self._poll)
-        while True:
-            row = self.row(work_id)
-            if is_terminal(row.status):
-                return row
-            if deadline is not None and time.monotonic() >= deadline:
-                raise NotFinished(row.to_record(), timeout)
-            backoff.pause(deadline)
-
-    def result(self, work_id: str, timeout: float | None = None) -> Any:
-        """The unit's value once it completes (its record for kinds without values, like shell).
-
-        Raises WorkFailed (from the unit's exception, when it unpickles here),
-        WorkKilled, NotFinished after ``timeout``, or WorkExpired once the
-        unit's retention ran out and its value is gone.
-        """
-        return self._result_of_row(self._wait_row(work_id, timeout))
-
-    def _result_of_row(self, row: UnitRow) -> Any:
-        if row.expired or row.result is None or row.status is not Status.COMPLETED:
-            return result_of(row.to_record())  # raises, or the record of a value-less unit
-        return self.ledger.units.load_result(row.id)
-
-    # -- output and notices ----------------------------------------------------
-
-    def stream(self, work_id: str, *, follow: bool = True) -> LedgerOutputStream:
-        """Yield the unit's output from its start, every byte once, until it is terminal.
-
-        With ``follow=False``, only what has been written so far.
-
-        The offset is this stream's own. Output of a unit that ended before it
-        was read comes from the stored tail: its last 64 KiB (an agent's
-        transcript is kept whole). Retain the unit (``retain``) while following
-        it for long, so that its row does not expire meanwhile.
-        """
-        self.row(work_id)  # InvalidWorkId / UnknownWork now, not at the first next()
-        return LedgerOutputStream(
-            self.ledger,
-            work_id,
-            stop=self._closed,
-            poll=self._poll,
-            follow=follow,
-            other_host=self._other_host_output,
-        )
-
-    def notifications(self) -> LedgerNotices:
-        """Notices of top-level units as they end; each goes to one consumer, once.
-
-        Consumers on the same state dir (other clients, other processes) share
-        them: a notice one of them took is not seen by the others.
-        """
-        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll)
-
-    # -- requests to the supervisor ------------------------------------------
-
-    def cancel(self, work_id: str, grace: float = 5.0) -> bool:
-        """Ask for a cancel (SIGTERM or a cooperative cancel, SIGKILL after ``grace``).
-
-        False, and no request, when the unit has already ended. A pending unit
-        is ended ``killed`` (reason ``cancelled``) without ever running.
-        """
-        grace = seconds("grace", grace, zero=True)
-        return self.request("cancel", work_id, {"grace": grace}) is not None
-
-    def kill(self, work_id: str) -> bool:
-        """Ask for a SIGKILL of the unit's process group; False (no request) if it has ended."""
-        return self.request("kill", work_id) is not None
-
-    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
-        """Send the signal ``name`` (a JSON ``value``) to a unit, as ``Supervisor.signal``.
-
-        Kept in the ledger (fully synced) until the unit consumes it, so it
-        waits there while no supervisor runs; a running supervisor routes it
-        on its next tick. False, and nothing kept, when the unit has ended.
-        """
-        return self.ledger.signals.send(work_id, name, value) is not None
-
-    def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
-        """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
-
-        While it holds, the supervisor keeps the unit's record in memory after
-        its end, and the ledger does not expire its row. Renew it before it
-        runs out (``renew()``, or ``keep_renewing()``); ``release()`` it or use
-        it as a context manager. It lapses by itself if not renewed, and at
-        once when this process exits. A read-only state dir cannot hold one.
-        """
-        self.row(work_id)  # InvalidWorkId / UnknownWork now
-        lease = check_lease(lease)
-        lease_id = self.ledger.retains.add(work_id, lease)
-        return self._held.hold(
-            work_id,
-            lease_id,
-            lease,
-            renew=lambda seconds: self.ledger.retains.renew(lease_id, seconds),
-            release=lambda: self.ledger.retains.release(lease_id),
-        )
-
-    def release(self, work_id: str) -> bool:
-        """End the retain leases taken on the unit through this client (``retain``) and
-        not yet released; True if there was one. ``Retain.release()`` ends one."""
-        ids.validate(work_id)
-        return self._held.release(work_id)
-
     def request(self, verb: str, work_id: str, args: dict[str, Any] | None = None) -> int | None:
         """Append a request for the supervisor; return its sequence number.
 
         ``cancel`` and ``kill`` of a unit that has ended return None and add
         nothing. See ``request_result`` for what the supervisor made of it.
         """
-        row = self.row(work_id)
+        row = self.ledger.units.require(work_id)
         if verb in _END_VERBS and is_terminal(row.status):
             return None
         return self.ledger.requests.add(verb, work_id, args)
@@ -744,235 +540,6 @@ class Client:
                 return None
             backoff.pause(deadline)
 
-    # -- the async twins: short ledger calls on a worker thread, waits on the loop --
-
-    async def shell_async(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        key: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        on_lost: str = "fail",
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-    ) -> ClientHandle:
-        """Like ``shell`` without blocking the event loop (the synced submit runs on a
-        worker thread)."""
-        return await asyncio.to_thread(
-            self.shell,
-            cmd,
-            key=key,
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            description=description,
-            output_cap=output_cap,
-            on_lost=on_lost,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
-            log=log,
-            keep_output=keep_output,
-        )
-
-    async def agent_async(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> ClientHandle:
-        """Like ``agent`` without blocking the event loop (pickled and submitted on a
-        worker thread)."""
-        return await asyncio.to_thread(
-            self._call_unit,
-            "a",
-            "agent",
-            fn,
-            args,
-            kwargs,
-            key=key,
-            description=description,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            memory_limit=memory_limit,
-            output_cap=output_cap,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
-        )
-
-    async def workflow_async(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        key: str | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        not_before: float | datetime.datetime | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        **kwargs: Any,
-    ) -> ClientHandle:
-        """Like ``workflow`` without blocking the event loop."""
-        return await asyncio.to_thread(
-            self._call_unit,
-            "w",
-            "workflow",
-            fn,
-            args,
-            kwargs,
-            key=key,
-            description=description,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            memory_limit=memory_limit,
-            output_cap=DEFAULT_OUTPUT_CAP,
-            not_before=not_before,
-            retry=retry,
-            stall_after=stall_after,
-        )
-
-    async def get_async(self, work_id: str) -> WorkRecord:
-        """Like ``get`` without blocking the event loop."""
-        return await asyncio.to_thread(self.get, work_id)
-
-    async def row_async(self, work_id: str) -> UnitRow:
-        """Like ``row`` without blocking the event loop."""
-        return await asyncio.to_thread(self.row, work_id)
-
-    async def list_async(
-        self,
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        key: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        order: str = "oldest",
-    ) -> builtins.list[WorkRecord]:
-        """Like ``list`` without blocking the event loop."""
-        return await asyncio.to_thread(
-            functools.partial(
-                self.list,
-                status,
-                kind,
-                parent,
-                limit=limit,
-                after=after,
-                key=key,
-                created_after=created_after,
-                created_before=created_before,
-                search=search,
-                order=order,
-            )
-        )
-
-    async def rows_async(
-        self,
-        status: str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        limit: int | None = None,
-        ended_after: float | None = None,
-        *,
-        on_unreadable: Callable[[Unreadable], None] | None = None,
-    ) -> builtins.list[UnitRow]:
-        """Like ``rows`` without blocking the event loop."""
-        return await asyncio.to_thread(
-            functools.partial(self.rows, on_unreadable=on_unreadable),
-            status,
-            kind,
-            parent,
-            limit,
-            ended_after,
-        )
-
-    async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
-        """Like ``retain`` without blocking the event loop (``renew`` and ``release``
-        are short ledger writes: from the loop, run them with ``asyncio.to_thread``)."""
-        return await asyncio.to_thread(self.retain, work_id, lease)
-
-    async def release_async(self, work_id: str) -> bool:
-        """Like ``release`` without blocking the event loop."""
-        return await asyncio.to_thread(self.release, work_id)
-
-    async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
-        """Like ``wait`` without blocking the event loop: each look at the ledger is a
-        short call on a worker thread, each pause an ``asyncio.sleep``."""
-        row = await self._wait_row_async(work_id, timeout)
-        return await asyncio.to_thread(self.ledger.units.record, row)
-
-    async def _wait_row_async(self, work_id: str, timeout: float | None) -> UnitRow:
-        wait_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        backoff = Backoff(self._closed, self._poll)
-        while True:
-            row = await asyncio.to_thread(self.row, work_id)
-            if is_terminal(row.status):
-                return row
-            if deadline is not None and time.monotonic() >= deadline:
-                raise NotFinished(row.to_record(), timeout)
-            await backoff.pause_async(deadline)
-
-    async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
-        """Like ``result`` without blocking the event loop."""
-        row = await self._wait_row_async(work_id, timeout)
-        return await asyncio.to_thread(self._result_of_row, row)
-
-    def stream_async(self, work_id: str, *, follow: bool = True) -> LedgerOutputStream:
-        """Like ``stream``, for ``async for chunk in client.stream_async(id)``.
-
-        Each look at the ledger and the output file is a short call on a worker
-        thread; waits are ``asyncio.sleep``. A bad ID raises at the first step.
-        """
-        ids.validate(work_id)
-        return LedgerOutputStream(
-            self.ledger,
-            work_id,
-            stop=self._closed,
-            poll=self._poll,
-            follow=follow,
-            other_host=self._other_host_output,
-        )
-
-    async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
-        """Like ``cancel`` without blocking the event loop."""
-        return await asyncio.to_thread(self.cancel, work_id, grace)
-
-    async def kill_async(self, work_id: str) -> bool:
-        """Like ``kill`` without blocking the event loop."""
-        return await asyncio.to_thread(self.kill, work_id)
-
-    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
-        """Like ``signal`` without blocking the event loop."""
-        return await asyncio.to_thread(self.signal, work_id, name, value)
-
-    async def retry_async(self, work_id: str) -> ClientHandle:
-        """Like ``retry`` without blocking the event loop."""
-        return await asyncio.to_thread(self.retry, work_id)
-
     # -- closing ---------------------------------------------------------------
 
     def close(self) -> None:
@@ -989,73 +556,22 @@ class Client:
         self.close()
 
 
-class ClientHandle:
+class ClientHandle(ClientHandleVerbs):
     """What ``Client.shell``/``agent`` return: one unit's ID and the client that submitted it.
 
     ``created`` is False when an idempotency key named a unit that already existed.
     """
 
-    __slots__ = ("client", "created", "id")
+    __slots__ = ()
 
     def __init__(self, client: Client, work_id: str, *, created: bool = True) -> None:
-        self.client = client
-        self.id = work_id
-        self.created = created
+        super().__init__(client, work_id, created=created)
 
-    def __repr__(self) -> str:
-        return f"<ClientHandle {self.id}{'' if self.created else ' (existing)'}>"
-
-    def __str__(self) -> str:
-        return self.id
-
-    def get(self) -> WorkRecord:
-        """The unit's record from the ledger (``Client.get``)."""
-        return self.client.get(self.id)
+    @property
+    def client(self) -> Client:
+        """The client the unit was submitted through."""
+        return self._surface
 
     def row(self) -> UnitRow:
         """The unit's full ledger row (``Client.row``)."""
         return self.client.row(self.id)
-
-    def wait(self, timeout: float | None = None) -> WorkRecord:
-        """Block until the unit is terminal (``Client.wait``)."""
-        return self.client.wait(self.id, timeout)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The unit's result, or its failure raised (``Client.result``)."""
-        return self.client.result(self.id, timeout)
-
-    def cancel(self, grace: float = 5.0) -> bool:
-        """Request a cancel, SIGKILL after ``grace`` (``Client.cancel``)."""
-        return self.client.cancel(self.id, grace)
-
-    def kill(self) -> bool:
-        """Request a kill (``Client.kill``)."""
-        return self.client.kill(self.id)
-
-    def stream(self) -> LedgerOutputStream:
-        """The unit's output as it is written (``Client.stream``)."""
-        return self.client.stream(self.id)
-
-    async def get_async(self) -> WorkRecord:
-        """Like ``get`` without blocking the event loop."""
-        return await self.client.get_async(self.id)
-
-    async def wait_async(self, timeout: float | None = None) -> WorkRecord:
-        """Like ``wait`` without blocking the event loop."""
-        return await self.client.wait_async(self.id, timeout)
-
-    async def result_async(self, timeout: float | None = None) -> Any:
-        """Like ``result`` without blocking the event loop."""
-        return await self.client.result_async(self.id, timeout)
-
-    async def cancel_async(self, grace: float = 5.0) -> bool:
-        """Like ``cancel`` without blocking the event loop."""
-        return await self.client.cancel_async(self.id, grace)
-
-    async def kill_async(self) -> bool:
-        """Like ``kill`` without blocking the event loop."""
-        return await self.client.kill_async(self.id)
-
-    def stream_async(self) -> LedgerOutputStream:
-        """Like ``stream``, for ``async for`` (``Client.stream_async``)."""
-        return self.client.stream_async(self.id)

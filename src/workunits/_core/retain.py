@@ -19,6 +19,15 @@ from workunits._core.seconds import seconds
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
+# Leases are renewed while a viewer looks; the bound keeps their arithmetic finite.
+MAX_LEASE = 1e9
+
+
+def check_lease(lease: object) -> float:
+    """The lease in seconds; SpecError unless it is a positive finite number."""
+    return seconds("lease", lease, most=MAX_LEASE)
+
 
 class Retain:
     """One retain lease on one unit: ``renew()``, ``release()``, or use it as a context manager."""

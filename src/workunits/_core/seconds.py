@@ -16,6 +16,7 @@ from workunits._core.errors import SpecError
 # A claim on a notice is renewed while it is worked on; one longer than a day is
 # a mistake, not a plan (the HTTP API has the same bound).
 MAX_CLAIM_LEASE = 86400.0
+DEFAULT_CLAIM_LEASE = 30.0  # seconds a claim holds between two renewals
 
 
 def finite(value: object) -> float | None:

@@ -28,20 +28,23 @@ from workunits._core.errors import NotFinished
 from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import is_terminal
-from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit
+from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit, options_of
 from workunits._http.problems import ShuttingDown
-from workunits._ledger import Ledger, listing
+from workunits._core.query import query
+from workunits._ledger import Ledger
 from workunits._ledger.listing import Total
 from workunits._ledger.values import resolve_ref
+from workunits._surface._generated import UnitOptions
+from workunits._surface.options import UNIT_OPTIONS, taken_by
+from workunits._surface.submission import Submission
 from workunits._util import strictjson
 from workunits._wire.results import result_of
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
-from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import NoticeClaim
 
 T = TypeVar("T")
+_UNIT = {o.name for o in UNIT_OPTIONS}
 
 
 async def _run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -57,8 +60,6 @@ class Backend:
         # The journal from now on: a follower from the first cursor then sees every
         # change and checkpoint of units submitted through this server.
         sup.event_feed  # noqa: B018 - subscribes the feed (blocking: not on the loop)
-        # Same-key submits one at a time, so "created" is told apart exactly.
-        self._key_locks: dict[str, asyncio.Lock] = {}
         # Each submit's latency, observed as it happens (metrics: fixed buckets, so
         # nothing piles up between scrapes).
         self.on_submit: Callable[[float], None] = lambda seconds: None
@@ -104,71 +105,28 @@ class Backend:
         self, body: ShellSubmit | CallSubmit, key: str | None
     ) -> tuple[WorkRecord, bool]:
         """Submit; the record and whether this call created it (False: the key's unit)."""
-        if key is None:
-            return await self._submit(body, None), True
-        lock = self._key_locks.setdefault(key, asyncio.Lock())
-        try:
-            async with lock:
-                started = time.time()
-                record = await self._submit(body, key)
-                return record, record.created_at >= started
-        finally:
-            if not lock.locked() and self._key_locks.get(key) is lock:
-                del self._key_locks[key]
-
-    async def _submit(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkRecord:
         started = time.perf_counter()
-        handle = await self._submit_now(body, key)
+        handle = await self.sup._submit_async(await self._submission(body, key))
         record = await handle.get_async()
         self.on_submit(time.perf_counter() - started)
-        return record
+        return record, handle.created
 
-    async def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkHandle:
-        # One path for every kind: build the spec as shell()/agent()/workflow() do,
-        # then submit_async, the twin that takes every option (parent, retry, delay).
-        retry = None if body.retry is None else body.retry.policy()
-        options: dict[str, Any] = {
-            "parent": body.parent,
-            "timeout": body.timeout,
-            "key": key,
-            "retry": retry,
-            "not_before": body.not_before,
-            "stall_after": body.stall_after,
-        }
+    async def _submission(self, body: ShellSubmit | CallSubmit, key: str | None) -> Submission:
+        """The body as the Python verbs would submit it (every option read from the one
+        definition, ``_surface.options``): the supervisor builds and checks the spec."""
+        given = options_of(body)
+        unit = UnitOptions(key=key, **{k: v for k, v in given.items() if k in _UNIT})
+        spec = {o.name: given.get(o.name, o.default) for o in taken_by(body.kind) if not o.unit}
         if isinstance(body, ShellSubmit):
             cmd: str | list[str] = (
                 body.command if body.command is not None else list(body.argv or [])
             )
-            spec = ShellSpec.build(
-                cmd,
-                cwd=body.cwd,
-                env=body.env,
-                output_cap=DEFAULT_OUTPUT_CAP if body.output_cap is None else body.output_cap,
-                on_lost=body.on_lost or "fail",
-                log=body.log,
-                keep_output=bool(body.keep_output),
-            )
-            description = spec.describe() if body.description is None else body.description
-            return await self.sup.submit_async("b", spec, description=description, **options)
+            return Submission("shell", cmd, (), {}, spec, unit)
         # They came as JSON, but a number JSON cannot bring back (1e400 parses as inf)
         # would otherwise be pickled with the function, unnoticed.
         _exact_arguments(body.target, body.args, body.kwargs)
         fn = await _run(resolve_ref, body.target)  # imports the target's module
-        agent_spec = await _run(
-            AgentSpec.build,
-            fn,
-            tuple(body.args),
-            dict(body.kwargs),
-            memory_limit=body.memory_limit,
-            output_cap=DEFAULT_OUTPUT_CAP if body.output_cap is None else body.output_cap,
-        )
-        return await self.sup.submit_async(
-            "a" if body.kind == "agent" else "w",
-            agent_spec,
-            description=agent_spec.name if body.description is None else body.description,
-            max_attempts=body.max_attempts,
-            **options,
-        )
+        return Submission(body.kind, fn, tuple(body.args), dict(body.kwargs), spec, unit)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -178,7 +136,7 @@ class Backend:
     async def list_units(self, asked: dict[str, Any]) -> tuple[builtins.list[WorkRecord], Total]:
         """A page of ``sup.list(**asked)`` (memory and ledger), and the filters' total
         (the ledger's: a unit whose new status is not written yet counts as before)."""
-        found = listing.query(**asked).found  # SpecError before anything is read
+        found = query(**asked).found  # SpecError before anything is read
         if found.kind is not None:
             found = replace(found, kind=ids.BUILTIN_KINDS.get(found.kind, found.kind))
         records = await self.sup.list_async(**asked)
@@ -243,17 +201,8 @@ class Backend:
 
     async def retry(self, work_id: str) -> tuple[WorkRecord, bool]:
         """The unit that runs ``work_id`` again, and whether this call started it."""
-        name = f"retry:{work_id}"
-        lock = self._key_locks.setdefault(name, asyncio.Lock())
-        try:
-            async with lock:  # one at a time per unit, so "created" is told apart exactly
-                started = time.time()
-                handle = await self.sup.retry_async(work_id)
-                record = await handle.get_async()
-                return record, record.created_at >= started
-        finally:
-            if not lock.locked() and self._key_locks.get(name) is lock:
-                del self._key_locks[name]
+        handle = await self.sup.retry_async(work_id)
+        return await handle.get_async(), handle.created
 
     # -- schedules ---------------------------------------------------------------------
 
@@ -267,6 +216,7 @@ class Backend:
             kind, target, args, kwargs = "shell", u.command or list(u.argv or []), [], {}
         else:
             kind, target, args, kwargs = u.kind, u.target, u.args, u.kwargs
+        given = options_of(u)
         known = {s.name for s in await self.schedules()}
         await _run(
             self.sup.schedule,
@@ -277,8 +227,8 @@ class Backend:
             *args,
             tz=body.tz,
             catch_up=body.catch_up,
-            description=u.description,
-            timeout=u.timeout,
+            description=given.get("description"),
+            timeout=given.get("timeout"),
             **kwargs,
         )
         (now,) = [s for s in await self.schedules() if s.name == name]

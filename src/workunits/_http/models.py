@@ -7,7 +7,7 @@ it again with the same messages as for Python callers.
 from __future__ import annotations
 
 import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    create_model,
     model_validator,
 )
 
@@ -23,6 +24,7 @@ from workunits._core.record import WorkRecord
 from workunits._core.retry import Retry
 from workunits._core.seconds import MAX_CLAIM_LEASE
 from workunits._core.status import is_terminal
+from workunits._surface.options import BY_NAME, OPTIONS, Json, Option
 
 MAX_TEXT = 64 << 10  # a command, description or message: plenty, and bounded
 
@@ -87,21 +89,45 @@ class RetryBody(_Strict):
         )
 
 
-class _Options(_Strict):
-    description: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
-    timeout: Annotated[float, Field(gt=0)] | None = None
-    parent: Annotated[str, Field(max_length=64)] | None = None
-    not_before: Annotated[float, Field(ge=0, allow_inf_nan=False)] | IsoTime | None = Field(
-        None,
-        description="Stay pending until then: seconds from now, or an ISO 8601 time "
-        "with its offset (e.g. 2026-01-01T03:00:00Z)",
-    )
-    retry: RetryBody | None = None
-    stall_after: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
-        None,
-        description="Send the parent a stalled event after this many seconds without "
-        "progress, output or checkpoint",
-    )
+def _body_field(option: Option) -> tuple[Any, Any]:
+    """An option as a field of ``POST /v1/units`` (``options.Json``): null is its default."""
+    assert isinstance(option.http, Json)
+    kind = _NAMED.get(str(option.http.type), option.http.type)
+    if option.http.limits:
+        kind = Annotated[kind, Field(**dict[str, Any](option.http.limits))]
+    description = option.http.description or option.doc.rstrip(".")
+    return kind | None, Field(None, description=description)
+
+
+def _fields(*verbs: str) -> dict[str, Any]:
+    """The body fields of the options ``verbs`` take (the unit's own, then their kinds')."""
+    taken = [o for o in OPTIONS if any(v in o.verbs for v in verbs)]
+    return {
+        o.name: _body_field(o)
+        for o in sorted(taken, key=lambda o: not o.unit)
+        if isinstance(o.http, Json) and o.http.header is None
+    }
+
+
+# The JSON types ``options.Json`` names (their bounds inside: JSON Schema says them).
+_NAMED: dict[str, Any] = {
+    "retry": RetryBody,
+    "not_before": Annotated[float, Field(ge=0, allow_inf_nan=False)] | IsoTime,
+    "positive_whole": PositiveWhole,
+    "attempts": Attempts,
+}
+
+# The options, as the submit bodies' fields: read from ``_surface.options``, where an
+# option is defined once for every surface (type checkers see the fixed fields only).
+if TYPE_CHECKING:
+
+    class _ShellOptions(_Strict): ...
+
+    class _CallOptions(_Strict): ...
+
+else:
+    _ShellOptions = create_model("_ShellOptions", __base__=_Strict, **_fields("shell"))
+    _CallOptions = create_model("_CallOptions", __base__=_Strict, **_fields("agent", "workflow"))
 
 
 # What ShellSubmit's validator checks, said in its JSON Schema too: exactly one of
@@ -124,7 +150,7 @@ _ONE_COMMAND: dict[str, Any] = {
 }
 
 
-class ShellSubmit(_Options):
+class ShellSubmit(_ShellOptions):
     """A shell unit: ``argv`` (a list) or ``command`` (for ``/bin/sh -c``), not both."""
 
     model_config = ConfigDict(json_schema_extra=_ONE_COMMAND)
@@ -134,40 +160,38 @@ class ShellSubmit(_Options):
         Annotated[list[Annotated[str, Field(max_length=MAX_TEXT)]], Field(min_length=1)] | None
     ) = None
     command: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)] | None = None
-    cwd: Annotated[str, Field(max_length=4096)] | None = None
-    env: dict[str, str] | None = None
-    output_cap: PositiveWhole | None = Field(
-        None, description="Most bytes of output kept (default 5 GiB); more ends it killed"
-    )
-    on_lost: Literal["fail", "restart"] | None = Field(
-        None, description="restart: run it again (same ID) if its supervisor dies while it runs"
-    )
-    log: (
-        Annotated[str, Field(min_length=1, max_length=4096, json_schema_extra={"pattern": "^/"})]
-        | None
-    ) = Field(
-        None,
-        description="An absolute path on the server's host: the output goes into this file, "
-        "which stays after the end (the first attempt truncates it, later ones append)",
-    )
-    keep_output: bool | None = Field(
-        None, description="true: keep the whole output in the state dir until the unit expires"
-    )
 
     @model_validator(mode="after")
     def _one_command(self) -> ShellSubmit:
         if (self.argv is None) == (self.command is None):
             raise ValueError("give exactly one of argv (a list) or command (a string)")
-        if self.log is not None and self.keep_output:
+        log = getattr(self, "log", None)
+        if log is not None and getattr(self, "keep_output", None):
             raise ValueError("give log or keep_output, not both")
-        if self.log is not None and not self.log.startswith("/"):
+        if log is not None and not log.startswith("/"):
             # Relative to what? The server's directory is nothing its callers know.
-            raise ValueError(f"log must be an absolute path, got {self.log!r}")
+            raise ValueError(f"log must be an absolute path, got {log!r}")
         return self
 
 
-class CallSubmit(_Options):
+def _own_options_schema(schema: dict[str, Any]) -> None:
+    """CallSubmit's validator, said in its JSON Schema: a kind sets only its own options."""
+    clauses = [
+        {
+            "required": ["kind", name],
+            "properties": {"kind": {"const": kind}, name: {"not": {"type": "null"}}},
+        }
+        for kind in ("agent", "workflow")
+        for name in _fields("agent", "workflow")
+        if kind not in BY_NAME[name].verbs
+    ]
+    schema["not"] = {"anyOf": clauses}
+
+
+class CallSubmit(_CallOptions):
     """An agent or workflow: the callable ``target`` (``module:qualname``) and its JSON args."""
+
+    model_config = ConfigDict(json_schema_extra=_own_options_schema)
 
     kind: Literal["agent", "workflow"]
     target: Annotated[
@@ -180,13 +204,24 @@ class CallSubmit(_Options):
     ]
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    max_attempts: Attempts | None = None
-    memory_limit: PositiveWhole | None = Field(
-        None, description="Address-space limit of the unit's process, in bytes"
-    )
-    output_cap: PositiveWhole | None = Field(
-        None, description="Most transcript bytes kept (default 5 GiB); more ends it killed"
-    )
+
+    @model_validator(mode="after")
+    def _its_own_options(self) -> CallSubmit:
+        other = [n for n in _fields("agent", "workflow") if getattr(self, n) is not None]
+        refused = [n for n in other if self.kind not in BY_NAME[n].verbs]
+        if refused:
+            raise ValueError(f"a {self.kind} takes no {', '.join(refused)}")
+        return self
+
+
+def options_of(body: ShellSubmit | CallSubmit) -> dict[str, Any]:
+    """The options a submit body gave, as Python values (a field left null: not given)."""
+    given: dict[str, Any] = {}
+    for name in _fields(body.kind):
+        value = getattr(body, name)
+        if value is not None:
+            given[name] = value.policy() if isinstance(value, RetryBody) else value
+    return given
 
 
 Submit = Annotated[ShellSubmit | CallSubmit, Field(discriminator="kind")]
@@ -255,18 +290,11 @@ class Unit(BaseModel):
         )
 
 
-_NOT_SCHEDULED = (
-    "parent",
-    "retry",
-    "not_before",
-    "stall_after",
-    "cwd",
-    "env",
-    "on_lost",
-    "log",
-    "keep_output",
-    "memory_limit",
-    "output_cap",
+SCHEDULED_OPTIONS = ("description", "timeout", "max_attempts")  # what a firing's unit takes
+_NOT_SCHEDULED = tuple(
+    o.name
+    for o in OPTIONS
+    if isinstance(o.http, Json) and o.http.header is None and o.name not in SCHEDULED_OPTIONS
 )
 
 
@@ -284,9 +312,7 @@ class ScheduleBody(_Strict):
     """A cron schedule whose firings submit ``unit`` (as ``POST /v1/units`` would).
 
     ``cron``: minute hour day-of-month month day-of-week (a sixth field is
-    seconds), read in ``tz``. The unit takes no ``parent``, ``retry``,
-    ``not_before``, ``stall_after``, ``cwd``, ``env``, ``on_lost``, ``log``, ``keep_output``,
-    ``memory_limit`` or ``output_cap``.
+    seconds), read in ``tz``. The unit takes none of {refused}.
     """
 
     model_config = ConfigDict(json_schema_extra=_plain_unit_schema)
@@ -298,17 +324,15 @@ class ScheduleBody(_Strict):
 
     @model_validator(mode="after")
     def _plain_unit(self) -> ScheduleBody:
-        u = self.unit
-        plain = ("parent", "retry", "not_before", "stall_after")
-        given = [n for n in plain if getattr(u, n) is not None]
-        if isinstance(u, ShellSubmit):
-            shell_only = ("cwd", "env", "output_cap", "on_lost", "log", "keep_output")
-            given += [n for n in shell_only if getattr(u, n) is not None]
-        else:
-            given += [n for n in ("memory_limit", "output_cap") if getattr(u, n) is not None]
+        given = [n for n in options_of(self.unit) if n not in SCHEDULED_OPTIONS]
         if given:
             raise ValueError(f"a scheduled unit takes no {', '.join(given)}")
         return self
+
+
+ScheduleBody.__doc__ = (ScheduleBody.__doc__ or "").replace(
+    "{refused}", ", ".join(f"``{name}``" for name in _NOT_SCHEDULED)
+)
 
 
 class FiringOut(BaseModel):

@@ -32,7 +32,7 @@ from workunits._core.record import Notification
 from workunits._core.status import Status
 from workunits._ledger.backend import Connection
 from workunits._ledger.context import LedgerContext
-from workunits._ledger.retains import check_lease
+from workunits._core.retain import check_lease
 from workunits._ledger.rows import decode_notification
 from workunits._util import procid
 

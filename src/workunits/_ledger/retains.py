@@ -14,19 +14,12 @@ import secrets
 from collections.abc import Iterable
 
 from workunits._core import ids
-from workunits._core.seconds import seconds
+from workunits._core.retain import check_lease
 from workunits._ledger.backend import Connection
 from workunits._ledger.context import LedgerContext
 from workunits._util import procid
 
 _LEASE_ID = re.compile(r"[0-9a-f]{24}", re.ASCII)  # what add() makes
-# Leases are renewed while a viewer looks; the bound keeps their arithmetic finite.
-MAX_LEASE = 1e9
-
-
-def check_lease(lease: object) -> float:
-    """The lease in seconds; SpecError unless it is a positive finite number."""
-    return seconds("lease", lease, most=MAX_LEASE)
 
 
 class Retains:

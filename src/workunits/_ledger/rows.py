@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from workunits._core import ids
+from workunits._core import ids, query
 from workunits._core.errors import REPAIR, LedgerCorrupt
 from workunits._core.record import Notification, WorkRecord
 from workunits._core.restart import Restart, policy_from_json
@@ -28,8 +28,8 @@ from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
 from workunits._util import strictjson
 
-EXPIRED = "expired"
-"""How a unit whose retention ran out shows its status (its terminal status is kept)."""
+# How a unit whose retention ran out shows its status (its terminal status is kept).
+EXPIRED = query.EXPIRED
 
 # Columns a WorkRecord mirrors, written from it on every transition. Its
 # result and cause are written too, signed, once they are set (see writes.py);

@@ -11,16 +11,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
-import datetime
 import itertools
-import os
 import queue
-import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 import cloudpickle
 
@@ -36,23 +33,23 @@ from workunits._core.errors import (
 )
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
-from workunits._core.retry import Retry, error_types
-from workunits._core.seconds import ask_timeout, seconds, wait_timeout
+from workunits._core.retry import error_types
+from workunits._core.seconds import wait_timeout
 from workunits._core.status import is_terminal
+from workunits._surface import ops
+from workunits._surface._generated import UnitContextVerbs
+from workunits._surface.output_stream import STREAM_CHUNK, OutputStream
+from workunits._surface.submission import Submission, build
 from workunits._unit.capture import Capture
+from workunits._unit.child_handles import ChildHandle, ChildTeammate
 from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
-from workunits._wire.specs import (
-    DEFAULT_OUTPUT_CAP,
-    DEFAULT_RATE_LIMIT,
-    AgentSpec,
-    MonitorSpec,
-    ShellSpec,
-    TeammateSpec,
-)
+from workunits._wire.submits import check_key
+
+R = TypeVar("R")
 
 _current: UnitContext | None = None
 
@@ -64,64 +61,12 @@ def current() -> UnitContext:
     return _current
 
 
-class ChildHandle:
-    """A child unit started from inside a unit."""
-
-    __slots__ = ("ctx", "id")
-
-    def __init__(self, ctx: UnitContext, work_id: str) -> None:
-        self.ctx = ctx
-        self.id = work_id
-
-    def __repr__(self) -> str:
-        return f"<ChildHandle {self.id}>"
-
-    def __str__(self) -> str:
-        return self.id
-
-    def wait(self, timeout: float | None = None) -> WorkRecord:
-        """Block until the child is terminal (``UnitContext.wait``)."""
-        return self.ctx.wait(self, timeout)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The child's result, or its failure raised (``UnitContext.result``)."""
-        return self.ctx.result(self, timeout)
-
-    def kill(self) -> bool:
-        """SIGKILL the child now (``UnitContext.kill``)."""
-        return self.ctx.kill(self)
-
-    def cancel(self, grace: float = 5.0) -> bool:
-        """Ask the child to stop, SIGKILL after ``grace`` (``UnitContext.cancel``)."""
-        return self.ctx.cancel(self, grace)
-
-
-class ChildTeammate(ChildHandle):
-    """A teammate started from inside a unit: a child handle that also takes messages."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"<ChildTeammate {self.id}>"
-
-    def tell(self, message: Any) -> None:
-        """Send ``message`` to the teammate without waiting (``UnitContext.tell``)."""
-        self.ctx.tell(self, message)
-
-    def ask(self, message: Any, timeout: float | None = None) -> Any:
-        """Send ``message`` and wait for the answer (``UnitContext.ask``)."""
-        return self.ctx.ask(self, message, timeout)
-
-    def stop(self, timeout: float | None = None) -> Any:
-        """Stop after the messages already sent; what its ``on_stop()`` returned (``result``)."""
-        self.ctx.stop(self)
-        return self.ctx.result(self, timeout)
-
-
-class UnitContext:
+class UnitContext(UnitContextVerbs):
     """A unit's view of itself, from ``wu.current()`` in its own process.
 
-    Progress, checkpoints, events, cancellation, and the child units it starts.
+    Progress, checkpoints, events, cancellation, and the child units it starts:
+    the calls that take a unit (``wait``, ``kill``, ``stream``...) take one of
+    its own descendants, reached through its channel to the supervisor.
     """
 
     def __init__(
@@ -457,182 +402,72 @@ class UnitContext:
             raise SpecError(f"an event is a mapping, got {type(event).__name__}")
         self._transcript.write("event", data=dict(event))
 
-    # -- children -----------------------------------------------------------------
+    # -- the transport of its verbs (``workunits._surface``): the unit's channel ---------
 
-    def agent(
-        self,
-        fn: Any,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> ChildHandle:
-        """Start a child agent unit (registered through the supervisor, parent = this unit).
+    def _run(self, op: ops.Op[R]) -> R:
+        """Carry out ``op`` on one of this unit's descendants: a request on its channel."""
+        answer: Any
+        match op:
+            case ops.Tell(teammate, message):
+                payload = m.encode_message(message)
+                answer = self._request(lambda req: m.Send(req, teammate, payload, False))
+                return cast("R", None)
+            case ops.Get(work_id):
+                answer = self._control("get", work_id)
+            case ops.List(q):
+                answer = self._control("list", "", q)
+            case ops.Kill(child):
+                answer = bool(self._control("kill", child))
+            case ops.Cancel(child, grace):
+                answer = bool(self._control("cancel", child, grace))
+            case ops.Stop(teammate):
+                answer = bool(self._control("stop", teammate))
+            case ops.ReadOutput(child, max_bytes):
+                answer = self._control("read", child, max_bytes)[0]
+            case ops.ReadChunk(child, offset, max_bytes):
+                answer = self._control("chunk", child, (offset, max_bytes))
+            case ops.Retry(child):
+                answer = ops.Submitted(*self._control("retry", child))
+            case ops.Signal(child, name, value):
+                answer = bool(self._control("signal", child, (name, value)))
+            case _:
+                raise SpecError(f"a unit cannot {type(op).__name__.lower()}: no such request")
+        return cast("R", answer)
+
+    def _control(self, op: str, target: str, arg: Any = None) -> Any:
+        return self._request(lambda req: m.Control(req, op, target, arg))
+
+    def _submit(self, submission: Submission) -> ChildHandle:
+        child, created = self._spawn(submission)
+        return ChildHandle(self, child, created=created)
+
+    def _submit_teammate(self, submission: Submission) -> ChildTeammate:
+        child, created = self._spawn(submission)
+        return ChildTeammate(self, child, created=created)
+
+    def _handle(self, submitted: ops.Submitted) -> ChildHandle:
+        return ChildHandle(self, submitted.id, created=submitted.created)
+
+    def _spawn(self, submission: Submission) -> tuple[str, bool]:
+        """Ask the supervisor to start a child; the options are checked there, as a submit's.
 
         ``key`` makes the start idempotent among this unit's children: a later
         attempt of this unit (a retry, a resume after a restart) that starts a
-        child under the same key gets the child the earlier attempt started,
-        instead of a second one doing the same work. ``retry``, ``stall_after``
-        (its ``StallEvent`` comes to this unit's ``notifications()``) and
-        ``not_before`` are those of a top-level submit; every child takes them.
+        child under the same key gets the child the earlier attempt started.
         """
-        spec = AgentSpec.build(fn, args, kwargs)
-        name = spec.name if description is None else description
-        return self._spawn(
-            "a",
-            spec,
-            name,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    def shell(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-    ) -> ChildHandle:
-        """Start a child shell unit (``log``/``keep_output``: as ``Supervisor.shell``)."""
-        spec = ShellSpec.build(
-            cmd, cwd=cwd, env=env, output_cap=output_cap, log=log, keep_output=keep_output
-        )
-        return self._spawn(
-            "b",
-            spec,
-            spec.describe() if description is None else description,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    def teammate(
-        self,
-        cls: type[Any],
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> ChildTeammate:
-        """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
-        spec = TeammateSpec.for_class(cls, args, kwargs)
-        name = spec.name if description is None else description
-        child = self._spawn(
-            "t",
-            spec,
-            name,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-        return ChildTeammate(self, child.id)
-
-    def monitor(
-        self,
-        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
-        pattern: str | re.Pattern[str],
-        *,
-        description: str | None = None,
-        rate_limit: float | None = DEFAULT_RATE_LIMIT,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-    ) -> ChildHandle:
-        """Start a child monitor; its events come into ``notifications()``."""
-        spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
-        name = spec.name if description is None else description
-        return self._spawn(
-            "m",
-            spec,
-            name,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    def dream(
-        self,
-        fn: Any,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> ChildHandle:
-        """Start a child dream: an agent at idle CPU priority, the first to be shed."""
-        spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
-        name = spec.name if description is None else description
-        return self._spawn(
-            "d",
-            spec,
-            name,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    def _spawn(
-        self,
-        letter: str,
-        spec: Any,
-        description: str,
-        *,
-        timeout: float | None,
-        key: str | None,
-        retry: Retry | None,
-        stall_after: float | None,
-        not_before: float | datetime.datetime | None,
-    ) -> ChildHandle:
-        """Ask the supervisor to start a child; the options are checked there, as a submit's."""
-        if key is not None and (not isinstance(key, str) or not key):
-            raise SpecError(f"key must be a non-empty str, got {key!r}")
+        built = build(submission)
+        options = dataclasses.replace(submission.unit, description=built.description)
+        check_key(options.key)
         self._raise_if_cancelled()
-        child_id = self._request(
-            lambda req: m.Spawn(
-                req, letter, spec, description, timeout, key, retry, stall_after, not_before
-            )
+        child_id, created = self._request(
+            lambda req: m.Spawn(req, built.letter, built.spec, options, built.restart)
         )
-        self._transcript.write("child", child=child_id, status="started", kind=letter)
-        return ChildHandle(self, str(child_id))
+        self._transcript.write("child", child=child_id, status="started", kind=built.letter)
+        return str(child_id), bool(created)
 
-    def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
-        """Block until a child of this unit is terminal."""
-        timeout = wait_timeout(timeout)
+    def _wait(self, child_id: str, timeout: float | None) -> WorkRecord:
+        """Block until a child of this unit is terminal (its end comes as ``ChildEnded``)."""
         self._start_reader()
-        child_id = str(child)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             seen = child_id in self._ended
@@ -654,49 +489,41 @@ class UnitContext:
             raise NotFinished(self.get(child_id), timeout)
         return record
 
-    def result(self, child: ChildHandle | str, timeout: float | None = None) -> Any:
-        """The child's result (its record for a shell); raises WorkFailed / WorkKilled."""
-        return result_of(self.wait(child, timeout))
+    def _result(self, child_id: str, timeout: float | None) -> Any:
+        return result_of(self._wait(child_id, timeout))
 
-    def get(self, work_id: ChildHandle | str) -> WorkRecord:
-        """The current record of one of this unit's descendants."""
-        record: WorkRecord = self._request(lambda req: m.Control(req, "get", str(work_id)))
-        return record
+    def _stream(self, child_id: str, follow: bool, poll: float) -> OutputStream:
+        """The child's output, read through the channel; the child retained meanwhile."""
+        self._control("retain", child_id)
 
-    def kill(self, child: ChildHandle | str) -> bool:
-        """SIGKILL a descendant now; False if it was not running."""
-        return bool(self._request(lambda req: m.Control(req, "kill", str(child))))
+        def release() -> None:
+            with contextlib.suppress(WorkunitsError, OSError):  # the unit is ending
+                self._control("release", child_id)
 
-    def cancel(self, child: ChildHandle | str, grace: float = 5.0) -> bool:
-        """Ask a descendant to stop, SIGKILL after ``grace``; False if it was not running."""
-        grace = seconds("grace", grace, zero=True)
-        return bool(self._request(lambda req: m.Control(req, "cancel", str(child), grace)))
+        return OutputStream(
+            child_id,
+            poll,
+            read=lambda: self._control("read", child_id, STREAM_CHUNK),
+            wait_a_little=lambda delay: self._wait_a_little(child_id, delay),
+            release=release,
+            follow=follow,
+        )
 
-    def stop(self, teammate: ChildHandle | str) -> bool:
-        """Ask a descendant teammate to stop after its queued messages (ends ``completed``)."""
-        return bool(self._request(lambda req: m.Control(req, "stop", str(teammate))))
+    def _wait_a_little(self, child_id: str, delay: float) -> None:
+        """Wait up to ``delay`` for the child to end (more output may come sooner)."""
+        self._start_reader()
+        with self._cond:
+            if child_id not in self._ended:
+                self._cond.wait(delay)
 
-    # -- messages to teammates, by ID ----------------------------------------------
-
-    def tell(self, teammate: ChildHandle | str, message: Any) -> None:
-        """Send ``message`` to any running teammate; TeammateEnded if it has ended or is ending."""
-        payload = m.encode_message(message)
-        self._request(lambda req: m.Send(req, str(teammate), payload, False))
-
-    def ask(self, teammate: ChildHandle | str, message: Any, timeout: float | None = None) -> Any:
-        """The teammate's answer to ``message``, or its exception raised here.
-
-        TeammateEnded if it ended before answering, AskTimeout after ``timeout``.
-        """
-
-        payload = m.encode_message(message)
-        timeout = ask_timeout(timeout)
-        return answer_of(self._request(lambda r: m.Send(r, str(teammate), payload, True), timeout))
-
-    def notifications(self) -> Mailbox:
+    def _notifications(self, lease: float) -> Mailbox:
         """This unit's mailbox: one notice per child that ends, and its monitors' events."""
         self._start_reader()
         return self._mailbox
+
+    def _ask_teammate(self, teammate: str, message: Any, timeout: float | None) -> Any:
+        payload = m.encode_message(message)
+        return answer_of(self._request(lambda r: m.Send(r, teammate, payload, True), timeout))
 
 
 def error_frame(exc: BaseException, tb: str) -> m.Error:

@@ -67,15 +67,13 @@ class OutputCapped:
 
 @dataclass(frozen=True, slots=True)
 class Spawn:
+    """Start a child of the asking unit: its kind's letter and spec, and its options."""
+
     req: int
     letter: str
     spec: Any
-    description: str
-    timeout: float | None
-    key: str | None = None  # the unit's own: the supervisor scopes it to the parent
-    retry: Any = None  # a workunits.Retry
-    stall_after: float | None = None
-    not_before: Any = None  # seconds from now, or a datetime
+    options: Any  # a workunits._surface UnitOptions; its key is the unit's own (scoped there)
+    restart: Any = None  # a teammate's restart policy (workunits._core.restart.Restart)
 
 
 @dataclass(frozen=True, slots=True)

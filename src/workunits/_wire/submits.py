@@ -20,14 +20,29 @@ def check_timeout(timeout: object) -> float | None:
     return seconds_or_none("timeout", timeout, none="no time limit")
 
 
-def check_submit(*, description: object, key: object, max_attempts: object) -> None:
-    """Refuse a bad description, idempotency key or attempt count (the timeout: above)."""
+def check_description(description: object) -> None:
+    """A unit's description: a str (the verbs give it a default before it comes here)."""
     if not isinstance(description, str):
         raise SpecError(f"description must be a str, got {type(description).__name__}")
+
+
+def check_key(key: object) -> None:
+    """An idempotency key: None, or a non-empty str."""
     if key is not None and (not isinstance(key, str) or not key):
         raise SpecError(f"key must be a non-empty str, got {key!r}")
+
+
+def check_attempt_count(max_attempts: object) -> None:
+    """``max_attempts``: None, or an int from 1 to MAX_ATTEMPTS."""
     if max_attempts is not None:
         check_max_attempts("max_attempts", max_attempts)
+
+
+def check_submit(*, description: object, key: object, max_attempts: object) -> None:
+    """Refuse a bad description, idempotency key or attempt count (the timeout: above)."""
+    check_description(description)
+    check_key(key)
+    check_attempt_count(max_attempts)
 
 
 def check_attempts(retry: Retry | None, max_attempts: int | None) -> int | None:

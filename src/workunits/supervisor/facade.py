@@ -1,9 +1,14 @@
-"""``Supervisor``: the blocking facade (and async twins) over the SupervisorActor.
+"""``Supervisor``: the in-process surface, over the SupervisorActor.
 
-One class that composes: a ``Machinery`` (the ledger, zygote, Reaper and actor
-it runs on), an ``ActorChannel`` (every call is a typed ``Request``
-asked with a timeout), ``TerminalWaiters`` for waits, and ``TeammateCalls``
-for messages to teammates. Every method runs in the caller's thread.
+Its verbs (``shell``, ``get``, ``wait``... and their ``_async`` twins) are
+written once, for every surface, in ``workunits._surface``, and generated onto
+``SupervisorVerbs``; this class is their transport -- each verb's operation as
+an ask of the actor (``supervisor.operations``) -- and the supervisor's own
+life: start-up, the event feed for the HTTP API, shutdown. It composes a
+``Machinery`` (the ledger, zygote, Reaper and actor it runs on), an
+``ActorChannel`` (every call is a typed ``Request`` asked with a timeout),
+``TerminalWaiters`` for waits, and ``TeammateCalls`` for messages to
+teammates. Every method runs in the caller's thread.
 """
 
 from __future__ import annotations
@@ -11,111 +16,57 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import datetime
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
 from workunits._core.errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
 from workunits._core.mailbox import Mailbox
-from workunits._core.record import OutputChunk, WorkRecord
-from workunits._core.restart import Restart, check_restart
-from workunits._core.retain import HeldRetains, Retain
-from workunits._core.retry import Retry
-from workunits._core.schedule import ScheduleInfo
-from workunits._core.seconds import seconds, seconds_or_none, wait_timeout
-from workunits._core.status import Reason, Status, is_terminal
+from workunits._core.record import WorkRecord
+from workunits._core.retain import HeldRetains
+from workunits._core.seconds import seconds, seconds_or_none
+from workunits._core.status import is_terminal
 from workunits._ledger import SupervisorLock, secretfile, statedir
 from workunits._ledger.backend import is_url
-from workunits._ledger.retains import check_lease
 from workunits._ledger.sessions import DEFAULT_LEASE as DEFAULT_SESSION_LEASE
 from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.sqlite.db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
-from workunits._ray.actor import RemoteSpec
-from workunits._ray.runtime import RayRuntime, check_available
-from workunits._ray.teammate_actor import RemoteTeammateSpec
-from workunits._wire.frames import encode_message
+from workunits._ray.runtime import RayRuntime
+from workunits._surface import ops
+from workunits._surface._generated import SupervisorVerbs
+from workunits._surface.output_stream import STREAM_CHUNK, AsyncOutputStream, OutputStream
+from workunits._surface.submission import Submission
 from workunits._wire.results import result_of
-from workunits._wire.specs import (
-    DEFAULT_OUTPUT_CAP,
-    DEFAULT_RATE_LIMIT,
-    AgentSpec,
-    MonitorSpec,
-    ShellSpec,
-    TeammateSpec,
-    check_bytes,
-)
+from workunits._wire.specs import check_bytes
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
 from workunits.supervisor import cleanup as _cleanup
-from workunits.supervisor import paging
 from workunits.supervisor.actor import requests as rq
-from workunits.supervisor.actor import tracing
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.actor.kinds import concurrency_by_name
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import HttpConsumers
 from workunits.supervisor.machinery import Machinery, Options
+from workunits.supervisor.operations import ask_for, register
 from workunits.supervisor.pool import Pool
 from workunits.supervisor.shutdown import end_all_work
-from workunits.supervisor.stream import AsyncOutputStream, OutputStream
 from workunits.supervisor.teammate import TeammateHandle
 from workunits.supervisor.teammate_calls import TeammateCalls
-from workunits.supervisor.tree import render_tree
 from workunits.supervisor.waiters import TerminalWaiters, settled
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 DEFAULT_EVICTION_GRACE = 30.0
-DEFAULT_LEASE = 30.0  # seconds a retain lease lasts unless renewed
-# A stream has two chunks alive at its peak: the one the caller still holds and
-# the next one being read. 256 KiB keeps that well inside DESIGN section 8's
-# 2 MiB budget and still catches up on a backlog at over 1 GiB/s.
-STREAM_CHUNK = 256 << 10
-
-
-def _restart_policy(
-    restart: str, max_restarts: int, within: float, *, remote: bool
-) -> Restart | None:
-    policy = check_restart(restart, max_restarts, within)
-    if policy is not None and remote:
-        raise SpecError(
-            "restart= is for teammates in their own process here, not remote=True ones "
-            "(Ray restarts its own actors: use Ray's max_restarts)"
-        )
-    return policy
-
-
-def _teammate_spec(
-    cls: type[Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    memory_limit: int | None,
-    remote: bool,
-    resources: Mapping[str, float] | None,
-) -> TeammateSpec | RemoteTeammateSpec:
-    if remote:
-        if memory_limit is not None:
-            raise SpecError(
-                'memory_limit is for local teammates; on Ray ask for resources={"memory": n}'
-            )
-        check_available()
-        return RemoteTeammateSpec.for_class(cls, args, kwargs, resources=resources)
-    if resources is not None:
-        raise SpecError("resources are for remote teammates (remote=True)")
-    return TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
 
 
 def _on_event_loop_thread() -> bool:
@@ -139,7 +90,7 @@ def _raise_nofile_limit() -> None:
         )
 
 
-class Supervisor:
+class Supervisor(SupervisorVerbs):
     """Runs work units under one supervisor actor. Use as a context manager.
 
     ``clock`` and ``tick_interval=None`` exist for tests: with a manual clock and
@@ -408,676 +359,83 @@ class Supervisor:
             await self.__aenter__()
         return await self._channel.ask_async(request)
 
-    # -- submitting ------------------------------------------------------------
+    # -- the transport of its verbs (``workunits._surface``): asks of the actor ----------
 
-    def shell(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        on_lost: str = "fail",
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-    ) -> WorkHandle:
-        """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
+    def _run(self, op: ops.Op[R]) -> R:
+        request, answer = ask_for(op)
+        return answer(self._ask(request))
 
-        ``env`` replaces the environment, as in ``subprocess``. Raises only for bad
-        arguments; a command that cannot start still gets an ID and ends ``failed``.
-        ``on_lost="restart"`` runs it again if its supervisor dies while it runs.
-        ``retry=wu.Retry(...)`` runs it again when it exits with a retried code
-        (any non-zero one by default); ``stall_after`` sends its parent a
-        ``StallEvent`` when it writes nothing for that many seconds.
+    async def _run_async(self, op: ops.Op[R]) -> R:
+        request, answer = ask_for(op)
+        return answer(await self._ask_async(request))
 
-        The output file is removed at the end, leaving its last 64 KiB in the
-        record. ``log="path"`` writes the output into that file instead (a
-        relative path is taken from the current directory), which the unit's
-        output file names too while it runs; the file stays yours after the end.
-        ``keep_output=True`` keeps it in the state dir until the unit expires.
-        Later attempts append to it. Give one or the other: a log that cannot be
-        written raises SpecError here, or fails the unit before its command runs.
-        """
-        spec = ShellSpec.build(
-            cmd,
-            cwd=cwd,
-            env=env,
-            output_cap=output_cap,
-            on_lost=on_lost,
-            log=log,
-            keep_output=keep_output,
-        )
-        return self.submit(
-            "b",
-            spec,
-            description=spec.describe() if description is None else description,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
+    def _submit(self, submission: Submission) -> WorkHandle:
+        record, created = self._ask(register(submission))
+        return WorkHandle(self, record.id, created=created)
 
-    def agent(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        reuse: bool = False,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
+    async def _submit_async(self, submission: Submission) -> WorkHandle:
+        registered = await self._ask_async(await _built_off_the_loop(submission))
+        return WorkHandle(self, registered.record.id, created=registered.created)
 
-        The call is pickled here, so an unpicklable callable or argument raises
-        SpecError before any ID exists. ``result()`` returns what ``fn`` returned.
-        The unit's capture writes no more than ``output_cap`` transcript bytes;
-        output past it ends the unit ``killed`` (reason ``output-cap``).
-        An agent whose callable is importable (``module:qualname``) is resumable:
-        if its supervisor dies, the next one runs it again from its last
-        checkpoint, up to ``max_attempts`` (default 3) attempts in all.
-        ``retry=wu.Retry(...)`` also runs it again, same ID, after an exception
-        the policy names (see the guide "retries and progress").
-        ``reuse=True`` runs it in a long-lived worker process of this supervisor's
-        pool (``pool_size``) instead: much faster for short work, but module-level
-        state may carry over between units (see the guide "pooled units").
-        """
-        spec = AgentSpec.build(
-            fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap, reuse=reuse
-        )
-        return self.submit(
-            "a",
-            spec,
-            description=spec.name if description is None else description,
-            timeout=timeout,
-            key=key,
-            max_attempts=max_attempts,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
+    def _submit_teammate(self, submission: Submission) -> TeammateHandle:
+        record, created = self._ask(register(submission))
+        return TeammateHandle(self, record.id, submission.target, created=created)
 
-    def remote(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        resources: Mapping[str, float] | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Run ``fn(*args, **kwargs)`` as a Ray task, an ``r`` unit (needs ``workunits[ray]``).
+    async def _submit_teammate_async(self, submission: Submission) -> TeammateHandle:
+        registered = await self._ask_async(await _built_off_the_loop(submission))
+        record = registered.record
+        return TeammateHandle(self, record.id, submission.target, created=registered.created)
 
-        ``resources`` are Ray's: ``{"CPU": 2, "GPU": 1, "memory": bytes, "custom": 1}``.
-        Ray is reached (or started locally, see ``ray_address``) at the first remote
-        unit; ``wu.current()`` works inside ``fn``, and its output, progress,
-        checkpoints and events stream into the unit's local transcript.
-        ``key`` makes the submit idempotent, as for ``submit``.
-        """
-        check_available()
-        spec = RemoteSpec.build(fn, args, kwargs, resources=resources)
-        return self.submit(
-            "r",
-            spec,
-            description=spec.name if description is None else description,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
+    def _handle(self, submitted: ops.Submitted) -> WorkHandle:
+        return WorkHandle(self, submitted.id, created=submitted.created)
 
-    def submit(
-        self,
-        kind: str,
-        spec: Any,
-        *,
-        description: str = "",
-        parent: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-    ) -> WorkHandle:
-        """Start a unit of any registered kind (by letter) with a kind-specific spec.
+    def _wait(self, work_id: str, timeout: float | None) -> WorkRecord:
+        waiter = self._waiters.add(work_id)
+        try:
+            # A unit known not ended has its end still to come, which wakes us: no read.
+            if not waiter.unended or self._channel.closed:
+                record = self.get(work_id)
+                if settled(record):
+                    return record
+            if waiter.event.wait(timeout) and waiter.record is not None:
+                return waiter.record
+            record = self.get(work_id)
+            if settled(record):  # it ended between the timeout and this read
+                return record
+            raise NotFinished(record, timeout)
+        finally:
+            self._waiters.discard(work_id, waiter)
 
-        ``key`` makes the submit idempotent: a unit already submitted under it is
-        returned, whatever its status; the same key with another spec raises
-        IdempotencyConflict. ``retry`` runs failed attempts again (same ID, it
-        stays ``running`` between them); ``stall_after`` sends the parent a
-        ``StallEvent`` when the unit shows no progress, output or checkpoint
-        for that many seconds. ``not_before`` (a ``datetime``, or seconds from
-        now) keeps the unit ``pending`` until then; it can be cancelled
-        meanwhile, and the delay is in the ledger, so it outlives a restart.
-        """
-        record = self._ask(
-            rq.Register(
-                kind,
-                spec,
-                parent,
-                description,
-                timeout,
-                key,
-                max_attempts,
-                retry,
-                stall_after,
-                not_before=not_before,
-                trace=tracing.submitter_context(),
-            )
-        )
-        return WorkHandle(self, record.id)
+    async def _wait_async(self, work_id: str, timeout: float | None) -> WorkRecord:
+        """No thread waits: the unit's end resolves an asyncio future from the actor's thread."""
+        waiter, fut = self._waiters.add_async(work_id)  # register, then read
+        try:
+            # A unit known not ended has its end still to come, which resolves fut: no read.
+            if not waiter.unended or self._channel.closed:
+                record = await self._ask_async(rq.Get(work_id))
+                if settled(record):
+                    return record
+            try:
+                async with asyncio.timeout(timeout):
+                    return await fut
+            except TimeoutError:
+                record = await self._ask_async(rq.Get(work_id))
+                if settled(record):  # it ended between the timeout and this read
+                    return record
+                raise NotFinished(record, timeout) from None
+        finally:
+            self._waiters.discard(work_id, waiter)
 
-    async def submit_async(
-        self,
-        kind: str,
-        spec: Any,
-        *,
-        description: str = "",
-        parent: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-    ) -> WorkHandle:
-        """Like ``submit`` without blocking the event loop; no thread waits for the answer."""
-        request = rq.Register(
-            kind,
-            spec,
-            parent,
-            description,
-            timeout,
-            key,
-            max_attempts,
-            retry,
-            stall_after,
-            not_before=not_before,
-            trace=tracing.submitter_context(),
-        )
-        return WorkHandle(self, (await self._ask_async(request)).id)
+    def _result(self, work_id: str, timeout: float | None) -> Any:
+        return result_of(self._wait(work_id, timeout))
 
-    async def shell_async(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        description: str | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        on_lost: str = "fail",
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        log: str | os.PathLike[str] | None = None,
-        keep_output: bool = False,
-    ) -> WorkHandle:
-        """Like ``shell`` without blocking the event loop."""
-        spec = ShellSpec.build(
-            cmd,
-            cwd=cwd,
-            env=env,
-            output_cap=output_cap,
-            on_lost=on_lost,
-            log=log,
-            keep_output=keep_output,
-        )
-        return await self.submit_async(
-            "b",
-            spec,
-            description=spec.describe() if description is None else description,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
+    async def _result_async(self, work_id: str, timeout: float | None) -> Any:
+        # Decoded on a worker thread: unpickling may import modules.
+        return await asyncio.to_thread(result_of, await self._wait_async(work_id, timeout))
 
-    async def agent_async(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        reuse: bool = False,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Like ``agent`` without blocking the event loop.
-
-        The call is pickled (and a ``"module:qualname"`` imported) on a worker
-        thread, since either can take long; the submit itself goes to the actor
-        with no thread waiting for its answer.
-        """
-        spec = await asyncio.to_thread(
-            AgentSpec.build,
-            fn,
-            args,
-            kwargs,
-            memory_limit=memory_limit,
-            output_cap=output_cap,
-            reuse=reuse,
-        )
-        return await self.submit_async(
-            "a",
-            spec,
-            description=spec.name if description is None else description,
-            timeout=timeout,
-            key=key,
-            max_attempts=max_attempts,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    async def remote_async(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        resources: Mapping[str, float] | None = None,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Like ``remote`` without blocking the event loop (pickled on a worker thread)."""
-        check_available()
-        spec = await asyncio.to_thread(RemoteSpec.build, fn, args, kwargs, resources=resources)
-        return await self.submit_async(
-            "r",
-            spec,
-            description=spec.name if description is None else description,
-            timeout=timeout,
-            key=key,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    async def dream_async(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        memory_limit: int | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Like ``dream`` without blocking the event loop (pickled on a worker thread)."""
-        spec = await asyncio.to_thread(
-            AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit, idle_priority=True
-        )
-        name = spec.name if description is None else description
-        return await self.submit_async(
-            "d", spec, description=name, timeout=timeout, key=key, not_before=not_before
-        )
-
-    async def workflow_async(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        memory_limit: int | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Like ``workflow`` without blocking the event loop (pickled on a worker thread)."""
-        spec = await asyncio.to_thread(AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit)
-        name = spec.name if description is None else description
-        return await self.submit_async(
-            "w",
-            spec,
-            description=name,
-            timeout=timeout,
-            key=key,
-            max_attempts=max_attempts,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    async def monitor_async(
-        self,
-        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
-        pattern: str | re.Pattern[str],
-        *,
-        description: str | None = None,
-        rate_limit: float | None = DEFAULT_RATE_LIMIT,
-        timeout: float | None = None,
-        key: str | None = None,
-        not_before: float | datetime.datetime | None = None,
-    ) -> WorkHandle:
-        """Like ``monitor`` without blocking the event loop (built on a worker thread)."""
-        spec = await asyncio.to_thread(
-            MonitorSpec.for_source, source, pattern, rate_limit=rate_limit
-        )
-        name = spec.name if description is None else description
-        return await self.submit_async(
-            "m", spec, description=name, timeout=timeout, key=key, not_before=not_before
-        )
-
-    async def teammate_async(
-        self,
-        cls: type[Any],
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        memory_limit: int | None = None,
-        remote: bool = False,
-        resources: Mapping[str, float] | None = None,
-        restart: str = "temporary",
-        max_restarts: int = 3,
-        within: float = 60.0,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> TeammateHandle:
-        """Like ``teammate`` without blocking the event loop (pickled on a worker thread)."""
-        policy = _restart_policy(restart, max_restarts, within, remote=remote)
-        spec = await asyncio.to_thread(
-            _teammate_spec,
-            cls,
-            args,
-            kwargs,
-            memory_limit=memory_limit,
-            remote=remote,
-            resources=resources,
-        )
-        name = spec.name if description is None else description
-        request = rq.Register(
-            "t",
-            spec,
-            None,
-            name,
-            timeout,
-            key,
-            restart=policy,
-            not_before=not_before,
-            trace=tracing.submitter_context(),
-        )
-        record = await self._ask_async(request)
-        return TeammateHandle(self, record.id, cls)
-
-    def retry(self, work_id: str) -> WorkHandle:
-        """Start a unit that ended ``failed`` or ``killed`` again, as a new unit.
-
-        The new unit has the same spec, ``retry_of`` names the old one, and the
-        old one's idempotency key now names the new one; the old unit stays as
-        it ended. Retrying it again returns the same new unit. NotRetryable for
-        a unit that did not fail, or whose spec is no longer kept.
-        """
-        return WorkHandle(self, self._ask(rq.RetryUnit(work_id)).id)
-
-    async def retry_async(self, work_id: str) -> WorkHandle:
-        """Like ``retry`` without blocking the event loop."""
-        return WorkHandle(self, (await self._ask_async(rq.RetryUnit(work_id))).id)
-
-    def signal(self, work_id: str, name: str, value: Any = None) -> bool:
-        """Send the signal ``name`` (a JSON ``value``) to a unit that waits or will wait for it.
-
-        Inside the unit, ``ctx.wait_for(name)`` returns the value. Signals of
-        one name queue in order; one sent before the unit waits is kept in the
-        ledger until it does, across restarts. False, and nothing kept, when
-        the unit has ended; UnknownWork for an ID the ledger does not know.
-        """
-        return self._ask(rq.SignalUnit(work_id, name, value))
-
-    async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
-        """Like ``signal`` without blocking the event loop."""
-        return await self._ask_async(rq.SignalUnit(work_id, name, value))
-
-    def schedule(
-        self,
-        name: str,
-        cron: str,
-        kind: str,
-        target: Any,
-        *args: Any,
-        tz: str = "UTC",
-        catch_up: str = "skip",
-        description: str | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Start a unit at each time the cron expression ``cron`` names, in time zone ``tz``.
-
-        ``kind`` is ``"shell"`` (``target`` a command, as for ``shell``),
-        ``"agent"`` or ``"workflow"`` (``target`` a callable, called with
-        ``args`` and ``kwargs``). A schedule of the same ``name`` is replaced.
-        It is kept in the ledger: each firing is a unit under the idempotency
-        key ``schedule:<name>:<due time>``, so none fires twice. A firing due
-        while no supervisor ran is recorded as missed; with
-        ``catch_up="run-once"`` the latest missed one runs at the next start.
-        """
-        letter, spec = _scheduled_spec(kind, target, args, kwargs)
-        options: dict[str, Any] = {"description": description, "timeout": timeout}
-        self._ask(rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options))
-
-    async def schedule_async(
-        self,
-        name: str,
-        cron: str,
-        kind: str,
-        target: Any,
-        *args: Any,
-        tz: str = "UTC",
-        catch_up: str = "skip",
-        description: str | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """Like ``schedule`` without blocking the event loop (pickled on a worker thread)."""
-        letter, spec = await asyncio.to_thread(_scheduled_spec, kind, target, args, kwargs)
-        options: dict[str, Any] = {"description": description, "timeout": timeout}
-        await self._ask_async(rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options))
-
-    def unschedule(self, name: str) -> bool:
-        """Stop the schedule ``name`` (units it started go on); False when there was none."""
-        return self._ask(rq.RemoveSchedule(name))
-
-    async def unschedule_async(self, name: str) -> bool:
-        """Like ``unschedule`` without blocking the event loop."""
-        return await self._ask_async(rq.RemoveSchedule(name))
-
-    def schedules(self) -> builtins.list[ScheduleInfo]:
-        """Each schedule by name: its cron, next due time and latest firing (or miss)."""
-        return self._ask(rq.ListSchedules())
-
-    async def schedules_async(self) -> builtins.list[ScheduleInfo]:
-        """Like ``schedules`` without blocking the event loop."""
-        return await self._ask_async(rq.ListSchedules())
-
-    def resident_ids(self) -> set[str]:
-        """IDs whose records are in memory (the rest only the ledger still answers for)."""
-        return self._ask(rq.ResidentIds())
-
-    def gc(self, older_than: float | None = None) -> int:
-        """Expire ended units past their retention; forget those expired ``older_than`` ago."""
-        return self._ask(rq.Gc(older_than))
-
-    async def gc_async(self, older_than: float | None = None) -> int:
-        """Like ``gc`` without blocking the event loop."""
-        return await self._ask_async(rq.Gc(older_than))
-
-    def register_kind(self, letter: str, actor_class: type[WorkActor]) -> None:
-        """Add a kind under an unused letter; built-in letters and ``s`` are refused."""
-        self._ask(rq.RegisterKind(letter, actor_class))
-
-    async def register_kind_async(self, letter: str, actor_class: type[WorkActor]) -> None:
-        """Like ``register_kind`` without blocking the event loop."""
-        await self._ask_async(rq.RegisterKind(letter, actor_class))
-
-    # -- reading ---------------------------------------------------------------
-
-    def get(self, work_id: str) -> WorkRecord:
-        """The unit's current record: from memory, or from the ledger once evicted."""
-        return self._ask(rq.Get(work_id))
-
-    def list(
-        self,
-        status: Status | str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        key: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        order: str = "oldest",
-    ) -> list[WorkRecord]:
-        """The records in memory and in the ledger, filtered; a page at a time with ``limit``.
-
-        ``status="expired"`` lists the expired units; a status lists the units
-        that have it and are not expired. ``key`` is an idempotency key;
-        ``created_after`` (inclusive) and ``created_before`` (exclusive) bound
-        the submit time (seconds since the epoch); ``search`` matches each of
-        its words as the start of a word of the ID, description or key.
-        ``limit`` and ``after`` (a unit's ID: the last of the previous page)
-        read a page at a time, oldest first (``order="newest"``: newest first).
-        Each page reads only its own rows (``supervisor/paging.py``).
-        """
-        q = paging.query(
-            status,
-            kind,
-            parent,
-            limit=limit,
-            after=after,
-            key=key,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            order=order,
-        )
-        return paging.every(lambda page: self._ask(rq.ListUnits(page)), q)
-
-    async def get_async(self, work_id: str) -> WorkRecord:
-        """Like ``get`` without blocking the event loop."""
-        return await self._ask_async(rq.Get(work_id))
-
-    async def list_async(
-        self,
-        status: Status | str | None = None,
-        kind: str | None = None,
-        parent: str | None = None,
-        *,
-        limit: int | None = None,
-        after: str | None = None,
-        key: str | None = None,
-        created_after: float | None = None,
-        created_before: float | None = None,
-        search: str | None = None,
-        order: str = "oldest",
-    ) -> builtins.list[WorkRecord]:
-        """Like ``list`` without blocking the event loop."""
-        q = paging.query(
-            status,
-            kind,
-            parent,
-            limit=limit,
-            after=after,
-            key=key,
-            created_after=created_after,
-            created_before=created_before,
-            search=search,
-            order=order,
-        )
-        return await paging.every_async(lambda page: self._ask_async(rq.ListUnits(page)), q)
-
-    def pool(self) -> Pool:
-        """This supervisor's pooled workers as an object: ``agent``, ``agent_async``, ``map``.
-
-        What ``reuse=True`` does, shaped for code written for
-        ``ProcessPoolExecutor``: ``pool.map(fn, items)`` runs one pooled agent
-        unit per item on the ``pool_size`` workers (see the guide "pooled units").
-        """
-        return Pool(self, self._pool_size)
-
-    def tree(self, root: str | None = None) -> str:
-        """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""
-        if root is not None:
-            ids.validate(root)
-        return render_tree(self.list(), root)
-
-    async def tree_async(self, root: str | None = None) -> str:
-        """Like ``tree`` without blocking the event loop."""
-        if root is not None:
-            ids.validate(root)
-        return render_tree(await self.list_async(), root)
-
-    @overload
-    def read_output(
-        self, work_id: str, max_bytes: int | None = None, *, offset: None = None
-    ) -> bytes: ...
-
-    @overload
-    def read_output(
-        self, work_id: str, max_bytes: int | None = None, *, offset: int
-    ) -> OutputChunk: ...
-
-    def read_output(
-        self, work_id: str, max_bytes: int | None = None, *, offset: int | None = None
-    ) -> bytes | OutputChunk:
-        """The output written since the last read (at most ``max_bytes``, default 1 MiB);
-        advances the unit's offset.
-
-        With ``offset``, reads from there instead and returns an ``OutputChunk``
-        (the record's own offset is left alone): for an ended unit only its tail
-        is still held, and ``chunk.start > offset`` says what the reader missed.
-        A unit that has left memory is read from the ledger, where its offset went.
-        """
-        request = _read_request(work_id, max_bytes, offset)
-        if isinstance(request, rq.ReadChunk):
-            return self._ask(request)
-        data, _ = self._ask(request)
-        return data
-
-    def stream(self, work_id: str, *, poll: float = 0.05) -> OutputStream:
-        """Yield every byte of output exactly once, until the unit is terminal.
-
-        The unit is retained from this call (not from the first ``next()``) until
-        the stream ends or is closed, so its end cannot cut off unread output.
-        """
-        ids.validate(work_id)
-        poll = seconds("poll", poll)
+    def _stream(self, work_id: str, follow: bool, poll: float) -> OutputStream:
+        """Retained from this call (not from the first ``next()``) until the stream ends
+        or is closed, so the unit's end cannot cut off unread output."""
         self._ask(rq.RetainUnit(work_id))
         return OutputStream(
             work_id,
@@ -1085,6 +443,7 @@ class Supervisor:
             read=lambda: self._ask(rq.ReadOutput(work_id, STREAM_CHUNK)),
             wait_a_little=lambda delay: self._wait_a_little(work_id, delay),
             release=lambda: self._channel.post(rq.Release(work_id)),
+            follow=follow,
         )
 
     def _wait_a_little(self, work_id: str, delay: float) -> None:
@@ -1096,35 +455,10 @@ class Supervisor:
         finally:
             self._waiters.discard(work_id, waiter)
 
-    @overload
-    async def read_output_async(
-        self, work_id: str, max_bytes: int | None = None, *, offset: None = None
-    ) -> bytes: ...
-
-    @overload
-    async def read_output_async(
-        self, work_id: str, max_bytes: int | None = None, *, offset: int
-    ) -> OutputChunk: ...
-
-    async def read_output_async(
-        self, work_id: str, max_bytes: int | None = None, *, offset: int | None = None
-    ) -> bytes | OutputChunk:
-        """Like ``read_output`` without blocking the event loop."""
-        request = _read_request(work_id, max_bytes, offset)
-        if isinstance(request, rq.ReadChunk):
-            return await self._ask_async(request)
-        data, _ = await self._ask_async(request)
-        return data
-
-    def stream_async(self, work_id: str, *, poll: float = 0.05) -> AsyncOutputStream:
-        """Like ``stream``, for ``async for chunk in sup.stream_async(id)``.
-
-        No thread waits while the unit is quiet: its end wakes the stream from
-        the supervisor's thread. The unit is retained from this call (a message
-        posted without waiting) until the stream ends or ``aclose()`` is awaited.
-        """
-        ids.validate(work_id)
-        poll = seconds("poll", poll)
+    def _stream_async(self, work_id: str, follow: bool, poll: float) -> AsyncOutputStream:
+        """No thread waits while the unit is quiet: its end wakes the stream from the
+        supervisor's thread. The unit is retained from this call (a message posted
+        without waiting) until the stream ends or ``aclose()`` is awaited."""
         retained = self._pending_start is None and not self._start_failed
         if retained:
             self._channel.post(rq.RetainUnit(work_id))  # the actor applies it before any read
@@ -1146,6 +480,7 @@ class Supervisor:
             read=lambda: self._ask_async(rq.ReadOutput(work_id, STREAM_CHUNK)),
             wait_a_little=lambda delay: self._wait_a_little_async(work_id, delay),
             release=release,
+            follow=follow,
         )
 
     async def _wait_a_little_async(self, work_id: str, delay: float) -> None:
@@ -1158,53 +493,61 @@ class Supervisor:
         finally:
             self._waiters.discard(work_id, waiter)
 
-    def retain(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
-        """Keep the unit visible while you look at it: a lease of ``lease`` seconds.
-
-        While the lease holds, the unit's record stays in memory after its end
-        and its ledger row does not expire. Renew it (``renew()``, or
-        ``keep_renewing()``) before it runs out; ``release()`` it, or use it as a
-        context manager, when done. It lapses by itself if not renewed, and at
-        once if this process exits.
-        """
-        lease = check_lease(lease)
-        return self._retain(work_id, self._ask(rq.TakeLease(work_id, lease)), lease)
-
-    async def retain_async(self, work_id: str, lease: float = DEFAULT_LEASE) -> Retain:
-        """Like ``retain`` without blocking the event loop. The lease's ``renew`` and
-        ``release`` are short blocking asks: from the loop, run them with
-        ``asyncio.to_thread``, or let ``keep_renewing`` renew from its own thread."""
-        lease = check_lease(lease)
-        return self._retain(work_id, await self._ask_async(rq.TakeLease(work_id, lease)), lease)
-
-    def _retain(self, work_id: str, lease_id: str, lease: float) -> Retain:
-        return self._held.hold(
-            work_id,
-            lease_id,
-            lease,
-            renew=lambda seconds: self._ask(rq.RenewLease(lease_id, seconds)),
-            release=lambda: self._ask(rq.EndLease(work_id, lease_id)),
-        )
-
-    def release(self, work_id: str) -> bool:
-        """End the retain leases taken on the unit through this supervisor (``retain``)
-        and not yet released; True if there was one. ``Retain.release()`` ends one."""
-        ids.validate(work_id)
-        return self._held.release(work_id)
-
-    async def release_async(self, work_id: str) -> bool:
-        """Like ``release`` without blocking the event loop."""
-        ids.validate(work_id)
-        return await asyncio.to_thread(self._held.release, work_id)
-
-    def notifications(self) -> Mailbox:
-        """The application's mailbox: one notice per top-level unit that ends."""
+    def _notifications(self, lease: float) -> Mailbox:
         return self._ask(rq.MailboxOf(None))
 
-    async def notifications_async(self) -> Mailbox:
-        """Like ``notifications`` without blocking the event loop (then ``await
-        mailbox.get_async()``, ``async with mailbox.take_async()``, ``async for``)."""
+    async def _notifications_async(self, lease: float) -> Mailbox:
         return await self._ask_async(rq.MailboxOf(None))
+
+    def _ask_teammate(self, work_id: str, message: Any, timeout: float | None) -> Any:
+        self._ensure_started()
+        return self._teammates.ask(work_id, message, timeout)
+
+    async def _ask_teammate_async(self, work_id: str, message: Any, timeout: float | None) -> Any:
+        if self._pending_start is not None or self._start_failed:
+            await self.__aenter__()
+        return await self._teammates.ask_async(work_id, message, timeout)
+
+    def _drain(self, timeout: float) -> builtins.list[str]:
+        deadline = time.monotonic() + timeout
+        still: builtins.list[str] = []
+        for work_id in self._ask(rq.Drain()):
+            waiter = self._waiters.add(work_id)  # register, then read: no lost wake-up
+            try:
+                try:
+                    record = self.get(work_id)
+                except UnknownWork:
+                    continue  # ended and evicted already
+                remaining = max(0.0, deadline - time.monotonic())
+                if not is_terminal(record.status) and not waiter.event.wait(remaining):
+                    still.append(work_id)
+            finally:
+                self._waiters.discard(work_id, waiter)
+        return still
+
+    # -- its own: no twins -------------------------------------------------------------
+
+    def resident_ids(self) -> set[str]:
+        """IDs whose records are in memory (the rest only the ledger still answers for)."""
+        return self._ask(rq.ResidentIds())
+
+    def pool(self) -> Pool:
+        """This supervisor's pooled workers as an object: ``agent``, ``agent_async``, ``map``.
+
+        What ``reuse=True`` does, shaped for code written for
+        ``ProcessPoolExecutor``: ``pool.map(fn, items)`` runs one pooled agent
+        unit per item on the ``pool_size`` workers (see the guide "pooled units").
+        """
+        return Pool(self, self._pool_size)
+
+    def ask_future(self, work_id: str, message: Any) -> Future[Any]:
+        """Like ``ask``, returning at once; the future is resolved in the answer thread."""
+        self._ensure_started()
+        return self._teammates.ask_future(work_id, message)
+
+    def tick(self) -> int:
+        """Run due deadlines and the eviction sweep now; returns how many records left memory."""
+        return self._ask(rq.TickNow())
 
     # -- followers: the HTTP API's event streams, claims and leases -------------
 
@@ -1243,79 +586,6 @@ class Supervisor:
         """Notice claims and retain leases for the HTTP API's consumers (not local processes)."""
         return HttpConsumers(self._machinery.ledger)
 
-    # -- waiting ---------------------------------------------------------------
-
-    def wait(self, work_id: str, timeout: float | None = None) -> WorkRecord:
-        """Block until the unit is terminal; raise NotFinished after ``timeout``."""
-        ids.validate(work_id)
-        timeout = wait_timeout(timeout)
-        waiter = self._waiters.add(work_id)
-        try:
-            # A unit known not ended has its end still to come, which wakes us: no read.
-            if not waiter.unended or self._channel.closed:
-                record = self.get(work_id)
-                if settled(record):
-                    return record
-            if waiter.event.wait(timeout) and waiter.record is not None:
-                return waiter.record
-            record = self.get(work_id)
-            if settled(record):  # it ended between the timeout and this read
-                return record
-            raise NotFinished(record, timeout)
-        finally:
-            self._waiters.discard(work_id, waiter)
-
-    def result(self, work_id: str, timeout: float | None = None) -> Any:
-        """The unit's result: its record for a shell unit. Raises WorkFailed / WorkKilled."""
-        return result_of(self.wait(work_id, timeout))
-
-    async def wait_async(self, work_id: str, timeout: float | None = None) -> WorkRecord:
-        """Like ``wait`` without blocking the event loop, nor a thread: the unit's end
-        resolves an asyncio future from the supervisor's thread."""
-        ids.validate(work_id)
-        timeout = wait_timeout(timeout)
-        waiter, fut = self._waiters.add_async(work_id)  # register, then read
-        try:
-            # A unit known not ended has its end still to come, which resolves fut: no read.
-            if not waiter.unended or self._channel.closed:
-                record = await self._ask_async(rq.Get(work_id))
-                if settled(record):
-                    return record
-            try:
-                async with asyncio.timeout(timeout):
-                    return await fut
-            except TimeoutError:
-                record = await self._ask_async(rq.Get(work_id))
-                if settled(record):  # it ended between the timeout and this read
-                    return record
-                raise NotFinished(record, timeout) from None
-        finally:
-            self._waiters.discard(work_id, waiter)
-
-    async def result_async(self, work_id: str, timeout: float | None = None) -> Any:
-        """Like ``result`` without blocking the event loop (the value is decoded on a
-        worker thread: unpickling may import modules)."""
-        record = await self.wait_async(work_id, timeout)
-        return await asyncio.to_thread(result_of, record)
-
-    # -- ending work -----------------------------------------------------------
-
-    def kill(self, work_id: str) -> bool:
-        """SIGKILL the unit's process group now. False if it was not running (a no-op)."""
-        return self._ask(rq.KillUnit(work_id, Reason.KILLED))
-
-    def cancel(self, work_id: str, grace: float = 5.0) -> bool:
-        """SIGTERM now, SIGKILL after ``grace`` seconds. False if it was not running."""
-        return self._ask(rq.CancelUnit(work_id, seconds("grace", grace, zero=True)))
-
-    async def kill_async(self, work_id: str) -> bool:
-        """Like ``kill`` without blocking the event loop."""
-        return await self._ask_async(rq.KillUnit(work_id, Reason.KILLED))
-
-    async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:
-        """Like ``cancel`` without blocking the event loop."""
-        return await self._ask_async(rq.CancelUnit(work_id, seconds("grace", grace, zero=True)))
-
     def advertise(self, url: str) -> None:
         """Record in this session's row the URL its HTTP API is reached at from other hosts.
 
@@ -1326,229 +596,7 @@ class Supervisor:
         self._ensure_started()
         self._machinery.ledger.sessions.advertise(self.session, check_advertise(url))
 
-    # -- time ------------------------------------------------------------------
-
-    def tick(self) -> int:
-        """Run due deadlines and the eviction sweep now; returns how many records left memory."""
-        return self._ask(rq.TickNow())
-
-    # -- teammates, monitors, dreams, workflows (DESIGN §3) ---------------------
-
-    def teammate(
-        self,
-        cls: type[Any],
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        memory_limit: int | None = None,
-        remote: bool = False,
-        resources: Mapping[str, float] | None = None,
-        restart: str = "temporary",
-        max_restarts: int = 3,
-        within: float = 60.0,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> TeammateHandle:
-        """Create ``cls(*args, **kwargs)`` in its own process as a ``t`` unit.
-
-        It runs ``on_start()`` if it has one, then takes messages in
-        ``on_receive(message)`` (and method calls through ``proxy()``) one at a
-        time, until ``stop()``, a cancel or a kill.
-        ``remote=True`` puts the instance in a Ray actor (``workunits[ray]``), with
-        Ray ``resources`` as for ``remote()``; the handle and its semantics are the same.
-
-        ``restart`` (OTP's restart types): ``"permanent"`` starts it again, same
-        ID, next attempt, ``on_start`` again, after any end nobody asked for;
-        ``"transient"`` only after it ended ``failed``; ``"temporary"`` (default)
-        never. More than ``max_restarts`` restarts within ``within`` seconds and
-        it ends ``failed``, reason ``restart-intensity``. ``stop()``, a cancel
-        or a kill is never restarted.
-
-        ``key`` makes the submit idempotent, as for ``submit``: a second
-        ``teammate`` call under the key returns a handle to the first one.
-        """
-        policy = _restart_policy(restart, max_restarts, within, remote=remote)
-        spec = _teammate_spec(
-            cls, args, kwargs, memory_limit=memory_limit, remote=remote, resources=resources
-        )
-        name = spec.name if description is None else description
-        record = self._ask(
-            rq.Register(
-                "t",
-                spec,
-                None,
-                name,
-                timeout,
-                key,
-                restart=policy,
-                not_before=not_before,
-                trace=tracing.submitter_context(),
-            )
-        )
-        return TeammateHandle(self, record.id, cls)
-
-    def monitor(
-        self,
-        source: str | Sequence[str] | Callable[[], Iterable[str | bytes]],
-        pattern: str | re.Pattern[str],
-        *,
-        description: str | None = None,
-        rate_limit: float | None = DEFAULT_RATE_LIMIT,
-        timeout: float | None = None,
-        key: str | None = None,
-        not_before: float | datetime.datetime | None = None,
-    ) -> WorkHandle:
-        """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines.
-
-        Each line matching ``pattern`` (``re.search``) becomes a ``MonitorEvent`` in
-        the application's mailbox, at most ``rate_limit`` per second (None: no
-        limit); ``suppressed`` counts the matches dropped before it. The monitor
-        ends ``completed`` when its source ends; its result counts lines, matches
-        and events, with the command's exit code.
-        """
-        spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
-        name = spec.name if description is None else description
-        return self.submit(
-            "m", spec, description=name, timeout=timeout, key=key, not_before=not_before
-        )
-
-    def dream(
-        self,
-        fn: Callable[..., Any],
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        memory_limit: int | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Run ``fn(*args, **kwargs)`` as an agent at idle CPU priority (a ``d`` unit)."""
-        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, idle_priority=True)
-        name = spec.name if description is None else description
-        return self.submit(
-            "d", spec, description=name, timeout=timeout, key=key, not_before=not_before
-        )
-
-    def workflow(
-        self,
-        fn: Callable[..., Any] | str,
-        *args: Any,
-        description: str | None = None,
-        timeout: float | None = None,
-        memory_limit: int | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
-        not_before: float | datetime.datetime | None = None,
-        **kwargs: Any,
-    ) -> WorkHandle:
-        """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
-
-        Resumable when ``fn`` is importable: after a crash the next supervisor
-        runs it again and finished steps return their stored results.
-        """
-        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
-        name = spec.name if description is None else description
-        return self.submit(
-            "w",
-            spec,
-            description=name,
-            timeout=timeout,
-            key=key,
-            max_attempts=max_attempts,
-            retry=retry,
-            stall_after=stall_after,
-            not_before=not_before,
-        )
-
-    def shed(self, n: int | None = None) -> builtins.list[str]:
-        """Kill up to ``n`` running dreams (all with None), newest first; their IDs.
-
-        They end ``killed`` with reason ``shed``, which tells them apart from an
-        explicit kill: shed work is worth resubmitting when the load falls.
-        """
-        _check_shed(n)
-        return self._ask(rq.Shed(n))
-
-    async def shed_async(self, n: int | None = None) -> builtins.list[str]:
-        """Like ``shed`` without blocking the event loop."""
-        _check_shed(n)
-        return await self._ask_async(rq.Shed(n))
-
-    # -- messages to teammates ------------------------------------------------------
-
-    def tell(self, work_id: str, message: Any) -> None:
-        """Queue ``message`` for a running teammate; TeammateEnded if it ended or is ending."""
-        self._ensure_started()
-        self._teammates.tell(work_id, message)
-
-    async def tell_async(self, work_id: str, message: Any) -> None:
-        """Like ``tell`` without blocking the event loop."""
-        ids.validate(work_id)
-        await self._ask_async(rq.SendToTeammate(work_id, encode_message(message), ask=False))
-
-    def ask(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
-        """The teammate's answer to ``message``, or the exception its handler raised.
-
-        TeammateEnded if it ends before answering (a kill mid-ask), AskTimeout
-        after ``timeout`` seconds (None: until it answers or ends).
-        """
-        self._ensure_started()
-        return self._teammates.ask(work_id, message, timeout)
-
-    def ask_future(self, work_id: str, message: Any) -> Future[Any]:
-        """Like ``ask``, returning at once; the future is resolved in the answer thread."""
-        self._ensure_started()
-        return self._teammates.ask_future(work_id, message)
-
-    async def ask_async(self, work_id: str, message: Any, timeout: float | None = None) -> Any:
-        """Like ``ask`` without blocking the event loop."""
-        if self._pending_start is not None or self._start_failed:
-            await self.__aenter__()
-        return await self._teammates.ask_async(work_id, message, timeout)
-
-    def stop(self, work_id: str) -> bool:
-        """Ask a teammate to stop after the messages already sent; False if not running."""
-        return self._ask(rq.StopTeammateUnit(work_id))
-
-    async def stop_async(self, work_id: str) -> bool:
-        """Like ``stop`` without blocking the event loop."""
-        return await self._ask_async(rq.StopTeammateUnit(work_id))
-
     # -- shutdown --------------------------------------------------------------
-
-    def drain(self, timeout: float) -> builtins.list[str]:
-        """Stop admitting work, then wait up to ``timeout`` s for the units that cannot resume.
-
-        From this call submits raise SupervisorClosed and nothing more starts
-        (pending units stay pending, for the next supervisor). Running units
-        that a deploy would end -- those that cannot resume -- get up to
-        ``timeout`` seconds to finish; the IDs of those still running after it
-        are returned. Follow with ``close(deploy=True)`` (``serve
-        --drain-timeout`` does both on SIGTERM).
-        """
-        deadline = time.monotonic() + seconds("timeout", timeout, zero=True)
-        still: builtins.list[str] = []
-        for work_id in self._ask(rq.Drain()):
-            waiter = self._waiters.add(work_id)  # register, then read: no lost wake-up
-            try:
-                try:
-                    record = self.get(work_id)
-                except UnknownWork:
-                    continue  # ended and evicted already
-                remaining = max(0.0, deadline - time.monotonic())
-                if not is_terminal(record.status) and not waiter.event.wait(remaining):
-                    still.append(work_id)
-            finally:
-                self._waiters.discard(work_id, waiter)
-        return still
-
-    async def drain_async(self, timeout: float) -> builtins.list[str]:
-        """Like ``drain`` without blocking the event loop (it waits on a worker thread)."""
-        return await asyncio.to_thread(self.drain, timeout)
 
     def close(self, *, deploy: bool = False) -> None:
         """Kill running work (reason ``shutdown``), stop every actor and thread. Idempotent.
@@ -1604,32 +652,9 @@ class Supervisor:
         self.close()
 
 
-def _check_shed(n: object) -> None:
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-        raise SpecError(f"n must be an int >= 0 or None, got {n!r}")
-
-
-def _scheduled_spec(
-    kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[str, Any]:
-    """The letter and spec each firing of a schedule of ``kind`` starts."""
-    if kind == "shell":
-        if args or kwargs:
-            raise SpecError("a shell schedule takes one command: no further arguments")
-        return "b", ShellSpec.build(target, cwd=None, env=None, output_cap=DEFAULT_OUTPUT_CAP)
-    if kind in ("agent", "workflow"):
-        return "a" if kind == "agent" else "w", AgentSpec.build(target, args, kwargs)
-    raise SpecError(f"a schedule's kind is 'shell', 'agent' or 'workflow', got {kind!r}")
-
-
-def _read_request(
-    work_id: str, max_bytes: int | None, offset: int | None
-) -> rq.ReadOutput | rq.ReadChunk:
-    """The request ``read_output`` sends: its arguments checked before anything is read."""
-    if max_bytes is not None:
-        check_bytes("max_bytes", max_bytes)
-    if offset is None:
-        return rq.ReadOutput(work_id, max_bytes)
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise SpecError(f"offset must be an int >= 0, got {offset!r}")
-    return rq.ReadChunk(work_id, offset, max_bytes)
+async def _built_off_the_loop(submission: Submission) -> rq.Register:
+    """``register(submission)`` for an event loop: a shell's spec here (cheap), any other
+    on a worker thread, since pickling a call (and importing a reference) can take long."""
+    if submission.verb in ("shell", "submit"):
+        return register(submission)
+    return await asyncio.to_thread(register, submission)

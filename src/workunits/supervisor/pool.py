@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 from workunits._core.errors import SupervisorClosed
 from workunits._core.seconds import wait_timeout
+from workunits.supervisor._generated import PoolTwins
 from workunits.supervisor.handle import WorkHandle
 
 if TYPE_CHECKING:
     from workunits.supervisor.facade import Supervisor
 
 
-class Pool:
+class Pool(PoolTwins):
     """Pooled agent calls on one supervisor; made by ``Supervisor.pool()``."""
 
     def __init__(self, sup: Supervisor, size: int) -> None:
@@ -95,12 +96,6 @@ class Pool:
         """``agent`` by ``Executor.submit``'s name: ``handle.result(timeout)`` reads as a
         future's does."""
         return self.agent(fn, *args, **kwargs)
-
-    async def agent_async(
-        self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any
-    ) -> WorkHandle:
-        """Like ``agent`` without blocking the event loop."""
-        return self._kept(await self._sup.agent_async(fn, *args, reuse=True, **kwargs))
 
     def _kept(self, handle: WorkHandle) -> WorkHandle:
         """Inside a ``with`` block, keep ``handle`` for the block's end to wait for."""

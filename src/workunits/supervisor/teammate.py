@@ -11,23 +11,30 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from workunits._wire.frames import ProxyCall
-from workunits.supervisor.handle import WorkHandle
+from workunits.supervisor._generated import TeammateHandleTwins
 
 if TYPE_CHECKING:
     from workunits.supervisor.facade import Supervisor
 
 
-class TeammateHandle(WorkHandle):
-    """A handle on a teammate unit (``t…``): ``tell``, ``ask``, ``proxy``, ``stop``."""
+class TeammateHandle(TeammateHandleTwins):
+    """A handle on a teammate unit (``t…``): ``tell``, ``ask``, ``proxy``, ``stop``.
+
+    A ``WorkHandle`` too; its ``_async`` twins come from ``supervisor/_generated.py``.
+    """
 
     __slots__ = ("cls",)
 
-    def __init__(self, supervisor: Supervisor, work_id: str, cls: type[Any] | None = None) -> None:
-        super().__init__(supervisor, work_id)
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        work_id: str,
+        cls: type[Any] | None = None,
+        *,
+        created: bool = True,
+    ) -> None:
+        super().__init__(supervisor, work_id, created=created)
         self.cls = cls  # known when this process created it; lets proxy() check method names
-
-    def __repr__(self) -> str:
-        return f"<TeammateHandle {self.id}>"
 
     def tell(self, message: Any) -> None:
         """Queue ``message`` for ``on_receive``; TeammateEnded if it has ended or is ending."""
@@ -41,17 +48,9 @@ class TeammateHandle(WorkHandle):
         """Like ``ask``, returning at once with a future of the answer."""
         return self.supervisor.ask_future(self.id, message)
 
-    async def ask_async(self, message: Any, timeout: float | None = None) -> Any:
-        """Like ``ask`` without blocking the event loop."""
-        return await self.supervisor.ask_async(self.id, message, timeout)
-
     def proxy(self) -> TeammateProxy:
         """``proxy.method(*args)`` calls ``method`` in the teammate and returns a Future."""
         return TeammateProxy(self)
-
-    async def tell_async(self, message: Any) -> None:
-        """Like ``tell`` without blocking the event loop."""
-        await self.supervisor.tell_async(self.id, message)
 
     def stop(self, timeout: float | None = None) -> Any:
         """Stop after the messages already sent (ends ``completed``); what ``on_stop()`` returned.
@@ -62,11 +61,6 @@ class TeammateHandle(WorkHandle):
         """
         self.supervisor.stop(self.id)
         return self.supervisor.result(self.id, timeout)
-
-    async def stop_async(self, timeout: float | None = None) -> Any:
-        """Like ``stop`` without blocking the event loop."""
-        await self.supervisor.stop_async(self.id)
-        return await self.supervisor.result_async(self.id, timeout)
 
 
 class TeammateProxy:

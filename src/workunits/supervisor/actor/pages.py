@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from workunits._core.query import Filter, Query
 from workunits._core.record import WorkRecord
-from workunits._ledger.listing import Filter, Mark, Query
+from workunits._ledger.listing import Mark
 from workunits._ledger.rows import EXPIRED
 from workunits.supervisor.actor.units import Units
 
@@ -65,6 +66,32 @@ def page(units: Units, query: Query) -> list[WorkRecord]:
         [*records, *from_memory], key=lambda r: (r.created_at, r.id), reverse=query.newest
     )
     return merged if query.limit is None else merged[: query.limit]
+
+
+def admitted(units: Units, found: Filter, records: list[WorkRecord]) -> list[WorkRecord]:
+    """Those of ``records`` (memory's, or rows in memory's place) that ``found`` admits.
+
+    Status, kind and times are read off each record as it is now; the ledger,
+    which has their keys and text, checks the rest among these IDs alone.
+    """
+    kept = [
+        r
+        for r in records
+        if (found.status is None or shown_status(r) == found.status)
+        and (found.kind is None or r.kind == found.kind)
+        and (found.parent is None or r.parent == found.parent)
+        and (found.created_after is None or r.created_at >= found.created_after)
+        and (found.created_before is None or r.created_at < found.created_before)
+        and (
+            found.ended_after is None
+            or (r.ended_at is not None and r.ended_at >= found.ended_after)
+        )
+    ]
+    if kept and (found.key is not None or found.text is not None):
+        rest = Filter(key=found.key, text=found.text)
+        ids = {row.id for row in units.ledger.page(rest, limit=None, only=[r.id for r in kept])}
+        kept = [r for r in kept if r.id in ids]
+    return kept
 
 
 def _mark(units: Units, work_id: str) -> Mark:

@@ -14,7 +14,6 @@ other messages (``supervisor.actor.supervisor_actor``).
 
 from __future__ import annotations
 
-import datetime
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -22,15 +21,16 @@ from typing import Any, Generic, TypeVar
 import pykka
 
 from workunits._core.mailbox import Mailbox
+from workunits._core.query import Query
 from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.restart import Restart
-from workunits._core.retry import Retry
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import Reason
-from workunits._ledger.listing import Query
+from workunits._surface._generated import UnitOptions
 from workunits.actors.base import WorkActor
 from workunits.supervisor.actor.asks import Route
 from workunits.supervisor.actor.registry import Change
+from workunits.supervisor.actor.starts import Registered
 from workunits.supervisor.actor.units import CheckpointSubscriber, Subscriber
 
 R = TypeVar("R")
@@ -82,23 +82,18 @@ class Request(Generic[R]):
 
 
 @dataclass(frozen=True, slots=True)
-class Register(Request[WorkRecord]):
+class Register(Request[Registered]):
+    """A submit: the kind's letter and spec, and the unit's options (``UnitOptions``)."""
+
     letter: str
     spec: Any
-    parent: str | None = None
-    description: str = ""
-    timeout: float | None = None
-    key: str | None = None
-    max_attempts: int | None = None
-    retry: Retry | None = None
-    stall_after: float | None = None
+    options: UnitOptions = field(default_factory=UnitOptions)
     restart: Restart | None = None
-    not_before: float | datetime.datetime | None = None  # seconds from now, or a time
     trace: str | None = None  # the submitter's current span (supervisor.tracing)
 
 
 @dataclass(frozen=True, slots=True)
-class RetryUnit(Request[WorkRecord]):
+class RetryUnit(Request[Registered]):
     """``retry(id)``: a new unit with a failed unit's spec (``supervisor.actor.rerun``)."""
 
     work_id: str

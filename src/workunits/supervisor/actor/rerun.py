@@ -15,13 +15,13 @@ ledger -- which keeps it for units that can resume or have a retry policy.
 from __future__ import annotations
 
 from workunits._core.errors import NotRetryable, UnknownWork
-from workunits._core.record import WorkRecord
 from workunits._core.retry import SPEC_NOT_KEPT, check_retryable
 from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
+from workunits._surface._generated import UnitOptions
 from workunits.actors.kind_code import call_kind
 from workunits.supervisor.actor.slots import Launch
-from workunits.supervisor.actor.starts import Starts
+from workunits.supervisor.actor.starts import Registered, Starts
 from workunits.supervisor.actor.units import Units
 
 
@@ -31,11 +31,11 @@ class Reruns:
         self._starts = starts
         self._ledger = ledger
 
-    def retry(self, work_id: str) -> WorkRecord:
+    def retry(self, work_id: str) -> Registered:
         old = self._units.get(work_id)  # validates; UnknownWork for an ID nobody knows
         again = self._ledger.units.retried_by(work_id)
         if again is not None:
-            return self._units.get(again)
+            return Registered(self._units.get(again), created=False)
         check_retryable(old)
         row = self._ledger.units.require(work_id)
         launch = self._launch_of(work_id)
@@ -44,18 +44,17 @@ class Reruns:
             found = self._units.registry.find(parent)
             if found is None or is_terminal(found.status):
                 parent = None  # its parent has ended: the application owns the new unit
-        return self._starts.register(
-            work_id[0],
-            launch.spec,
-            parent=parent,
+        options = UnitOptions(
             description=old.description,
-            timeout=launch.timeout,
+            parent=parent,
             key=row.key,
             max_attempts=None if old.retry or old.restart else row.max_attempts,
+            timeout=launch.timeout,
             retry=old.retry,
             stall_after=old.stall_after,
-            retry_of=work_id,
-            restart=old.restart,
+        )
+        return self._starts.register(
+            work_id[0], launch.spec, options, retry_of=work_id, restart=old.restart
         )
 
     def _launch_of(self, work_id: str) -> Launch:

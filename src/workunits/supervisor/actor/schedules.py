@@ -21,15 +21,18 @@ import logging
 import math
 import zoneinfo
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from croniter import CroniterError, croniter
 
 from workunits._core.errors import InvalidArgument, WorkunitsError
-from workunits._core.record import WorkRecord
 from workunits._ledger import Ledger
 from workunits._ledger.schedules import ScheduleRow
+from workunits._surface._generated import UnitOptions
 from workunits._wire.submits import check_submit, check_timeout
+
+if TYPE_CHECKING:
+    from workunits.supervisor.actor.starts import Registered
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ MISSED_PER_TICK = 1000  # a schedule down for long records its misses over sever
 # supervisor on a shared ledger (or a client) fires here too, if that one is gone.
 RELOAD_EVERY = 5.0
 
-Register = Callable[..., WorkRecord]
+Register = Callable[[str, Any, UnitOptions], "Registered"]
 
 
 def check_schedule(name: object, cron: object, tz: object, catch_up: object) -> zoneinfo.ZoneInfo:
@@ -203,12 +206,14 @@ class Schedules:
     def _fire(self, row: ScheduleRow, due: float, following: float) -> None:
         spec = self._ledger.schedules.spec_of(row)
         options = row.options
-        record = self._register(
+        record, _ = self._register(
             row.letter,
             spec,
-            description=options.get("description") or f"{row.name} at {_iso(due)}",
-            timeout=options.get("timeout"),
-            key=firing_key(row.name, due),
+            UnitOptions(
+                description=options.get("description") or f"{row.name} at {_iso(due)}",
+                timeout=options.get("timeout"),
+                key=firing_key(row.name, due),
+            ),
         )
         self._ledger.schedules.record_firing(row.name, due, record.id, following)
 

@@ -5,33 +5,27 @@ Owned by the SupervisorActor; every method runs in its thread.
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import logging
 import signal
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from workunits._core import ids
 from workunits._core.clock import Clock
 from workunits._core.errors import SpecError, SupervisorClosed
 from workunits._core.record import Outcome, WorkRecord, replace
 from workunits._core.restart import Restart
-from workunits._core.retry import Retry, check_retry
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import NewUnit, UnitRow
 from workunits._pool import WorkerPool
+from workunits._surface._generated import UnitOptions
+from workunits._surface.submission import check_unit_options
 from workunits._util import shell_log
 from workunits._wire.specs import ShellSpec
-from workunits._wire.submits import (
-    check_attempts,
-    check_not_before,
-    check_stall_after,
-    check_submit,
-    check_timeout,
-)
 from workunits._zygote.client import ZygoteClient
 from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
@@ -48,6 +42,13 @@ from workunits.supervisor.actor.tracing import UnitSpans
 from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
+
+
+class Registered(NamedTuple):
+    """A submit's answer: the unit's record, and False when its key named an existing unit."""
+
+    record: WorkRecord
+    created: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,40 +119,21 @@ class Starts:
         self,
         letter: str,
         spec: Any,
+        options: UnitOptions,
         *,
-        parent: str | None = None,
-        description: str = "",
-        timeout: float | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
         retry_of: str | None = None,
         restart: Restart | None = None,
-        not_before: float | datetime.datetime | None = None,
-    ) -> WorkRecord:
+    ) -> Registered:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
-        With ``key``, a unit already submitted under it is returned instead,
-        whatever its status (IdempotencyConflict if its spec differs). With
-        ``retry_of`` (``retry(id)``), the failed unit's key moves to the new one.
-        With ``not_before`` (seconds since the epoch) it stays pending until then.
-        A submit alone in its commit: the facade's go through ``supervisor.actor.submits``.
+        With ``options.key``, a unit already submitted under it is returned
+        instead, whatever its status (``created`` False; IdempotencyConflict if
+        its spec differs). With ``retry_of`` (``retry(id)``), the failed unit's
+        key moves to the new one. With ``options.not_before`` it stays pending
+        until then. A submit alone in its commit: the facade's go through
+        ``supervisor.actor.submits``.
         """
-        prepared = self.prepare(
-            letter,
-            spec,
-            parent=parent,
-            description=description,
-            timeout=timeout,
-            key=key,
-            max_attempts=max_attempts,
-            retry=retry,
-            stall_after=stall_after,
-            retry_of=retry_of,
-            restart=restart,
-            not_before=not_before,
-        )
+        prepared = self.prepare(letter, spec, options, retry_of=retry_of, restart=restart)
         (entered,) = self.enter([prepared])
         if isinstance(entered, BaseException):
             raise entered
@@ -161,17 +143,10 @@ class Starts:
         self,
         letter: str,
         spec: Any,
+        options: UnitOptions,
         *,
-        parent: str | None = None,
-        description: str = "",
-        timeout: float | None = None,
-        key: str | None = None,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        stall_after: float | None = None,
         retry_of: str | None = None,
         restart: Restart | None = None,
-        not_before: float | datetime.datetime | None = None,
         reserved: int = 0,
     ) -> Prepared:
         """Validate a submit and build its row; nothing is written or started yet.
@@ -191,15 +166,16 @@ class Starts:
         if isinstance(spec, ShellSpec) and spec.log is not None:
             # Only here is the state dir known; the launch checks again.
             shell_log.refuse_inside(spec.log, self._around.state_dir)
-        check_submit(description=description, key=key, max_attempts=max_attempts)
-        check_timeout(timeout)
-        max_attempts = check_attempts(check_retry(retry), max_attempts)
+        if options.description is None:
+            options = dataclasses.replace(options, description="")
+        options = check_unit_options(options, self._around.clock.now())
+        retry, max_attempts, parent = options.retry, options.max_attempts, options.parent
         if restart is not None and (retry is not None or max_attempts is not None):
             raise SpecError("a unit restarts or retries, not both: give restart= or retry=")
         if restart is not None and not actor_class.accepts_messages:
             raise SpecError(f"only teammates restart; a {actor_class.kind} unit takes retry=")
-        check_stall_after(stall_after)
-        start_at = check_not_before(not_before, self._around.clock.now())
+        start_at = options.not_before
+        assert start_at is None or isinstance(start_at, float)  # check_unit_options made it so
         if parent is not None:
             parent_record = self._units.lookup(parent)
             if is_terminal(parent_record.status):
@@ -212,24 +188,25 @@ class Starts:
             kind=actor_class.kind,
             status=Status.PENDING,
             parent=parent,
-            description=description,
+            description=options.description or "",
             created_at=self._around.clock.now(),
             output_path=str(self._around.output_dir / f"{work_id}.out"),
             retry=retry,
             retry_of=retry_of,
-            stall_after=stall_after,
+            stall_after=options.stall_after,
             restart=restart,
             not_before=start_at,
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
         starts_now = self._has_slot(actor_class.kind, reserved) and not self._delayed(record)
+        timeout = options.timeout
         new = self._mirror.new_unit(
-            record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
+            record, actor_class, spec, timeout, options.key, max_attempts, starts_now=starts_now
         )
         return Prepared(record, actor_class, spec, timeout, starts_now, new)
 
-    def enter(self, group: list[Prepared]) -> list[WorkRecord | BaseException]:
+    def enter(self, group: list[Prepared]) -> list[Registered | BaseException]:
         """Write the rows of ``group`` in one fully synced commit; then admit each new one.
 
         Nothing is in memory, and nothing starts, before its row is durable. Per
@@ -247,18 +224,18 @@ class Starts:
                 raise
             log.warning("a group commit of %d submits failed (%s); one at a time", len(news), exc)
             answers = [self._submit_alone(new) for new in news]
-        out: list[WorkRecord | BaseException] = []
+        out: list[Registered | BaseException] = []
         for p, answer in zip(group, answers, strict=True):
             if isinstance(answer, BaseException):
                 out.append(answer)
             elif answer is not None:  # its key was taken: the unit that has it
                 found = self._units.registry.find(answer.id)
-                out.append(found if found is not None else answer.to_record())
+                out.append(Registered(found or answer.to_record(), created=False))
             else:
                 self.admit(
                     p.record, p.actor_class, p.spec, p.timeout, running_in_ledger=p.starts_now
                 )
-                out.append(self._units.registry.get(p.record.id))
+                out.append(Registered(self._units.registry.get(p.record.id), created=True))
         return out
 
     def _submit_alone(self, new: NewUnit) -> UnitRow | BaseException | None:

@@ -77,15 +77,8 @@ class GroupedSubmits:
         prepared = self._starts.prepare(
             request.letter,
             request.spec,
-            parent=request.parent,
-            description=request.description,
-            timeout=request.timeout,
-            key=request.key,
-            max_attempts=request.max_attempts,
-            retry=request.retry,
-            stall_after=request.stall_after,
+            request.options,
             restart=request.restart,
-            not_before=request.not_before,
             reserved=kind_taken,
         )
         if self.spans is not None:

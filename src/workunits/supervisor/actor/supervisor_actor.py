@@ -189,7 +189,6 @@ class SupervisorActor(pykka.ThreadingActor):
             clock=clock,
             eviction_grace=eviction_grace,
         )
-        self._children = ChildRequests(units, self._starts, self._control)
         self._retries = Retries(
             units=units,
             starts=self._starts,
@@ -202,6 +201,14 @@ class SupervisorActor(pykka.ThreadingActor):
         self._reruns = Reruns(units=units, starts=self._starts, ledger=ledger)
         self._activity = Activity(units=units, notices=self._notices, clock=clock)
         self._signals = Signals(units=units, ledger=ledger)
+        self._children = ChildRequests(
+            units=units,
+            starts=self._starts,
+            control=self._control,
+            output=self._output,
+            reruns=self._reruns,
+            signals=self._signals,
+        )
         self._schedules = Schedules(
             ledger=ledger, register=self._starts.register, started_at=clock.now()
         )

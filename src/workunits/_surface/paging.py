@@ -6,7 +6,7 @@ skips a unit that existed then; units created since appear on later pages.
 ``order="newest"`` walks the same order backwards, newest first (a live
 view's first page); its later pages hold older units.
 
-``query`` (``_ledger.listing``) checks a caller's arguments once, for
+``query`` (``_core.query``) checks a caller's arguments once, for
 ``Supervisor``, ``Client`` and the HTTP API alike; ``every`` reads all pages of a list without a
 ``limit``, one bounded read at a time, so no single read (and, in a
 supervisor, no single message to its actor) costs the whole ledger.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 
+from workunits._core.query import Query, check_limit, query
 from workunits._core.record import WorkRecord
-from workunits._ledger.listing import Query, check_limit, query
 
 __all__ = ["EVERY_PAGE", "Query", "check_limit", "every", "every_async", "page", "query"]
 
