@@ -173,3 +173,17 @@ def test_a_childs_handle_says_whether_its_key_created_it(sup: wu.Supervisor) -> 
     first, second, one, two = sup.agent(idempotent_children).result(timeout=45)
     assert (first, second) == (True, False)
     assert one == two
+
+
+def feed_a_child() -> str:
+    ctx = wu.current()
+    child = ctx.shell("tr a-z A-Z", stdin=True)
+    assert ctx.send_input(child, "through the channel\n")
+    assert child.send_input("", eof=True)
+    child.wait(timeout=30)
+    return b"".join(child.stream()).decode()
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_writes_to_its_childs_stdin_through_its_channel(sup: wu.Supervisor) -> None:
+    assert sup.agent(feed_a_child).result(timeout=45) == "THROUGH THE CHANNEL\n"

@@ -255,8 +255,15 @@ def _unit_options() -> str:
     )
 
 
-def _handle_class(surface: Surface, handle: ast.ClassDef, calls: ast.ClassDef) -> str:
-    """A surface's handle base: ``Handle``'s calls typed with its own classes, and twins."""
+def _handle_class(
+    surface: Surface,
+    handle: ast.ClassDef,
+    calls: ast.ClassDef,
+    verbs: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]],
+) -> str:
+    """A surface's handle base: ``Handle``'s calls typed with its own classes, and twins
+    (a coroutine where the verb's twin is one)."""
+    async_verbs, plain_verbs = ast_tools.async_kinds(verbs, set(verbs))
     name = f"{surface.types['Handle'][0]}Verbs"
     own = surface.types["Self"][0]
     type_names = {k: v[0] for k, v in surface.types.items()}
@@ -271,10 +278,7 @@ def _handle_class(surface: Surface, handle: ast.ClassDef, calls: ast.ClassDef) -
             parts.append(ast.unparse(ast_tools.retyped(copy.deepcopy(fn), type_names)))
             if surface.twins:
                 twin, _ = ast_tools.twin_of(
-                    ast_tools.async_types(fn),
-                    {"get", "wait", "result", "kill", "cancel", "read_output"},
-                    {"stream"},
-                    ("_surface",),
+                    ast_tools.async_types(fn), async_verbs, plain_verbs, ("_surface",)
                 )
                 parts.append(ast.unparse(ast_tools.retyped(twin, type_names)))
     return (
@@ -301,7 +305,7 @@ def generated() -> str:
         ast_tools.class_named(handle_tree, "Handle"),
         ast_tools.class_named(handle_tree, "HandleCalls"),
     )
-    handles = [_handle_class(s, handle, calls) for s in SURFACES if "Handle" in s.types]
+    handles = [_handle_class(s, handle, calls, verbs) for s in SURFACES if "Handle" in s.types]
     body = "\n\n".join([_unit_options(), *classes, *handles])
     # Imports: what the copied bodies and annotations use, from where the definitions take it.
     runtime, typing_only = ast_tools.imports_of(verbs_tree)

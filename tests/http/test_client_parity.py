@@ -328,3 +328,24 @@ def test_list_a_page_at_a_time_and_the_tree(conn: Connected) -> None:
 def test_a_workflow_takes_an_output_cap_as_an_agent_does(conn: Connected) -> None:
     small = conn.workflow("tests.http.units:add", 1, 2, output_cap=1 << 20)
     assert small.result(timeout=30) == 3
+
+
+def test_a_unit_reads_what_a_client_writes_to_its_stdin(conn: Connected) -> None:
+    cat = conn.shell("cat", stdin=True)
+    assert conn.send_input(cat.id, "first line\n")
+    assert cat.send_input(b"second line\n", eof=True)
+    assert cat.wait(timeout=30).status is wu.Status.COMPLETED
+    assert b"".join(conn.stream(cat.id)) == b"first line\nsecond line\n"
+    assert conn.send_input(cat.id, "late") is False  # it has ended
+    plain = conn.shell("sleep 30")
+    with pytest.raises(wu.SpecError, match="not started with stdin=True"):
+        conn.send_input(plain.id, "x")
+    plain.kill()
+
+    async def from_a_loop() -> bytes:
+        counter = await conn.shell_async("wc -c", stdin=True)
+        assert await conn.send_input_async(counter.id, b"x" * 100_000, eof=True)
+        await counter.wait_async(timeout=30)
+        return b"".join(conn.stream(counter.id))
+
+    assert asyncio.run(from_a_loop()).split() == [b"100000"]

@@ -185,7 +185,7 @@ def test_a_version_8_ledger_gains_indexes_counts_and_search(tmp_path: Path) -> N
         assert {r.id for r in ledger.listing.page(Filter(text="docs"), limit=None)} == {
             u.id for u in news if u.description == "index the docs"
         }
-    assert schema_mod.SCHEMA_VERSION == 9
+    assert schema_mod.SCHEMA_VERSION == 10
 
 
 @pytest.mark.sqlite_only

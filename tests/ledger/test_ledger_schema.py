@@ -88,3 +88,31 @@ def test_a_file_that_is_not_sqlite_is_reported_as_corrupt(state_dir: Path) -> No
     (state_dir / "ledger.db").write_bytes(b"definitely not a database" * 100)
     with pytest.raises(LedgerCorrupt, match=r"ledger\.db"):
         Ledger(state_dir)
+
+
+def test_version_10_takes_input_requests_and_keeps_requests_and_their_sequence(
+    tmp_path: Path,
+) -> None:
+    conn = _connect(tmp_path / "ledger.db")
+    schema.migrate(conn, "test", schema.MIGRATIONS[:9])
+    add = "INSERT INTO requests (verb, target, args, created_at) VALUES (?, 'b00000000', x'7b7d', 1.0)"
+    for verb in ("kill", "cancel", "kill"):
+        conn.execute(add, (verb,))
+    conn.execute("DELETE FROM requests WHERE seq = 3")  # the newest gone: its seq stays used
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute(add, ("input",))
+    assert schema.migrate(conn, "test") == 9
+    assert [r[0] for r in conn.execute("SELECT verb FROM requests ORDER BY seq")] == [
+        "kill",
+        "cancel",
+    ]
+    seq = conn.execute(add + " RETURNING seq", ("input",)).fetchone()[0]
+    assert seq == 4  # never a seq a client may still hold
+    plan = " ".join(
+        str(r[3])
+        for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM requests WHERE taken_at IS NULL ORDER BY seq"
+        )
+    )
+    assert "requests_open" in plan
+    conn.close()

@@ -24,6 +24,7 @@ TOOLS = {
     "kill",
     "cancel",
     "signal",
+    "send_input",
     "retry",
     "restart",
     "take_notices",
@@ -116,6 +117,31 @@ def test_wait_kill_cancel_signal_and_the_errors_a_model_gets(tmp_path: Path) -> 
             await call(c, "start_shell", command="true", key="k1")
             conflict = await fail(c, "start_shell", command="false", key="k1")
             assert "another key" in conflict
+
+    anyio.run(scenario)
+
+
+def test_send_input_writes_to_a_shell_started_with_stdin(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with stdio(tmp_path / "s", *UNCONFINED, cwd=tmp_path) as c:
+            repl = (
+                await call(
+                    c, "start_shell", command="while read line; do echo got $line; done", stdin=True
+                )
+            )["id"]
+            sent = await call(c, "send_input", id=repl, data="one\ntwo\n")
+            assert sent == {"written": 8, "eof": False, "id": repl}
+            await call(c, "wait_for_output", id=repl, pattern="got two")
+            assert (await call(c, "send_input", id=repl, eof=True))["eof"] is True
+            running = [repl]
+            while running:  # end of file ends the read loop, and the shell
+                running = (await call(c, "wait_for", ids=running, timeout=1))["running"]
+            assert (await call(c, "get_unit", id=repl))["status"] == "completed"
+            assert await read_all(c, repl) == "got one\ngot two\n"
+            assert "has ended" in await fail(c, "send_input", id=repl, data="late")
+            plain = (await call(c, "start_shell", command="sleep 60"))["id"]
+            assert "stdin=True" in await fail(c, "send_input", id=plain, data="x")
+            await call(c, "kill", id=plain)
 
     anyio.run(scenario)
 

@@ -13,6 +13,7 @@ Errors: a problem document's ``title`` names the Python error and its
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -135,6 +136,8 @@ def steps_for(op: ops.Op[Any]) -> Steps[Any]:
         case ops.Signal(work_id, name, value):
             body = {"name": name, "value": value}
             return _one(Call("POST", unit_path(work_id, "/signals"), json=body), _signalled)
+        case ops.SendInput(work_id, data, eof):
+            return _input(unit_path(work_id, "/input"), data, eof)
         case ops.Lease(work_id, lease):
             call = Call("POST", unit_path(work_id, "/retain"), json={"lease": lease})
             return _one(call, lambda r: str(checked(r).json()["lease_id"]))
@@ -163,6 +166,25 @@ def _signalled(response: httpx.Response) -> bool:
     if response.status_code == 409 and response.json().get("title") == "WorkEnded":
         return False
     checked(response)
+    return True
+
+
+INPUT_CHUNK = 3 << 18  # bytes per ``/input`` request: 1 MiB of base64, the body's most
+
+
+def _input(path: str, data: bytes, eof: bool) -> Steps[bool]:
+    """``POST .../input``, a request per ``INPUT_CHUNK`` in order, ``eof`` with the last."""
+    offsets = range(0, max(len(data), 1), INPUT_CHUNK)
+    for start in offsets:
+        chunk = data[start : start + INPUT_CHUNK]
+        last = start == offsets[-1]
+        body = {
+            "data": base64.b64encode(chunk).decode("ascii"),
+            "encoding": "base64",
+            "eof": eof and last,
+        }
+        if not _signalled((yield Call("POST", path, json=body))):
+            return False  # it ended: the rest is not written
     return True
 
 

@@ -17,6 +17,7 @@ does not cross ``fork()``: open another one in the child.
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import dataclasses
 import functools
@@ -239,7 +240,7 @@ class Client(ClientVerbs):
 
     # -- the transport of its verbs (``workunits._surface``): the ledger -----------------
 
-    def _run(self, op: ops.Op[R]) -> R:
+    def _run(self, op: ops.Op[R]) -> R:  # noqa: PLR0912 - a case each
         """Carry ``op`` out against the ledger, in the caller's thread (a short transaction)."""
         answer: Any
         match op:
@@ -257,6 +258,8 @@ class Client(ClientVerbs):
                 answer = self.request("cancel", work_id, {"grace": grace}) is not None
             case ops.Signal(work_id, name, value):
                 answer = self.ledger.signals.send(work_id, name, value) is not None
+            case ops.SendInput(work_id, data, eof):
+                answer = self._send_input(work_id, data, eof)
             case ops.Retry(work_id):
                 answer = self._again(work_id)
             case ops.Lease(work_id, lease):
@@ -415,6 +418,24 @@ class Client(ClientVerbs):
             ended_after=ended_after,
             on_unreadable=on_unreadable,
         )
+
+    def _send_input(self, work_id: str, data: bytes, eof: bool) -> bool:
+        """An ``input`` request, applied in order by the supervisor that runs the unit
+        (or adopts it); False, and no request, once the unit has ended."""
+        row = self.ledger.units.require(work_id)
+        if is_terminal(row.status):
+            return False
+        # A spec the ledger keeps says; one it does not (a unit that cannot resume) is
+        # checked by the supervisor, which answers the request with the same error.
+        spec = self.ledger.units.load_spec(work_id) if row.spec is not None else {"stdin": True}
+        if row.kind != "shell" or not (isinstance(spec, dict) and spec.get("stdin") is True):
+            raise SpecError(
+                f"{work_id} was not started with stdin=True: its standard input is "
+                "/dev/null, and nothing can be written to it"
+            )
+        args = {"data": base64.b64encode(data).decode("ascii"), "eof": eof}
+        self.ledger.requests.add("input", work_id, args)
+        return True
 
     def _kind_name(self, kind: str) -> str:
         """The name of a kind given by letter or name; UnknownKind for one that is neither

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from workunits._core.errors import InvalidArgument, UnstorableValue
+from workunits._core.errors import InvalidArgument, SpecError, UnstorableValue
 from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import MAX_CLAIM_LEASE
@@ -35,6 +36,7 @@ from workunits._http.models import (
     Delivered,
     FiringOut,
     Health,
+    InputBody,
     Lease,
     LeaseBody,
     NoticeOut,
@@ -269,6 +271,30 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         ended = await backend.get(work_id)  # it may have ended since the read above
         return problems.problem(
             409, "WorkEnded", f"{work_id} has ended: no signal is kept", unit=Unit.of(ended)
+        )
+
+    @r.post("/{work_id}/input", status_code=202, response_model=Delivered, responses={409: {}})
+    async def send_input(work_id: str, body: InputBody) -> Response:
+        """Write to the stdin of a unit started with ``stdin: true``, after what came before.
+
+        Queued and written as the unit reads (at most 16 MiB may wait unread);
+        ``eof: true`` closes its stdin after ``data``. 409 once the unit has
+        ended, 400 for a unit started without ``stdin``.
+        """
+        try:
+            data = (
+                base64.b64decode(body.data, validate=True)
+                if body.encoding == "base64"
+                else body.data.encode()
+            )
+        except binascii.Error as exc:
+            raise SpecError(f"data is not base64: {exc}") from None
+        if await backend.send_input(work_id, data, body.eof):
+            return JSONResponse(Delivered(delivered=True).model_dump(), 202)
+        ended = await backend.get(work_id)
+        _refuse_expired(ended)
+        return problems.problem(
+            409, "WorkEnded", f"{work_id} has ended: its stdin is closed", unit=Unit.of(ended)
         )
 
     @r.post(

@@ -199,6 +199,10 @@ class Backend:
         """Keep the signal for the unit; False when it has ended (nothing kept)."""
         return await self.sup.signal_async(work_id, name, value)
 
+    async def send_input(self, work_id: str, data: bytes, eof: bool) -> bool:
+        """Queue ``data`` for the unit's stdin; False when it has ended."""
+        return await self.sup.send_input_async(work_id, data, eof)
+
     async def retry(self, work_id: str) -> tuple[WorkRecord, bool]:
         """The unit that runs ``work_id`` again, and whether this call started it."""
         handle = await self.sup.retry_async(work_id)

@@ -380,6 +380,21 @@ class SignalBody(_Strict):
     value: Any = None
 
 
+INPUT_MAX = 1 << 20  # characters of one input body's data; larger input takes several
+
+
+class InputBody(_Strict):
+    """Bytes for the stdin of a unit started with ``stdin: true``, queued in order.
+
+    ``data`` is text (written as UTF-8) or, with ``encoding: "base64"``, any
+    bytes; ``eof: true`` closes the unit's stdin after them.
+    """
+
+    data: Annotated[str, Field(max_length=INPUT_MAX)] = ""
+    encoding: Literal["text", "base64"] = "text"
+    eof: bool = False
+
+
 class Delivered(BaseModel):
     """A signal kept in the ledger for the unit, which receives it at its ``wait_for``."""
 

@@ -1,7 +1,7 @@
 """Requests: how processes other than the supervisor ask it for something.
 
 A CLI, a UI or a reconnecting client never changes a unit itself; it appends
-a request (``submit``, ``cancel``, ``kill``, ``retain``, ``release``) and the
+a request (``submit``, ``cancel``, ``kill``, ``retain``, ``release``, ``input``) and the
 supervisor applies it on its next tick, or when one next starts. Taking
 requests marks them in the same transaction that reads them, so two takers
 never get the same request. A supervisor that dies between taking and
@@ -22,7 +22,7 @@ from workunits._ledger.sessions import DEFAULT_LEASE
 from workunits._ledger.sessions import validate as validate_session
 from workunits._util import strictjson
 
-VERBS: Final = ("submit", "cancel", "kill", "retain", "release")
+VERBS: Final = ("submit", "cancel", "kill", "retain", "release", "input")
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ class Fleet:
         description: str | None,
         key: str | None,
         extra: dict[str, Any],
+        stdin: bool = False,
     ) -> str:
         """Start ``command`` under ``/bin/sh -c``; its output is kept until it expires,
         so it can be read (and searched) after the end too."""
@@ -60,6 +61,7 @@ class Fleet:
             description=description,
             key=key,
             keep_output=True,
+            stdin=stdin,
             **extra,
         )
         return handle.id
@@ -127,6 +129,9 @@ class Fleet:
 
     def signal(self, work_id: str, name: str, value: Any) -> bool:
         return self.backend.signal(work_id, name, value)
+
+    def send_input(self, work_id: str, data: str, eof: bool) -> bool:
+        return self.backend.send_input(work_id, data, eof)
 
     def notices(self) -> NoticeSource[MailboxItem] | NoticeSource[Notification]:
         """The application's mailbox of top-level ends: one consumer for the whole server."""

@@ -77,6 +77,12 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
                 },
                 "sandbox": SANDBOX,
                 "workspace_dir": WORKSPACE_DIR,
+                "stdin": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "true: the command's standard input is a pipe you write "
+                    "to with send_input (default: it reads nothing, /dev/null).",
+                },
             },
             ("command",),
         ),
@@ -168,6 +174,19 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "Send a named signal with a JSON value to an agent that waits for it "
         "(ctx.wait_for(name)); kept until it does. Not a POSIX signal: use kill or cancel.",
         _obj({"id": ID, "name": {"type": "string", "minLength": 1}, "value": {}}, ("id", "name")),
+    ),
+    "send_input": (
+        "Write text to the standard input of a unit started with stdin: true, after what "
+        "was written before (an interactive program, a REPL). eof: true then closes its "
+        "input, as Ctrl-D would: the program reads end of file.",
+        _obj(
+            {
+                "id": ID,
+                "data": {"type": "string", "maxLength": 1 << 20, "default": ""},
+                "eof": {"type": "boolean", "default": False},
+            },
+            ("id",),
+        ),
     ),
     "retry": (
         "Start a unit that failed or was killed again, as a new unit linked to it "

@@ -109,6 +109,7 @@ class Tools:
                 timeout=args.get("timeout"),
                 description=args.get("description"),
                 key=args.get("key"),
+                stdin=args.get("stdin") is True,
                 extra=extra,
             )
         )
@@ -273,6 +274,22 @@ class Tools:
             raise ToolFailure(f"{work_id} has ended: no signal is kept for it", [work_id])
         return Answer(
             {"delivered": True, "id": work_id}, f"signal {name!r} kept for {work_id}", [work_id]
+        )
+
+    async def _send_input(self, args: dict[str, Any], session: str) -> Answer:
+        work_id = _id(args)
+        data = args.get("data", "")
+        if not isinstance(data, str):
+            raise ToolFailure("data is the text to write: give a string")
+        eof = args.get("eof") is True
+        written = await self._run(self.fleet.send_input, work_id, data, eof)
+        if not written:
+            raise ToolFailure(f"{work_id} has ended: its input is closed", [work_id])
+        closed = "; its input is now closed" if eof else ""
+        return Answer(
+            {"written": len(data.encode()), "eof": eof, "id": work_id},
+            f"{len(data.encode())} bytes queued for the input of {work_id}{closed}",
+            [work_id],
         )
 
     async def _retry(self, args: dict[str, Any], session: str) -> Answer:

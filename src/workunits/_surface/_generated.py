@@ -139,6 +139,7 @@ class SupervisorVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> WorkHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -176,6 +177,9 @@ class SupervisorVerbs(Transport):
           attempts append to it.
         - ``keep_output``: Keep the whole output in the state dir until the unit expires (give
           this or ``log``, not both).
+        - ``stdin``: Give the command a pipe as its standard input, which the supervisor holds:
+          ``send_input(id, data)`` writes to it, in order, and ``eof=True`` closes it. Without
+          it, standard input is ``/dev/null``.
         """
         return self._submit(
             Submission(
@@ -190,6 +194,7 @@ class SupervisorVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -221,6 +226,7 @@ class SupervisorVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> WorkHandle:
         """Like ``shell`` without blocking the event loop."""
         return await self._submit_async(
@@ -236,6 +242,7 @@ class SupervisorVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -1013,6 +1020,34 @@ class SupervisorVerbs(Transport):
         """Like ``signal`` without blocking the event loop."""
         return await self._run_async(ops.Signal(ids.validate(work_id), name, value))
 
+    def send_input(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the standard input of a unit started with ``stdin=True``.
+
+        Writes queue in order and this returns at once (the supervisor writes
+        them as the command reads; at most 16 MiB may wait unread); a ``str``
+        is written as UTF-8. ``eof=True`` closes the unit's stdin after
+        ``data``: the command reads end of file, and later writes are refused.
+        False, and nothing written, once the unit has ended; SpecError for a
+        unit started without ``stdin=True``.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return self._run(ops.SendInput(ids.validate(work_id), bytes(data), eof))
+
+    async def send_input_async(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Like ``send_input`` without blocking the event loop."""
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return await self._run_async(ops.SendInput(ids.validate(work_id), bytes(data), eof))
+
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
         return self._run(ops.Get(ids.validate(work_id)))
@@ -1484,6 +1519,7 @@ class ClientVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> ClientHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -1519,6 +1555,9 @@ class ClientVerbs(Transport):
           attempts append to it.
         - ``keep_output``: Keep the whole output in the state dir until the unit expires (give
           this or ``log``, not both).
+        - ``stdin``: Give the command a pipe as its standard input, which the supervisor holds:
+          ``send_input(id, data)`` writes to it, in order, and ``eof=True`` closes it. Without
+          it, standard input is ``/dev/null``.
         """
         return self._submit(
             Submission(
@@ -1533,6 +1572,7 @@ class ClientVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -1563,6 +1603,7 @@ class ClientVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> ClientHandle:
         """Like ``shell`` without blocking the event loop."""
         return await self._submit_async(
@@ -1578,6 +1619,7 @@ class ClientVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -1823,6 +1865,34 @@ class ClientVerbs(Transport):
     async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
         """Like ``signal`` without blocking the event loop."""
         return await self._run_async(ops.Signal(ids.validate(work_id), name, value))
+
+    def send_input(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the standard input of a unit started with ``stdin=True``.
+
+        Writes queue in order and this returns at once (the supervisor writes
+        them as the command reads; at most 16 MiB may wait unread); a ``str``
+        is written as UTF-8. ``eof=True`` closes the unit's stdin after
+        ``data``: the command reads end of file, and later writes are refused.
+        False, and nothing written, once the unit has ended; SpecError for a
+        unit started without ``stdin=True``.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return self._run(ops.SendInput(ids.validate(work_id), bytes(data), eof))
+
+    async def send_input_async(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Like ``send_input`` without blocking the event loop."""
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return await self._run_async(ops.SendInput(ids.validate(work_id), bytes(data), eof))
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
@@ -2143,6 +2213,7 @@ class HttpClientVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> HttpHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -2180,6 +2251,9 @@ class HttpClientVerbs(Transport):
           attempts append to it.
         - ``keep_output``: Keep the whole output in the state dir until the unit expires (give
           this or ``log``, not both).
+        - ``stdin``: Give the command a pipe as its standard input, which the supervisor holds:
+          ``send_input(id, data)`` writes to it, in order, and ``eof=True`` closes it. Without
+          it, standard input is ``/dev/null``.
         """
         return self._submit(
             Submission(
@@ -2194,6 +2268,7 @@ class HttpClientVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -2225,6 +2300,7 @@ class HttpClientVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> HttpHandle:
         """Like ``shell`` without blocking the event loop."""
         return await self._submit_async(
@@ -2240,6 +2316,7 @@ class HttpClientVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -2498,6 +2575,34 @@ class HttpClientVerbs(Transport):
     async def signal_async(self, work_id: str, name: str, value: Any = None) -> bool:
         """Like ``signal`` without blocking the event loop."""
         return await self._run_async(ops.Signal(ids.validate(work_id), name, value))
+
+    def send_input(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the standard input of a unit started with ``stdin=True``.
+
+        Writes queue in order and this returns at once (the supervisor writes
+        them as the command reads; at most 16 MiB may wait unread); a ``str``
+        is written as UTF-8. ``eof=True`` closes the unit's stdin after
+        ``data``: the command reads end of file, and later writes are refused.
+        False, and nothing written, once the unit has ended; SpecError for a
+        unit started without ``stdin=True``.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return self._run(ops.SendInput(ids.validate(work_id), bytes(data), eof))
+
+    async def send_input_async(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Like ``send_input`` without blocking the event loop."""
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return await self._run_async(ops.SendInput(ids.validate(work_id), bytes(data), eof))
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
@@ -2764,6 +2869,7 @@ class UnitContextVerbs(Transport):
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> ChildHandle:
         """Run ``cmd`` (a string for ``/bin/sh -c``, or an argv list) as a ``b`` unit.
 
@@ -2799,6 +2905,9 @@ class UnitContextVerbs(Transport):
           attempts append to it.
         - ``keep_output``: Keep the whole output in the state dir until the unit expires (give
           this or ``log``, not both).
+        - ``stdin``: Give the command a pipe as its standard input, which the supervisor holds:
+          ``send_input(id, data)`` writes to it, in order, and ``eof=True`` closes it. Without
+          it, standard input is ``/dev/null``.
         """
         return self._submit(
             Submission(
@@ -2813,6 +2922,7 @@ class UnitContextVerbs(Transport):
                     "on_lost": on_lost,
                     "log": log,
                     "keep_output": keep_output,
+                    "stdin": stdin,
                 },
                 UnitOptions(
                     description=description,
@@ -3166,6 +3276,25 @@ class UnitContextVerbs(Transport):
         child = str(child)
         return self._run(ops.Signal(ids.validate(child), name, value))
 
+    def send_input(self, child: ChildHandle | str, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the standard input of a unit started with ``stdin=True``.
+
+        Writes queue in order and this returns at once (the supervisor writes
+        them as the command reads; at most 16 MiB may wait unread); a ``str``
+        is written as UTF-8. ``eof=True`` closes the unit's stdin after
+        ``data``: the command reads end of file, and later writes are refused.
+        False, and nothing written, once the unit has ended; SpecError for a
+        unit started without ``stdin=True``.
+        """
+        child = str(child)
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return self._run(ops.SendInput(ids.validate(child), bytes(data), eof))
+
     def get(self, work_id: ChildHandle | str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
         work_id = str(work_id)
@@ -3381,6 +3510,15 @@ class WorkHandleVerbs(Handle):
         """Like ``stream`` without blocking the event loop."""
         return self._surface.stream_async(self.id)
 
+    def send_input(self, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the unit's stdin (started with ``stdin=True``); ``eof=True``
+        closes it after. False once the unit has ended."""
+        return self._surface.send_input(self.id, data, eof)
+
+    async def send_input_async(self, data: bytes | str, eof: bool = False) -> bool:
+        """Like ``send_input`` without blocking the event loop."""
+        return await self._surface.send_input_async(self.id, data, eof)
+
     def read_output(self, max_bytes: int | None = None) -> bytes:
         """The output written since the last read (at most ``max_bytes``)."""
         return self._surface.read_output(self.id, max_bytes)
@@ -3444,6 +3582,15 @@ class ClientHandleVerbs(Handle):
         """Like ``stream`` without blocking the event loop."""
         return self._surface.stream_async(self.id)
 
+    def send_input(self, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the unit's stdin (started with ``stdin=True``); ``eof=True``
+        closes it after. False once the unit has ended."""
+        return self._surface.send_input(self.id, data, eof)
+
+    async def send_input_async(self, data: bytes | str, eof: bool = False) -> bool:
+        """Like ``send_input`` without blocking the event loop."""
+        return await self._surface.send_input_async(self.id, data, eof)
+
 
 class HttpHandleVerbs(Handle):
     """The calls of ``HttpHandle``, typed for ``HttpClient`` (generated)."""
@@ -3499,6 +3646,15 @@ class HttpHandleVerbs(Handle):
         """Like ``stream`` without blocking the event loop."""
         return self._surface.stream_async(self.id)
 
+    def send_input(self, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the unit's stdin (started with ``stdin=True``); ``eof=True``
+        closes it after. False once the unit has ended."""
+        return self._surface.send_input(self.id, data, eof)
+
+    async def send_input_async(self, data: bytes | str, eof: bool = False) -> bool:
+        """Like ``send_input`` without blocking the event loop."""
+        return await self._surface.send_input_async(self.id, data, eof)
+
 
 class ChildHandleVerbs(Handle):
     """The calls of ``ChildHandle``, typed for ``UnitContext`` (generated)."""
@@ -3529,6 +3685,11 @@ class ChildHandleVerbs(Handle):
     def stream(self) -> OutputStream:
         """Every byte of output once, until the unit ends."""
         return self._surface.stream(self.id)
+
+    def send_input(self, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the unit's stdin (started with ``stdin=True``); ``eof=True``
+        closes it after. False once the unit has ended."""
+        return self._surface.send_input(self.id, data, eof)
 
     def read_output(self, max_bytes: int | None = None) -> bytes:
         """The output written since the last read (at most ``max_bytes``)."""

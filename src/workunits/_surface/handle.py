@@ -42,6 +42,7 @@ class UnitCalls(Protocol):
     def cancel(self, work_id: str, grace: float = ..., /) -> bool: ...
     def read_output(self, work_id: str, max_bytes: int | None = ..., /) -> bytes: ...
     def stream(self, work_id: str, /) -> Stream: ...
+    def send_input(self, work_id: str, data: bytes | str, eof: bool = ..., /) -> bool: ...
 
 
 class Handle:
@@ -91,6 +92,11 @@ class Handle:
     def stream(self) -> Stream:
         """Every byte of output once, until the unit ends."""
         return self._calls().stream(self.id)
+
+    def send_input(self, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the unit's stdin (started with ``stdin=True``); ``eof=True``
+        closes it after. False once the unit has ended."""
+        return self._calls().send_input(self.id, data, eof)
 
 
 class HandleCalls(Handle):

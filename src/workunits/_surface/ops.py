@@ -75,6 +75,15 @@ class Signal(Op[bool]):
 
 
 @dataclass(frozen=True, slots=True)
+class SendInput(Op[bool]):
+    """Bytes for the stdin of a unit started with ``stdin=True`` (then its end, with ``eof``)."""
+
+    work_id: str
+    data: bytes
+    eof: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ReadOutput(Op[bytes]):
     """The output since the reader's last read (the unit's offset, or the client's own)."""
 

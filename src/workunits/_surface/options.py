@@ -312,6 +312,22 @@ OPTIONS: tuple[Option, ...] = (
         ),
     ),
     Option(
+        "stdin",
+        "bool",
+        False,
+        "Give the command a pipe as its standard input, which the supervisor holds: "
+        "``send_input(id, data)`` writes to it, in order, and ``eof=True`` closes it. "
+        "Without it, standard input is ``/dev/null``.",
+        SHELL,
+        unit=False,
+        cli="the CLI submits and exits: write to a unit's stdin from Python, HTTP or MCP",
+        http=Json(
+            bool,
+            description="true: its standard input is a pipe the supervisor holds; "
+            "write to it with POST /v1/units/{id}/input",
+        ),
+    ),
+    Option(
         "memory_limit",
         "int | None",
         None,

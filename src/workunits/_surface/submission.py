@@ -80,6 +80,7 @@ def build(sub: Submission) -> Built:
             on_lost=o["on_lost"],
             log=o["log"],
             keep_output=o["keep_output"],
+            stdin=o["stdin"],
         )
         return Built("b", shell, _described(sub, shell.describe()))
     if sub.verb == "monitor":

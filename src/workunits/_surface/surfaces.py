@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 # The verbs of ``verbs.Verbs`` and the submit verbs (``submits``), by audience.
 READ = frozenset({"get", "list", "tree", "wait", "result", "stream", "notifications"})
-CONTROL = frozenset({"retry", "signal", "cancel", "kill"})
+CONTROL = frozenset({"retry", "signal", "cancel", "kill", "send_input"})
 RETAIN = frozenset({"retain", "release"})
 TEAMMATE_CALLS = frozenset({"tell", "ask", "stop"})
 SCHEDULES = frozenset({"schedule", "unschedule", "schedules"})
@@ -242,6 +242,7 @@ SURFACES: tuple[Surface, ...] = (
             "stream": {"work_id": "child"},
             "retry": {"work_id": "child"},
             "signal": {"work_id": "child"},
+            "send_input": {"work_id": "child"},
             "tell": {"work_id": "teammate"},
             "ask": {"work_id": "teammate"},
             "stop": {"work_id": "teammate"},

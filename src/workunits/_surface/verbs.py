@@ -67,6 +67,24 @@ class Verbs(Transport):
         """
         return self._run(ops.Signal(ids.validate(work_id), name, value))
 
+    def send_input(self, work_id: str, data: bytes | str, eof: bool = False) -> bool:
+        """Write ``data`` to the standard input of a unit started with ``stdin=True``.
+
+        Writes queue in order and this returns at once (the supervisor writes
+        them as the command reads; at most 16 MiB may wait unread); a ``str``
+        is written as UTF-8. ``eof=True`` closes the unit's stdin after
+        ``data``: the command reads end of file, and later writes are refused.
+        False, and nothing written, once the unit has ended; SpecError for a
+        unit started without ``stdin=True``.
+        """
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SpecError(f"data must be bytes or str, got {type(data).__name__}")
+        if not isinstance(eof, bool):
+            raise SpecError(f"eof must be True or False, got {eof!r}")
+        return self._run(ops.SendInput(ids.validate(work_id), bytes(data), eof))
+
     # -- reading ------------------------------------------------------------------------
 
     def get(self, work_id: str) -> WorkRecord:

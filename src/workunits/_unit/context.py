@@ -430,6 +430,8 @@ class UnitContext(UnitContextVerbs):
                 answer = ops.Submitted(*self._control("retry", child))
             case ops.Signal(child, name, value):
                 answer = bool(self._control("signal", child, (name, value)))
+            case ops.SendInput(child, data, eof):
+                answer = bool(self._control("input", child, (data, eof)))
             case _:
                 raise SpecError(f"a unit cannot {type(op).__name__.lower()}: no such request")
         return cast("R", answer)

@@ -29,6 +29,8 @@ def shell_to_durable(spec: ShellSpec, timeout: float | None) -> dict[str, Any]:
         stored["log"] = spec.log
     if spec.keep_output:
         stored["keep_output"] = True
+    if spec.stdin:
+        stored["stdin"] = True
     return stored
 
 
@@ -37,6 +39,7 @@ def shell_from_durable(stored: Any) -> tuple[ShellSpec, float | None]:
         raise SpecError(f"a stored shell spec is a dict with an argv list, got {stored!r:.80}")
     log = stored.get("log")
     keep_output = stored.get("keep_output", False)
+    stdin = stored.get("stdin", False)
     if not (log is None or (isinstance(log, str) and os.path.isabs(log))) or not isinstance(
         keep_output, bool
     ):
@@ -49,6 +52,7 @@ def shell_from_durable(stored: Any) -> tuple[ShellSpec, float | None]:
         on_lost=str(stored.get("on_lost", "fail")),
         log=log,
         keep_output=keep_output,
+        stdin=stdin is True,
     )
     return spec, stored.get("timeout")
 

@@ -86,6 +86,7 @@ class ShellSpec:
     # or, with keep_output, a log in the state dir until the unit expires.
     log: str | None = None
     keep_output: bool = False
+    stdin: bool = False  # fd 0 is a pipe the supervisor holds (``send_input``), not /dev/null
 
     @classmethod
     def build(
@@ -98,6 +99,7 @@ class ShellSpec:
         on_lost: str = "fail",
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
+        stdin: bool = False,
     ) -> ShellSpec:
         """Check the caller's arguments; every problem is a SpecError naming the argument.
 
@@ -131,6 +133,8 @@ class ShellSpec:
         if on_lost not in ("fail", "restart"):
             raise SpecError(f"on_lost must be 'fail' or 'restart', got {on_lost!r}")
         log_path = _log(log, keep_output)
+        if not isinstance(stdin, bool):
+            raise SpecError(f"stdin must be True or False, got {stdin!r}")
         return cls(
             argv=argv,
             cwd=cwd_str,
@@ -139,6 +143,7 @@ class ShellSpec:
             on_lost=on_lost,
             log=log_path,
             keep_output=keep_output,
+            stdin=stdin,
         )
 
     def describe(self) -> str:

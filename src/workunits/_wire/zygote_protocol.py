@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,13 +20,30 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class SpawnExec:
-    """Fork and exec a command. Attached fd: the output file (becomes fds 1 and 2)."""
+    """Fork and exec a command. Attached fds: the output file (becomes fds 1 and 2), and
+    with ``stdin`` the read end of the pipe the supervisor writes to (becomes fd 0)."""
 
     unit_id: str
     argv: tuple[str, ...]
     cwd: str | None
     env: Mapping[str, str] | None
     limits: Limits = field(default_factory=Limits)
+    stdin: bool = False
+
+    @property
+    def fd_count(self) -> int:
+        """How many descriptors travel with this request."""
+        return 2 if self.stdin else 1
+
+
+def exec_file_actions(output_fd: int, input_fd: int | None) -> list[tuple[Any, ...]]:
+    """A command's fds 0, 1 and 2: its stdin (the pipe, or /dev/null) and its output."""
+    stdin: tuple[Any, ...] = (
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+        if input_fd is None
+        else (os.POSIX_SPAWN_DUP2, input_fd, 0)
+    )
+    return [stdin, (os.POSIX_SPAWN_DUP2, output_fd, 1), (os.POSIX_SPAWN_DUP2, output_fd, 2)]
 
 
 @dataclass(frozen=True, slots=True)

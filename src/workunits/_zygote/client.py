@@ -276,10 +276,18 @@ class ZygoteClient:
             else:
                 return
 
-    def spawn_exec(self, message: SpawnExec, output_fd: int, events: UnitEvents) -> None:
+    def spawn_exec(
+        self,
+        message: SpawnExec,
+        output_fd: int,
+        events: UnitEvents,
+        input_fd: int | None = None,
+    ) -> None:
+        """``input_fd``: with ``message.stdin``, the read end of the unit's stdin pipe."""
+        fds = [output_fd] if input_fd is None else [output_fd, input_fd]
         # Plain pickle: a command is strings and numbers, and cloudpickle's pure-Python
         # pickler took three times as long to write it, on the supervisor's thread.
-        self._send(message.unit_id, events, message, [output_fd], plain=True)
+        self._send(message.unit_id, events, message, fds, plain=True)
 
     def spawn_call(
         self, message: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents

@@ -21,7 +21,7 @@ import resource
 import signal
 from typing import NoReturn
 
-from workunits._wire.zygote_protocol import SpawnExec
+from workunits._wire.zygote_protocol import SpawnExec, exec_file_actions
 from workunits._zygote import _linux
 
 EXIT_NOT_STARTED = 127
@@ -29,14 +29,16 @@ _UNTOUCHABLE = {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}
 _IGNORED = tuple(s for s in signal.valid_signals() if s not in _UNTOUCHABLE and 0 < s < 65)
 
 
-def run(msg: SpawnExec, path: str, output_fd: int, report_fd: int) -> NoReturn:
+def run(
+    msg: SpawnExec, path: str, output_fd: int, input_fd: int | None, report_fd: int
+) -> NoReturn:
     """In the forked keeper: start the command, report, wait, exit as it exited.
 
     ``report_fd`` gets ``+PID`` of the command, or ``-ERRNO\\0FILENAME`` if it
     could not start, and is closed either way: the zygote waits on it.
     """
     try:
-        command = _start(msg, path, output_fd)
+        command = _start(msg, path, output_fd, input_fd)
     except OSError as exc:
         with contextlib.suppress(OSError):  # the zygote rebuilds the OSError from these
             os.write(report_fd, b"-%d\0%s" % (exc.errno or 0, os.fsencode(exc.filename or "")))
@@ -44,10 +46,12 @@ def run(msg: SpawnExec, path: str, output_fd: int, report_fd: int) -> NoReturn:
     os.write(report_fd, b"+%d" % command)  # the unit's pid, as its record shows it
     os.close(report_fd)
     os.close(output_fd)
+    if input_fd is not None:
+        os.close(input_fd)  # the command's own copy is its stdin
     _exit_like(_wait_for(command))
 
 
-def _start(msg: SpawnExec, path: str, output_fd: int) -> int:
+def _start(msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
     cap = msg.limits.output_cap
     _linux.set_child_subreaper()
     for signum in _IGNORED:
@@ -63,11 +67,7 @@ def _start(msg: SpawnExec, path: str, output_fd: int) -> int:
         path,
         list(msg.argv),
         os.environ if msg.env is None else dict(msg.env),
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, output_fd, 1),
-            (os.POSIX_SPAWN_DUP2, output_fd, 2),
-        ],
+        file_actions=exec_file_actions(output_fd, input_fd),
         setsigdef=_IGNORED,
         setsigmask=(),
     )

@@ -49,6 +49,7 @@ from workunits._wire.zygote_protocol import (
     Signal,
     SpawnExec,
     SpawnFailed,
+    exec_file_actions,
     exited,
     is_call_request,
     spawned,
@@ -185,9 +186,9 @@ class Zygote:
             if fds is not None:
                 self.spawn_call(unit_id, kind, call, fds)
         elif isinstance(message, SpawnExec):
-            fds = self._fds_for(message.unit_id, 1)
+            fds = self._fds_for(message.unit_id, message.fd_count)
             if fds is not None:
-                self.spawn_exec(message, fds[0])
+                self.spawn_exec(message, fds[0], fds[1] if message.stdin else None)
         elif isinstance(message, Signal):
             slot = self.by_unit.get(message.unit_id)
             if slot is not None:  # unreaped leader: its pid and group id are still ours
@@ -218,7 +219,7 @@ class Zygote:
         with contextlib.suppress(OSError):
             framing.send(self.control, SpawnFailed(unit_id, error), plain=True)
 
-    def spawn_exec(self, msg: SpawnExec, output_fd: int) -> None:
+    def spawn_exec(self, msg: SpawnExec, output_fd: int, input_fd: int | None = None) -> None:
         """posix_spawn (vfork-like: no copy of this process) in a new session.
 
         The zygote is single-threaded, so it may briefly change its own working
@@ -230,11 +231,11 @@ class Zygote:
         try:
             path = _resolve(msg)
             if self.cgroups is None:
-                pid, shown = self._spawn_kept(msg, path, output_fd)
+                pid, shown = self._spawn_kept(msg, path, output_fd, input_fd)
             else:
                 cgroup = self.cgroups.unit_dir(msg.unit_id)
                 with self._inside(cgroup):
-                    pid = shown = self._posix_spawn(msg, path, output_fd)
+                    pid = shown = self._posix_spawn(msg, path, output_fd, input_fd)
         except OSError as exc:
             self.refuse(msg.unit_id, _exec_error(msg, exc))
             if cgroup is not None:
@@ -242,6 +243,8 @@ class Zygote:
             return
         finally:
             os.close(output_fd)
+            if input_fd is not None:
+                os.close(input_fd)  # the command has its own; the supervisor keeps the pipe
         self.adopt(pid, msg.unit_id, cgroup, shown)
 
     @contextlib.contextmanager
@@ -255,7 +258,9 @@ class Zygote:
             if os.getpid() == self.pid:  # a forked child leaves this block too: it stays
                 self.cgroups.leave()
 
-    def _spawn_kept(self, msg: SpawnExec, path: str, output_fd: int) -> tuple[int, int]:
+    def _spawn_kept(
+        self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None
+    ) -> tuple[int, int]:
         """Subreaper mode: fork a keeper that spawns the command; its pid leads the unit.
 
         Waits for the keeper's word (its end of a pipe closing, or an error text),
@@ -273,7 +278,7 @@ class Zygote:
             try:
                 os.close(report_r)
                 self.become_unit(Limits(), subreaper=False)
-                keeper.run(msg, path, output_fd, report_w)
+                keeper.run(msg, path, output_fd, input_fd, report_w)
             finally:
                 os._exit(EXIT_RUNTIME_BROKEN)
         os.close(report_w)
@@ -290,7 +295,7 @@ class Zygote:
             raise OSError(errno.ECHILD, "the keeper process died before spawning")
         raise OSError(int(code), os.strerror(int(code)), filename or None)
 
-    def _posix_spawn(self, msg: SpawnExec, path: str, output_fd: int) -> int:
+    def _posix_spawn(self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
         cap = msg.limits.output_cap
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         cwd = os.getcwd() if msg.cwd is not None else None
@@ -301,7 +306,7 @@ class Zygote:
             if msg.cwd is not None:
                 os.chdir(msg.cwd)
             with nofile.lowered_for_spawn():
-                return self._spawn_now(msg, path, output_fd)
+                return self._spawn_now(msg, path, output_fd, input_fd)
         finally:
             if cwd is not None:
                 os.chdir(cwd)
@@ -309,16 +314,12 @@ class Zygote:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
     @staticmethod
-    def _spawn_now(msg: SpawnExec, path: str, output_fd: int) -> int:
+    def _spawn_now(msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
         return os.posix_spawn(
             path,
             list(msg.argv),
             os.environ if msg.env is None else dict(msg.env),
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, output_fd, 1),
-                (os.POSIX_SPAWN_DUP2, output_fd, 2),
-            ],
+            file_actions=exec_file_actions(output_fd, input_fd),
             setsid=True,
             setsigdef=RESET_SIGNALS,
             setsigmask=(),

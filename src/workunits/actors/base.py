@@ -72,6 +72,7 @@ class UnitBinding:
     pool: WorkerPool | None = None  # the supervisor's workers for pooled units (reuse=True)
     files: WarmFiles | None = None  # output files made ahead of launches; None: create them
     traceparent: str | None = None  # its span's context, for its process (supervisor.tracing)
+    input_fd: int | None = None  # with ``stdin=True``: the read end of its stdin pipe
 
     def create_file(self, path: str, *, append: bool = False) -> int:
         """A new file for this unit at ``path`` (refused if anything is there), opened

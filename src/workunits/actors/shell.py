@@ -74,8 +74,10 @@ class ShellActor(WorkActor):
                 cwd=self.spec.cwd,
                 env=traced_env(self.spec.env, self.unit.traceparent),
                 limits=Limits(output_cap=self.spec.output_cap),
+                stdin=self.unit.input_fd is not None,
             )
-            self.unit.zygote.spawn_exec(request, fd, self.process_watch())
+            watch = self.process_watch()
+            self.unit.zygote.spawn_exec(request, fd, watch, input_fd=self.unit.input_fd)
         finally:
             os.close(fd)
 

@@ -50,6 +50,8 @@ def ask_for(op: ops.Op[R]) -> tuple[rq.Request[Any], Callable[[Any], R]]:  # noq
             answer = _submitted
         case ops.Signal(work_id, name, value):
             request = rq.SignalUnit(work_id, name, value)
+        case ops.SendInput(work_id, data, eof):
+            request = rq.SendInput(work_id, data, eof)
         case ops.ReadOutput(work_id, max_bytes):
             request = rq.ReadOutput(work_id, max_bytes)
             answer = _data

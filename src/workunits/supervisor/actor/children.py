@@ -70,7 +70,7 @@ class ChildRequests:
         else:
             self._reply(parent, request.req, True, value)
 
-    def _carry_out(self, parent: str, op: str, target: str, arg: Any) -> Any:
+    def _carry_out(self, parent: str, op: str, target: str, arg: Any) -> Any:  # noqa: PLR0912 - a case each
         if op == "list":
             return self._descendants(parent, arg)
         unit = self._units.lookup(target)
@@ -98,6 +98,9 @@ class ChildRequests:
             case "signal":
                 name, value = arg
                 return self._signals.send(unit.id, name, value)
+            case "input":
+                data, eof = arg
+                return self._control.send_input(unit.id, data, eof)
             case "get":
                 return unit
         raise SpecError(f"no operation {op!r} on a child")

@@ -100,6 +100,22 @@ class UnitControl:
             return outcome
         return exit_outcome(slot.asked, outcome.exit_code, outcome.signal)
 
+    def send_input(self, work_id: str, data: bytes, eof: bool) -> bool:
+        """Queue ``data`` for the unit's stdin (then its end, with ``eof``); False when
+        the unit has ended. The writing is the unit's writer thread's (``UnitInput``)."""
+        if self._units.evicted(work_id):
+            return False
+        if is_terminal(self._units.registry.get(work_id).status):
+            return False
+        slot = self._units.slot(work_id)
+        if slot is None or slot.input is None:
+            raise SpecError(
+                f"{work_id} was not started with stdin=True: its standard input is "
+                "/dev/null, and nothing can be written to it"
+            )
+        slot.input.send(data, eof)
+        return True
+
     def cancel(self, work_id: str, grace: float, reason: Reason = Reason.CANCELLED) -> bool:
         if self._units.evicted(work_id):
             return False

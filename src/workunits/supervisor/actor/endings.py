@@ -201,6 +201,7 @@ class TerminalTransition:
             return
         if slot is not None:  # no longer running
             slot.actor = slot.output_cap = slot.ending = slot.asked = None
+            slot.close_input()  # its stdin: nothing more is written
         self._batch.append(_Ended(old, new, slot, notify))
 
     def commit(self) -> None:

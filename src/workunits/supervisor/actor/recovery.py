@@ -38,6 +38,7 @@ spec fails its check does. Every other unit is resumed, adopted and run.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 from collections import deque
@@ -66,6 +67,8 @@ from workunits.supervisor.actor.starts import Starts
 from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
+# A request applied at a later tick, its place in the order kept (compared by identity).
+_LATER: dict[str, Any] = {"later": True}
 
 ADOPT_BATCH = 256
 TAKEOVER_EVERY = 1.0  # seconds between looks for lapsed sessions (shared ledgers)
@@ -397,6 +400,8 @@ class Recovery:
                         self._mirror.backlog.report(exc, what, kept=False)
                         return
                     result = {"changed": False, "error": f"{type(exc).__name__}: {exc}"}
+                if result is _LATER:
+                    return  # its unit is adopted at this tick: applied at the next one
                 self._held.popleft()
                 if result is not None:
                     self._mirror.finish_request(request.target, request.seq, result)
@@ -404,11 +409,19 @@ class Recovery:
                 return
 
     def _apply(self, request: LedgerRequest) -> dict[str, Any] | None:
-        """Apply one request; its answer, or None when the unit's end will answer it."""
+        """Apply one request; its answer, or None when the unit's end will answer it
+        (``_LATER``: once its pending unit is adopted)."""
         target = request.target
         if target not in self._units:
+            if request.verb == "input" and self._ledger.require(target).status == Status.PENDING:
+                return _LATER  # queued for its stdin once it is in memory, in order
             return self._apply_to_row(request)
         control = self._control
+        if request.verb == "input":
+            data = base64.b64decode(str(request.args.get("data", "")))
+            changed = control.send_input(target, data, bool(request.args.get("eof", False)))
+            status = self._units.registry.get(target).status.value
+            return {"changed": changed, "status": status}
         if request.verb in END_VERBS:
             if request.verb == "cancel":
                 changed = control.cancel(target, float(request.args.get("grace", 5.0)))

@@ -100,6 +100,15 @@ class RetryUnit(Request[Registered]):
 
 
 @dataclass(frozen=True, slots=True)
+class SendInput(Request[bool]):
+    """``send_input(id, data, eof)``: queue bytes for the unit's stdin (``actor.unit_input``)."""
+
+    work_id: str
+    data: bytes
+    eof: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SignalUnit(Request[bool]):
     """``signal(id, name, value)``: keep it for the unit and route it (``actor.signals``)."""
 

@@ -16,6 +16,7 @@ import pykka
 from workunits._core.status import Reason
 from workunits._ledger import Write
 from workunits.actors.base import WorkActor
+from workunits.supervisor.actor.unit_input import UnitInput
 
 if TYPE_CHECKING:
     from workunits._ledger.attempts import ProgressItem
@@ -69,6 +70,13 @@ class UnitSlot:
     output_seen: int = 0  # the output file's size at the last look, and when that was
     output_checked_at: float = 0.0
     stalled: bool = False
+    # The pipe of a unit started with ``stdin=True``, from its admission to its end.
+    input: UnitInput | None = None
+
+    def close_input(self) -> None:
+        if self.input is not None:
+            self.input.close()
+            self.input = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.notices import RedeliverChildNotices
 from workunits.supervisor.actor.slots import Launch
 from workunits.supervisor.actor.tracing import UnitSpans
+from workunits.supervisor.actor.unit_input import UnitInput
 from workunits.supervisor.actor.units import Units
 
 log = logging.getLogger(__name__)
@@ -309,6 +310,8 @@ class Starts:
         slot = self._units.insert(record)
         slot.adopted = adopted
         slot.launch = launch
+        if getattr(launch.spec, "stdin", False) and not is_terminal(record.status):
+            slot.input = UnitInput(record.id)  # send_input may queue before it starts
 
     def _has_slot(self, kind: str, reserved: int = 0) -> bool:
         if self._closing:
@@ -377,6 +380,8 @@ class Starts:
         work_id = record.id
         assert record.output_path is not None
         tell = around.tell_supervisor
+        slot = self._units.slot(work_id)
+        assert slot is not None  # the record is in the registry
         binding = UnitBinding(
             id=work_id,
             spec=launch.spec,
@@ -394,9 +399,8 @@ class Starts:
             pool=around.pool,
             files=around.files,
             traceparent=None if self.spans is None else self.spans.traceparent(work_id),
+            input_fd=None if slot.input is None else slot.input.read_fd,
         )
-        slot = self._units.slot(work_id)
-        assert slot is not None  # the record is in the registry
         slot.quiet_since = slot.output_checked_at = now
         slot.stalled = False
         try:

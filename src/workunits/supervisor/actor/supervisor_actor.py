@@ -368,6 +368,8 @@ class SupervisorActor(pykka.ThreadingActor):
                 request.answer(self._reruns.retry(work_id))
             case rq.SignalUnit(work_id, name, value):
                 request.answer(self._signals.send(work_id, name, value))
+            case rq.SendInput(work_id, data, eof):
+                request.answer(control.send_input(work_id, data, eof))
             case rq.AddSchedule(name, cron, letter, spec, tz, catch_up, options):
                 self._schedules.add(
                     name,

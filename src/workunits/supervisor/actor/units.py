@@ -67,6 +67,7 @@ class Units:
         self._stall_watched.discard(work_id)
         if slot.read_fd is not None:
             os.close(slot.read_fd)
+        slot.close_input()
 
     def slot(self, work_id: str) -> UnitSlot | None:
         return self._slots.get(work_id)
