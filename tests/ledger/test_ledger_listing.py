@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from tests.ledger.support import ManualClock
 from workunits._core import ids as _ids
 from workunits._core.errors import SpecError, UnknownWork
-from workunits._ledger import Call, Ledger, NewUnit, Write, listing
 from workunits._core.query import Filter, matches, words
+from workunits._ledger import Call, Ledger, NewUnit, Write, listing
 from workunits._ledger.listing import Mark, Total
 from workunits._ledger.sqlite import schema as schema_mod
 

@@ -95,7 +95,10 @@ def test_version_10_takes_input_requests_and_keeps_requests_and_their_sequence(
 ) -> None:
     conn = _connect(tmp_path / "ledger.db")
     schema.migrate(conn, "test", schema.MIGRATIONS[:9])
-    add = "INSERT INTO requests (verb, target, args, created_at) VALUES (?, 'b00000000', x'7b7d', 1.0)"
+    add = (
+        "INSERT INTO requests (verb, target, args, created_at) "
+        "VALUES (?, 'b00000000', x'7b7d', 1.0)"
+    )
     for verb in ("kill", "cancel", "kill"):
         conn.execute(add, (verb,))
     conn.execute("DELETE FROM requests WHERE seq = 3")  # the newest gone: its seq stays used

@@ -25,12 +25,12 @@ from typing import Any, TypeVar
 
 from workunits._core import ids
 from workunits._core.errors import NotFinished
+from workunits._core.query import query
 from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import is_terminal
 from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit, options_of
 from workunits._http.problems import ShuttingDown
-from workunits._core.query import query
 from workunits._ledger import Ledger
 from workunits._ledger.listing import Total
 from workunits._ledger.values import resolve_ref

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from workunits._core import ids
 from workunits._core.record import Notification
+from workunits._core.retain import check_lease
 from workunits._core.status import Status
 from workunits._ledger.backend import Connection
 from workunits._ledger.context import LedgerContext
-from workunits._core.retain import check_lease
 from workunits._ledger.rows import decode_notification
 from workunits._util import procid
 

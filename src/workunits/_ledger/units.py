@@ -17,11 +17,11 @@ from typing import Any
 
 from workunits._core import ids
 from workunits._core.errors import IdempotencyConflict, SpecError, UnknownWork, WorkunitsError
+from workunits._core.query import Filter
 from workunits._core.record import WorkRecord
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import sessions, submits, values
 from workunits._ledger.context import LedgerContext
-from workunits._core.query import Filter
 from workunits._ledger.listing import Listing
 from workunits._ledger.outbox import Outbox
 from workunits._ledger.rows import NewUnit, UnitRow

@@ -89,7 +89,9 @@ def admitted(units: Units, found: Filter, records: list[WorkRecord]) -> list[Wor
     ]
     if kept and (found.key is not None or found.text is not None):
         rest = Filter(key=found.key, text=found.text)
-        ids = {row.id for row in units.ledger.page(rest, limit=None, only=[r.id for r in kept])}
+        ids = {
+            row.id for row in units.ledger.listing.page(rest, limit=None, only=[r.id for r in kept])
+        }
         kept = [r for r in kept if r.id in ids]
     return kept
 

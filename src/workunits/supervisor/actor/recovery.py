@@ -413,7 +413,10 @@ class Recovery:
         (``_LATER``: once its pending unit is adopted)."""
         target = request.target
         if target not in self._units:
-            if request.verb == "input" and self._ledger.require(target).status == Status.PENDING:
+            if (
+                request.verb == "input"
+                and self._ledger.units.require(target).status == Status.PENDING
+            ):
                 return _LATER  # queued for its stdin once it is in memory, in order
             return self._apply_to_row(request)
         control = self._control
