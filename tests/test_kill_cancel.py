@@ -141,7 +141,10 @@ def test_ending_a_parent_kills_its_running_children(
         record = msup.wait(unit.id, WAIT)
         assert (record.status, record.reason) == (Status.KILLED, Reason.PARENT_ENDED)
     assert msup.get(done.id).status == Status.COMPLETED
-    assert msup.list(parent=parent.id) == [msup.get(child.id), msup.get(done.id)]
+    # Listed in (created_at, id) order: under the manual clock both were created at
+    # the same time, so their IDs decide.
+    in_order = sorted([msup.get(child.id), msup.get(done.id)], key=lambda r: (r.created_at, r.id))
+    assert msup.list(parent=parent.id) == in_order
 
 
 def test_a_unit_cannot_be_started_under_an_ended_parent(
