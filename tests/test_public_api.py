@@ -16,6 +16,10 @@ import workunits.supervisor
 import workunits.testing
 
 WORKUNITS = {
+    "AgentCall",  # issue 41: batches and the executor contract
+    "AgentExecutor",
+    "BatchItemsFailed",
+    "UnitFuture",
     "Claim",
     "OutputChunk",
     "Retain",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from workunits._core.claim import Claim as Claim
 from workunits._core.errors import AskTimeout as AskTimeout
+from workunits._core.errors import BatchItemsFailed as BatchItemsFailed
 from workunits._core.errors import Cancelled as Cancelled
 from workunits._core.errors import ClientClosed as ClientClosed
 from workunits._core.errors import IdempotencyConflict as IdempotencyConflict
@@ -73,6 +74,7 @@ from workunits._unit.context import ChildTeammate as ChildTeammate
 from workunits._unit.context import UnitContext as UnitContext
 from workunits._unit.context import current as current
 from workunits._util import lazy as _lazy  # not a public name of the package
+from workunits._wire.agent_call import AgentCall as AgentCall
 
 if TYPE_CHECKING:
     from workunits._client.http_client import HttpClient as HttpClient
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
     from workunits._client.ledger_client import connect_async as connect_async
     from workunits._core.mailbox import Mailbox as Mailbox
     from workunits.actors.base import WorkActor as WorkActor
+    from workunits.supervisor.executor import AgentExecutor as AgentExecutor
+    from workunits.supervisor.executor import UnitFuture as UnitFuture
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
     from workunits.supervisor.pool import Pool as Pool
@@ -90,8 +94,11 @@ if TYPE_CHECKING:
     from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
 
 __all__ = [
+    "AgentCall",
+    "AgentExecutor",
     "AskTimeout",
     "Attempt",
+    "BatchItemsFailed",
     "Cancelled",
     "ChildHandle",
     "ChildTeammate",
@@ -147,6 +154,7 @@ __all__ = [
     "TeammateProxy",
     "TeammateRestarted",
     "UnitContext",
+    "UnitFuture",
     "UnknownKind",
     "UnknownWork",
     "UnloadableValue",
@@ -186,6 +194,8 @@ __getattr__, __dir__ = _lazy.exports(
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._core.mailbox",
         "Pool": "workunits.supervisor.pool",
+        "AgentExecutor": "workunits.supervisor.executor",
+        "UnitFuture": "workunits.supervisor.executor",
         "TeammateHandle": "workunits.supervisor.teammate",
         "TeammateProxy": "workunits.supervisor.teammate",
     },

@@ -19,6 +19,7 @@ WorkunitsError
 ├── WorkFailed           the unit ended ``failed``; carries the record and its cause
 ├── WorkKilled           the unit ended ``killed``; carries the record and its reason
 ├── IdempotencyConflict  the same key was submitted with different arguments
+├── BatchItemsFailed     items of a batch submit failed on their own; the rest run
 ├── NotRetryable         retry(id) of a unit that did not end failed/killed, or whose
 │                        spec is no longer kept
 ├── StaleAttempt         a write from an attempt that is no longer the unit's current one
@@ -64,7 +65,7 @@ Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from workunits._core.record import WorkRecord
@@ -213,6 +214,29 @@ class WorkKilled(WorkunitsError):
 
 class IdempotencyConflict(WorkunitsError):
     """A submit reused an idempotency key with different arguments."""
+
+
+class BatchItemsFailed(WorkunitsError):
+    """Some items of a batch submit failed on their own (a key taken with other arguments);
+    the others were submitted and run.
+
+    ``results`` has one entry per item, in order: its handle, or its error.
+    """
+
+    def __init__(self, results: list[Any]) -> None:
+        errors = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+        first = "; ".join(f"item {i}: {e}" for i, e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(
+            f"{len(errors)} of {len(results)} items of the batch failed: {first}{more}; "
+            f"the others were submitted (their handles are in .results)"
+        )
+        self.results = results
+
+    @property
+    def errors(self) -> dict[int, BaseException]:
+        """The failed items' errors, by index."""
+        return {i: r for i, r in enumerate(self.results) if isinstance(r, BaseException)}
 
 
 class NotRetryable(WorkunitsError):

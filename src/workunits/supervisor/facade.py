@@ -15,16 +15,23 @@ import datetime
 import logging
 import os
 import re
+import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
-from workunits._core.errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
+from workunits._core.errors import (
+    BatchItemsFailed,
+    NotFinished,
+    SpecError,
+    SupervisorClosed,
+    UnknownWork,
+)
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.restart import Restart, check_restart
@@ -43,6 +50,7 @@ from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._ray.actor import RemoteSpec
 from workunits._ray.runtime import RayRuntime, check_available
 from workunits._ray.teammate_actor import RemoteTeammateSpec
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
 from workunits._wire.specs import (
@@ -56,13 +64,15 @@ from workunits._wire.specs import (
 )
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
+from workunits.supervisor import batch_submit, paging
 from workunits.supervisor import cleanup as _cleanup
-from workunits.supervisor import paging
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor import tracing
+from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.actor.kinds import concurrency_by_name
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
+from workunits.supervisor.executor import AgentExecutor, UnitExecutor, machine_parallelism
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import HttpConsumers
 from workunits.supervisor.machinery import Machinery, Options
@@ -1022,14 +1032,120 @@ class Supervisor:
         )
         return await paging.every_async(lambda page: self._ask_async(rq.ListUnits(page)), q)
 
-    def pool(self) -> Pool:
-        """This supervisor's pooled workers as an object: ``agent``, ``agent_async``, ``map``.
+    def pool(self, max_workers: int | None = None) -> Pool:
+        """This supervisor's pooled workers as a ``concurrent.futures.Executor``.
 
         What ``reuse=True`` does, shaped for code written for
         ``ProcessPoolExecutor``: ``pool.map(fn, items)`` runs one pooled agent
-        unit per item on the ``pool_size`` workers (see the guide "pooled units").
+        unit per item on the ``pool_size`` workers, submitted as one batch;
+        ``pool.submit`` returns a ``Future`` whose ``id`` is the unit's (see the
+        guide "pooled units"). ``max_workers`` caps how many of its units are
+        started at once (default 4 per worker).
         """
-        return Pool(self, self._pool_size)
+        return Pool(self, self._pool_size, max_workers)
+
+    def executor(self, max_workers: int | None = None) -> AgentExecutor:
+        """Isolated agents (a process each) as a ``concurrent.futures.Executor``.
+
+        ``submit`` returns a ``Future`` whose ``id`` is its unit's; ``map``
+        submits one batch. At most ``max_workers`` of its units run at once
+        (default: the processors this process may use); the rest wait
+        ``pending``, each already a unit with its ledger row.
+        """
+        return AgentExecutor(self, machine_parallelism() if max_workers is None else max_workers)
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        reuse: bool = False,
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items, one agent unit per call, as ``Executor.map``.
+
+        All are submitted now, as one batch (one ledger transaction); results
+        come in order and a failure raises at its place; ``timeout`` counts for
+        the whole map. At most ``max_workers`` run at once (default: the
+        processors this process may use; with ``reuse=True``, pooled units, 4
+        per worker of the pool). Leaving the loop early kills the rest.
+        """
+        executor: UnitExecutor = self.pool(max_workers) if reuse else self.executor(max_workers)
+        try:
+            return executor.map(fn, *iterables, timeout=timeout)
+        finally:
+            executor.shutdown(wait=False)
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        reuse: bool = False,
+        max_workers: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+    ) -> builtins.list[WorkHandle]:
+        """Submit agent units as one batch; their handles, in order.
+
+        Every item is checked before anything is written (SpecError or
+        WrongType naming the item's index); all rows are then written in one
+        synced transaction. An item whose ``key`` was taken returns that unit,
+        as ``agent(key=)`` does; one that fails on its own (its key taken with
+        other arguments) fails alone: ``BatchItemsFailed`` carries every
+        item's handle or error. At most ``max_workers`` of the batch run at
+        once (default: no limit of its own, only its kind's ``concurrency``
+        and, with ``reuse=True``, the pool's workers).
+        """
+        shared = batch_submit.Shared(reuse, memory_limit, output_cap, max_attempts, retry)
+        batch = None if max_workers is None else BatchLimit(secrets.token_hex(8), max_workers)
+        if batch is not None:
+            UnitExecutor.check_max_workers(max_workers)
+        answers = self._ask(batch_submit.request(calls, shared, batch))
+        results: builtins.list[WorkHandle | BaseException] = [
+            a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers
+        ]
+        if any(isinstance(r, BaseException) for r in results):
+            raise BatchItemsFailed(results)
+        return [r for r in results if isinstance(r, WorkHandle)]
+
+    def _submit_calls(
+        self,
+        calls: builtins.list[tuple[Callable[..., Any] | str, tuple[Any, ...], dict[str, Any]]],
+        *,
+        reuse: bool,
+        batch: BatchLimit,
+    ) -> builtins.list[WorkRecord]:
+        """An executor's submits as one batch (``supervisor.executor``); the first item's
+        own error raised (an executor's items have no keys: none is expected)."""
+        items = (AgentCall(fn, args, kwargs) for fn, args, kwargs in calls)
+        answers = self._ask(batch_submit.request(items, batch_submit.Shared(reuse), batch))
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return [a for a in answers if not isinstance(a, BaseException)]
+
+    def _withdraw_pending(self, work_ids: tuple[str, ...]) -> builtins.list[bool]:
+        """End the units not yet started ``killed`` (cancelled); per unit, whether it was."""
+        return self._ask(rq.WithdrawPending(work_ids))
+
+    def _on_end(self, work_id: str, callback: Callable[[WorkRecord | None], None]) -> None:
+        """Call ``callback(record)`` once the unit's end is durable (at once if it is), or
+        ``callback(None)`` if the supervisor closes first. It runs in the supervisor
+        actor's thread (or this one): it must only hand the record on."""
+        waiter = self._waiters.add(work_id, callback, lambda: callback(None))
+        if waiter.unended and not self._channel.closed:
+            return  # its end is still to come, and will call back
+        try:
+            record = self.get(work_id)
+        except SupervisorClosed:
+            self._waiters.discard(work_id, waiter)
+            callback(None)
+            return
+        if settled(record):
+            self._waiters.discard(work_id, waiter)
+            callback(record)  # may also have been called by the end itself: resolved once
 
     def tree(self, root: str | None = None) -> str:
         """The units as an indented tree (all top-level units, or ``root`` and its descendants)."""

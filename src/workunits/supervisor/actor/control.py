@@ -60,6 +60,17 @@ class UnitControl:
             return False  # it ended long enough ago to leave memory: nothing to kill
         return self.kill_resident(work_id, reason)
 
+    def withdraw_pending(self, work_ids: tuple[str, ...]) -> list[bool]:
+        """End each unit still ``pending`` as ``killed`` (reason ``cancelled``); it never runs."""
+        out = []
+        for work_id in work_ids:
+            record = self._units.registry.find(work_id)  # an evicted unit has ended
+            pending = record is not None and record.status == Status.PENDING
+            if pending:
+                self._endings.end(work_id, Outcome(Status.KILLED, reason=Reason.CANCELLED))
+            out.append(pending)
+        return out
+
     def kill_resident(self, work_id: str, reason: Reason) -> bool:
         """``kill`` of a unit known to be in memory."""
         record = self._units.registry.get(work_id)

@@ -30,6 +30,7 @@ from workunits._core.status import Reason
 from workunits._ledger.listing import Query
 from workunits.actors.base import WorkActor
 from workunits.supervisor.actor.asks import Route
+from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.registry import Change
 from workunits.supervisor.actor.units import CheckpointSubscriber, Subscriber
 
@@ -95,6 +96,20 @@ class Register(Request[WorkRecord]):
     restart: Restart | None = None
     not_before: float | datetime.datetime | None = None  # seconds from now, or a time
     trace: str | None = None  # the submitter's current span (supervisor.tracing)
+    batch: BatchLimit | None = None  # the batch it runs in (supervisor.actor.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitMany(Request[list[WorkRecord | BaseException]]):
+    """A batch: every item checked, then all written in one transaction, then admitted.
+
+    A bad item fails the whole request before anything is written; per item, the
+    answer is its record, or its own error (its key taken with other arguments).
+    The items' own ``batch`` is ignored: the request's applies to all.
+    """
+
+    items: tuple[Register, ...]
+    batch: BatchLimit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +267,15 @@ class EndLease(Request[bool]):
 class KillUnit(Request[bool]):
     work_id: str
     reason: Reason = Reason.KILLED
+
+
+@dataclass(frozen=True, slots=True)
+class WithdrawPending(Request[list[bool]]):
+    """End ``killed`` (reason ``cancelled``) those of the units that have not started:
+    per unit, whether it was withdrawn. A running or ended unit is left alone -- a
+    future's ``cancel`` of work already running is refused, as the stdlib's is."""
+
+    work_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

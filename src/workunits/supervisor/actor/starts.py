@@ -37,6 +37,7 @@ from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.kind_code import call_kind
 from workunits.actors.warm_files import WarmFiles
+from workunits.supervisor.actor.batches import Batches, BatchLimit
 from workunits.supervisor.actor.deadlines import Deadlines, Due
 from workunits.supervisor.actor.delays import Delays
 from workunits.supervisor.actor.endings import EndReport, TerminalTransition
@@ -60,6 +61,7 @@ class Prepared:
     timeout: float | None
     starts_now: bool  # its row is written ``running``: it takes a slot of its kind
     new: NewUnit
+    batch: BatchLimit | None = None  # its batch's own limit (``supervisor.actor.batches``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,7 @@ class Starts:
         self._limits = dict(concurrency or {})  # running units per kind name
         self._queued: dict[str, deque[_Queued]] = {}  # FIFO per kind name
         self._delays: Delays[_Queued] = Delays()  # pending until their not_before
+        self._batches: Batches[_Queued] = Batches()  # units held by their batch's limit
         self._closing = False
         self.spans: UnitSpans | None = None  # traces, when asked for (supervisor.tracing)
 
@@ -173,11 +176,14 @@ class Starts:
         restart: Restart | None = None,
         not_before: float | datetime.datetime | None = None,
         reserved: int = 0,
+        batch: BatchLimit | None = None,
+        batch_reserved: int = 0,
     ) -> Prepared:
         """Validate a submit and build its row; nothing is written or started yet.
 
         ``reserved``: slots of its kind that submits prepared before it, in the
-        same group, take if they start at once (they are not running yet).
+        same group, take if they start at once (they are not running yet);
+        ``batch_reserved`` likewise, of its batch's limit.
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
@@ -223,11 +229,15 @@ class Starts:
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
-        starts_now = self._has_slot(actor_class.kind, reserved) and not self._delayed(record)
+        starts_now = (
+            self._has_slot(actor_class.kind, reserved)
+            and not self._delayed(record)
+            and (batch is None or self._batches.has_room(batch, batch_reserved))
+        )
         new = self._mirror.new_unit(
             record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
         )
-        return Prepared(record, actor_class, spec, timeout, starts_now, new)
+        return Prepared(record, actor_class, spec, timeout, starts_now, new, batch)
 
     def enter(self, group: list[Prepared]) -> list[WorkRecord | BaseException]:
         """Write the rows of ``group`` in one fully synced commit; then admit each new one.
@@ -256,7 +266,12 @@ class Starts:
                 out.append(found if found is not None else answer.to_record())
             else:
                 self.admit(
-                    p.record, p.actor_class, p.spec, p.timeout, running_in_ledger=p.starts_now
+                    p.record,
+                    p.actor_class,
+                    p.spec,
+                    p.timeout,
+                    running_in_ledger=p.starts_now,
+                    batch=p.batch,
                 )
                 out.append(self._units.registry.get(p.record.id))
         return out
@@ -279,8 +294,10 @@ class Starts:
         *,
         running_in_ledger: bool = False,
         adopted: bool = False,
+        batch: BatchLimit | None = None,
     ) -> None:
-        """Insert a pending record and start it, or queue it for a slot of its kind.
+        """Insert a pending record and start it, or queue it for a slot of its kind
+        (or of its ``batch``, which is asked first).
 
         ``running_in_ledger``: the submit already wrote the row ``running`` (it
         found a slot, as this does in the same call). ``adopted``: the unit came
@@ -293,14 +310,32 @@ class Starts:
                 record.not_before, _Queued(record.id, actor_class, spec, timeout, checkpoint)
             )
             return
+        queued = _Queued(record.id, actor_class, spec, timeout, checkpoint)
+        if batch is not None and not self._batches.admit(
+            record.id, batch, queued, forced=running_in_ledger
+        ):
+            return  # it waits for a place in its batch
         if not self._has_slot(actor_class.kind):
-            queue = self._queued.setdefault(actor_class.kind, deque())
-            queue.append(_Queued(record.id, actor_class, spec, timeout, checkpoint))
+            self._queued.setdefault(actor_class.kind, deque()).append(queued)
             return
-        self._start(
-            _Queued(record.id, actor_class, spec, timeout, checkpoint),
-            running_in_ledger=running_in_ledger,
-        )
+        self._start(queued, running_in_ledger=running_in_ledger)
+
+    def ended(self, ended: WorkRecord) -> None:
+        """A unit ended: the next units waiting for its batch's place or its kind's slot start."""
+        self._batches.ended(ended.id, self._let_go)
+        self.start_queued(ended.kind)
+
+    def _let_go(self, work_id: str, unit: _Queued) -> bool:
+        """Its batch lets a waiting unit go: start it, or queue it for its kind's slot.
+        False when it ended while it waited (killed or cancelled pending)."""
+        record = self._units.registry.find(work_id)
+        if record is None or record.status != Status.PENDING:
+            return False
+        if self._has_slot(unit.actor_class.kind):
+            self._start(unit)
+        else:
+            self._queued.setdefault(unit.actor_class.kind, deque()).append(unit)
+        return True
 
     def _delayed(self, record: WorkRecord) -> bool:
         return record.not_before is not None and record.not_before > self._around.clock.now()

@@ -403,6 +403,10 @@ class SupervisorActor(pykka.ThreadingActor):
                 ended = self._mirror.ledger.retains.release(lease_id)
                 self._eviction.released(work_id)
                 request.answer(ended)
+            case rq.SubmitMany():
+                request.answer(self._submits.submit_many(request))
+            case rq.WithdrawPending(work_ids):
+                request.answer(control.withdraw_pending(work_ids))
             case rq.KillUnit(work_id, reason):
                 request.answer(control.kill(work_id, reason))
             case rq.CancelUnit(work_id, grace, reason):
@@ -529,4 +533,4 @@ class SupervisorActor(pykka.ThreadingActor):
         """After an end is durable and told: its children are killed, a queued unit starts."""
         self._eviction.ended(ended)
         self._kill_children(ended)
-        self._starts.start_queued(ended.kind)
+        self._starts.ended(ended)
