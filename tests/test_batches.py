@@ -186,3 +186,40 @@ def test_a_batch_on_a_postgresql_ledger(postgres_url: str, state_dir: Path) -> N
             sup.submit_many(
                 [wu.AgentCall(square, (1,), key="p"), wu.AgentCall(square, (2,), key="p")]
             )
+
+
+def leaf(x: int) -> int:
+    return x + 1
+
+
+def fan_out(n: int) -> list[int]:
+    """A unit that maps ``leaf`` over ``range(n)`` as its children, one batch."""
+    return list(wu.current().map(leaf, range(n), max_workers=2, timeout=WAIT))
+
+
+def fan_out_checked(n: int) -> str:
+    """A unit whose batches of children fail: a bad item, then a key taken with other args."""
+    ctx = wu.current()
+    out = []
+    try:
+        ctx.submit_many([wu.AgentCall(leaf, (1,)), wu.AgentCall(leaf, (threading.Lock(),))])
+    except wu.SpecError as exc:
+        out.append(str(exc).split(":")[0])
+    first = ctx.submit_many([wu.AgentCall(leaf, (1,), key="k")])
+    try:
+        ctx.submit_many([wu.AgentCall(leaf, (2,)), wu.AgentCall(leaf, (3,), key="k")])
+    except wu.BatchItemsFailed as exc:
+        out.append(f"{sorted(exc.errors)} {type(exc.results[0]).__name__}")
+    out.append(str(ctx.result(first[0], timeout=WAIT)))
+    return "; ".join(out)
+
+
+def test_a_unit_maps_its_children_as_one_batch(sup: wu.Supervisor) -> None:
+    parent = sup.agent(fan_out, 12)
+    assert parent.result(timeout=WAIT) == list(range(1, 13))
+    children = sup.list(parent=parent.id)
+    assert len(children) == 12
+    assert all(c.status is wu.Status.COMPLETED for c in children)
+    checked = sup.agent(fan_out_checked, 0)
+    assert checked.result(timeout=WAIT) == "item 1 of the batch; [1] ChildHandle; 2"
+    assert len(sup.list(parent=checked.id)) == 2  # the bad batch wrote nothing

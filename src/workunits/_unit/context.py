@@ -19,7 +19,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -39,11 +39,13 @@ from workunits._core.record import MonitorEvent, Notification, StallEvent, WorkR
 from workunits._core.retry import Retry, error_types
 from workunits._core.seconds import ask_timeout, seconds, wait_timeout
 from workunits._core.status import is_terminal
+from workunits._unit import child_batch
 from workunits._unit.capture import Capture
 from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
 from workunits._wire import frames as m
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.results import answer_of, result_of
 from workunits._wire.specs import (
     DEFAULT_OUTPUT_CAP,
@@ -627,6 +629,31 @@ class UnitContext:
         )
         self._transcript.write("child", child=child_id, status="started", kind=letter)
         return ChildHandle(self, str(child_id))
+
+    def submit_many(
+        self, calls: Iterable[AgentCall], *, max_workers: int | None = None
+    ) -> list[ChildHandle]:
+        """Start child agents as one batch (one request, one ledger transaction).
+
+        As ``Supervisor.submit_many``: an item that cannot make a unit fails the
+        batch, named by its index, before anything is written; one whose key is
+        taken with other arguments fails alone (``BatchItemsFailed``). At most
+        ``max_workers`` of them run at once (default: no limit of the batch's own).
+        """
+        return child_batch.spawn_many(self, calls, max_workers)
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items, one child agent per call, as ``Executor.map``:
+        submitted now as one batch, results in order, a failure raised at its place,
+        ``timeout`` for the whole map. At most ``max_workers`` run at once (default:
+        the processors this process may use). Leaving the loop early kills the rest."""
+        return child_batch.map_children(self, fn, iterables, timeout, max_workers)
 
     def wait(self, child: ChildHandle | str, timeout: float | None = None) -> WorkRecord:
         """Block until a child of this unit is terminal."""

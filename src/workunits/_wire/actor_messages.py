@@ -71,7 +71,7 @@ class CheckpointReport:
 @dataclass(frozen=True, slots=True)
 class SpawnChild:
     parent: str
-    request: m.Spawn
+    request: m.Spawn | m.SpawnMany
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,18 @@ class Spawn:
 
 
 @dataclass(frozen=True, slots=True)
+class SpawnMany:
+    """Children as one batch (``ctx.map``, ``ctx.submit_many``): one request, one ledger
+    transaction; at most ``max_workers`` of them run at once (None: no limit of the
+    batch's own). The items' ``req`` is unused. Answered with one ``(ok, id or error
+    text)`` per item; a bad item fails the whole request before anything is written."""
+
+    req: int
+    items: tuple[Spawn, ...]
+    max_workers: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Control:
     """kill / cancel / get a unit by ID on behalf of the unit process."""
 

@@ -256,7 +256,7 @@ class AgentActor(WorkActor):
                 self._result = frame
             case m.Error():
                 self._error = frame
-            case m.Spawn():
+            case m.Spawn() | m.SpawnMany():
                 unit.tell_supervisor(SpawnChild(unit.id, frame))
             case m.Control():
                 unit.tell_supervisor(ControlChild(unit.id, frame))

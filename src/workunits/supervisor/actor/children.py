@@ -4,12 +4,16 @@ cancel / stop / get one of its own descendants. Owned by the SupervisorActor; ru
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
 from typing import Any
 
 from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason
 from workunits._wire import frames as m
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.control import UnitControl
 from workunits.supervisor.actor.messaging import reply_to_unit
 from workunits.supervisor.actor.starts import Starts
@@ -17,12 +21,22 @@ from workunits.supervisor.actor.units import Units
 
 
 class ChildRequests:
-    def __init__(self, units: Units, starts: Starts, control: UnitControl) -> None:
+    def __init__(
+        self,
+        units: Units,
+        starts: Starts,
+        control: UnitControl,
+        submit_many: Callable[[rq.SubmitMany], list[WorkRecord | BaseException]],
+    ) -> None:
         self._units = units
         self._starts = starts
         self._control = control
+        self._submit_many = submit_many  # GroupedSubmits.submit_many: a batch, one commit
 
-    def spawn(self, parent: str, request: m.Spawn) -> None:
+    def spawn(self, parent: str, request: m.Spawn | m.SpawnMany) -> None:
+        if isinstance(request, m.SpawnMany):
+            self._spawn_many(parent, request)
+            return
         try:
             record = self._starts.register(
                 request.letter,
@@ -39,6 +53,36 @@ class ChildRequests:
             self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
         else:
             self._reply(parent, request.req, True, record.id)
+
+    def _spawn_many(self, parent: str, request: m.SpawnMany) -> None:
+        """Children as one batch: checked whole, one transaction; per item its ID or error."""
+        try:
+            batch = None
+            if request.max_workers is not None:
+                batch = BatchLimit(secrets.token_hex(8), request.max_workers)
+            items = tuple(
+                rq.Register(
+                    s.letter,
+                    s.spec,
+                    parent,
+                    s.description,
+                    s.timeout,
+                    child_key(parent, s.key),
+                    retry=s.retry,
+                    stall_after=s.stall_after,
+                    not_before=s.not_before,
+                )
+                for s in request.items
+            )
+            answers = self._submit_many(rq.SubmitMany(items, batch))
+        except WorkunitsError as exc:
+            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+            return
+        value = [
+            (False, f"{type(a).__name__}: {a}") if isinstance(a, BaseException) else (True, a.id)
+            for a in answers
+        ]
+        self._reply(parent, request.req, True, value)
 
     def control(self, parent: str, request: m.Control) -> None:
         """kill / cancel / get for a unit's own descendants only."""

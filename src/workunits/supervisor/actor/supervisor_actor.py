@@ -189,7 +189,9 @@ class SupervisorActor(pykka.ThreadingActor):
             clock=clock,
             eviction_grace=eviction_grace,
         )
-        self._children = ChildRequests(units, self._starts, self._control)
+        self._children = ChildRequests(
+            units, self._starts, self._control, self._submits.submit_many
+        )
         self._retries = Retries(
             units=units,
             starts=self._starts,
