@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import batch_bench
 import harness
 import ledger_bench
 import listing_bench
@@ -647,6 +648,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     "output_1gib": bench_output_1gib,
     **peer_benches.BENCHES,
     **pooled_bench.BENCHES,
+    **batch_bench.BENCHES,
     **value_benches.BENCHES,
     **loop_lag.BENCHES,
     **notice_bench.BENCHES,

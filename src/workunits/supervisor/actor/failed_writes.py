@@ -138,6 +138,29 @@ class FailedWrites:
             else:
                 self._try([item])
 
+    def hold(self, item: Pending) -> None:
+        """Queue ``item`` untried, for ``land_held`` later in the same message: writes
+        held together land in one transaction (``LedgerMirror.grouping_status``)."""
+        self._queue(item)
+
+    def land_held(self, work_ids: list[str]) -> None:
+        """Land what waits for these units, in order, as ``retry`` does, in transactions
+        of up to ``MAX_GROUP`` units; what fails stays queued for the tick's retry."""
+        while True:
+            waiting = [w for w in dict.fromkeys(work_ids) if w in self._queues]
+            if not waiting:
+                return
+            heads = [self._queues[w][0] for w in waiting[:MAX_GROUP]]
+            for item in heads:
+                self._unqueue(item)
+            self._in_flight = {item.work_id for item in heads}
+            try:
+                landed = self._try(heads, front=True)
+            finally:
+                self._in_flight = set()
+            if not landed:
+                return
+
     def report(self, exc: BaseException, what: str, *, kept: bool = True) -> None:
         """Log a failed write once per distinct failure, not per retry.
 

@@ -20,8 +20,9 @@ ledger's only writer of unit rows (DESIGN §6). What the ledger brings in
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from workunits._core.clock import Clock
@@ -55,6 +56,8 @@ class LedgerMirror:
         self.session = session
         self._clock = clock
         self.backlog = FailedWrites(ledger)
+        # Units whose status writes wait for the end of ``grouping_status``; None outside.
+        self._held: list[str] | None = None
         # Slots holding a pid or progress write for the next tick (a unit's end
         # clears both: its terminal write carries them).
         self._grouped: dict[str, UnitSlot] = {}
@@ -114,6 +117,23 @@ class LedgerMirror:
             for a in self.ledger.units.submit_many(news, wake=False)  # in memory here already
         ]
 
+    @contextlib.contextmanager
+    def grouping_status(self) -> Iterator[None]:
+        """Within the block, status writes (a start's ``running``) are held, and land
+        together at its end in one transaction -- the units a group of ends lets start
+        pay one commit, not one each. A start still launches only once its write has
+        landed (``when_status_lands``), so nothing runs before the ledger says so."""
+        if self._held is not None:  # nested: the outer block lands them
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held:
+                self.backlog.land_held(held)
+
     def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: UnitSlot | None) -> None:
         """Mirror a non-terminal change: status; group pid and progress.
 
@@ -130,7 +150,12 @@ class LedgerMirror:
                 fields["session"] = self.session
             write = Write(new, new.attempt, fields)
             what = f"{new.id} as {new.status.value}"
-            self.backlog.submit([Pending(new.id, what, [write], status=True)])
+            item = Pending(new.id, what, [write], status=True)
+            if self._held is None:
+                self.backlog.submit([item])
+            else:  # landed with the others of this message, in one transaction
+                self.backlog.hold(item)
+                self._held.append(new.id)
             return
         try:
             if slot is None:

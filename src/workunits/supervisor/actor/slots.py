@@ -69,6 +69,9 @@ class UnitSlot:
     output_seen: int = 0  # the output file's size at the last look, and when that was
     output_checked_at: float = 0.0
     stalled: bool = False
+    # Written ``running``, its actor waiting for that write to land (``Starts._start``):
+    # it holds its kind's slot as a running unit does.
+    starting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -403,6 +403,9 @@ class Starts:
             if self._mirror.when_status_lands(
                 work_id, lambda: self._launch_if_waiting(work_id, launch, unit.checkpoint)
             ):
+                slot = self._units.slot(work_id)
+                if slot is not None:
+                    slot.starting = True  # it holds its kind's slot meanwhile
                 return
         self.launch(record, launch, unit.checkpoint)
 
@@ -410,6 +413,8 @@ class Starts:
         """Its ``running`` write landed late: launch it, unless it ended meanwhile."""
         record = self._units.registry.find(work_id)
         slot = self._units.slot(work_id)
+        if slot is not None:
+            slot.starting = False
         if record is not None and record.status == Status.RUNNING and slot and slot.actor is None:
             self.launch(record, launch, checkpoint)
 

@@ -230,13 +230,21 @@ class SupervisorActor(pykka.ThreadingActor):
         so no message sees an end that is not durable (see ``supervisor.actor.endings``);
         the facade's submits are committed in groups likewise (``supervisor.actor.submits``).
         Then the pids reported since the last message are applied, so none of
-        them is behind it (``supervisor.actor.pids``).
+        them is behind it (``supervisor.actor.pids``). The ``running`` writes of the
+        units started while one message is handled land together at its end.
         """
-        if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
-            self._endings.commit()
-        if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
-            self._submits.commit()  # the same for submits (see ``supervisor.actor.submits``)
-        self._pids.apply(self._units)
+        # The starts this message makes (those its ends let go, say) share one commit.
+        with self._mirror.grouping_status():
+            if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
+                self._endings.commit()
+            if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
+                self._submits.commit()  # the same for submits (``supervisor.actor.submits``)
+            self._pids.apply(self._units)
+            self._receive(message)
+        return None
+
+    def _receive(self, message: Any) -> None:
+        """``on_receive``'s handling of one message, after the commits it owes."""
         try:
             if isinstance(message, rq.Register):
                 self._submits.add(message)  # answered once its group's commit is durable
@@ -256,7 +264,6 @@ class SupervisorActor(pykka.ThreadingActor):
                 raise fault from exc
             # Told: a bad message must never stop the supervisor; log it and go on.
             log.exception("supervisor: failed to handle %r", message)
-        return None
 
     def on_stop(self) -> None:
         """In this actor's thread, after the last message: commit, then close."""

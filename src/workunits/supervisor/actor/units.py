@@ -20,7 +20,7 @@ import pykka
 from workunits._core import ids as _ids
 from workunits._core.errors import UnknownKind, UnknownWork
 from workunits._core.record import WorkRecord
-from workunits._core.status import is_terminal
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger
 from workunits.supervisor.actor.kinds import Kinds
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
@@ -79,11 +79,15 @@ class Units:
         return iter([(work_id, self._slots[work_id]) for work_id in self._stall_watched])
 
     def running_of(self, kind: str) -> int:
-        return sum(
-            1
-            for work_id, slot in self._slots.items()
-            if slot.actor is not None and self.registry.get(work_id).kind == kind
-        )
+        """Units of ``kind`` with an actor, or about to get one (their start's write waits)."""
+        count = 0
+        for work_id, slot in self._slots.items():
+            if slot.actor is None and not slot.starting:
+                continue
+            record = self.registry.get(work_id)
+            if record.kind == kind and (slot.actor is not None or record.status == Status.RUNNING):
+                count += 1
+        return count
 
     def tell(self, work_id: str, message: Any) -> bool:
         """Send ``message`` to the unit's actor; False when it has already stopped.
