@@ -223,3 +223,25 @@ def test_a_unit_maps_its_children_as_one_batch(sup: wu.Supervisor) -> None:
     checked = sup.agent(fan_out_checked, 0)
     assert checked.result(timeout=WAIT) == "item 1 of the batch; [1] ChildHandle; 2"
     assert len(sup.list(parent=checked.id)) == 2  # the bad batch wrote nothing
+
+
+def test_a_clients_batch_is_one_transaction_and_runs_in_order(
+    sup: wu.Supervisor, state_dir: Path
+) -> None:
+    with wu.connect(state_dir) as client:
+        assert list(client.map(square, range(6), timeout=WAIT)) == [i * i for i in range(6)]
+        handles = client.submit_many(
+            [wu.AgentCall(square, (i,), key=f"c{i}") for i in range(3)]
+            + [wu.AgentCall("tests.test_batches:square", (7,))]
+        )
+        assert [client.result(h.id, timeout=WAIT) for h in handles] == [0, 1, 4, 49]
+        again = client.submit_many([wu.AgentCall(square, (1,), key="c1")])
+        assert (again[0].id, again[0].created) == (handles[1].id, False)
+        before = len(sup.list())
+        with pytest.raises(wu.SpecError, match="item 1 of the batch: key must be"):
+            client.submit_many([wu.AgentCall(square, (1,)), wu.AgentCall(square, (2,), key="")])
+        with pytest.raises(wu.BatchItemsFailed) as raised:
+            client.submit_many([wu.AgentCall(square, (5,)), wu.AgentCall(square, (9,), key="c1")])
+        assert list(raised.value.errors) == [1]
+        assert isinstance(raised.value.errors[1], wu.IdempotencyConflict)
+        assert len(sup.list()) == before + 1  # the bad batch wrote nothing; the conflict, itself

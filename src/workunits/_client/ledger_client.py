@@ -24,10 +24,11 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, overload
 
+from workunits._client import batch as client_batch
 from workunits._client.follow import Backoff, LedgerNotices, LedgerOutputStream
 from workunits._client.other_host_output import OtherHostOutput
 from workunits._core import ids
@@ -50,6 +51,7 @@ from workunits._ledger.backend import is_url
 from workunits._ledger.retains import check_lease
 from workunits._ledger.unreadable import Unreadable
 from workunits._util import shell_log
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.durable import (
     agent_resumable,
     agent_to_durable,
@@ -392,19 +394,9 @@ class Client:
         retry: Retry | None = None,
         stall_after: float | None = None,
     ) -> ClientHandle:
-        if isinstance(fn, str):
-            check_limits(memory_limit, output_cap)
-            # The options agent_to_durable would write: a reference and the
-            # callable it names make the same spec, so they share idempotency keys.
-            options = durable_options(check_timeout(timeout), memory_limit, output_cap)
-            durable: Any = Call(fn, tuple(args), dict(kwargs), options)
-            name = fn
-        else:
-            spec = AgentSpec.build(
-                fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap
-            )
-            durable = agent_to_durable(spec, check_timeout(timeout))
-            name = spec.name
+        durable, name = self._call_durable(
+            fn, args, kwargs, timeout=timeout, memory_limit=memory_limit, output_cap=output_cap
+        )
         if description is not None:
             name = description
         return self._submit(
@@ -419,6 +411,26 @@ class Client:
             stall_after=stall_after,
         )
 
+    def _call_durable(
+        self,
+        fn: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        timeout: float | None,
+        memory_limit: int | None,
+        output_cap: int,
+    ) -> tuple[Any, str]:
+        """An agent call as the ledger stores it, and its default description."""
+        if isinstance(fn, str):
+            check_limits(memory_limit, output_cap)
+            # The options agent_to_durable would write: a reference and the
+            # callable it names make the same spec, so they share idempotency keys.
+            options = durable_options(check_timeout(timeout), memory_limit, output_cap)
+            return Call(fn, tuple(args), dict(kwargs), options), fn
+        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap)
+        return agent_to_durable(spec, check_timeout(timeout)), spec.name
+
     def _submit(
         self,
         letter: str,
@@ -432,6 +444,34 @@ class Client:
         retry: Retry | None = None,
         stall_after: float | None = None,
     ) -> ClientHandle:
+        new = self._new_unit(
+            letter,
+            kind,
+            durable,
+            description,
+            key=key,
+            max_attempts=max_attempts,
+            not_before=not_before,
+            retry=retry,
+            stall_after=stall_after,
+        )
+        row, created = self.ledger.units.submit(new)
+        return ClientHandle(self, row.id, created=created)
+
+    def _new_unit(
+        self,
+        letter: str,
+        kind: str,
+        durable: Any,
+        description: str,
+        *,
+        key: str | None,
+        max_attempts: int | None,
+        not_before: float | datetime.datetime | None = None,
+        retry: Retry | None = None,
+        stall_after: float | None = None,
+    ) -> NewUnit:
+        """A submit's row, checked; nothing is written."""
         check_submit(description=description, key=key, max_attempts=max_attempts)
         # One attempt counter for retries and resumes, as Starts.register keeps it.
         max_attempts = check_attempts(check_retry(retry), max_attempts)
@@ -442,7 +482,7 @@ class Client:
         resumable = shell_resumable(durable) if kind == "shell" else agent_resumable(stored.format)
         if max_attempts is None:
             max_attempts = RESUMABLE_ATTEMPTS if resumable else 1
-        new = NewUnit(
+        return NewUnit(
             id=work_id,
             kind=kind,
             spec=stored,
@@ -457,8 +497,34 @@ class Client:
             retry=retry,
             stall_after=stall_after,
         )
-        row, created = self.ledger.units.submit(new)
-        return ClientHandle(self, row.id, created=created)
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        retry: Retry | None = None,
+    ) -> list[ClientHandle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        As ``Supervisor.submit_many``: a bad item fails the batch, named by its
+        index, before anything is written; one whose key is taken with other
+        arguments fails alone (``BatchItemsFailed``). The supervisor starts them at
+        its next tick, under its kinds' ``concurrency``.
+        """
+        return client_batch.submit_many(
+            self, calls, client_batch.Shared(max_attempts, memory_limit, output_cap, retry)
+        )
+
+    def map(
+        self, fn: Callable[..., Any] | str, *iterables: Iterable[Any], timeout: float | None = None
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items as agent units, one batch; results in order, as
+        ``Executor.map`` (a failure raised at its place, ``timeout`` for the whole map).
+        Leaving the loop early kills the units whose results were not read."""
+        return client_batch.map_calls(self, fn, iterables, timeout)
 
     def retry(self, work_id: str) -> ClientHandle:
         """Start a unit that ended ``failed`` or ``killed`` again, as a new pending unit.
