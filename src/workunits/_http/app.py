@@ -30,6 +30,9 @@ from workunits._core.status import is_terminal
 from workunits._http import fleet, metrics, openapi, problems
 from workunits._http.backend import Backend
 from workunits._http.models import (
+    BatchItem,
+    BatchResult,
+    BatchSubmit,
     CancelBody,
     Changed,
     Delivered,
@@ -109,6 +112,23 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         """Submit a shell, agent or workflow unit. ``Idempotency-Key`` works like ``key=``."""
         record, created = await backend.submit(body, idempotency_key)
         return _located(Unit.of(record), 201 if created else 200)
+
+    @r.post(":batch", status_code=201, response_model=BatchResult)
+    async def submit_batch(body: Annotated[BatchSubmit, Body()]) -> BatchResult:
+        """Submit several units as one batch: every unit is checked first (one that
+        cannot be made fails the request, 400, naming its index, and nothing is
+        written), then all are written in one transaction. A unit that fails on its
+        own comes back with its ``error``; the others run. At most ``max_workers``
+        of them run at once."""
+        answers = await backend.submit_batch(list(body.units), body.max_workers)
+        return BatchResult(
+            units=[
+                BatchItem(error=f"{type(a).__name__}: {a}")
+                if isinstance(a, BaseException)
+                else BatchItem(unit=Unit.of(a))
+                for a in answers
+            ]
+        )
 
     @r.get("", response_model=UnitPage)
     async def list_units(

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from workunits._core import ids
-from workunits._core.errors import NotFinished
+from workunits._core.errors import NotFinished, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import is_terminal
@@ -36,6 +36,7 @@ from workunits._ledger.values import resolve_ref
 from workunits._util import strictjson
 from workunits._wire.results import result_of
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, ShellSpec
+from workunits.supervisor.actor.submits import batch_item_error
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
@@ -124,8 +125,27 @@ class Backend:
         return record
 
     async def _submit_now(self, body: ShellSubmit | CallSubmit, key: str | None) -> WorkHandle:
-        # One path for every kind: build the spec as shell()/agent()/workflow() do,
-        # then submit_async, the twin that takes every option (parent, retry, delay).
+        letter, spec, options = await self._prepared(body, key)
+        return await self.sup.submit_async(letter, spec, **options)
+
+    async def submit_batch(
+        self, bodies: builtins.list[ShellSubmit | CallSubmit], max_workers: int | None
+    ) -> builtins.list[WorkRecord | BaseException]:
+        """Submit the bodies as one batch (``Supervisor.submit_specs_async``): per body its
+        record or its own error; a body that cannot make a unit fails all, named."""
+        prepared = []
+        for index, body in enumerate(bodies):
+            try:
+                prepared.append(await self._prepared(body, None))
+            except WorkunitsError as exc:
+                raise batch_item_error(index, exc) from exc
+        return await self.sup.submit_specs_async(prepared, max_workers=max_workers)
+
+    async def _prepared(
+        self, body: ShellSubmit | CallSubmit, key: str | None
+    ) -> tuple[str, Any, dict[str, Any]]:
+        """A body's kind letter, spec and submit options, built as shell()/agent()/workflow()
+        build them: one path for every kind, then ``submit_async``, which takes every option."""
         retry = None if body.retry is None else body.retry.policy()
         options: dict[str, Any] = {
             "parent": body.parent,
@@ -148,8 +168,10 @@ class Backend:
                 log=body.log,
                 keep_output=bool(body.keep_output),
             )
-            description = spec.describe() if body.description is None else body.description
-            return await self.sup.submit_async("b", spec, description=description, **options)
+            options["description"] = (
+                spec.describe() if body.description is None else body.description
+            )
+            return "b", spec, options
         # They came as JSON, but a number JSON cannot bring back (1e400 parses as inf)
         # would otherwise be pickled with the function, unnoticed.
         _exact_arguments(body.target, body.args, body.kwargs)
@@ -162,13 +184,9 @@ class Backend:
             memory_limit=body.memory_limit,
             output_cap=DEFAULT_OUTPUT_CAP if body.output_cap is None else body.output_cap,
         )
-        return await self.sup.submit_async(
-            "a" if body.kind == "agent" else "w",
-            agent_spec,
-            description=agent_spec.name if body.description is None else body.description,
-            max_attempts=body.max_attempts,
-            **options,
-        )
+        options["description"] = agent_spec.name if body.description is None else body.description
+        options["max_attempts"] = body.max_attempts
+        return ("a" if body.kind == "agent" else "w"), agent_spec, options
 
     # -- reading ---------------------------------------------------------------------
 

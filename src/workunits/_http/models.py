@@ -280,6 +280,30 @@ def _plain_unit_schema(schema: dict[str, Any]) -> None:
     schema["properties"]["unit"] = {"allOf": [unit, {"not": {"anyOf": clauses}}]}
 
 
+class BatchSubmit(_Strict):
+    """Several units in one request: checked whole, written in one transaction."""
+
+    units: Annotated[list[Submit], Field(min_length=1, max_length=1000)]
+    max_workers: PositiveWhole | None = Field(
+        None,
+        description="At most this many of the batch's units run at once (default: no limit "
+        "of its own, only each kind's concurrency)",
+    )
+
+
+class BatchItem(BaseModel):
+    """One unit of a batch: its record, or why it alone failed (its key taken)."""
+
+    unit: Unit | None = None
+    error: str | None = None
+
+
+class BatchResult(BaseModel):
+    """The batch's units, in the order they were given."""
+
+    units: list[BatchItem]
+
+
 class ScheduleBody(_Strict):
     """A cron schedule whose firings submit ``unit`` (as ``POST /v1/units`` would).
 

@@ -1110,6 +1110,24 @@ class Supervisor:
             raise BatchItemsFailed(results)
         return [r for r in results if isinstance(r, WorkHandle)]
 
+    async def submit_specs_async(
+        self,
+        prepared: builtins.list[tuple[str, Any, dict[str, Any]]],
+        *,
+        max_workers: int | None = None,
+    ) -> builtins.list[WorkRecord | BaseException]:
+        """Units of any kinds as one batch: ``(letter, spec, options)`` each, the options
+        those of ``submit``; per item its record or its own error (the HTTP API's batch)."""
+        batch = None
+        if max_workers is not None:
+            UnitExecutor.check_max_workers(max_workers)
+            batch = BatchLimit(secrets.token_hex(8), max_workers)
+        trace = tracing.submitter_context()
+        items = tuple(
+            rq.Register(letter, spec, trace=trace, **options) for letter, spec, options in prepared
+        )
+        return await self._ask_async(rq.SubmitMany(items, batch))
+
     def _submit_calls(
         self,
         calls: builtins.list[tuple[Callable[..., Any] | str, tuple[Any, ...], dict[str, Any]]],
