@@ -440,6 +440,7 @@ NO_TWIN = {
     "event_feed",
     "events",
     "pool",
+    "executor",  # a concurrent.futures.Executor: loop.run_in_executor / asyncio.wrap_future
     "http_consumers",
     "resident_ids",
     "tick",

@@ -7,6 +7,7 @@ unit of it stays a full unit (its ID, row, notice, kill and crash).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -245,3 +246,12 @@ def test_a_clients_batch_is_one_transaction_and_runs_in_order(
         assert list(raised.value.errors) == [1]
         assert isinstance(raised.value.errors[1], wu.IdempotencyConflict)
         assert len(sup.list()) == before + 1  # the bad batch wrote nothing; the conflict, itself
+
+
+def test_the_async_twins_of_a_batch(sup: wu.Supervisor) -> None:
+    async def main() -> tuple[list[int], list[int]]:
+        mapped = [v async for v in sup.map_async(square, range(5), timeout=WAIT)]
+        handles = await sup.submit_many_async([wu.AgentCall(square, (i,)) for i in range(3)])
+        return mapped, [await h.result_async(timeout=WAIT) for h in handles]
+
+    assert asyncio.run(main()) == ([0, 1, 4, 9, 16], [0, 1, 4])

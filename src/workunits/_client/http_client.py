@@ -25,7 +25,15 @@ import datetime
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -47,11 +55,13 @@ from workunits._client.http_stream import HttpOutputStream
 from workunits._core import errors as _errors
 from workunits._core import ids
 from workunits._core.errors import (
+    BatchItemsFailed,
     ClientClosed,
     NotFinished,
     ServerUnreachable,
     SpecError,
     WorkunitsError,
+    WrongType,
 )
 from workunits._core.record import Notification, WorkRecord
 from workunits._core.retain import HeldRetains, Retain
@@ -60,6 +70,7 @@ from workunits._core.seconds import MAX_CLAIM_LEASE, seconds, wait_timeout
 from workunits._core.status import Reason, Status
 from workunits._ledger import listing
 from workunits._ledger.retains import check_lease
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 from workunits._wire.submits import check_not_before
 
@@ -468,6 +479,81 @@ class HttpClient:
             description, timeout, max_attempts, memory_limit, DEFAULT_OUTPUT_CAP, not_before, kwargs
         ) | _policy(retry, stall_after)
         return self._submit(_call_body("workflow", fn, args, options), key)
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        retry: Retry | None = None,
+    ) -> list[HttpHandle]:
+        """Submit agent units as one batch (``POST /v1/units:batch``); their handles.
+
+        As ``Client.submit_many``: each ``fn`` named by import reference; a bad item
+        fails the batch, named by its index, before anything is written; one whose key
+        is taken with other arguments fails alone (``BatchItemsFailed``).
+        """
+        bodies, keys = [], []
+        for index, call in enumerate(calls):
+            try:
+                if not isinstance(call, AgentCall):
+                    raise WrongType(
+                        f"submit_many takes wu.AgentCall items, got {type(call).__name__}: "
+                        f"wrap it as wu.AgentCall(fn, args, kwargs)"
+                    )
+                options = _call_options(
+                    call.description,
+                    call.timeout,
+                    max_attempts,
+                    memory_limit,
+                    output_cap,
+                    None,
+                    dict(call.kwargs),
+                ) | _policy(retry, None)
+                bodies.append(_call_body("agent", call.fn, call.args, options))
+            except WorkunitsError as exc:
+                raise type(exc)(f"item {index} of the batch: {exc}") from exc
+            keys.append(call.key)
+        body: dict[str, Any] = {"units": bodies}
+        if any(k is not None for k in keys):
+            body["keys"] = keys
+        items = _check(self._http.post("/v1/units:batch", json=body)).json()["units"]
+        results: list[HttpHandle | BaseException] = [
+            WorkunitsError(item["error"])
+            if item["error"] is not None
+            else HttpHandle(self, item["unit"]["id"], created=item["created"])
+            for item in items
+        ]
+        if any(isinstance(r, BaseException) for r in results):
+            raise BatchItemsFailed(results)
+        return [r for r in results if isinstance(r, HttpHandle)]
+
+    def map(
+        self, fn: Callable[..., Any] | str, *iterables: Iterable[Any], timeout: float | None = None
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items as agent units, one batch; results in order, as
+        ``Executor.map`` (a failure raised at its place, ``timeout`` for the whole map).
+        Leaving the loop early kills the units whose results were not read."""
+        timeout = wait_timeout(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        handles = self.submit_many(
+            AgentCall(fn, tuple(args)) for args in zip(*iterables, strict=False)
+        )
+        return self._results(handles, end)
+
+    def _results(self, handles: list[HttpHandle], end: float | None) -> Generator[Any, None, None]:
+        done = 0
+        try:
+            for handle in handles:
+                left = None if end is None else max(0.0, end - time.monotonic())
+                value = self.result(handle.id, timeout=left)
+                done += 1
+                yield value
+        finally:
+            for handle in handles[done:]:  # abandoned: their units end, started or not
+                self.kill(handle.id)
 
     def _submit(self, body: dict[str, Any], key: str | None) -> HttpHandle:
         headers = {} if key is None else {"Idempotency-Key": key}

@@ -120,12 +120,12 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         written), then all are written in one transaction. A unit that fails on its
         own comes back with its ``error``; the others run. At most ``max_workers``
         of them run at once."""
-        answers = await backend.submit_batch(list(body.units), body.max_workers)
+        answers = await backend.submit_batch(list(body.units), body.keys, body.max_workers)
         return BatchResult(
             units=[
                 BatchItem(error=f"{type(a).__name__}: {a}")
                 if isinstance(a, BaseException)
-                else BatchItem(unit=Unit.of(a))
+                else BatchItem(unit=Unit.of(a[0]), created=a[1])
                 for a in answers
             ]
         )

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from workunits._core import ids
-from workunits._core.errors import NotFinished, WorkunitsError
+from workunits._core.errors import InvalidArgument, NotFinished, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import is_terminal
@@ -129,17 +129,28 @@ class Backend:
         return await self.sup.submit_async(letter, spec, **options)
 
     async def submit_batch(
-        self, bodies: builtins.list[ShellSubmit | CallSubmit], max_workers: int | None
-    ) -> builtins.list[WorkRecord | BaseException]:
-        """Submit the bodies as one batch (``Supervisor.submit_specs_async``): per body its
-        record or its own error; a body that cannot make a unit fails all, named."""
+        self,
+        bodies: builtins.list[ShellSubmit | CallSubmit],
+        keys: builtins.list[str | None] | None,
+        max_workers: int | None,
+    ) -> builtins.list[tuple[WorkRecord, bool] | BaseException]:
+        """Submit the bodies as one batch (one ``SubmitMany``): per body its record and
+        whether this call created it, or its own error; a body that cannot make a unit
+        fails all, named by its index, before anything is written."""
+        if keys is not None and len(keys) != len(bodies):
+            # Said here, not by the model: JSON Schema cannot tie two arrays' lengths.
+            raise InvalidArgument(f"{len(keys)} keys for {len(bodies)} units: give one each")
         prepared = []
         for index, body in enumerate(bodies):
             try:
-                prepared.append(await self._prepared(body, None))
+                prepared.append(await self._prepared(body, None if keys is None else keys[index]))
             except WorkunitsError as exc:
                 raise batch_item_error(index, exc) from exc
-        return await self.sup.submit_specs_async(prepared, max_workers=max_workers)
+        started = time.time()
+        answers = await self.sup._submit_specs_async(prepared, max_workers=max_workers)
+        return [
+            a if isinstance(a, BaseException) else (a, a.created_at >= started) for a in answers
+        ]
 
     async def _prepared(
         self, body: ShellSubmit | CallSubmit, key: str | None

@@ -284,6 +284,11 @@ class BatchSubmit(_Strict):
     """Several units in one request: checked whole, written in one transaction."""
 
     units: Annotated[list[Submit], Field(min_length=1, max_length=1000)]
+    keys: list[Annotated[str, Field(min_length=1, max_length=256)] | None] | None = Field(
+        None,
+        description="An idempotency key per unit (null for none), as Idempotency-Key is for "
+        "one: as many as units (else 400)",
+    )
     max_workers: PositiveWhole | None = Field(
         None,
         description="At most this many of the batch's units run at once (default: no limit "
@@ -292,9 +297,11 @@ class BatchSubmit(_Strict):
 
 
 class BatchItem(BaseModel):
-    """One unit of a batch: its record, or why it alone failed (its key taken)."""
+    """One unit of a batch: its record (``created`` false: its key named a unit that was
+    there already), or why it alone failed (its key taken with other arguments)."""
 
     unit: Unit | None = None
+    created: bool = False
     error: str | None = None
 
 

@@ -18,7 +18,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -76,7 +76,7 @@ from workunits.supervisor.executor import AgentExecutor, UnitExecutor, machine_p
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import HttpConsumers
 from workunits.supervisor.machinery import Machinery, Options
-from workunits.supervisor.pool import Pool
+from workunits.supervisor.pool import QUEUED_PER_WORKER, Pool
 from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.stream import AsyncOutputStream, OutputStream
 from workunits.supervisor.teammate import TeammateHandle
@@ -1110,7 +1110,7 @@ class Supervisor:
             raise BatchItemsFailed(results)
         return [r for r in results if isinstance(r, WorkHandle)]
 
-    async def submit_specs_async(
+    async def _submit_specs_async(
         self,
         prepared: builtins.list[tuple[str, Any, dict[str, Any]]],
         *,
@@ -1127,6 +1127,62 @@ class Supervisor:
             rq.Register(letter, spec, trace=trace, **options) for letter, spec, options in prepared
         )
         return await self._ask_async(rq.SubmitMany(items, batch))
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        reuse: bool = False,
+        max_workers: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+    ) -> builtins.list[WorkHandle]:
+        """Like ``submit_many`` without blocking the event loop (the calls are pickled on a
+        worker thread)."""
+        shared = batch_submit.Shared(reuse, memory_limit, output_cap, max_attempts, retry)
+        batch = None
+        if max_workers is not None:
+            UnitExecutor.check_max_workers(max_workers)
+            batch = BatchLimit(secrets.token_hex(8), max_workers)
+        calls = builtins.list(calls)
+        request = await asyncio.to_thread(batch_submit.request, calls, shared, batch)
+        answers = await self._ask_async(request)
+        results: builtins.list[WorkHandle | BaseException] = [
+            a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers
+        ]
+        if any(isinstance(r, BaseException) for r in results):
+            raise BatchItemsFailed(results)
+        return [r for r in results if isinstance(r, WorkHandle)]
+
+    async def map_async(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        reuse: bool = False,
+    ) -> AsyncGenerator[Any, None]:
+        """Like ``map``, as an async iterator: ``async for value in sup.map_async(...)``.
+        Submitted as one batch at the first ``__anext__``; leaving early kills the rest."""
+        timeout = wait_timeout(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        if max_workers is None:
+            max_workers = QUEUED_PER_WORKER * self._pool_size if reuse else machine_parallelism()
+        calls = [AgentCall(fn, tuple(args)) for args in zip(*iterables, strict=False)]
+        handles = await self.submit_many_async(calls, reuse=reuse, max_workers=max_workers)
+        done = 0
+        try:
+            for handle in handles:
+                left = None if end is None else max(0.0, end - time.monotonic())
+                value = await handle.result_async(timeout=left)
+                done += 1
+                yield value
+        finally:
+            for handle in handles[done:]:
+                with contextlib.suppress(SupervisorClosed):
+                    await handle.kill_async()
 
     def _submit_calls(
         self,
