@@ -42,28 +42,28 @@ from peer_benches import EVICT_SOON, FLOOR_ROW, state_dir, trivial
 
 import workunits as wu
 
-SUPERVISOR = "workunits.supervisor."
+ACTOR = "workunits.supervisor.actor."
 # (module, qualified name): the steps of a unit's way through the supervisor actor.
 STAGES = [
-    (SUPERVISOR + "actor", "SupervisorActor.on_receive"),
-    (SUPERVISOR + "submits", "GroupedSubmits.add"),
-    (SUPERVISOR + "starts", "Starts.prepare"),
-    (SUPERVISOR + "durable", "LedgerMirror.new_unit"),
-    (SUPERVISOR + "submits", "GroupedSubmits.commit"),
-    (SUPERVISOR + "actor.submits", "GroupedSubmits.submit_many"),
-    (SUPERVISOR + "actor.batches", "Batches.ended"),
-    (SUPERVISOR + "actor.starts", "Starts.ended"),
-    (SUPERVISOR + "actor.failed_writes", "FailedWrites.land_held"),
+    (ACTOR + "supervisor_actor", "SupervisorActor.on_receive"),
+    (ACTOR + "submits", "GroupedSubmits.add"),
+    (ACTOR + "starts", "Starts.prepare"),
+    (ACTOR + "ledger_mirror", "LedgerMirror.new_unit"),
+    (ACTOR + "submits", "GroupedSubmits.commit"),
+    (ACTOR + "submits", "GroupedSubmits.submit_many"),
     ("workunits._ledger.units", "Units.submit_many"),
-    (SUPERVISOR + "starts", "Starts.enter"),
-    (SUPERVISOR + "starts", "Starts.launch"),
-    (SUPERVISOR + "pids", "Pids.apply"),
-    (SUPERVISOR + "endings", "TerminalTransition.report"),
-    (SUPERVISOR + "endings", "TerminalTransition._make_terminal"),
+    (ACTOR + "starts", "Starts.enter"),
+    (ACTOR + "starts", "Starts.launch"),
+    (ACTOR + "pids", "Pids.apply"),
+    (ACTOR + "endings", "TerminalTransition.report"),
+    (ACTOR + "endings", "TerminalTransition._make_terminal"),
     ("workunits._ledger.attempts", "Attempts.write_many"),
-    (SUPERVISOR + "endings", "TerminalTransition._after_end"),
-    (SUPERVISOR + "registry", "Registry.update"),
-    (SUPERVISOR + "actor", "SupervisorActor._tick"),
+    (ACTOR + "endings", "TerminalTransition._after_end"),
+    (ACTOR + "starts", "Starts.ended"),
+    (ACTOR + "batches", "Batches.ended"),
+    (ACTOR + "failed_writes", "FailedWrites.land_held"),
+    (ACTOR + "registry", "Registry.update"),
+    (ACTOR + "supervisor_actor", "SupervisorActor._tick"),
 ]
 
 
