@@ -31,6 +31,7 @@ WORKUNITS = {
     "Client",
     "ClientClosed",
     "ClientHandle",
+    "CommitUnknown",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -76,6 +77,7 @@ WORKUNITS = {
     "TeammateError",
     "TeammateHandle",
     "TeammateProxy",
+    "TranscriptEvent",
     "UnitContext",
     "UnknownKind",
     "UnknownWork",
@@ -96,6 +98,8 @@ WORKUNITS = {
     "is_terminal",
     "is_valid_id",
     "mint_id",
+    "read_transcript",
+    "render_transcript",
 }
 
 TESTING = {

@@ -12,6 +12,7 @@ from workunits._core.errors import AskTimeout as AskTimeout
 from workunits._core.errors import BatchItemsFailed as BatchItemsFailed
 from workunits._core.errors import Cancelled as Cancelled
 from workunits._core.errors import ClientClosed as ClientClosed
+from workunits._core.errors import CommitUnknown as CommitUnknown
 from workunits._core.errors import IdempotencyConflict as IdempotencyConflict
 from workunits._core.errors import InvalidArgument as InvalidArgument
 from workunits._core.errors import InvalidTransition as InvalidTransition
@@ -69,6 +70,9 @@ from workunits._core.schedule import ScheduleInfo as ScheduleInfo
 from workunits._core.status import Reason as Reason
 from workunits._core.status import Status as Status
 from workunits._core.status import is_terminal as is_terminal
+from workunits._core.transcript import TranscriptEvent as TranscriptEvent
+from workunits._core.transcript import read_transcript as read_transcript
+from workunits._core.transcript import render_transcript as render_transcript
 from workunits._unit.context import ChildHandle as ChildHandle
 from workunits._unit.context import ChildTeammate as ChildTeammate
 from workunits._unit.context import UnitContext as UnitContext
@@ -106,6 +110,7 @@ __all__ = [
     "Client",
     "ClientClosed",
     "ClientHandle",
+    "CommitUnknown",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -153,6 +158,7 @@ __all__ = [
     "TeammateHandle",
     "TeammateProxy",
     "TeammateRestarted",
+    "TranscriptEvent",
     "UnitContext",
     "UnitFuture",
     "UnknownKind",
@@ -174,6 +180,8 @@ __all__ = [
     "is_terminal",
     "is_valid_id",
     "mint_id",
+    "read_transcript",
+    "render_transcript",
 ]
 __version__ = "0.1.0"
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from workunits._cli import user_code
+from workunits._cli import ledger_log, user_code
 from workunits._cli._app import cli, parse_duration, seconds_option, state_option
 from workunits._core.errors import SpecError
 from workunits._core.ids import BUILTIN_KINDS
@@ -172,6 +172,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
         raise SpecError("--advertise names where the --http API is reached: give --http too")
     secret = secretfile.resolve(secret_file)
     kinds = user_code.import_all(imports)
+    ledger_log.install()  # a ledger that is away: one line per failure, not a screenful
     with _stop_signals() as wait_for_signal:
         supervisor = Supervisor(
             state_dir,

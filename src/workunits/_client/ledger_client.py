@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, overload
 
 from workunits._client import batch as client_batch
-from workunits._client.follow import Backoff, LedgerNotices, LedgerOutputStream
+from workunits._client.follow import (
+    RECONNECT_WITHIN,
+    Backoff,
+    LedgerNotices,
+    LedgerOutputStream,
+    Outage,
+)
 from workunits._client.other_host_output import OtherHostOutput
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
@@ -98,6 +104,7 @@ def connect(
     clock: Clock | None = None,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client: ...
 
 
@@ -115,6 +122,7 @@ def connect(
     timeout: float = 60.0,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client | HttpClient:
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
 
@@ -127,6 +135,13 @@ def connect(
     ``secret_file`` (default: ``$WORKUNITS_SECRET_FILE``) is the secret every
     host of a shared ledger is given: it signs and verifies stored specs in
     place of the state dir's key, and is the token for other hosts' HTTP APIs.
+
+    A ledger the client cannot reach for a moment (a PostgreSQL restart or
+    failover) is tried again by every read, wait and take, for up to
+    ``reconnect_within`` seconds (30 by default) from the first failure; then
+    the ledger's error is raised. Submits and requests are not retried: their
+    caller learns at once (a submit whose COMMIT lost its answer is read back
+    first, and says what happened).
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
     nothing is created (what a reader wants when the path may be a typo); a
@@ -146,7 +161,13 @@ def connect(
     if ledger is None and is_url(state_dir):
         ledger, state_dir = str(state_dir), ".workunits"
     return Client(
-        state_dir, create=create, poll=poll, clock=clock, ledger=ledger, secret_file=secret_file
+        state_dir,
+        create=create,
+        poll=poll,
+        clock=clock,
+        ledger=ledger,
+        secret_file=secret_file,
+        reconnect_within=reconnect_within,
     )
 
 
@@ -159,6 +180,7 @@ async def connect_async(
     clock: Clock | None = None,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client: ...
 
 
@@ -176,6 +198,7 @@ async def connect_async(
     timeout: float = 60.0,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client | HttpClient:
     """``connect`` without blocking the event loop: the ledger is opened on a worker thread.
 
@@ -195,6 +218,7 @@ async def connect_async(
         timeout=timeout,
         ledger=ledger,
         secret_file=secret_file,
+        reconnect_within=reconnect_within,
     )
     return await asyncio.to_thread(opened)
 
@@ -211,6 +235,7 @@ class Client:
         clock: Clock | None = None,
         ledger: str | None = None,
         secret_file: str | os.PathLike[str] | None = None,
+        reconnect_within: float = RECONNECT_WITHIN,
     ) -> None:
         seconds("poll", poll)
         self._clock = clock or SystemClock()
@@ -223,6 +248,7 @@ class Client:
         self._other_host_output = OtherHostOutput(self._ledger, token)
         self._poll = float(poll)
         self._closed = threading.Event()
+        self._outage = Outage(reconnect_within, self._closed)
         self._held = HeldRetains()  # leases retain() gave out: release(id) ends them
 
     def __repr__(self) -> str:
@@ -569,7 +595,9 @@ class Client:
 
     def get(self, work_id: str) -> WorkRecord:
         """The unit's record. An expired unit keeps its terminal status here; see ``row``."""
-        return self.ledger.units.record(self.row(work_id))
+        return self._outage.call(
+            lambda: self.ledger.units.record(self.ledger.units.require(work_id))
+        )
 
     def row(self, work_id: str) -> UnitRow:
         """Everything the ledger keeps about the unit: ``shown_status`` reads ``expired``
@@ -577,7 +605,7 @@ class Client:
 
         InvalidWorkId for a malformed ID, UnknownWork for one the ledger never saw.
         """
-        return self.ledger.units.require(work_id)
+        return self._outage.call(lambda: self.ledger.units.require(work_id))
 
     def list(
         self,
@@ -610,11 +638,15 @@ class Client:
         found = q.found
         if found.kind is not None:
             found = dataclasses.replace(found, kind=self._kind_name(found.kind))
-        if found.parent is not None:
-            self.ledger.units.require(found.parent)  # UnknownWork, as a supervisor says
-        mark = None if q.after is None else self.ledger.listing.mark_of(q.after)
-        rows = self.ledger.listing.page(found, limit=q.limit, after=mark, newest=q.newest)
-        return self.ledger.units.records(rows)
+
+        def read() -> builtins.list[WorkRecord]:
+            if found.parent is not None:
+                self.ledger.units.require(found.parent)  # UnknownWork, as a supervisor says
+            mark = None if q.after is None else self.ledger.listing.mark_of(q.after)
+            rows = self.ledger.listing.page(found, limit=q.limit, after=mark, newest=q.newest)
+            return self.ledger.units.records(rows)
+
+        return self._outage.call(read)
 
     def rows(
         self,
@@ -635,13 +667,15 @@ class Client:
         (by default, logged as a warning: see ``Units.list``).
         """
         name = None if kind is None else self._kind_name(kind)
-        return self.ledger.units.list(
-            status=status,
-            kind=name,
-            parent=parent,
-            limit=limit,
-            ended_after=ended_after,
-            on_unreadable=on_unreadable,
+        return self._outage.call(
+            lambda: self.ledger.units.list(
+                status=status,
+                kind=name,
+                parent=parent,
+                limit=limit,
+                ended_after=ended_after,
+                on_unreadable=on_unreadable,
+            )
         )
 
     def _kind_name(self, kind: str) -> str:
@@ -675,7 +709,8 @@ class Client:
         NotFinished after ``timeout`` seconds (``0`` looks once). Waits back off
         from a few milliseconds to ``poll`` seconds between looks.
         """
-        return self.ledger.units.record(self._wait_row(work_id, timeout))
+        row = self._wait_row(work_id, timeout)
+        return self._outage.call(lambda: self.ledger.units.record(row))
 
     def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
         wait_timeout(timeout)
@@ -723,6 +758,7 @@ class Client:
             poll=self._poll,
             follow=follow,
             other_host=self._other_host_output,
+            outage=self._outage,
         )
 
     def notifications(self) -> LedgerNotices:
@@ -731,7 +767,7 @@ class Client:
         Consumers on the same state dir (other clients, other processes) share
         them: a notice one of them took is not seen by the others.
         """
-        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll)
+        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll, outage=self._outage)
 
     # -- requests to the supervisor ------------------------------------------
 
@@ -1021,6 +1057,7 @@ class Client:
             poll=self._poll,
             follow=follow,
             other_host=self._other_host_output,
+            outage=self._outage,
         )
 
     async def cancel_async(self, work_id: str, grace: float = 5.0) -> bool:

@@ -56,6 +56,8 @@ WorkunitsError
     ├── LedgerFull          the state dir's disk is full; nothing was written
     ├── LedgerTampered      a durable value failed its integrity check
     ├── SessionLost         this supervisor's session lease lapsed and another took it over
+    ├── CommitUnknown       the connection was lost as a write committed, and reading back
+    │                       could not reach the ledger in time: look the ID up
     └── ValueVersionMismatch  a pickled value was written by other Python/package versions
 
 Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
@@ -72,7 +74,25 @@ if TYPE_CHECKING:
 
 
 class WorkunitsError(Exception):
-    """Root of every error workunits raises on purpose."""
+    """Root of every error workunits raises on purpose.
+
+    Every one pickles and comes back as itself, whatever its ``__init__`` takes:
+    a unit's process gets the supervisor's error over its channel, and catches
+    it by its class.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(
+    cls: type[WorkunitsError], args: tuple[object, ...], state: dict[str, object]
+) -> WorkunitsError:
+    """An error back from its pickle: its class, args and attributes, ``__init__`` not run."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidWorkId(WorkunitsError, ValueError):
@@ -316,6 +336,25 @@ class SessionLost(LedgerError):
     next attempt, or ended ``lost``), so every write of this session is refused
     (fencing, invariant 13). Retrying never helps: the session is over.
     """
+
+
+class CommitUnknown(LedgerError):
+    """A write's COMMIT lost its answer (the connection dropped: a crash, a failover, a
+    network cut), and reading the row back could not reach the ledger within its deadline.
+
+    The write may have landed or not. ``work_id`` (when the write was about one
+    unit, as a submit is) names what to look up: a later ``get(work_id)`` tells,
+    and a resubmit with the same idempotency key returns the unit if it exists.
+    Never raised while the answer can still be read back: a submit returns its
+    unit, or raises with nothing written.
+    """
+
+    def __init__(self, message: str, work_id: str | None = None) -> None:
+        super().__init__(message)
+        self.work_id = work_id
+
+    def __reduce__(self) -> tuple[type[CommitUnknown], tuple[str, str | None]]:
+        return (type(self), (str(self), self.work_id))
 
 
 class LedgerVersionError(LedgerError):

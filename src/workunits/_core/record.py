@@ -102,7 +102,9 @@ class WorkRecord:
     evidence: Mapping[str, Any] | None = None
     retry: Retry | None = None  # the unit's retry policy
     restart: Restart | None = None  # a teammate's restart policy (None: temporary)
-    attempts: tuple[Attempt, ...] = ()  # earlier attempts that failed and were retried
+    # Earlier attempts and how each ended: failed and retried, lost with its supervisor
+    # (reason ``lost``), or handed over at a deploy (reason ``handed-over``).
+    attempts: tuple[Attempt, ...] = ()
     retry_at: float | None = None  # set while it waits between attempts (it stays running)
     retry_of: str | None = None  # the failed unit ``retry(id)`` started this one for
     stall_after: float | None = None  # quiet seconds before its parent gets a StallEvent

@@ -35,6 +35,9 @@ class Reason(enum.StrEnum):
     SHED = "shed"  # load shedding (``Supervisor.shed``): worth resubmitting when load falls
     # A teammate ended unasked more often than its restart policy allows (``_core.restart``).
     RESTART_INTENSITY = "restart-intensity"
+    # Not an end: an attempt stopped at a deploy for the next supervisor to resume
+    # (``close(deploy=True)``). It raises the attempt, and counts as no failure.
+    HANDED_OVER = "handed-over"
 
 
 _TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})

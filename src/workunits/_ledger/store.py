@@ -25,7 +25,7 @@ from pathlib import Path
 
 from workunits._core.clock import Clock, SystemClock
 from workunits._core.errors import LedgerCorrupt, LedgerError, NoLedger, SpecError
-from workunits._ledger import secretfile, statedir, values, valuestore
+from workunits._ledger import secretfile, settle, statedir, values, valuestore
 from workunits._ledger.attempts import Attempts
 from workunits._ledger.backend import Database as Backend
 from workunits._ledger.backend import is_url
@@ -77,6 +77,7 @@ class Ledger:
         ledger: str | None = None,
         secret: secretfile.SharedSecret | None = None,
         idle_limit: float | None = None,
+        settle_within: float = settle.SETTLE_WITHIN,
         _readonly: bool = False,
     ) -> None:
         """``sync="normal"`` trades power-cut durability for latency (see ``sqlite.db``).
@@ -90,6 +91,8 @@ class Ledger:
         ``idle_limit``: how long
         the server lets one of its connections sit idle inside a transaction
         before ending it (default half ``busy_timeout``; see ``postgres``).
+        ``settle_within``: how long a write whose COMMIT lost its answer keeps
+        trying to read back what happened (``settle``) before CommitUnknown.
         """
         # open_existing has checked a read-only state dir already; a writer checks here.
         self.state_dir = Path(state_dir) if _readonly else statedir.prepare(state_dir)
@@ -135,6 +138,7 @@ class Ledger:
             key=key,
             large=LargeValues(store, key, large_value),
             expire_after=expire_after,
+            settle_within=settle_within,
         )
         self.outbox = Outbox(self._ctx)
         self.listing = Listing(self._ctx)
@@ -143,7 +147,7 @@ class Ledger:
         self.retains = Retains(self._ctx)
         self.requests = Requests(self._ctx)
         self.signals = Signals(self._ctx)
-        self.schedules = Schedules(self._ctx)
+        self.schedules = Schedules(self._ctx, self.units)
         self.sessions = Sessions(self._ctx)
         self.claims = Claims(self._ctx)
         self.retention = Retention(self._ctx)

@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 import orjson
 
-from workunits._core.errors import InvalidArgument
+from workunits._core.errors import Cancelled, InvalidArgument
 from workunits._unit import context as _context
 from workunits._unit import tracing
 from workunits._unit.capture import Capture
@@ -162,12 +162,26 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int
         code = _exit_code(exc)
         transcript.write("exit", code=code)
         return code
+    except Cancelled as exc:
+        if not ctx.cancelled:  # raised by the unit's own code, not at a cancel asked for
+            return _raised(exc, ctx, transcript)
+        # Stopped where it was asked to (a checkpoint, a progress report, a wait): not
+        # a failure, and nothing for its transcript but that it was cancelled -- or,
+        # at a deploy, nothing at all: its actor writes that it was handed over.
+        if not ctx.handed_over:
+            transcript.write("cancelled", message=str(exc))
+        return m.EXIT_CANCELLED
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
-        tb = traceback.format_exc()
-        ctx.send(_context.error_frame(exc, tb))
-        transcript.write("error", error_type=type(exc).__qualname__, message=str(exc), traceback=tb)
-        return EXIT_RAISED
+        return _raised(exc, ctx, transcript)
     return _report_result(value, ctx, transcript)
+
+
+def _raised(exc: BaseException, ctx: _context.UnitContext, transcript: Capture) -> int:
+    """Report what the unit's code raised; the exit code that says it did."""
+    tb = "".join(traceback.format_exception(exc))
+    ctx.send(_context.error_frame(exc, tb))
+    transcript.write("error", error_type=type(exc).__qualname__, message=str(exc), traceback=tb)
+    return EXIT_RAISED
 
 
 def _report_result(value: Any, ctx: _context.UnitContext, transcript: Capture) -> int:

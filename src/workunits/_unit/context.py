@@ -149,6 +149,8 @@ class UnitContext:
         self._send_lock = threading.Lock()
         self._transcript = transcript
         self._cancel = threading.Event()
+        # The cancel is a deploy's: this attempt stops, the next supervisor resumes it.
+        self.handed_over = False
         # Guards the replies, children's ends and events the reader thread files;
         # held for O(1) work (a dict or deque operation, a notify), never across I/O.
         self._cond = threading.Condition()
@@ -252,6 +254,7 @@ class UnitContext:
     def _dispatch(self, frames: list[Any]) -> None:
         for frame in frames:
             if isinstance(frame, m.CancelRequested):
+                self.handed_over = self.handed_over or frame.handed_over
                 self._cancel.set()
                 with self._cond:
                     self._cond.notify_all()  # a wait_for stops waiting

@@ -15,6 +15,11 @@ import cloudpickle
 from workunits._core.errors import SpecError
 from workunits._core.record import WorkRecord
 
+# The exit code of a unit process that stopped at a cancel it was asked for (it raised
+# ``wu.Cancelled`` at a checkpoint, a progress report or a wait): its actor tells its
+# end as the cancel, with no exit code -- the process did what was asked, it did not fail.
+EXIT_CANCELLED = 75
+
 # -- unit process -> its WorkActor --------------------------------------------
 
 
@@ -137,7 +142,8 @@ class MonitorMatch:
 
 @dataclass(frozen=True, slots=True)
 class CancelRequested:
-    pass
+    # A deploy's: the unit stops for the next supervisor to resume, not for good.
+    handed_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -331,7 +331,7 @@ class AgentActor(WorkActor):
         if self._finished:
             return
         self._ending = self._ending or reason
-        self._send(m.CancelRequested())
+        self._send(m.CancelRequested(handed_over=reason is Reason.HANDED_OVER))
 
     def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome | None:
         """Reaper thread: a unit we killed or cancelled ends ``killed`` with our reason
@@ -343,6 +343,14 @@ class AgentActor(WorkActor):
         if ending is None or ending in (Reason.OUTPUT_CAP, Reason.LOST):
             return None
         return self.outcome_for_exit(exit_code, signum)
+
+    def outcome_for_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
+        """As the base says; a unit that stopped at the cancel it was asked for (its
+        process exited ``EXIT_CANCELLED``) ends with the cancel's reason and no exit
+        code: it did what was asked, and "exit code 75" would read as a failure."""
+        if self._ending is not None and signum is None and exit_code == m.EXIT_CANCELLED:
+            return Outcome(Status.KILLED, reason=self._ending)
+        return super().outcome_for_exit(exit_code, signum)
 
     def ended_on_exit(self, outcome: Outcome) -> None:
         """The transcript's ``end`` event, before the supervisor hears of the end."""
@@ -360,6 +368,17 @@ class AgentActor(WorkActor):
 
     def _write_end(self, outcome: Outcome) -> None:
         with contextlib.suppress(OSError):
+            if outcome.reason is Reason.HANDED_OVER:
+                # Not an end: a deploy stopped this attempt, and the next supervisor
+                # resumes the unit as its next attempt, in this same transcript.
+                append_event(
+                    self._transcript_path,
+                    "handed-over",
+                    attempt=self.unit.attempt,
+                    exit_code=outcome.exit_code,
+                    signal=outcome.signal,
+                )
+                return
             if outcome.reason is Reason.OUTPUT_CAP:
                 # The capture stops at the cap; a unit that wrote its transcript
                 # itself is cut back to it here.

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import secrets
+import signal
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
@@ -197,6 +198,8 @@ class Supervisor:
         secret_file: str | os.PathLike[str] | None = None,
         advertise: str | None = None,
         tracer_provider: Any = None,
+        on_sigterm: str = "shutdown",
+        on_exit: str = "shutdown",
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -245,7 +248,18 @@ class Supervisor:
         ``tracer_provider`` (an OpenTelemetry ``TracerProvider``, the ``[otel]``
         extra) makes each unit a span (``supervisor/actor/tracing.py``); without
         one, the program's global provider, or the ``OTEL_*`` variables, or none.
+
+        ``on_sigterm="deploy"`` makes SIGTERM a deploy, as ``workunits serve``
+        does: running units that can resume are handed over to the next
+        supervisor (``close(deploy=True)``) instead of killed; SIGINT and SIGHUP
+        still end them. ``on_exit="deploy"`` does the same when a ``with`` or
+        ``async with`` block exits. Both default to ``"shutdown"``.
         """
+        for name, value in (("on_sigterm", on_sigterm), ("on_exit", on_exit)):
+            if value not in CLOSE_MODES:
+                raise SpecError(f"{name} must be one of {list(CLOSE_MODES)}, got {value!r}")
+        self._on_sigterm = on_sigterm
+        self._on_exit = on_exit
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise SpecError(f"pool_size must be an int >= 1, got {pool_size!r}")
         self._pool_size = pool_size
@@ -342,6 +356,7 @@ class Supervisor:
         self._channel = channel = self._machinery.channel
         self._teammates = TeammateCalls(channel)
         channel.ask(rq.Subscribe(self._waiters.on_change))
+        channel.ask(rq.SubscribeStops(self._waiters.on_stopped))
         # What a dead session left: resumed and lost units, adopted pending ones.
         self.recovered: dict[str, list[str]] = channel.ask(rq.Recover())
         if options.advertise is not None:
@@ -404,8 +419,13 @@ class Supervisor:
         return ran
 
     async def __aexit__(self, *exc: object) -> None:
-        """``close()`` on a worker thread: ending work waits up to the shutdown grace."""
-        await asyncio.to_thread(self.close)
+        """``aclose()``: a deploy with ``on_exit="deploy"``, else a shutdown."""
+        await self.aclose(deploy=self._on_exit == "deploy")
+
+    async def aclose(self, *, deploy: bool = False) -> None:
+        """``close(deploy=)`` on a worker thread: ending (or handing over) the work
+        waits up to the shutdown grace, and never blocks the event loop."""
+        await asyncio.to_thread(self.close, deploy=deploy)
 
     def _ask(self, request: rq.Request[R]) -> R:
         """The supervisor actor's answer to ``request`` (SupervisorClosed once closed)."""
@@ -1745,7 +1765,13 @@ class Supervisor:
 
         ``deploy=True`` (what ``workunits serve`` does on SIGTERM): resumable
         units and pending ones are stopped without ending them in the ledger,
-        so the next supervisor on this state dir resumes or starts them.
+        so the next supervisor on this state dir resumes or starts them. Each
+        running one is asked to stop as a cancel asks (an agent stops at its
+        next checkpoint, which is saved), and ``close`` returns as soon as all
+        have stopped; ``shutdown_grace`` is the most it waits before killing
+        the rest. Their attempt is logged ``handed-over``: the next supervisor
+        resumes them as their next attempt, which counts as no failure against
+        ``max_attempts``.
         """
         if self._abandon_start():
             with self._close_lock:
@@ -1791,7 +1817,16 @@ class Supervisor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(deploy=self._on_exit == "deploy")
+
+    def close_for_signal(self, signum: int) -> None:
+        """``close`` for a terminating signal (the cleanup thread's): SIGTERM is a deploy
+        when the supervisor was made with ``on_sigterm="deploy"``."""
+        self.close(deploy=signum == signal.SIGTERM and self._on_sigterm == "deploy")
+
+
+# How a close ends the running work: kill it, or hand it over to the next supervisor.
+CLOSE_MODES = ("shutdown", "deploy")
 
 
 def _check_shed(n: object) -> None:

@@ -284,8 +284,10 @@ class SqliteDatabase:
                 raise self._mapped(exc) from exc
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: one consistent snapshot for several statements."""
+    def read(self, *, timeout: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot for several statements.
+
+        ``timeout`` is PostgreSQL's (the wait for a connection); a file needs none."""
         self._check_process()  # first: a fork may have left the lock held for ever
         with self._lock:
             conn = self.conn

@@ -1,5 +1,11 @@
 """``ChildRequests``: what a unit's process asks about its children -- spawn one, and kill /
 cancel / stop / get one of its own descendants. Owned by the SupervisorActor; runs in its thread.
+
+A descendant that has ended and left memory is answered from the ledger, as
+the supervisor's own calls answer: ``get`` is its record, ``kill``, ``cancel``
+and ``stop`` are False (it is not running). An error goes back to the unit as
+the exception itself, so the unit catches it by its class (``wu.UnknownWork``),
+as a caller of the supervisor does.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ class ChildRequests:
                 not_before=request.not_before,
             )
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+            self._reply(parent, request.req, False, exc)
         else:
             self._reply(parent, request.req, True, record.id)
 
@@ -85,13 +91,13 @@ class ChildRequests:
         self._reply(parent, request.req, True, value)
 
     def control(self, parent: str, request: m.Control) -> None:
-        """kill / cancel / get for a unit's own descendants only."""
+        """kill / cancel / stop / get for a unit's own descendants only."""
         try:
-            target = self._units.lookup(request.target)
+            target = self._units.get(request.target)  # memory, or the ledger once it left
             if not self._descends_from(target, parent):
                 raise UnknownWork(f"{request.target} is not a descendant of {parent}")
             if request.op == "kill":
-                value: Any = self._control.kill_resident(target.id, Reason.KILLED)
+                value: Any = self._control.kill(target.id, Reason.KILLED)
             elif request.op == "cancel":
                 value = self._control.cancel(target.id, float(request.arg))
             elif request.op == "stop":
@@ -99,7 +105,7 @@ class ChildRequests:
             else:
                 value = target
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+            self._reply(parent, request.req, False, exc)
         else:
             self._reply(parent, request.req, True, value)
 
@@ -110,10 +116,10 @@ class ChildRequests:
         while record.parent is not None:
             if record.parent == ancestor:
                 return True
-            found = self._units.registry.find(record.parent)
-            if found is None:
+            try:  # a grandparent that left memory is in the ledger
+                record = self._units.get(record.parent)
+            except UnknownWork:
                 return False
-            record = found
         return False
 
 

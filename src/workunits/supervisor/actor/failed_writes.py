@@ -171,7 +171,13 @@ class FailedWrites:
         if key not in seen:
             seen.add(key)
             then = "; it is kept and retried every tick" if kept else ""
-            log.error("ledger: could not record %s (%s)%s", what, exc, then)
+            log.error(
+                "ledger: could not record %s (%s)%s",
+                what,
+                exc,
+                then,
+                extra={"ledger_failure": retryable(exc)},
+            )
 
     def retry(self) -> None:
         """Every tick: land what waits, each unit's writes in order, until the ledger fails."""
@@ -187,7 +193,11 @@ class FailedWrites:
             if not landed:
                 return
         if self._failures:
-            log.warning("ledger: writes land again; the %d kept have landed", self._retried)
+            log.warning(
+                "ledger: writes land again; the %d kept have landed",
+                self._retried,
+                extra={"ledger_recovered": True},
+            )
             self._failures.clear()
             self._dropped.clear()
             self._retried = 0

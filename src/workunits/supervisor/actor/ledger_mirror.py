@@ -29,7 +29,8 @@ from workunits._core.clock import Clock
 from workunits._core.errors import LedgerError, SessionLost, UnknownWork, WorkunitsError
 from workunits._core.record import Notification, WorkRecord, replace
 from workunits._core.restart import UNBOUNDED_ATTEMPTS
-from workunits._core.status import Status, is_terminal
+from workunits._core.retry import counted
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
 from workunits.actors.base import WorkActor
 from workunits.actors.kind_code import call_kind
@@ -192,6 +193,10 @@ class LedgerMirror:
             if slot is not None:
                 slot.pid = None  # the terminal write carries the pid
                 if slot.suspended:  # a deploy stopped it: the next session resumes it
+                    if new.reason is Reason.HANDED_OVER and new.started_at is not None:
+                        # Its attempt is logged handed-over, not lost: it counts as
+                        # no failure, and its next attempt says so (attempts).
+                        items.append(self._handed_over(new))
                     suspended.append(finish)
                     continue
             write = Write(new, new.attempt, notification=Notification.of(new))
@@ -200,6 +205,12 @@ class LedgerMirror:
             self.backlog.submit(items)
         for finish in suspended:
             finish()
+
+    def _handed_over(self, record: WorkRecord) -> Pending:
+        def hand_over() -> None:
+            self.ledger.attempts.hand_over(record.id, record.attempt)
+
+        return Pending(record.id, f"the hand-over of {record.id}", call=hand_over)
 
     def _finisher(
         self, record: WorkRecord, slot: UnitSlot | None, done: Callable[[], None]
@@ -292,7 +303,12 @@ class LedgerMirror:
 
     def resumable(self, work_id: str) -> bool:
         row = self.ledger.units.get(work_id)
-        return row is not None and row.resumable and row.attempt < row.max_attempts
+        # Handed over, its attempt counts as no failure: a deploy keeps it resumable.
+        return (
+            row is not None
+            and row.resumable
+            and counted(row.attempt, row.attempts) < row.max_attempts
+        )
 
     # -- every tick ---------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -167,6 +168,14 @@ class Subscribe(Request[None]):
     """``subscriber(old, new)`` runs in the actor's thread after every write; it must not block."""
 
     subscriber: Subscriber
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeStops(Request[None]):
+    """``subscriber(id)`` runs in the actor's thread when a unit a deploy handed over has
+    stopped (no end is written for it, so no change is told); it must not block."""
+
+    subscriber: Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,9 +344,11 @@ class Drain(Request[list[str]]):
 
 @dataclass(frozen=True, slots=True)
 class BeginShutdown(Request[list[str]]):
-    """Refuse new work, kill running work; the IDs still ending."""
+    """Refuse new work, kill running work; the IDs still ending. With ``deploy``, what
+    can resume is asked to stop (as a cancel, within ``grace``) and handed over."""
 
     deploy: bool = False
+    grace: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,6 +257,39 @@ class Starts:
                 raise
             log.warning("a group commit of %d submits failed (%s); one at a time", len(news), exc)
             answers = [self._submit_alone(new) for new in news]
+        return self._admit_entered(group, answers)
+
+    def register_written(
+        self,
+        letter: str,
+        spec: Any,
+        *,
+        write: Callable[[NewUnit], tuple[UnitRow, bool] | None],
+        description: str = "",
+        timeout: float | None = None,
+        key: str | None = None,
+    ) -> WorkRecord | None:
+        """``register``, its row written by ``write`` in a transaction of the caller's: a
+        schedule's firing, with its compare-and-set and its record (``schedules``).
+
+        ``write`` inserts the row (or finds the unit its key names) and says so as
+        ``Ledger.submit`` does; None when it wrote nothing (another supervisor took
+        the firing). Only then is the unit admitted, as ``enter`` admits.
+        """
+        prepared = self.prepare(letter, spec, description=description, timeout=timeout, key=key)
+        answer = write(prepared.new)
+        if answer is None:
+            return None
+        row, created = answer
+        (entered,) = self._admit_entered([prepared], [None if created else row])
+        if isinstance(entered, BaseException):
+            raise entered
+        return entered
+
+    def _admit_entered(
+        self, group: list[Prepared], answers: list[UnitRow | BaseException | None]
+    ) -> list[WorkRecord | BaseException]:
+        """After the rows of ``group`` were written: admit each new one (``enter``)."""
         out: list[WorkRecord | BaseException] = []
         for p, answer in zip(group, answers, strict=True):
             if isinstance(answer, BaseException):

@@ -205,7 +205,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._activity = Activity(units=units, notices=self._notices, clock=clock)
         self._signals = Signals(units=units, ledger=ledger)
         self._schedules = Schedules(
-            ledger=ledger, register=self._starts.register, started_at=clock.now()
+            ledger=ledger, register=self._starts.register_written, started_at=clock.now()
         )
         self._recovery = Recovery(
             ledger=ledger,
@@ -394,6 +394,9 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.Subscribe(subscriber):
                 units.subscribe(subscriber)
                 request.answer(None)
+            case rq.SubscribeStops(stop_subscriber):
+                units.subscribe_stops(stop_subscriber)
+                request.answer(None)
             case rq.SubscribeCheckpoints(checkpoint_subscriber):
                 units.subscribe_checkpoints(checkpoint_subscriber)
                 request.answer(None)
@@ -431,10 +434,12 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.Drain():
                 self._starts.refuse_new_work()
                 request.answer(control.unresumable_running(self._mirror.resumable))
-            case rq.BeginShutdown(deploy):
+            case rq.BeginShutdown(deploy, grace):
                 self._closing = True
                 self._starts.refuse_new_work()
-                ending = control.begin_shutdown(deploy=deploy, resumable=self._mirror.resumable)
+                ending = control.begin_shutdown(
+                    deploy=deploy, resumable=self._mirror.resumable, grace=grace
+                )
                 request.answer(ending)
             case rq.ForceEnd(work_ids, error):
                 control.force_end(work_ids, error)

@@ -46,6 +46,7 @@ class Units:
         self._stall_watched: set[str] = set()
         self._subscribers: list[Subscriber] = []
         self._checkpoint_subscribers: list[CheckpointSubscriber] = []
+        self._stop_subscribers: list[Callable[[str], None]] = []
 
     def __contains__(self, work_id: object) -> bool:
         return work_id in self._slots
@@ -134,6 +135,18 @@ class Units:
         """``subscriber(id, attempt, state)`` runs in this thread after each checkpoint is
         saved; it must not block. Checkpoints are not record changes, hence their own list."""
         self._checkpoint_subscribers.append(subscriber)
+
+    def subscribe_stops(self, subscriber: Callable[[str], None]) -> None:
+        """``subscriber(id)`` runs in this thread when a unit handed over at a deploy has
+        stopped: no end is written or told for it (``endings``); it must not block."""
+        self._stop_subscribers.append(subscriber)
+
+    def tell_stopped(self, work_id: str) -> None:
+        for subscriber in self._stop_subscribers:
+            try:
+                subscriber(work_id)
+            except Exception:
+                log.exception("stop subscriber %r failed", subscriber)
 
     def tell_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
         for subscriber in self._checkpoint_subscribers:
