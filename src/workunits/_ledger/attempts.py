@@ -268,7 +268,19 @@ class Attempts:
         why: str | None = None,
     ) -> int:
         """Resume a ``running`` unit whose supervisor is gone as its next attempt (same ID)
-        under ``session``; the new attempt number.
+        under ``session``; the new attempt number (``resumed`` says more)."""
+        return self.resumed(work_id, session, expected=expected, why=why)[0]
+
+    def resumed(
+        self,
+        work_id: str,
+        session: str,
+        *,
+        expected: int | None = None,
+        why: str | None = None,
+    ) -> tuple[int, tuple[Attempt, ...]]:
+        """``resume``: the new attempt number, and the attempts before it as now logged
+        (what a supervisor's record of the unit shows, without reading it again).
 
         The attempt it had is logged, unless logged already: ``lost`` (its
         supervisor ended under it; ``why``, its error, says how), or
@@ -284,7 +296,7 @@ class Attempts:
         now = self._ctx.now()
         found: list[int] = []
 
-        def write() -> int:
+        def write() -> tuple[int, tuple[Attempt, ...]]:
             with self._ctx.db.write(durable=True) as conn:
                 row = _running(conn, work_id, expected, "resumed")
                 attempt = int(row["attempt"])
@@ -310,16 +322,19 @@ class Attempts:
                     "WHERE id = ?",
                     (attempt + 1, session, attempts_to_json(log).decode(), work_id),
                 )
-            return attempt + 1
+            return attempt + 1, log
 
-        def landed(conn: Connection) -> int | None:
+        def landed(conn: Connection) -> tuple[int, tuple[Attempt, ...]] | None:
             if not found:
                 return None
             row = conn.execute(
-                "SELECT 1 FROM units WHERE id = ? AND attempt = ? AND session = ?",
+                "SELECT attempts_log FROM units WHERE id = ? AND attempt = ? AND session = ?",
                 (work_id, found[0] + 1, session),
             ).fetchone()
-            return None if row is None else found[0] + 1
+            if row is None:
+                return None
+            log = attempts_from_json(row["attempts_log"]) if row["attempts_log"] else ()
+            return found[0] + 1, log
 
         return settle.settled_write(
             self._ctx.db,

@@ -286,13 +286,16 @@ class Recovery:
             # Attempts handed over at a deploy count as no failure (invariant 13).
             if row.resumable and counted(row.attempt, row.attempts) < row.max_attempts:
                 spec, timeout = call_kind(actor_class, actor_class.from_durable, durable)
-                attempt = self._ledger.attempts.resume(
+                # The attempt it had is in its log now (lost, or handed over).
+                attempt, attempts = self._ledger.attempts.resumed(
                     row.id, self._session, expected=row.attempt, why=why
                 )
-                # Read again: the attempt it had is in its log now (lost, or handed over).
-                resumed = self._ledger.units.require(row.id)
                 record = replace(
-                    resumed.to_record(), status=Status.PENDING, attempt=attempt, pid=None
+                    row.to_record(),
+                    status=Status.PENDING,
+                    attempt=attempt,
+                    attempts=attempts,
+                    pid=None,
                 )
                 self._starts.admit(record, actor_class, spec, timeout, row.checkpoint, adopted=True)
                 return True
