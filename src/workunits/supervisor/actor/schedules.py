@@ -5,7 +5,7 @@ lives in the ledger (``_ledger.schedules``) with ``next_at``, its next firing
 due; ``tick`` fires what has come due. A firing takes its due time (a
 compare-and-set on ``next_at``), submits its unit under the idempotency key
 ``schedule:<name>:<due time>`` and records the firing, all in one transaction
-(``Ledger.fire_schedule``): a crash at any instant leaves the due time either
+(``Ledger.schedules.fire``): a crash at any instant leaves the due time either
 untaken (the next supervisor records it missed, or catches it up) or fired
 with its record. A due time never fires twice, and is never lost.
 

@@ -273,7 +273,7 @@ class Starts:
         schedule's firing, with its compare-and-set and its record (``schedules``).
 
         ``write`` inserts the row (or finds the unit its key names) and says so as
-        ``Ledger.submit`` does; None when it wrote nothing (another supervisor took
+        ``Ledger.units.submit`` does; None when it wrote nothing (another supervisor took
         the firing). Only then is the unit admitted, as ``enter`` admits.
         """
         prepared = self.prepare(letter, spec, description=description, timeout=timeout, key=key)
