@@ -31,6 +31,7 @@ from pathlib import Path
 
 import batch_bench
 import harness
+import isolation_bench
 import ledger_bench
 import listing_bench
 import loop_lag
@@ -654,6 +655,7 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     **notice_bench.BENCHES,
     **submit_bench.BENCHES,
     **listing_bench.BENCHES,
+    **isolation_bench.BENCHES,
 }
 
 

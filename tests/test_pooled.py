@@ -119,8 +119,8 @@ def test_a_pooled_unit_runs_returns_and_keeps_its_output_and_one_notice(
     assert psup.result(h.id) == record.pid
     events = [orjson.loads(line) for line in record.output_tail.splitlines()]
     types = [e["type"] for e in events]
-    assert types == ["start", "stdout", "result", "end"]
-    assert events[1]["data"] == "hello from a worker\n"
+    assert types == ["sandbox", "start", "stdout", "result", "end"]
+    assert events[2]["data"] == "hello from a worker\n"
     notice = mailbox.get(timeout=WAIT)
     assert isinstance(notice, Notification)
     assert (notice.id, notice.status) == (h.id, wu.Status.COMPLETED)
@@ -231,9 +231,17 @@ def test_closing_the_supervisor_ends_its_workers(state_dir: Path) -> None:
     eventually(lambda: not alive(pid), what="the worker to end with its supervisor")
 
 
-def test_process_limits_are_refused_for_pooled_units(psup: wu.Supervisor) -> None:
-    with pytest.raises(wu.SpecError, match="reuse=True"):
-        psup.agent(whoami, "x", reuse=True, memory_limit=1 << 30)
+def test_pooled_units_of_another_sandbox_run_in_workers_of_their_own(
+    psup: wu.Supervisor,
+) -> None:
+    """A worker is confined as it starts: units of a policy of their own (a memory limit,
+    a workspace) get workers of that policy, never one that ran another's units."""
+    default = psup.result(psup.agent(whoami, "x", reuse=True).id, timeout=WAIT)
+    limited = psup.agent(whoami, "y", reuse=True, memory_limit=1 << 30)
+    assert psup.result(limited.id, timeout=WAIT) != default
+    assert psup.get(limited.id).sandbox == wu.Sandbox(memory=1 << 30)
+    again = psup.agent(whoami, "z", reuse=True, sandbox=wu.Sandbox(memory=1 << 30))
+    assert psup.result(again.id, timeout=WAIT) == psup.result(limited.id)
     with pytest.raises(wu.SpecError, match="pool_size"):
         wu.Supervisor(".unused", pool_size=0)
 

@@ -22,6 +22,7 @@ from workunits._core.errors import KindTaken as KindTaken
 from workunits._core.errors import LedgerCorrupt as LedgerCorrupt
 from workunits._core.errors import LedgerError as LedgerError
 from workunits._core.errors import LedgerFull as LedgerFull
+from workunits._core.errors import LedgerGone as LedgerGone
 from workunits._core.errors import LedgerTampered as LedgerTampered
 from workunits._core.errors import LedgerVersionError as LedgerVersionError
 from workunits._core.errors import MailboxClosed as MailboxClosed
@@ -31,6 +32,8 @@ from workunits._core.errors import NoNotification as NoNotification
 from workunits._core.errors import NoSuchMethod as NoSuchMethod
 from workunits._core.errors import NotFinished as NotFinished
 from workunits._core.errors import NotRetryable as NotRetryable
+from workunits._core.errors import SandboxEscalation as SandboxEscalation
+from workunits._core.errors import SandboxUnavailable as SandboxUnavailable
 from workunits._core.errors import SecretFileError as SecretFileError
 from workunits._core.errors import ServerUnreachable as ServerUnreachable
 from workunits._core.errors import SessionLost as SessionLost
@@ -65,6 +68,7 @@ from workunits._core.record import WorkRecord as WorkRecord
 from workunits._core.retain import Retain as Retain
 from workunits._core.retry import Attempt as Attempt
 from workunits._core.retry import Retry as Retry
+from workunits._core.sandbox import Sandbox as Sandbox
 from workunits._core.schedule import ScheduleFiring as ScheduleFiring
 from workunits._core.schedule import ScheduleInfo as ScheduleInfo
 from workunits._core.status import Reason as Reason
@@ -120,6 +124,7 @@ __all__ = [
     "LedgerCorrupt",
     "LedgerError",
     "LedgerFull",
+    "LedgerGone",
     "LedgerTampered",
     "LedgerVersionError",
     "Mailbox",
@@ -139,6 +144,9 @@ __all__ = [
     "Reason",
     "Retain",
     "Retry",
+    "Sandbox",
+    "SandboxEscalation",
+    "SandboxUnavailable",
     "ScheduleFiring",
     "ScheduleInfo",
     "SecretFileError",

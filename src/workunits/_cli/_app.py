@@ -127,7 +127,17 @@ class Group(click.Group):
     Subcommands parse their arguments inside ``invoke``, so errors raised by
     argument callbacks (a malformed ID) pass through here too. Click's own
     errors (an unknown option, a missing argument) are caught in ``main``.
+    Inside a unit, the verbs are the unit gateway's (``in_unit``).
     """
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from workunits._cli import in_unit, unit_gateway  # noqa: PLC0415 - they import us
+
+        if not unit_gateway.inside_a_unit() or cmd_name == "doctor":
+            return super().get_command(ctx, cmd_name)
+        if super().get_command(ctx, cmd_name) is None:
+            return None
+        return in_unit.COMMANDS.get(cmd_name) or in_unit.not_here(cmd_name)
 
     def main(
         self,

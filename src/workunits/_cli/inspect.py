@@ -195,6 +195,10 @@ def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> Ren
         field(f"attempt {earlier.attempt}", Text(earlier.describe(), style=style))
     field("retry of", row.retry_of)
     field("stall after", None if row.stall_after is None else f"{row.stall_after:g} s")
+    if row.sandbox is not None:
+        field("sandbox", Text(row.sandbox.describe()))
+    if row.unenforced:
+        field("not enforced", Text("; ".join(row.unenforced), style="yellow"))
     field("checkpoint", _checkpoint(row))
     field("retained", f"by {row.retain} viewer(s)" if row.retain else None)
     if row.cancel_requested and not is_terminal(row.status):

@@ -9,7 +9,10 @@ WorkunitsError
 ├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
 │   └── WorkExpired      the ledger knows the unit, but its retention ran out: no result
 ├── InvalidArgument      a call was given a value it cannot take (also a ValueError)
-│   └── SpecError        arguments a submit cannot accept
+│   ├── SpecError        arguments a submit cannot accept
+│   │   └── SandboxEscalation  a child asked for more than its parent's sandbox allows
+│   └── SandboxUnavailable  a protection this machine cannot enforce was required (a
+│                        submit's sandbox, or ``isolation="required"``); names what is missing
 ├── WrongType            a value of a type the call cannot take, from the caller or from
 │                        a callable it handed over (also a TypeError)
 ├── NoSuchMethod         a teammate proxy called a private name (also an AttributeError)
@@ -55,6 +58,8 @@ WorkunitsError
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
     ├── LedgerFull          the state dir's disk is full; nothing was written
     ├── LedgerTampered      a durable value failed its integrity check
+    │   └── LedgerGone      the ledger file (or its key) was deleted, replaced or moved
+    │                       while the supervisor ran: it takes no new work
     ├── SessionLost         this supervisor's session lease lapsed and another took it over
     ├── CommitUnknown       the connection was lost as a write committed, and reading back
     │                       could not reach the ledger in time: look the ID up
@@ -148,6 +153,22 @@ class InvalidArgument(WorkunitsError, ValueError):
 
 class SpecError(InvalidArgument):
     """The arguments of a submit cannot make a unit; nothing was registered."""
+
+
+class SandboxEscalation(SpecError):
+    """A unit asked for a child whose sandbox is wider than its own (more paths, network,
+    resources, or none at all): children inherit their parent's policy and may only
+    narrow it. Nothing was registered."""
+
+
+class SandboxUnavailable(InvalidArgument):
+    """A protection this machine cannot enforce was required.
+
+    At submit: the unit's sandbox asks for it (give ``required=False`` to run
+    without it; the record then says what was not enforced). At start:
+    ``Supervisor(isolation="required")`` on a machine without every default
+    protection. The message names what is missing; ``workunits doctor`` lists all.
+    """
 
 
 class WrongType(WorkunitsError, TypeError):
@@ -387,6 +408,17 @@ class SecretFileError(LedgerError):
 
 class LedgerTampered(LedgerError):
     """A durable value failed its integrity check and was not used."""
+
+
+class LedgerGone(LedgerTampered):
+    """The ledger file, its write-ahead log or its key was deleted, replaced or moved
+    while this supervisor ran (by anyone).
+
+    Writing on would go into a file nobody opens again, so the supervisor
+    takes no new work: submits raise this. What it holds in memory stays
+    readable; running units' ends are held in memory, not durable, and say so.
+    Close it and start a supervisor on a state dir whose ledger is in place.
+    """
 
 
 class ValueVersionMismatch(LedgerError):

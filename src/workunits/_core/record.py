@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Reason, Status
 
 if TYPE_CHECKING:
@@ -110,6 +111,10 @@ class WorkRecord:
     stall_after: float | None = None  # quiet seconds before its parent gets a StallEvent
     durable: bool = True  # False while its status waits to be written (see above)
     not_before: float | None = None  # a pending unit starts no earlier (seconds since the epoch)
+    # The sandbox policy it runs under (None: a unit recorded before policies were
+    # kept), and what of it and of the default protection this machine did not enforce.
+    sandbox: Sandbox | None = None
+    unenforced: tuple[str, ...] = ()
 
     @property
     def shown_status(self) -> str:

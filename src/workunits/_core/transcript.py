@@ -135,6 +135,10 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "cancelled": lambda e: "[cancelled] stopped where the cancel was asked for",
     "exit": lambda e: f"[exit] sys.exit with code {e.get('code')}",
     "start": lambda e: f"[start] {e.get('id')} attempt {e.get('attempt')} pid {e.get('pid')}",
+    "sandbox": lambda e: (
+        f"[sandbox] {_json(e.get('policy')) if e.get('policy') else 'default protection'}"
+        + (f"; not enforced: {'; '.join(e.get('not_enforced') or [])}" if e.get("not_enforced") else "")
+    ),
     "handed-over": lambda e: (
         f"[handed-over] attempt {e.get('attempt')} stopped at a deploy; "
         f"the next supervisor resumes it"

@@ -21,6 +21,7 @@ from pydantic import (
 
 from workunits._core.record import WorkRecord
 from workunits._core.retry import Retry
+from workunits._core.sandbox import sandbox_doc
 from workunits._core.seconds import MAX_CLAIM_LEASE
 from workunits._core.status import is_terminal
 
@@ -223,6 +224,13 @@ class Unit(BaseModel):
     evidence: dict[str, Any] | None = Field(
         None, description="The structured evidence of the last progress report"
     )
+    sandbox: dict[str, Any] | None = Field(
+        None,
+        description=(
+            'Its sandbox policy ({} is the default protection, {"none": true} none) and '
+            "what of it this machine did not enforce (not_enforced)"
+        ),
+    )
 
     @classmethod
     def of(cls, record: WorkRecord) -> Unit:
@@ -252,6 +260,7 @@ class Unit(BaseModel):
             not_before=record.not_before,
             progress_at=record.progress_at,
             evidence=None if record.evidence is None else dict(record.evidence),
+            sandbox=sandbox_doc(record.sandbox, record.unenforced),
         )
 
 

@@ -23,6 +23,7 @@ from workunits._core.errors import REPAIR, LedgerCorrupt
 from workunits._core.record import Notification, WorkRecord
 from workunits._core.restart import Restart, policy_from_json
 from workunits._core.retry import Attempt, Retry, attempts_from_json
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
@@ -99,6 +100,13 @@ class NewUnit:
     stall_after: float | None = None
     restart: Restart | None = None  # a teammate's; kept in retry_policy, beside a Retry
     not_before: float | None = None  # pending until then
+    sandbox: Sandbox | None = None
+    unenforced: tuple[str, ...] = ()
+
+    @property
+    def sandbox_json(self) -> str | None:
+        """The ``sandbox`` column: the policy and what of it was not enforced."""
+        return sandbox_to_json(self.sandbox, self.unenforced)
 
     @property
     def policy_json(self) -> str | None:
@@ -141,7 +149,26 @@ class NewUnit:
             stall_after=record.stall_after,
             restart=record.restart,
             not_before=record.not_before,
+            sandbox=record.sandbox,
+            unenforced=record.unenforced,
         )
+
+
+def sandbox_to_json(sandbox: Sandbox | None, unenforced: tuple[str, ...]) -> str | None:
+    if sandbox is None:
+        return None
+    body = {"policy": sandbox.to_json(), "unenforced": list(unenforced)}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def sandbox_from_json(data: Any) -> tuple[Sandbox, tuple[str, ...]]:
+    """The ``sandbox`` column's policy and notes (ValueError if it is not one)."""
+    if not isinstance(data, dict) or not isinstance(data.get("policy"), dict):
+        raise TypeError("not a sandbox")
+    notes = data.get("unenforced", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise TypeError("not a list of notes")
+    return Sandbox.from_json(data["policy"]), tuple(notes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +223,8 @@ class UnitRow:
     restart: Restart | None = None
     not_before: float | None = None
     trace_context: str | None = None  # its span's traceparent (supervisor.tracing)
+    sandbox: Sandbox | None = None
+    unenforced: tuple[str, ...] = ()
 
     @property
     def expired(self) -> bool:
@@ -259,6 +288,8 @@ class UnitRow:
             retry_of=self.retry_of,
             stall_after=self.stall_after,
             not_before=self.not_before,
+            sandbox=self.sandbox,
+            unenforced=self.unenforced,
         )
 
     @classmethod
@@ -302,6 +333,8 @@ class UnitRow:
             stall_after=new.stall_after,
             restart=new.restart,
             not_before=new.not_before,
+            sandbox=new.sandbox,
+            unenforced=new.unenforced,
         )
 
     @classmethod
@@ -311,6 +344,7 @@ class UnitRow:
             raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
         c = _Columns(row, work_id)
         policy = c.parsed("retry_policy", policy_from_json)
+        sandbox = c.parsed("sandbox", _sandbox_column)
         return cls(
             id=work_id,
             kind=c.req("kind", str),
@@ -357,7 +391,13 @@ class UnitRow:
             stall_after=c.opt("stall_after", float),
             not_before=c.opt("not_before", float),
             trace_context=c.opt("trace_context", str),
+            sandbox=None if sandbox is None else sandbox[0],
+            unenforced=() if sandbox is None else sandbox[1],
         )
+
+
+def _sandbox_column(text: str) -> tuple[Sandbox, tuple[str, ...]]:
+    return sandbox_from_json(orjson.loads(text))
 
 
 def _work_id(value: str) -> str:

@@ -32,6 +32,7 @@ from workunits._ledger.backend import is_url
 from workunits._ledger.claims import Claims
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.fence import FencedDatabase
+from workunits._ledger.inplace import FilesInPlace
 from workunits._ledger.largevalues import LargeValues
 from workunits._ledger.listing import Listing
 from workunits._ledger.outbox import Outbox
@@ -110,6 +111,7 @@ class Ledger:
                 sync=sync,
                 readonly=_readonly,
                 verify=verify,
+                key_file=self.state_dir / values.KEY_FILE if secret is None else secret.path,
             )
         try:
             key: bytes | None = (
@@ -151,6 +153,19 @@ class Ledger:
         self.sessions = Sessions(self._ctx)
         self.claims = Claims(self._ctx)
         self.retention = Retention(self._ctx)
+        # The key must stay where it is too (invariant 17; see ``inplace``): the SQLite
+        # ledger watches it with its files, before every write; a PostgreSQL one here.
+        key_file = self.state_dir / values.KEY_FILE if secret is None else secret.path
+        watch_key = not _readonly and not isinstance(self._db, SqliteDatabase)
+        self._key_in_place = FilesInPlace({key_file: "the key"}) if watch_key else None
+
+    def check_in_place(self) -> None:
+        """LedgerGone when the ledger's file, its -wal or the key was deleted, replaced or
+        moved since it was opened (a PostgreSQL ledger has no file: its key alone)."""
+        if isinstance(self._db, SqliteDatabase) and self._db.in_place is not None:
+            self._db.in_place.check()
+        if self._key_in_place is not None:
+            self._key_in_place.check()
 
     @classmethod
     def open_existing(
@@ -244,6 +259,8 @@ class Ledger:
 
     def close(self) -> None:
         self._ctx.db.close()
+        if self._key_in_place is not None:
+            self._key_in_place.close()
 
     def __enter__(self) -> Ledger:
         return self

@@ -99,7 +99,8 @@ INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
     "session, output_path, started_at, spec_file, retry_policy, retry_of, stall_after, "
-    "not_before) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "not_before, sandbox) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT DO NOTHING"
 )
 
@@ -129,4 +130,5 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.retry_of,
         new.stall_after,
         new.not_before,
+        new.sandbox_json,
     )

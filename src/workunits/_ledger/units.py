@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import orjson
+
 from workunits._core import ids
 from workunits._core.errors import (
     CommitUnknown,
@@ -306,7 +308,11 @@ def _check_new(new: NewUnit) -> str:
                 f"the {name} {text!r} holds a NUL character, which the ledger cannot "
                 f"keep as text; leave it out"
             )
-    return values.spec_hash(new.kind, new.spec)
+    # A policy beyond the default is part of what was asked for; the default is
+    # left out, so units submitted before policies existed keep their hash.
+    policy = new.sandbox
+    extra = b"" if policy is None or policy.is_default else orjson.dumps(policy.to_json())
+    return values.spec_hash(new.kind, new.spec, extra)
 
 
 def _about(unknown: CommitUnknown, work_id: str) -> str:

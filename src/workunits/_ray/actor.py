@@ -116,6 +116,7 @@ class _RayReady:
 
 
 class RemoteActor(WorkActor):
+    sandboxed: ClassVar[bool] = False  # its work runs on Ray's hosts, outside any sandbox
     kind: ClassVar[str] = "remote"
     runtime: ClassVar[RayRuntime | None] = None  # set on the class a supervisor registers
 

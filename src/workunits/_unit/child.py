@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -90,6 +91,7 @@ def run_unit(
     call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capture | None = None
 ) -> int:
     """Run the unit ``call`` in this process; ``capture`` is ``prepare()``'s, if it ran."""
+    _take_environment(call)
     if call.kind == WORKER_KIND:  # not a unit: a pooled worker, which runs units itself
         from workunits._unit.worker import serve  # noqa: PLC0415 - it imports this module
 
@@ -142,8 +144,19 @@ def _begin(
         call.transcript_cap,
         on_cap=lambda: _report_cap(ctx, call.transcript_cap),
     )
+    if call.sandbox is not None:  # first: what the unit runs under, and what is enforced
+        capture.write("sandbox", **call.sandbox)
     capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid())
     return ctx
+
+
+def _take_environment(call: SpawnCall) -> None:
+    """The variables the unit's confinement gives it (its TMPDIR...), before its code."""
+    if call.confinement is None or not call.confinement.env:
+        return
+    os.environ.update(call.confinement.env)
+    if "TMPDIR" in dict(call.confinement.env):
+        tempfile.tempdir = None  # read TMPDIR again
 
 
 def _report_cap(ctx: _context.UnitContext, cap: int | None) -> None:

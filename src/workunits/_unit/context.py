@@ -12,6 +12,7 @@ import bisect
 import contextlib
 import dataclasses
 import datetime
+import importlib
 import itertools
 import os
 import queue
@@ -37,6 +38,7 @@ from workunits._core.errors import (
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
 from workunits._core.retry import Retry, error_types
+from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import ask_timeout, seconds, wait_timeout
 from workunits._core.status import is_terminal
 from workunits._unit import child_batch
@@ -51,6 +53,7 @@ from workunits._wire.specs import (
     DEFAULT_OUTPUT_CAP,
     DEFAULT_RATE_LIMIT,
     AgentSpec,
+    Call,
     MonitorSpec,
     ShellSpec,
     TeammateSpec,
@@ -474,6 +477,7 @@ class UnitContext:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child agent unit (registered through the supervisor, parent = this unit).
@@ -496,6 +500,7 @@ class UnitContext:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def shell(
@@ -509,6 +514,7 @@ class UnitContext:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         description: str | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         log: str | os.PathLike[str] | None = None,
@@ -527,6 +533,7 @@ class UnitContext:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def teammate(
@@ -539,6 +546,7 @@ class UnitContext:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> ChildTeammate:
         """Start a child teammate: ``cls(*args, **kwargs)`` in its own process."""
@@ -553,6 +561,7 @@ class UnitContext:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
         return ChildTeammate(self, child.id)
 
@@ -568,6 +577,7 @@ class UnitContext:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> ChildHandle:
         """Start a child monitor; its events come into ``notifications()``."""
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
@@ -581,6 +591,7 @@ class UnitContext:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def dream(
@@ -593,6 +604,7 @@ class UnitContext:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> ChildHandle:
         """Start a child dream: an agent at idle CPU priority, the first to be shed."""
@@ -607,6 +619,7 @@ class UnitContext:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def _spawn(
@@ -620,14 +633,31 @@ class UnitContext:
         retry: Retry | None,
         stall_after: float | None,
         not_before: float | datetime.datetime | None,
+        sandbox: Sandbox | None = None,
     ) -> ChildHandle:
-        """Ask the supervisor to start a child; the options are checked there, as a submit's."""
+        """Ask the supervisor to start a child; the options are checked there, as a submit's.
+
+        ``sandbox``: the child's policy, which may only narrow this unit's
+        (SandboxEscalation otherwise); None: this unit's own.
+        """
+        if sandbox is not None and not isinstance(sandbox, Sandbox):
+            raise SpecError(f"sandbox must be a wu.Sandbox or None, got {type(sandbox).__name__}")
         if key is not None and (not isinstance(key, str) or not key):
             raise SpecError(f"key must be a non-empty str, got {key!r}")
         self._raise_if_cancelled()
+        spec, retry = plain_data(spec), None if retry is None else Retry.from_json(retry.to_json())
         child_id = self._request(
             lambda req: m.Spawn(
-                req, letter, spec, description, timeout, key, retry, stall_after, not_before
+                req,
+                letter,
+                spec,
+                description,
+                timeout,
+                key,
+                retry,
+                stall_after,
+                not_before,
+                sandbox,
             )
         )
         self._transcript.write("child", child=child_id, status="started", kind=letter)
@@ -727,6 +757,40 @@ class UnitContext:
         """This unit's mailbox: one notice per child that ends, and its monitors' events."""
         self._start_reader()
         return self._mailbox
+
+
+def plain_data(spec: Any) -> Any:
+    """``spec`` as the supervisor takes it from a unit: data its restricted reader loads
+    (``_wire.untrusted``), no code. An agent's call goes by import reference with
+    exact JSON arguments (so the child resumes from the ledger), or not at all (it
+    runs all the same: its payload carries it, as bytes)."""
+    call = getattr(spec, "call", None)
+    if not isinstance(spec, AgentSpec) or call is None:
+        return spec
+    ref = _import_ref(call.fn)
+    exact = strictjson.dumps_if_exact({"a": list(call.args), "k": dict(call.kwargs)})
+    plain = None
+    if ref is not None and exact is not None:
+        decoded = strictjson.loads(exact, "", "")
+        plain = Call(ref, tuple(decoded["a"]), decoded["k"])
+    return dataclasses.replace(spec, call=plain)
+
+
+def _import_ref(fn: Any) -> str | None:
+    """``"module:qualname"`` when importing it gives ``fn`` back (in this process)."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if module == "__main__" or "<" in qualname:
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if found is fn else None
 
 
 def error_frame(exc: BaseException, tb: str) -> m.Error:

@@ -81,6 +81,7 @@ class Spawn:
     retry: Any = None  # a workunits.Retry
     stall_after: float | None = None
     not_before: Any = None  # seconds from now, or a datetime
+    sandbox: Any = None  # a workunits.Sandbox: the parent's narrowed (None: the parent's)
 
 
 @dataclass(frozen=True, slots=True)

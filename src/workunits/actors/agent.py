@@ -40,8 +40,9 @@ from workunits._wire.actor_messages import (
     SpawnChild,
 )
 from workunits._wire.specs import AgentSpec, Call
+from workunits._wire.untrusted import unit_frames
 from workunits._wire.zygote_protocol import Limits, SpawnCall
-from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.base import UnitBinding, WorkActor, exit_outcome
 from workunits.actors.process_events import ProcessWatch, TellActor
 
 # -- messages to the supervisor on behalf of the unit process ------------------
@@ -82,7 +83,7 @@ class _ChannelFrames:
 
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self._actor = TellActor(ref)  # an actor force-ended at shutdown takes no more
-        self._reader = framing.FrameReader()
+        self._reader = unit_frames()  # a unit's bytes build plain data only (``untrusted``)
         self._broken = False
 
     def on_data(self, data: bytes, fds: list[int]) -> None:  # Reaper thread
@@ -192,6 +193,8 @@ class AgentActor(WorkActor):
                 limits=self._limits(),
                 transcript_cap=self.spec.output_cap,
                 traceparent=self.unit.traceparent,
+                confinement=self.confinement(),
+                sandbox=self.unit.sandbox_note(),
             )
             self._start_process(call, transcript_fd, theirs.fileno(), self.process_watch())
         finally:
@@ -413,7 +416,11 @@ class AgentActor(WorkActor):
                 error=text,
                 cause=err.cause,
                 error_types=err.error_types,
+                reason=self.limit_reason(exit_code, signum, f"{err.type}: {err.message}"),
             )
+        limit = self.limit_reason(exit_code, signum)
+        if limit is not None and exit_code != 0:
+            return exit_outcome(None, exit_code, signum, limit)
         if exit_code == 0 and self._torn is not None and self._result is None:
             # Its result was taken into junk (a return always sends one): a clean
             # exit says nothing of what it returned. A result that came whole wins

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -38,6 +39,7 @@ from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.restart import Restart, check_restart
 from workunits._core.retain import HeldRetains, Retain
 from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import seconds, seconds_or_none, wait_timeout
 from workunits._core.status import Reason, Status, is_terminal
@@ -51,6 +53,7 @@ from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._ray.actor import RemoteSpec
 from workunits._ray.runtime import RayRuntime, check_available
 from workunits._ray.teammate_actor import RemoteTeammateSpec
+from workunits._sandbox.isolation import check_mode
 from workunits._wire.agent_call import AgentCall
 from workunits._wire.frames import encode_message
 from workunits._wire.results import result_of
@@ -126,7 +129,25 @@ def _teammate_spec(
         return RemoteTeammateSpec.for_class(cls, args, kwargs, resources=resources)
     if resources is not None:
         raise SpecError("resources are for remote teammates (remote=True)")
-    return TeammateSpec.for_class(cls, args, kwargs, memory_limit=memory_limit)
+    # A local teammate's memory limit is its sandbox's (``with_memory``).
+    return TeammateSpec.for_class(cls, args, kwargs)
+
+
+def with_memory(sandbox: Sandbox | None, memory_limit: int | None) -> Sandbox | None:
+    """``memory_limit=N``, a spelling of ``Sandbox(memory=N)``, put in ``sandbox``."""
+    if memory_limit is None:
+        return sandbox
+    check_bytes("memory_limit", memory_limit)
+    if sandbox is None:
+        return Sandbox(memory=memory_limit)
+    if not isinstance(sandbox, Sandbox):
+        raise SpecError(f"sandbox must be a wu.Sandbox or None, got {type(sandbox).__name__}")
+    if not sandbox.confined or sandbox.memory not in (None, memory_limit):
+        raise SpecError(
+            "give the memory limit once: memory_limit=N is Sandbox(memory=N); "
+            f"got memory_limit={memory_limit} with sandbox={sandbox!r}"
+        )
+    return dataclasses.replace(sandbox, memory=memory_limit)
 
 
 def _on_event_loop_thread() -> bool:
@@ -200,6 +221,7 @@ class Supervisor:
         tracer_provider: Any = None,
         on_sigterm: str = "shutdown",
         on_exit: str = "shutdown",
+        isolation: str = "default",
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -254,6 +276,17 @@ class Supervisor:
         supervisor (``close(deploy=True)``) instead of killed; SIGINT and SIGHUP
         still end them. ``on_exit="deploy"`` does the same when a ``with`` or
         ``async with`` block exits. Both default to ``"shutdown"``.
+
+        A pooled unit's sandbox is its worker's: each distinct policy gets workers
+        of its own.
+
+        ``isolation``: every unit runs under the strongest protection this
+        machine gives the supervisor's user (``"default"``): it cannot reach
+        the state dir, the runtime's secrets, or any process outside its own
+        tree; a ``sandbox=wu.Sandbox(...)`` on a submit narrows it further.
+        What the machine cannot give is said once on stderr (and by
+        ``workunits doctor``); ``"required"`` refuses to start without all of
+        it (SandboxUnavailable); ``"off"`` confines no unit.
         """
         for name, value in (("on_sigterm", on_sigterm), ("on_exit", on_exit)):
             if value not in CLOSE_MODES:
@@ -279,6 +312,7 @@ class Supervisor:
         if ledger is not None and not is_url(ledger):
             raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
         secret = secretfile.resolve(secret_file)  # refused before the state dir is touched
+        isolation = check_mode(isolation)
         if advertise is not None:
             advertise = check_advertise(advertise)
         self.state_dir = Path(state_dir)  # made absolute and checked by the start-up
@@ -314,6 +348,7 @@ class Supervisor:
                     on_session_lost=on_session_lost,
                     secret=secret,
                     advertise=advertise,
+                    isolation=isolation,
                     ray=RayRuntime(
                         address=ray_address,
                         temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),
@@ -454,6 +489,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
     ) -> WorkHandle:
@@ -492,6 +528,7 @@ class Supervisor:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def agent(
@@ -508,6 +545,7 @@ class Supervisor:
         stall_after: float | None = None,
         reuse: bool = False,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` in its own process as an ``a`` unit.
@@ -525,9 +563,8 @@ class Supervisor:
         pool (``pool_size``) instead: much faster for short work, but module-level
         state may carry over between units (see the guide "pooled units").
         """
-        spec = AgentSpec.build(
-            fn, args, kwargs, memory_limit=memory_limit, output_cap=output_cap, reuse=reuse
-        )
+        sandbox = with_memory(sandbox, memory_limit)
+        spec = AgentSpec.build(fn, args, kwargs, output_cap=output_cap, reuse=reuse)
         return self.submit(
             "a",
             spec,
@@ -538,6 +575,7 @@ class Supervisor:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def remote(
@@ -587,6 +625,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkHandle:
         """Start a unit of any registered kind (by letter) with a kind-specific spec.
 
@@ -612,6 +651,7 @@ class Supervisor:
                 stall_after,
                 not_before=not_before,
                 trace=tracing.submitter_context(),
+                sandbox=sandbox,
             )
         )
         return WorkHandle(self, record.id)
@@ -629,6 +669,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkHandle:
         """Like ``submit`` without blocking the event loop; no thread waits for the answer."""
         request = rq.Register(
@@ -643,6 +684,7 @@ class Supervisor:
             stall_after,
             not_before=not_before,
             trace=tracing.submitter_context(),
+            sandbox=sandbox,
         )
         return WorkHandle(self, (await self._ask_async(request)).id)
 
@@ -660,6 +702,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         log: str | os.PathLike[str] | None = None,
         keep_output: bool = False,
     ) -> WorkHandle:
@@ -682,6 +725,7 @@ class Supervisor:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     async def agent_async(
@@ -698,6 +742,7 @@ class Supervisor:
         stall_after: float | None = None,
         reuse: bool = False,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``agent`` without blocking the event loop.
@@ -706,14 +751,9 @@ class Supervisor:
         thread, since either can take long; the submit itself goes to the actor
         with no thread waiting for its answer.
         """
+        sandbox = with_memory(sandbox, memory_limit)
         spec = await asyncio.to_thread(
-            AgentSpec.build,
-            fn,
-            args,
-            kwargs,
-            memory_limit=memory_limit,
-            output_cap=output_cap,
-            reuse=reuse,
+            AgentSpec.build, fn, args, kwargs, output_cap=output_cap, reuse=reuse
         )
         return await self.submit_async(
             "a",
@@ -725,6 +765,7 @@ class Supervisor:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     async def remote_async(
@@ -763,15 +804,21 @@ class Supervisor:
         key: str | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``dream`` without blocking the event loop (pickled on a worker thread)."""
-        spec = await asyncio.to_thread(
-            AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit, idle_priority=True
-        )
+        sandbox = with_memory(sandbox, memory_limit)
+        spec = await asyncio.to_thread(AgentSpec.build, fn, args, kwargs, idle_priority=True)
         name = spec.name if description is None else description
         return await self.submit_async(
-            "d", spec, description=name, timeout=timeout, key=key, not_before=not_before
+            "d",
+            spec,
+            description=name,
+            timeout=timeout,
+            key=key,
+            not_before=not_before,
+            sandbox=sandbox,
         )
 
     async def workflow_async(
@@ -786,10 +833,12 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Like ``workflow`` without blocking the event loop (pickled on a worker thread)."""
-        spec = await asyncio.to_thread(AgentSpec.build, fn, args, kwargs, memory_limit=memory_limit)
+        sandbox = with_memory(sandbox, memory_limit)
+        spec = await asyncio.to_thread(AgentSpec.build, fn, args, kwargs)
         name = spec.name if description is None else description
         return await self.submit_async(
             "w",
@@ -801,6 +850,7 @@ class Supervisor:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     async def monitor_async(
@@ -813,6 +863,7 @@ class Supervisor:
         timeout: float | None = None,
         key: str | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkHandle:
         """Like ``monitor`` without blocking the event loop (built on a worker thread)."""
         spec = await asyncio.to_thread(
@@ -820,7 +871,13 @@ class Supervisor:
         )
         name = spec.name if description is None else description
         return await self.submit_async(
-            "m", spec, description=name, timeout=timeout, key=key, not_before=not_before
+            "m",
+            spec,
+            description=name,
+            timeout=timeout,
+            key=key,
+            not_before=not_before,
+            sandbox=sandbox,
         )
 
     async def teammate_async(
@@ -837,6 +894,7 @@ class Supervisor:
         max_restarts: int = 3,
         within: float = 60.0,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Like ``teammate`` without blocking the event loop (pickled on a worker thread)."""
@@ -851,6 +909,8 @@ class Supervisor:
             resources=resources,
         )
         name = spec.name if description is None else description
+        if not remote:
+            sandbox = with_memory(sandbox, memory_limit)
         request = rq.Register(
             "t",
             spec,
@@ -861,6 +921,7 @@ class Supervisor:
             restart=policy,
             not_before=not_before,
             trace=tracing.submitter_context(),
+            sandbox=sandbox,
         )
         record = await self._ask_async(request)
         return TeammateHandle(self, record.id, cls)
@@ -1558,6 +1619,7 @@ class Supervisor:
         max_restarts: int = 3,
         within: float = 60.0,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> TeammateHandle:
         """Create ``cls(*args, **kwargs)`` in its own process as a ``t`` unit.
@@ -1583,6 +1645,8 @@ class Supervisor:
             cls, args, kwargs, memory_limit=memory_limit, remote=remote, resources=resources
         )
         name = spec.name if description is None else description
+        if not remote:
+            sandbox = with_memory(sandbox, memory_limit)
         record = self._ask(
             rq.Register(
                 "t",
@@ -1594,6 +1658,7 @@ class Supervisor:
                 restart=policy,
                 not_before=not_before,
                 trace=tracing.submitter_context(),
+                sandbox=sandbox,
             )
         )
         return TeammateHandle(self, record.id, cls)
@@ -1608,6 +1673,7 @@ class Supervisor:
         timeout: float | None = None,
         key: str | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkHandle:
         """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines.
 
@@ -1620,7 +1686,13 @@ class Supervisor:
         spec = MonitorSpec.for_source(source, pattern, rate_limit=rate_limit)
         name = spec.name if description is None else description
         return self.submit(
-            "m", spec, description=name, timeout=timeout, key=key, not_before=not_before
+            "m",
+            spec,
+            description=name,
+            timeout=timeout,
+            key=key,
+            not_before=not_before,
+            sandbox=sandbox,
         )
 
     def dream(
@@ -1632,13 +1704,21 @@ class Supervisor:
         key: str | None = None,
         memory_limit: int | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as an agent at idle CPU priority (a ``d`` unit)."""
-        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit, idle_priority=True)
+        sandbox = with_memory(sandbox, memory_limit)
+        spec = AgentSpec.build(fn, args, kwargs, idle_priority=True)
         name = spec.name if description is None else description
         return self.submit(
-            "d", spec, description=name, timeout=timeout, key=key, not_before=not_before
+            "d",
+            spec,
+            description=name,
+            timeout=timeout,
+            key=key,
+            not_before=not_before,
+            sandbox=sandbox,
         )
 
     def workflow(
@@ -1653,6 +1733,7 @@ class Supervisor:
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         **kwargs: Any,
     ) -> WorkHandle:
         """Run ``fn(*args, **kwargs)`` as a workflow (``w``): its ``ctx.step()``s run once.
@@ -1660,7 +1741,8 @@ class Supervisor:
         Resumable when ``fn`` is importable: after a crash the next supervisor
         runs it again and finished steps return their stored results.
         """
-        spec = AgentSpec.build(fn, args, kwargs, memory_limit=memory_limit)
+        sandbox = with_memory(sandbox, memory_limit)
+        spec = AgentSpec.build(fn, args, kwargs)
         name = spec.name if description is None else description
         return self.submit(
             "w",
@@ -1672,6 +1754,7 @@ class Supervisor:
             retry=retry,
             stall_after=stall_after,
             not_before=not_before,
+            sandbox=sandbox,
         )
 
     def shed(self, n: int | None = None) -> builtins.list[str]:

@@ -248,7 +248,12 @@ CREATE INDEX units_text ON units USING gin (to_tsvector('simple', regexp_replace
 )));
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Each unit's sandbox policy (see schema._V10).
+_V10 = """
+ALTER TABLE units ADD COLUMN sandbox text;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

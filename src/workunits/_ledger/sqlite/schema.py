@@ -290,7 +290,13 @@ CREATE TRIGGER units_text_changed AFTER UPDATE OF description, key ON units BEGI
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Each unit's sandbox policy (JSON: the policy and what of it was not enforced), so a
+# resumed, retried or re-run unit runs under the same one (DESIGN invariant 15).
+_V10 = """
+ALTER TABLE units ADD COLUMN sandbox TEXT;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,10 +14,17 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
+from workunits._core.errors import (
+    LedgerGone,
+    SandboxUnavailable,
+    SpecError,
+    UnknownWork,
+    WorkunitsError,
+)
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason
 from workunits._wire import frames as m
+from workunits._wire.actor_messages import ReplyRoute
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.control import UnitControl
@@ -39,10 +46,13 @@ class ChildRequests:
         self._control = control
         self._submit_many = submit_many  # GroupedSubmits.submit_many: a batch, one commit
 
-    def spawn(self, parent: str, request: m.Spawn | m.SpawnMany) -> None:
+    def spawn(
+        self, parent: str, request: m.Spawn | m.SpawnMany, route: ReplyRoute | None = None
+    ) -> None:
         if isinstance(request, m.SpawnMany):
-            self._spawn_many(parent, request)
+            self._spawn_many(parent, request, route)
             return
+        reply = self._replier(parent, request.req, route)
         try:
             record = self._starts.register(
                 request.letter,
@@ -54,14 +64,21 @@ class ChildRequests:
                 retry=request.retry,
                 stall_after=request.stall_after,
                 not_before=request.not_before,
+                sandbox=request.sandbox,
             )
+        except (SpecError, SandboxUnavailable, LedgerGone) as exc:
+            # Raised in the unit as they are here (plain errors: they pickle whole).
+            reply(False, type(exc)(str(exc)))
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, exc)
+            reply(False, exc)
         else:
-            self._reply(parent, request.req, True, record.id)
+            reply(True, record.id)
 
-    def _spawn_many(self, parent: str, request: m.SpawnMany) -> None:
+    def _spawn_many(
+        self, parent: str, request: m.SpawnMany, route: ReplyRoute | None = None
+    ) -> None:
         """Children as one batch: checked whole, one transaction; per item its ID or error."""
+        reply = self._replier(parent, request.req, route)
         try:
             batch = None
             if request.max_workers is not None:
@@ -77,21 +94,30 @@ class ChildRequests:
                     retry=s.retry,
                     stall_after=s.stall_after,
                     not_before=s.not_before,
+                    sandbox=s.sandbox,
                 )
                 for s in request.items
             )
             answers = self._submit_many(rq.SubmitMany(items, batch))
+        except (SpecError, SandboxUnavailable, LedgerGone) as exc:
+            reply(False, type(exc)(str(exc)))
+            return
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+            reply(False, f"{type(exc).__name__}: {exc}")
             return
         value = [
             (False, f"{type(a).__name__}: {a}") if isinstance(a, BaseException) else (True, a.id)
             for a in answers
         ]
-        self._reply(parent, request.req, True, value)
+        reply(True, value)
 
-    def control(self, parent: str, request: m.Control) -> None:
-        """kill / cancel / stop / get for a unit's own descendants only."""
+    def control(self, parent: str, request: m.Control, route: ReplyRoute | None = None) -> None:
+        """kill / cancel / stop / get for a unit's own descendants only; ``list`` its
+        descendants (``workunits ls`` in the unit)."""
+        reply = self._replier(parent, request.req, route)
+        if request.op == "list":
+            reply(True, [r for r in self._units.registry if self._descends_from(r, parent)])
+            return
         try:
             target = self._units.get(request.target)  # memory, or the ledger once it left
             if not self._descends_from(target, parent):
@@ -105,12 +131,15 @@ class ChildRequests:
             else:
                 value = target
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, exc)
+            reply(False, exc)
         else:
-            self._reply(parent, request.req, True, value)
+            reply(True, value)
 
-    def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None:
-        reply_to_unit(self._units, parent, req, ok, value)
+    def _replier(self, parent: str, req: int, route: ReplyRoute | None) -> ReplyRoute:
+        """How to answer: through the route given, or the unit's channel (its actor)."""
+        if route is not None:
+            return route
+        return lambda ok, value: reply_to_unit(self._units, parent, req, ok, value)
 
     def _descends_from(self, record: WorkRecord, ancestor: str) -> bool:
         while record.parent is not None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from workunits._core.errors import (
     LedgerCorrupt,
     LedgerError,
+    LedgerGone,
     LedgerTampered,
     LedgerVersionError,
     NoLedger,
@@ -58,7 +59,14 @@ _FOR_GOOD = (
 
 
 def retryable(exc: BaseException) -> bool:
-    """A failure of the ledger's moment (full, I/O, locked, read-only), not of the write."""
+    """A failure of the ledger's moment (full, I/O, locked, read-only), not of the write.
+
+    A ledger that is gone (``LedgerGone``) counts as one: what could not be
+    written is held in memory, not durable, and said so, for as long as this
+    supervisor runs; it never lands, but it is not dropped either.
+    """
+    if isinstance(exc, LedgerGone):
+        return True
     return isinstance(exc, LedgerError) and not isinstance(exc, _FOR_GOOD)
 
 

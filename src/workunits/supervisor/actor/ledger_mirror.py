@@ -26,7 +26,7 @@ from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from workunits._core.clock import Clock
-from workunits._core.errors import LedgerError, SessionLost, UnknownWork, WorkunitsError
+from workunits._core.errors import LedgerError, LedgerGone, SessionLost, UnknownWork, WorkunitsError
 from workunits._core.record import Notification, WorkRecord, replace
 from workunits._core.restart import UNBOUNDED_ATTEMPTS
 from workunits._core.retry import counted
@@ -361,7 +361,24 @@ class LedgerMirror:
     # -- shutdown -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """At stop: land what waits (for up to CLOSE_RETRY_FOR s), end the session, close."""
+        """At stop: land what waits (for up to CLOSE_RETRY_FOR s), end the session, close.
+
+        A ledger that is gone (invariant 16) takes nothing more: what waits is
+        said and dropped at once, and no session end is written.
+        """
+        try:
+            self.ledger.check_in_place()
+        except LedgerGone as exc:
+            left = self.backlog.waiting()
+            log.error(  # noqa: TRY400 - the message is the cause
+                "ledger: closing with %d writes held in memory only, since the ledger is "
+                "gone (%s): %s",
+                len(left),
+                exc,
+                "; ".join(left[:20]) or "none",
+            )
+            self.ledger.close()
+            return
         left = self.backlog.drain(CLOSE_RETRY_FOR)
         if left:
             more = f"; and {len(left) - 20} more" if len(left) > 20 else ""

@@ -26,6 +26,7 @@ from workunits._core.mailbox import Mailbox
 from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.restart import Restart
 from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.status import Reason
 from workunits._ledger.listing import Query
@@ -98,6 +99,7 @@ class Register(Request[WorkRecord]):
     not_before: float | datetime.datetime | None = None  # seconds from now, or a time
     trace: str | None = None  # the submitter's current span (supervisor.tracing)
     batch: BatchLimit | None = None  # the batch it runs in (supervisor.actor.batches)
+    sandbox: Sandbox | None = None  # None: the default protection (or the parent's policy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ class Reruns:
             stall_after=old.stall_after,
             retry_of=work_id,
             restart=old.restart,
+            sandbox=old.sandbox,
         )
 
     def _launch_of(self, work_id: str) -> Launch:

@@ -20,9 +20,11 @@ from workunits._core.errors import SpecError, SupervisorClosed
 from workunits._core.record import Outcome, WorkRecord, replace
 from workunits._core.restart import Restart
 from workunits._core.retry import Retry, check_retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import NewUnit, UnitRow
 from workunits._pool import WorkerPool
+from workunits._sandbox.isolation import Isolation, refuse_cwd_inside
 from workunits._util import shell_log
 from workunits._wire.specs import ShellSpec
 from workunits._wire.submits import (
@@ -88,6 +90,7 @@ class Surroundings:
     report_pid: Callable[[str, int], None]  # any thread; no message of its own (``pids``)
     pool: WorkerPool | None = None  # workers for pooled units
     files: WarmFiles | None = None  # output files made ahead of launches; None: at launch
+    isolation: Isolation | None = None  # None: no policy is kept, nothing confined
 
 
 class Starts:
@@ -132,6 +135,7 @@ class Starts:
         retry_of: str | None = None,
         restart: Restart | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkRecord:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
@@ -154,6 +158,7 @@ class Starts:
             retry_of=retry_of,
             restart=restart,
             not_before=not_before,
+            sandbox=sandbox,
         )
         (entered,) = self.enter([prepared])
         if isinstance(entered, BaseException):
@@ -178,6 +183,7 @@ class Starts:
         reserved: int = 0,
         batch: BatchLimit | None = None,
         batch_reserved: int = 0,
+        sandbox: Sandbox | None = None,
     ) -> Prepared:
         """Validate a submit and build its row; nothing is written or started yet.
 
@@ -187,6 +193,7 @@ class Starts:
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
+        self._mirror.ledger.check_in_place()  # LedgerGone: no new work (invariant 16)
         kinds = self._units.kinds
         kind_class = kinds.actor_class(ids.validate_letter(letter))
         # The kind's code, on this (the supervisor's) thread: contained (``kind_code``).
@@ -206,10 +213,13 @@ class Starts:
             raise SpecError(f"only teammates restart; a {actor_class.kind} unit takes retry=")
         check_stall_after(stall_after)
         start_at = check_not_before(not_before, self._around.clock.now())
+        parent_policy = None
         if parent is not None:
             parent_record = self._units.lookup(parent)
             if is_terminal(parent_record.status):
                 raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
+            parent_policy = parent_record.sandbox
+        policy, unenforced = self._policy(actor_class, spec, sandbox, parent_policy)
         work_id = ids.mint(letter)
         while work_id in self._units:  # ~2.8e12 suffixes: practically never loops
             work_id = ids.mint(letter)
@@ -226,6 +236,8 @@ class Starts:
             stall_after=stall_after,
             restart=restart,
             not_before=start_at,
+            sandbox=policy,
+            unenforced=unenforced,
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
@@ -238,6 +250,29 @@ class Starts:
             record, actor_class, spec, timeout, key, max_attempts, starts_now=starts_now
         )
         return Prepared(record, actor_class, spec, timeout, starts_now, new, batch)
+
+    def _policy(
+        self,
+        actor_class: type[WorkActor],
+        spec: Any,
+        asked: Sandbox | None,
+        parent: Sandbox | None,
+    ) -> tuple[Sandbox | None, tuple[str, ...]]:
+        """The new unit's sandbox policy and what of it is not enforced (None: a kind that
+        runs no process here); SpecError, SandboxEscalation or SandboxUnavailable."""
+        isolation = self._around.isolation
+        if not actor_class.sandboxed or isolation is None:
+            if asked is not None:
+                raise SpecError(
+                    f"a {actor_class.kind} unit runs no process on this machine, so it takes "
+                    f"no sandbox= (the Ray kinds are out of the sandbox's scope)"
+                )
+            return None, ()
+        decided = isolation.decide(asked, parent)
+        hidden = isolation.on and decided.policy.confined
+        if hidden and isinstance(spec, ShellSpec) and spec.cwd is not None:
+            refuse_cwd_inside(spec.cwd, self._around.state_dir)
+        return decided.policy, decided.unenforced
 
     def enter(self, group: list[Prepared]) -> list[WorkRecord | BaseException]:
         """Write the rows of ``group`` in one fully synced commit; then admit each new one.
@@ -487,9 +522,11 @@ class Starts:
             report_pid=around.report_pid,
             report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
             tell_supervisor=tell,
-            pool=around.pool,
+            pool=None if around.pool is None else around.pool.for_policy(record.sandbox),
             files=around.files,
             traceparent=None if self.spans is None else self.spans.traceparent(work_id),
+            sandbox=record.sandbox,
+            isolation=around.isolation,
         )
         slot = self._units.slot(work_id)
         assert slot is not None  # the record is in the registry
@@ -502,8 +539,8 @@ class Starts:
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
             # The work may have been launched already; nobody would own it now.
             around.zygote.signal(work_id, signal.SIGKILL)
-            if around.pool is not None:  # a pooled unit's reserved place in the queue
-                around.pool.withdraw(work_id)
+            if binding.pool is not None:  # a pooled unit's reserved place in the queue
+                binding.pool.withdraw(work_id)
             error = f"could not start the unit: {exc!r}"
             self._endings.end(work_id, Outcome(Status.FAILED, error=error))
             return

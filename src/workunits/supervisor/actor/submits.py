@@ -96,6 +96,7 @@ class GroupedSubmits:
             reserved=kind_taken,
             batch=request.batch,
             batch_reserved=batch_taken,
+            sandbox=request.sandbox,
         )
         if self.spans is not None:
             self.spans.given(prepared.record.id, request.trace)

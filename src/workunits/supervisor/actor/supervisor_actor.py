@@ -32,11 +32,12 @@ from typing import Any
 import pykka
 
 from workunits._core.clock import Clock
-from workunits._core.errors import LedgerError, SessionLost, WorkunitsError
+from workunits._core.errors import LedgerError, LedgerGone, SessionLost, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason, Status
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
+from workunits._sandbox.isolation import Isolation
 from workunits._wire.actor_messages import (
     Answered,
     CheckpointReport,
@@ -118,12 +119,14 @@ class SupervisorActor(pykka.ThreadingActor):
         session_lease: float | None = None,
         shared_ledger: bool = False,
         on_session_lost: Callable[[], None] | None = None,
+        isolation: Isolation | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
         self._closing = False
         # Our session was taken over (its lease lapsed): see _lose_session.
         self._session_lost = False
+        self._ledger_gone = False  # said once (``_check_ledger_in_place``)
         self._on_session_lost = on_session_lost
         deadlines = Deadlines()
         self._mirror = LedgerMirror(ledger, session, clock, lease=session_lease)
@@ -164,6 +167,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._pids.report,
             pool,
             files,
+            isolation,
         )
         self._starts = Starts(
             units=units,
@@ -320,12 +324,12 @@ class SupervisorActor(pykka.ThreadingActor):
                 if not in_ledger:
                     self._mirror.mark_delivered(notice.id, notice.status)
                 self._eviction.acknowledged(notice.id)
-            case SpawnChild(parent, request):
-                self._children.spawn(parent, request)
-            case ControlChild(parent, request) if request.op == "signals":
+            case SpawnChild(parent, request, route):
+                self._children.spawn(parent, request, route)
+            case ControlChild(parent, request, None) if request.op == "signals":
                 self._signals.opened(parent, request.req)
-            case ControlChild(parent, request):
-                self._children.control(parent, request)
+            case ControlChild(parent, request, route):
+                self._children.control(parent, request, route)
             case SendFromUnit() | Answered() | MonitorEventReport():
                 self._messaging.between_units(message)
             case Tick():
@@ -457,6 +461,7 @@ class SupervisorActor(pykka.ThreadingActor):
         """
         now = self._clock.now()
         evicted = self._control.run_deadlines(now)
+        self._check_ledger_in_place()
         if self._session_lost:
             self._mirror.retry()  # lets go of what was queued (SessionLost is for good)
             return evicted
@@ -486,6 +491,16 @@ class SupervisorActor(pykka.ThreadingActor):
                 except LedgerError as exc:  # tried again at its next time
                     self._mirror.backlog.report(exc, "the outbox trim", kept=False)
         return evicted
+
+    def _check_ledger_in_place(self) -> None:
+        """Each tick: the ledger's files where they were (invariant 16)? Said once when not;
+        from then on submits raise LedgerGone and every write is held in memory."""
+        try:
+            self._mirror.ledger.check_in_place()
+        except LedgerGone as exc:
+            if not self._ledger_gone:
+                self._ledger_gone = True
+                log.error("supervisor: LEDGER GONE: %s", exc)  # noqa: TRY400 - the message is the cause
 
     def _lose_session(self, exc: SessionLost) -> None:
         """Our lease lapsed (we were stopped, or cut off) and another supervisor took
