@@ -42,17 +42,36 @@ HELLO_TIMEOUT = 5.0  # seconds a new connection has to say who it is
 ANSWER_TIMEOUT = 60.0  # seconds a request waits for the actor's answer
 
 
+# A socket's path holds at most 107 bytes: a long TMPDIR gives way to these.
+_MAX_PATH = 100
+_SHORT_TEMP_DIRS = ("/tmp", "/dev/shm")  # noqa: S108 - mkdtemp in them: a private dir
+
+
+def _private_dir() -> str:
+    """A new 0700 directory for the socket, in the system's temp dir if its path is short."""
+    for where in (tempfile.gettempdir(), *_SHORT_TEMP_DIRS):
+        if len(where) + 60 <= _MAX_PATH and os.access(where, os.W_OK | os.X_OK):
+            return tempfile.mkdtemp(prefix=f"workunits-{os.geteuid()}-gateway-", dir=where)
+    raise OSError(f"no temp dir with a path short enough for a socket ({_MAX_PATH} bytes)")
+
+
 class Gateway:
     """One supervisor's gateway; ``close`` ends it (any thread)."""
 
     def __init__(self, tell: Callable[[object], None]) -> None:
+        """OSError when no socket can be made (the caller goes on without a gateway)."""
         self._tell = tell
         self._key = secrets.token_bytes(32)
-        self._dir = tempfile.mkdtemp(prefix=f"workunits-{os.geteuid()}-gateway-")
+        self._dir = _private_dir()
         self.path = os.path.join(self._dir, "gateway.sock")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(self.path)
-        self._server.listen(64)
+        try:
+            self._server.bind(self.path)
+            self._server.listen(64)
+        except OSError:
+            self._server.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
         # Guards _conns and _closed: a set's add/discard and a flag, O(1).
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()

@@ -9,6 +9,7 @@ once the facade has ended the work. Runs in the caller's thread.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ from workunits.supervisor.gateway import Gateway
 
 if TYPE_CHECKING:
     from workunits._ledger.postgres.listen import WakeListener
+
+
+log = logging.getLogger(__name__)
 
 
 def builtin_kinds(ray: RayRuntime, extra: Mapping[str, type[WorkActor]]) -> Kinds:
@@ -94,6 +98,16 @@ def _listener(url: str, wake: Callable[[], None]) -> WakeListener:
     from workunits._ledger.postgres.listen import WakeListener  # noqa: PLC0415 - optional
 
     return WakeListener(url, wake)
+
+
+def _gateway(tell: Callable[[object], None]) -> Gateway | None:
+    """The gateway of ``workunits`` commands inside units; None (said) when none can be made:
+    those commands then say they cannot reach the supervisor."""
+    try:
+        return Gateway(tell)
+    except OSError as exc:
+        log.warning("supervisor: no gateway for commands inside units: %s", exc)
+        return None
 
 
 class Machinery:
@@ -178,7 +192,7 @@ class Machinery:
         )
         self.channel = ActorChannel(self._ref, options.ask_timeout)
         # ``workunits`` commands inside confined units reach us here (the state dir is hidden).
-        self.gateway = Gateway(self.channel.tell) if isolation.on else None
+        self.gateway = _gateway(self.channel.tell) if isolation.on else None
         if self.gateway is not None:
             isolation.unit_env = self.gateway.environment
         self._last_tick: pykka.Future[Any] | None = None  # the Ticker's thread only
