@@ -89,6 +89,7 @@ def sibling(isup: wu.Supervisor) -> Iterator[wu.WorkRecord]:
 
 
 def zygote_of(sup: wu.Supervisor) -> int:
+    sup._machinery.zygote.start()  # started in the background: it may not be up yet
     pid = sup._machinery.zygote.pid
     assert pid is not None
     return pid
@@ -414,7 +415,7 @@ def test_the_runtime_processes_are_not_dumpable(isup: wu.Supervisor) -> None:
         pytest.skip("root owns every /proc file: non-dumpable shows only to another user")
     zygote = zygote_of(isup)
     for pid in (os.getpid(), zygote, parent_of(zygote)):
-        assert os.stat(f"/proc/{pid}").st_uid == 0, pid
+        assert os.stat(f"/proc/{pid}/environ").st_uid == 0, pid
     with pytest.raises(PermissionError):
         Path(f"/proc/{zygote}/environ").read_bytes()
 

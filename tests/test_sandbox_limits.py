@@ -60,10 +60,20 @@ def assert_ended_by(record: wu.WorkRecord, reason: wu.Reason) -> None:
 
 def allocate_in(where: str, nbytes: int) -> None:
     """Allocate ``nbytes`` (touched) in this process, a thread, or a setsid grandchild."""
-    if where == "thread":
-        thread = threading.Thread(target=lambda: bytearray(nbytes))
+    if where == "thread":  # what a thread raised, the program raises in the end
+        failed: list[BaseException] = []
+
+        def allocate() -> None:
+            try:
+                bytearray(nbytes)
+            except MemoryError as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=allocate)
         thread.start()
         thread.join()
+        if failed:
+            raise failed[0]
         raise SystemExit(1)
     if where == "grandchild":
         pid = os.fork()

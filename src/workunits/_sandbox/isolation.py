@@ -82,7 +82,8 @@ class Isolation:
 
     def zygote_reported(self, missing: tuple[str, ...]) -> None:
         """The zygote's word on what it could not make (its handshake)."""
-        namespace = [m for m in missing if m.startswith("hide-state-dir")]
+        prefix = "hide-state-dir: "
+        namespace = [m.removeprefix(prefix) for m in missing if m.startswith(prefix)]
         self.machine = self.machine.with_namespace(namespace[0] if namespace else None)
 
     def missing(self) -> list[str]:

@@ -148,6 +148,9 @@ class UnitNamespace:
 
 def _make(hiding: Hiding, uid: int, gid: int) -> None:
     """In the helper: a new mount namespace (owned by a new user namespace unless root)."""
+    # The zygote is not dumpable, nor its fork: its /proc/self files are root's, and a
+    # user other than root could not write its own maps, nor the zygote open them.
+    _libc.set_dumpable(True)
     if uid == 0:
         _libc.unshare(_libc.CLONE_NEWNS)
     else:

@@ -164,6 +164,11 @@ class UnitIsolation:
         plan needs fails: the unit must not run unconfined.
         """
         try:
+            # The zygote is not dumpable, nor its fork: a process that is not cannot write
+            # its own /proc/self/uid_map (a user namespace of its own, below), and a unit
+            # is a process like any.
+            with contextlib.suppress(OSError):
+                _libc.set_dumpable(True)
             if plan is None or not self.on:
                 return
             limits.join(unit_limits.directories)
@@ -204,8 +209,6 @@ class UnitIsolation:
                 seccomp.load(seccomp.network_program(tcp=plan.network is not False))
         finally:
             self.forget()
-            with contextlib.suppress(OSError):
-                _libc.set_dumpable(True)  # the zygote is not; the unit is a process like any
 
     def _landlock(self, plan: Confinement, output_fds: tuple[int, ...]) -> None:
         if plan.is_default and self.default_ruleset is not None:
