@@ -88,6 +88,11 @@ def run(
     return result
 
 
+def machinery(sup: wu.Supervisor) -> Any:
+    """The supervisor's processes and threads (``_runtime`` on a tree from before them)."""
+    return getattr(sup, "_machinery", None) or sup._runtime  # type: ignore[attr-defined]
+
+
 def blocked(verdict: str) -> bool:
     return verdict.startswith(BLOCKED)
 

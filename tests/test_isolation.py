@@ -31,6 +31,7 @@ from .sandbox_support import (
     alive,
     blocked,
     landlock,
+    machinery,
     namespace,
     need,
     run,
@@ -72,7 +73,7 @@ def ssup(tmp_path_factory: pytest.TempPathFactory, secret: Path) -> Iterator[wu.
     os.environ["WORKUNITS_SECRET_FILE"] = str(secret)
     try:
         sup = wu.Supervisor(state, install_signal_handlers=False)
-        sup._machinery.zygote.start()
+        machinery(sup).zygote.start()
     finally:
         del os.environ["WORKUNITS_SECRET_FILE"]
     with sup:
@@ -89,10 +90,10 @@ def sibling(isup: wu.Supervisor) -> Iterator[wu.WorkRecord]:
 
 
 def zygote_of(sup: wu.Supervisor) -> int:
-    sup._machinery.zygote.start()  # started in the background: it may not be up yet
-    pid = sup._machinery.zygote.pid
+    machinery(sup).zygote.start()  # started in the background: it may not be up yet
+    pid = machinery(sup).zygote.pid
     assert pid is not None
-    return pid
+    return int(pid)
 
 
 # -- the state dir and the runtime's secrets ------------------------------------------
@@ -345,7 +346,7 @@ def test_setuid_programs_run_without_their_privileges(isup: wu.Supervisor) -> No
 def test_a_unit_confined_by_default_says_so(isup: wu.Supervisor) -> None:
     record = isup.wait(isup.shell(["true"]).id, timeout=30)
     assert record.sandbox == wu.Sandbox()
-    assert record.unenforced == tuple(isup._machinery.isolation.missing())
+    assert record.unenforced == tuple(machinery(isup).isolation.missing())
 
 
 def test_sandbox_none_runs_a_unit_unconfined(isup: wu.Supervisor) -> None:
@@ -393,7 +394,7 @@ def test_the_missing_protections_are_said_once_at_start(
     with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
         sup.wait(sup.shell(["true"]).id, timeout=30)
         sup.wait(sup.shell(["true"]).id, timeout=30)
-        missing = sup._machinery.isolation.missing()
+        missing = machinery(sup).isolation.missing()
     err = capfd.readouterr().err
     notices = [line for line in err.splitlines() if "less than full isolation" in line]
     assert len(notices) == (1 if missing else 0), err

@@ -21,7 +21,7 @@ import pytest
 
 import workunits as wu
 
-from .sandbox_support import WAIT, need, pids_limit
+from .sandbox_support import WAIT, machinery, need, pids_limit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,7 +40,7 @@ def cgroup_memory(machine: object) -> str | None:
 
 
 def unit_cgroups(sup: wu.Supervisor) -> str | None:
-    return None if sup._machinery.zygote.pid and _v2_units(sup) else "needs a cgroup v2 per unit"
+    return None if machinery(sup).zygote.pid and _v2_units(sup) else "needs a cgroup v2 per unit"
 
 
 def _v2_units(sup: wu.Supervisor) -> bool:

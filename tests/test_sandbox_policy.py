@@ -31,6 +31,7 @@ from .sandbox_support import (
     WAIT,
     blocked,
     landlock,
+    machinery,
     namespace,
     need,
     run,
@@ -349,7 +350,7 @@ def test_an_agent_transcript_starts_with_its_policy(psup: wu.Supervisor, work: P
 def test_what_cannot_be_enforced_fails_the_submit_unless_not_required(
     psup: wu.Supervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    isolation = psup._machinery.isolation
+    isolation = machinery(psup).isolation
     blind = dataclasses.replace(isolation.machine, seccomp=False)
     monkeypatch.setattr(isolation, "machine", blind)
     with pytest.raises(wu.SandboxUnavailable, match="network"):
