@@ -41,7 +41,7 @@ FROM_UNITS: frozenset[tuple[str, str]] = frozenset(
         for name in (
             "Progress",
             "Checkpoint",
-            "Result",
+            "ReturnValue",
             "Error",
             "NoticeTaken",
             "OutputCapped",
