@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from tests.http.server import Served
-from tests.mcp_server.harness import call, read_all, stdio
+from tests.mcp_server.harness import call, fail, read_all, stdio
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,3 +48,19 @@ def test_attached_to_a_running_serve(tmp_path: Path, through: str) -> None:
     finally:
         served.stop()
     assert not (tmp_path / "unused").exists()  # no supervisor of its own
+
+
+def test_attached_it_refuses_a_sandbox_its_client_cannot_carry(tmp_path: Path) -> None:
+    served = Served(tmp_path / "fleet")
+    try:
+
+        async def scenario() -> None:
+            options = ("--connect", str(served.state_dir))
+            async with stdio(tmp_path / "unused", *options, cwd=tmp_path) as c:  # workspace
+                refused = await fail(c, "start_shell", command="true")
+                assert "cannot enforce sandbox workspace" in refused
+                assert "--sandbox none" in refused
+
+        anyio.run(scenario)
+    finally:
+        served.stop()

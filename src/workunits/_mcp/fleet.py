@@ -12,6 +12,7 @@ threads (``anyio.to_thread``), never on the event loop.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +39,12 @@ class Fleet:
     def __init__(self, backend: Supervisor | Client | HttpClient, where: str) -> None:
         self.backend = backend
         self.where = where
+
+    @property
+    def carries_sandbox(self) -> bool:
+        """Whether the backend's submits take ``sandbox=`` (a Supervisor's do; a
+        client's once its submit options carry it)."""
+        return "sandbox" in inspect.signature(self.backend.shell).parameters
 
     # -- starting ------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ directory inside the operator's workspace is narrower than the workspace.
 
 Units run confined by ``wu.Sandbox`` (DESIGN §5: ``Sandbox.workspace(path)``,
 ``Sandbox.read_only()``, ``Sandbox.none()``). Where it cannot be enforced --
-the machine lacks the kernel features, or this workunits has no ``Sandbox``
-yet -- the server refuses to start units and says why, unless the operator
-passed ``--sandbox none`` explicitly. Everything that knows how a policy
+the machine lacks the kernel features (the supervisor's submit says which),
+or the server reaches a running ``serve`` through a client whose submits
+carry no policy yet -- the server refuses to start units and says why,
+unless the operator passed ``--sandbox none`` explicitly. Everything that knows how a policy
 becomes submit options is in this module.
 """
 
@@ -86,13 +87,22 @@ def check_cwd(policy: Policy, cwd: Path) -> None:
         )
 
 
-def submit_options(policy: Policy) -> dict[str, Any]:
+def submit_options(policy: Policy, *, carried: bool = True) -> dict[str, Any]:
     """The submit options that confine a unit to ``policy``.
 
-    SandboxRefused when it cannot be enforced here. ``none`` needs no option.
+    SandboxRefused when it cannot be enforced here, or when the fleet's submits
+    do not carry a sandbox (``carried=False``: a client of a running ``serve``
+    whose calls take no ``sandbox=`` yet). ``none`` needs no option.
     """
     if policy.preset == "none":
         return {}
+    if not carried:
+        raise SandboxRefused(
+            f"this server cannot enforce sandbox {policy.describe()}: it reaches its "
+            "supervisor through --connect, whose submits carry no sandbox policy yet; "
+            "the operator may start it with --sandbox none (units then run under the "
+            "supervisor's default protection only) or without --connect"
+        )
     import workunits as wu  # noqa: PLC0415 - the public API, loaded on first use
 
     sandbox = getattr(wu, "Sandbox", None)

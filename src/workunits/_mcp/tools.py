@@ -100,7 +100,7 @@ class Tools:
     async def _start_shell(self, args: dict[str, Any], session: str) -> Answer:
         command = _text(args, "command")
         policy, cwd = self._confine(args)
-        extra = sandbox.submit_options(policy)
+        extra = sandbox.submit_options(policy, carried=self.fleet.carries_sandbox)
         await self._room()
         work_id = await self._run(
             lambda: self.fleet.shell(
@@ -124,7 +124,7 @@ class Tools:
             )
             raise ToolFailure(f"target {target!r} is not allowed here; allowed: {allowed}")
         policy, _cwd = self._confine(args)
-        extra = sandbox.submit_options(policy)
+        extra = sandbox.submit_options(policy, carried=self.fleet.carries_sandbox)
         await self._room()
         call_args = args.get("args") or []
         call_kwargs = args.get("kwargs") or {}
