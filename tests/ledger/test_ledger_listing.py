@@ -178,13 +178,14 @@ def test_a_version_8_ledger_gains_indexes_counts_and_search(tmp_path: Path) -> N
         conn.execute("DROP INDEX units_parent")
         conn.execute("CREATE INDEX units_parent ON units (parent) WHERE parent IS NOT NULL")
         conn.execute("ALTER TABLE units DROP COLUMN trace_context")
+        conn.execute("ALTER TABLE units DROP COLUMN sandbox")  # version 10's
         conn.execute("PRAGMA user_version = 8")
     with Ledger(state) as ledger:
         assert ledger.listing.counts() == {("agent", "pending"): 3, ("shell", "pending"): 3}
         assert {r.id for r in ledger.listing.page(Filter(text="docs"), limit=None)} == {
             u.id for u in news if u.description == "index the docs"
         }
-    assert schema_mod.SCHEMA_VERSION == 9
+    assert schema_mod.SCHEMA_VERSION == 10
 
 
 @pytest.mark.sqlite_only
