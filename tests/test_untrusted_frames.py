@@ -35,3 +35,25 @@ class _RunsCode:
 def test_a_frame_that_names_any_other_callable_is_refused() -> None:
     with pytest.raises(pickle.UnpicklingError, match=r"posix\.getcwd, which it may not send"):
         unit_frames().feed(encode(_RunsCode()))
+
+
+# Frames only the supervisor sends (to a unit); every other frame class is a unit's to send.
+TO_UNITS = {
+    "CancelRequested",
+    "SignalArrived",
+    "Reply",
+    "ChildEnded",
+    "Deliver",
+    "Stop",
+    "ProxyCall",
+}
+
+
+def test_every_frame_a_unit_sends_is_allowed() -> None:
+    defined = {
+        name
+        for name, value in vars(frames).items()
+        if isinstance(value, type) and value.__module__ == frames.__name__
+    }
+    allowed = {name for module, name in FROM_UNITS if module == frames.__name__}
+    assert defined - TO_UNITS - allowed == set(), "a new frame: allow it, or list it as TO_UNITS"

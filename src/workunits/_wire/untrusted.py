@@ -46,6 +46,7 @@ FROM_UNITS: frozenset[tuple[str, str]] = frozenset(
             "NoticeTaken",
             "OutputCapped",
             "Spawn",
+            "SpawnMany",
             "Control",
             "Send",
             "Answer",
