@@ -58,7 +58,7 @@ def spawn_many(
     ctx: UnitContext, calls: Iterable[AgentCall], max_workers: int | None
 ) -> list[ChildHandle]:
     """Start the calls as child agents in one batch; their handles, in order."""
-    from workunits._unit.context import ChildHandle  # noqa: PLC0415 - a cycle otherwise
+    from workunits._unit.context import ChildHandle, plain_data  # noqa: PLC0415 - a cycle otherwise
 
     if max_workers is not None:
         check_max_workers(max_workers)
@@ -76,7 +76,8 @@ def spawn_many(
         except WorkunitsError as exc:
             raise _item_error(index, exc) from exc
         name = spec.name if call.description is None else call.description
-        items.append(m.Spawn(0, "a", spec, name, call.timeout, call.key))
+        # As data the supervisor's restricted reader loads: no code (``plain_data``).
+        items.append(m.Spawn(0, "a", plain_data(spec), name, call.timeout, call.key))
     ctx._raise_if_cancelled()
     answers = ctx._request(lambda req: m.SpawnMany(req, tuple(items), max_workers))
     results: list[ChildHandle | BaseException] = [
