@@ -149,6 +149,18 @@ def _log(client: Client, row: UnitRow) -> str | None:
         return kept  # keep_output: the log itself (readlink says EINVAL)
 
 
+def _attempts(row: UnitRow) -> str:
+    resumable = "resumable" if row.resumable else "not resumable"
+    handed = handed_over(row.attempts)
+    if handed:  # deploys raise the attempt but count as no failure (invariant 13)
+        used = counted(row.attempt, row.attempts)
+        return (
+            f"{row.attempt}: {used} of {row.max_attempts} counted, "
+            f"{handed} handed over at deploys ({resumable})"
+        )
+    return f"{row.attempt} of {row.max_attempts} ({resumable})"
+
+
 def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> RenderableType:
     head = Text.assemble(
         (row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row, supervised)
@@ -171,17 +183,7 @@ def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> Ren
         if row.started_at is not None:
             field("ran for", _render.age(row.ended_at - row.started_at))
         field("outcome", _outcome(row))
-    resumable = "resumable" if row.resumable else "not resumable"
-    handed = handed_over(row.attempts)
-    if handed:  # deploys raise the attempt but count as no failure (invariant 13)
-        used = counted(row.attempt, row.attempts)
-        attempts = (
-            f"{row.attempt}: {used} of {row.max_attempts} counted, "
-            f"{handed} handed over at deploys ({resumable})"
-        )
-    else:
-        attempts = f"{row.attempt} of {row.max_attempts} ({resumable})"
-    field("attempts", attempts)
+    field("attempts", _attempts(row))
     field("session", row.session)
     field("pid", _pid(row))
     if row.progress is not None or row.progress_message:
@@ -195,10 +197,8 @@ def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> Ren
         field(f"attempt {earlier.attempt}", Text(earlier.describe(), style=style))
     field("retry of", row.retry_of)
     field("stall after", None if row.stall_after is None else f"{row.stall_after:g} s")
-    if row.sandbox is not None:
-        field("sandbox", Text(row.sandbox.describe()))
-    if row.unenforced:
-        field("not enforced", Text("; ".join(row.unenforced), style="yellow"))
+    field("sandbox", None if row.sandbox is None else Text(row.sandbox.describe()))
+    field("not enforced", Text("; ".join(row.unenforced), style="yellow") or None)
     field("checkpoint", _checkpoint(row))
     field("retained", f"by {row.retain} viewer(s)" if row.retain else None)
     if row.cancel_requested and not is_terminal(row.status):

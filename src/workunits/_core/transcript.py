@@ -116,6 +116,13 @@ def _progress(event: Mapping[str, Any]) -> str:
     return f"[progress] {pct}{event.get('message', '')}"
 
 
+def _sandbox(event: Mapping[str, Any]) -> str:
+    policy = event.get("policy")
+    missing = event.get("not_enforced") or []
+    shown = _json(policy) if policy else "default protection"
+    return f"[sandbox] {shown}" + (f"; not enforced: {'; '.join(missing)}" if missing else "")
+
+
 def _json(value: object) -> str:
     return orjson.dumps(value, default=repr).decode()[:200]
 
@@ -135,10 +142,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "cancelled": lambda e: "[cancelled] stopped where the cancel was asked for",
     "exit": lambda e: f"[exit] sys.exit with code {e.get('code')}",
     "start": lambda e: f"[start] {e.get('id')} attempt {e.get('attempt')} pid {e.get('pid')}",
-    "sandbox": lambda e: (
-        f"[sandbox] {_json(e.get('policy')) if e.get('policy') else 'default protection'}"
-        + (f"; not enforced: {'; '.join(e.get('not_enforced') or [])}" if e.get("not_enforced") else "")
-    ),
+    "sandbox": _sandbox,
     "handed-over": lambda e: (
         f"[handed-over] attempt {e.get('attempt')} stopped at a deploy; "
         f"the next supervisor resumes it"
