@@ -119,8 +119,8 @@ def test_a_pooled_unit_runs_returns_and_keeps_its_output_and_one_notice(
     assert psup.result(h.id) == record.pid
     events = [orjson.loads(line) for line in record.output_tail.splitlines()]
     types = [e["type"] for e in events]
-    assert types == ["sandbox", "start", "stdout", "result", "end"]
-    assert events[2]["data"] == "hello from a worker\n"
+    assert types == ["start", "stdout", "result", "end"]
+    assert events[1]["data"] == "hello from a worker\n"
     notice = mailbox.get(timeout=WAIT)
     assert isinstance(notice, Notification)
     assert (notice.id, notice.status) == (h.id, wu.Status.COMPLETED)

@@ -340,9 +340,10 @@ def test_an_agent_transcript_starts_with_its_policy(psup: wu.Supervisor, work: P
     first = orjson.loads(
         (psup.state_dir / "transcripts" / f"{handle.id}.jsonl").read_bytes().splitlines()[0]
     )
-    assert first["type"] == "sandbox"
-    assert first["policy"] == {"write": [str(work)], "network": False}
-    assert any(line.startswith("filesystem: Landlock") for line in first["enforced"]) or (
+    assert first["type"] == "start"  # the first line says what the unit runs under
+    under = first["sandbox"]
+    assert under["policy"] == {"write": [str(work)], "network": False}
+    assert any(line.startswith("filesystem: Landlock") for line in under["enforced"]) or (
         Path("/proc/self").exists() and not need(lambda m: None).landlock
     )
 

@@ -116,11 +116,18 @@ def _progress(event: Mapping[str, Any]) -> str:
     return f"[progress] {pct}{event.get('message', '')}"
 
 
-def _sandbox(event: Mapping[str, Any]) -> str:
-    policy = event.get("policy")
-    missing = event.get("not_enforced") or []
+def _start(event: Mapping[str, Any]) -> str:
+    line = f"[start] {event.get('id')} attempt {event.get('attempt')} pid {event.get('pid')}"
+    sandbox = event.get("sandbox")
+    return line if not isinstance(sandbox, Mapping) else f"{line}; {_sandbox(sandbox)}"
+
+
+def _sandbox(sandbox: Mapping[str, Any]) -> str:
+    """The policy a unit runs under (``{}``: the default protection) and what was not enforced."""
+    policy = sandbox.get("policy")
+    missing = sandbox.get("not_enforced") or []
     shown = _json(policy) if policy else "default protection"
-    return f"[sandbox] {shown}" + (f"; not enforced: {'; '.join(missing)}" if missing else "")
+    return f"sandbox {shown}" + (f"; not enforced: {'; '.join(missing)}" if missing else "")
 
 
 def _json(value: object) -> str:
@@ -141,8 +148,7 @@ _RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "error": lambda e: f"[error] {e.get('error_type')}: {e.get('message')}",
     "cancelled": lambda e: "[cancelled] stopped where the cancel was asked for",
     "exit": lambda e: f"[exit] sys.exit with code {e.get('code')}",
-    "start": lambda e: f"[start] {e.get('id')} attempt {e.get('attempt')} pid {e.get('pid')}",
-    "sandbox": _sandbox,
+    "start": _start,
     "handed-over": lambda e: (
         f"[handed-over] attempt {e.get('attempt')} stopped at a deploy; "
         f"the next supervisor resumes it"

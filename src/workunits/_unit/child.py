@@ -144,9 +144,9 @@ def _begin(
         call.transcript_cap,
         on_cap=lambda: _report_cap(ctx, call.transcript_cap),
     )
-    if call.sandbox is not None:  # first: what the unit runs under, and what is enforced
-        capture.write("sandbox", **call.sandbox)
-    capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid())
+    # The first line says what the unit runs under, and what of it is enforced.
+    under = {} if call.sandbox is None else {"sandbox": call.sandbox}
+    capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid(), **under)
     return ctx
 
 
