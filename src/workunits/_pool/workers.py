@@ -325,13 +325,15 @@ class WorkerPool:
 
     def _hand_over(self, worker: _Worker, job: _Job) -> None:
         """Send ``job`` to ``worker`` (assigned under the lock already)."""
+        # Its pid first: once sent, the unit may end (on the Reaper thread) before this
+        # thread goes on, and a unit's end must come after its pid (supervisor's pids).
+        self._tell_spawned(worker, job)
         # A worker that is dying refuses the send; its exit ends this unit, as a crash would.
         # Plain pickle: the call's code is inside its payload, already pickled bytes.
         with contextlib.suppress(OSError):
             fds = [job.transcript_fd, job.channel_fd]
             framing.send(worker.sock, RunUnit(job.call), fds, plain=True)
         job.release_fds()  # the worker holds its own copies now
-        self._tell_spawned(worker, job)
 
     def _kill_now(self, worker: _Worker) -> None:
         """SIGKILL the worker through its pidfd (any thread): a kill of its unit lands at
@@ -342,12 +344,17 @@ class WorkerPool:
 
     def _tell_spawned(self, worker: _Worker, job: _Job) -> None:
         with self._lock:
-            pid, pidfd = worker.pid, worker.pidfd
-            if pid is None or pidfd is None or job.told_spawned or worker.job is not job:
-                return
-            job.told_spawned = True
-            dup = os.dup(pidfd)
-        job.events.spawned(pid, dup)
+            told = self._spawned_news(worker, job)
+        if told is not None:
+            job.events.spawned(*told)
+
+    def _spawned_news(self, worker: _Worker, job: _Job) -> tuple[int, int] | None:
+        """Under the lock: the pid and a pidfd to tell ``job`` of, once (None: not now)."""
+        pid, pidfd = worker.pid, worker.pidfd
+        if pid is None or pidfd is None or job.told_spawned or worker.job is not job:
+            return None
+        job.told_spawned = True
+        return pid, os.dup(pidfd)
 
     # -- the Reaper thread -------------------------------------------------------------
 
@@ -361,7 +368,11 @@ class WorkerPool:
                 job = worker.job
                 if job is None or job.call.unit_id != frame.unit_id:
                     continue
+                # A worker whose own start was told late: its pid still before its end.
+                told = self._spawned_news(worker, job)
                 worker.job = None
+            if told is not None:
+                job.events.spawned(*told)
             job.events.exited(frame.code, None)
             self._serve_waiting(start_here=False)  # the Reaper thread
 
