@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import sqlite3
 from pathlib import Path
@@ -15,6 +16,7 @@ from workunits._core import ids as _ids
 from workunits._core.errors import SpecError, UnknownWork
 from workunits._ledger import Call, Ledger, NewUnit, Write, listing
 from workunits._ledger.listing import Filter, Mark, Total, matches, words
+from workunits._ledger.rows import LISTED_COLUMNS
 from workunits._ledger.sqlite import schema as schema_mod
 
 DESCRIPTIONS = ("migrate repo-17 now", "index the docs", "Résumé builder", "migrate repo-2")
@@ -186,6 +188,63 @@ def test_a_version_8_ledger_gains_indexes_counts_and_search(tmp_path: Path) -> N
             u.id for u in news if u.description == "index the docs"
         }
     assert schema_mod.SCHEMA_VERSION == 10
+
+
+# The columns a listed page leaves for ``get``: a unit's values, whatever their size.
+VALUE_COLUMNS = {
+    *(f"{v}{suffix}" for v in ("spec", "result", "cause") for suffix in ("", "_format", "_mac")),
+    *(f"{v}_versions" for v in ("spec", "result", "cause")),
+    *("spec_file", "result_file", "checkpoint", "checkpoint_file", "checkpoint_mac"),
+    *("output_tail", "trace_context"),
+}
+
+
+def test_a_listed_row_is_the_full_row_without_its_values(ledger: Ledger) -> None:
+    """A page reads what a list shows; ``get`` the rest. Nothing else differs."""
+    (unit,) = _fill(ledger, 1)
+    ledger.attempts.write_many([Write(unit.id, 1, {"status": "running", "started_at": 101.0})])
+    assert ledger.attempts.save_checkpoint(unit.id, 1, {"done": [1, 2]})
+    ended = {
+        "status": "failed",
+        "ended_at": 105.0,
+        "output_tail": b"x" * 65536,
+        "output_bytes": 1 << 20,
+        "error": "RuntimeError: no",
+        "exit_code": 1,
+        "progress": 0.5,
+        "progress_message": "half",
+        "trace_context": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+    }
+    ledger.attempts.write_many([Write(unit.id, 1, ended, result={"partial": True})])
+    full = ledger.units.require(unit.id)
+    assert full.output_tail and full.result and full.checkpoint and full.trace_context
+    (listed,) = ledger.listing.page(Filter(), limit=None)
+    assert listed.listed and not full.listed
+    assert listed == dataclasses.replace(
+        full,
+        spec=None,
+        output_tail=b"",
+        checkpoint=None,
+        checkpoint_file=None,
+        checkpoint_mac=None,
+        result=None,
+        cause=None,
+        trace_context=None,
+        listed=True,
+    )
+    assert ledger.units.list()[0] == full  # the ledger's own readers keep every column
+    assert ledger.units.records([listed])[0] == dataclasses.replace(
+        ledger.units.record(full), output_tail=b"", result=None, result_format=None, cause=None
+    )
+
+
+@pytest.mark.sqlite_only
+def test_every_column_is_listed_or_a_value(ledger: Ledger) -> None:
+    """A new column of ``units`` must be placed: in a list's columns, or left for ``get``."""
+    conn = ledger._db.conn  # type: ignore[attr-defined]
+    columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(units)")}
+    assert set(LISTED_COLUMNS) == columns - VALUE_COLUMNS
+    assert VALUE_COLUMNS <= columns
 
 
 @pytest.mark.sqlite_only

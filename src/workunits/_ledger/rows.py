@@ -72,6 +72,50 @@ EXTRA_COLUMNS = (
 TERMINAL = tuple(s.value for s in Status if is_terminal(s))
 IN_TERMINAL = f"({', '.join('?' * len(TERMINAL))})"
 
+# The columns a listed row reads (``UnitRow.from_sql(row, listed=True)``): what a
+# record shows in a list, without the values a unit keeps (its output tail, up to
+# 64 KiB; its spec, result, cause and checkpoint), which ``get`` reads. A page of
+# listed rows costs its row count, not the size of what each unit wrote.
+LISTED_COLUMNS = (
+    "id",
+    "kind",
+    "status",
+    "parent",
+    "description",
+    "key",
+    "spec_hash",
+    "attempt",
+    "max_attempts",
+    "resumable",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "signal",
+    "error",
+    "reason",
+    "output_path",
+    "output_bytes",
+    "progress",
+    "progress_message",
+    "cancel_requested",
+    "retain",
+    "output_offset",
+    "session",
+    "pid",
+    "expire_at",
+    "expired_at",
+    "progress_at",
+    "progress_evidence",
+    "retry_policy",
+    "retry_at",
+    "attempts_log",
+    "retry_of",
+    "stall_after",
+    "not_before",
+    "sandbox",
+)
+
 T = TypeVar("T")
 
 
@@ -225,6 +269,9 @@ class UnitRow:
     trace_context: str | None = None  # its span's traceparent (supervisor.tracing)
     sandbox: Sandbox | None = None
     unenforced: tuple[str, ...] = ()
+    # Read for a list (``LISTED_COLUMNS``): the spec, output tail, result, cause,
+    # checkpoint and trace context were not read, and read as empty here.
+    listed: bool = False
 
     @property
     def expired(self) -> bool:
@@ -338,13 +385,60 @@ class UnitRow:
         )
 
     @classmethod
-    def from_sql(cls, row: Row) -> UnitRow:
-        work_id = row["id"]
-        if not (isinstance(work_id, str) and ids.is_valid(work_id)):
-            raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
-        c = _Columns(row, work_id)
+    def from_sql(cls, row: Row, *, listed: bool = False) -> UnitRow:
+        """The row decoded; ``listed``: a row of ``LISTED_COLUMNS`` only (see there)."""
+        c = _Columns(row)
+        work_id = c.id
         policy = c.parsed("retry_policy", policy_from_json)
         sandbox = c.parsed("sandbox", _sandbox_column)
+        if listed:
+            return cls(
+                id=work_id,
+                kind=c.req("kind", str),
+                status=c.req("status", Status),
+                parent=c.opt("parent", _work_id),
+                description=c.req("description", str),
+                key=c.opt("key", str),
+                spec_hash=c.req("spec_hash", str),
+                spec=None,
+                attempt=c.req("attempt", int),
+                max_attempts=c.req("max_attempts", int),
+                resumable=c.req("resumable", bool),
+                created_at=c.req("created_at", float),
+                started_at=c.opt("started_at", float),
+                ended_at=c.opt("ended_at", float),
+                exit_code=c.opt("exit_code", int),
+                signal=c.opt("signal", int),
+                error=c.opt("error", str),
+                reason=c.opt("reason", Reason),
+                output_path=c.opt("output_path", str),
+                output_bytes=c.req("output_bytes", int),
+                output_tail=b"",
+                progress=c.opt("progress", float),
+                progress_message=c.opt("progress_message", str),
+                checkpoint=None,
+                result=None,
+                cause=None,
+                cancel_requested=c.req("cancel_requested", bool),
+                retain=c.req("retain", int),
+                output_offset=c.req("output_offset", int),
+                session=c.opt("session", str),
+                pid=c.opt("pid", int),
+                expire_at=c.opt("expire_at", float),
+                expired_at=c.opt("expired_at", float),
+                progress_at=c.opt("progress_at", float),
+                evidence=c.json("progress_evidence"),
+                retry=policy if isinstance(policy, Retry) else None,
+                restart=policy if isinstance(policy, Restart) else None,
+                retry_at=c.opt("retry_at", float),
+                attempts=c.parsed("attempts_log", attempts_from_json) or (),
+                retry_of=c.opt("retry_of", str),
+                stall_after=c.opt("stall_after", float),
+                not_before=c.opt("not_before", float),
+                sandbox=None if sandbox is None else sandbox[0],
+                unenforced=() if sandbox is None else sandbox[1],
+                listed=True,
+            )
         return cls(
             id=work_id,
             kind=c.req("kind", str),
@@ -408,8 +502,15 @@ def _work_id(value: str) -> str:
 class _Columns:
     """Typed access to one row's columns; every failure names the unit and the column."""
 
-    def __init__(self, row: Row, work_id: str) -> None:
-        self._row = row
+    def __init__(self, row: Row) -> None:
+        # By name once, into a dict: ``sqlite3.Row`` finds a name by comparing it
+        # with each column's in turn, which for some 50 lookups of a 56-column row
+        # cost more than all the rest of its decoding.
+        self._row = dict(zip(row.keys(), row, strict=True))
+        work_id = self._row["id"]
+        if not (isinstance(work_id, str) and ids.is_valid(work_id)):
+            raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
+        self.id: str = work_id
         self._id = work_id
 
     def opt(self, name: str, conv: Callable[[Any], T]) -> T | None:

@@ -224,7 +224,7 @@ class Units:
         logged once per process naming it and how to repair it."""
         shown = None if status is None else str(getattr(status, "value", status))
         found = Filter(status=shown, kind=kind, parent=parent, ended_after=ended_after)
-        return self._listing.page(found, limit=limit, on_unreadable=on_unreadable)
+        return self._listing.page(found, limit=limit, on_unreadable=on_unreadable, listed=False)
 
     def records(self, rows: Iterable[UnitRow]) -> builtins.list[WorkRecord]:
         """The rows as records, each ``acknowledged`` as its notice is in the outbox.
