@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -387,7 +387,7 @@ class UnitRow:
     @classmethod
     def from_sql(cls, row: Row, *, listed: bool = False) -> UnitRow:
         """The row decoded; ``listed``: a row of ``LISTED_COLUMNS`` only (see there)."""
-        c = _Columns(row)
+        c = _Columns(row, LISTED_COLUMNS if listed else None)
         work_id = c.id
         policy = c.parsed("retry_policy", policy_from_json)
         sandbox = c.parsed("sandbox", _sandbox_column)
@@ -502,11 +502,12 @@ def _work_id(value: str) -> str:
 class _Columns:
     """Typed access to one row's columns; every failure names the unit and the column."""
 
-    def __init__(self, row: Row) -> None:
+    def __init__(self, row: Row, names: Sequence[str] | None = None) -> None:
+        """``names``: the row's columns in order, when the caller selected them."""
         # By name once, into a dict: ``sqlite3.Row`` finds a name by comparing it
         # with each column's in turn, which for some 50 lookups of a 56-column row
         # cost more than all the rest of its decoding.
-        self._row = dict(zip(row.keys(), row, strict=True))
+        self._row = dict(zip(row.keys() if names is None else names, row, strict=True))
         work_id = self._row["id"]
         if not (isinstance(work_id, str) and ids.is_valid(work_id)):
             raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")

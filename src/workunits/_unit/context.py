@@ -43,6 +43,7 @@ from workunits._core.seconds import ask_timeout, seconds, wait_timeout
 from workunits._core.status import is_terminal
 from workunits._unit import child_batch
 from workunits._unit.capture import Capture
+from workunits._unit import tracing
 from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
@@ -658,6 +659,7 @@ class UnitContext:
                 stall_after,
                 not_before,
                 sandbox,
+                trace=tracing.current_traceparent(),
             )
         )
         self._transcript.write("child", child=child_id, status="started", kind=letter)

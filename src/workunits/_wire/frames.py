@@ -82,6 +82,9 @@ class Spawn:
     stall_after: float | None = None
     not_before: Any = None  # seconds from now, or a datetime
     sandbox: Any = None  # a workunits.Sandbox: the parent's narrowed (None: the parent's)
+    # The span current where the unit asked (a W3C traceparent), when OpenTelemetry
+    # is loaded in its process: the child's span's parent (supervisor.tracing).
+    trace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

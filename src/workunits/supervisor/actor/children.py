@@ -65,6 +65,7 @@ class ChildRequests:
                 stall_after=request.stall_after,
                 not_before=request.not_before,
                 sandbox=request.sandbox,
+                trace=request.trace,
             )
         except (SpecError, SandboxUnavailable, LedgerGone) as exc:
             # Raised in the unit as they are here (plain errors: they pickle whole).

@@ -136,6 +136,7 @@ class Starts:
         restart: Restart | None = None,
         not_before: float | datetime.datetime | None = None,
         sandbox: Sandbox | None = None,
+        trace: str | None = None,
     ) -> WorkRecord:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
@@ -143,6 +144,7 @@ class Starts:
         whatever its status (IdempotencyConflict if its spec differs). With
         ``retry_of`` (``retry(id)``), the failed unit's key moves to the new one.
         With ``not_before`` (seconds since the epoch) it stays pending until then.
+        ``trace``: the span current where it was asked for (``supervisor.tracing``).
         A submit alone in its commit: the facade's go through ``supervisor.actor.submits``.
         """
         prepared = self.prepare(
@@ -160,6 +162,8 @@ class Starts:
             not_before=not_before,
             sandbox=sandbox,
         )
+        if self.spans is not None:
+            self.spans.given(prepared.record.id, trace)  # its span's parent, if not its unit's
         (entered,) = self.enter([prepared])
         if isinstance(entered, BaseException):
             raise entered
