@@ -43,6 +43,8 @@ class Row(Protocol):
 
     def __getitem__(self, key: int | str, /) -> Any: ...
 
+    def __iter__(self) -> Iterator[Any]: ...  # the values, in the columns' order
+
     def keys(self) -> list[str]: ...
 
 

@@ -41,9 +41,8 @@ from workunits._core.retry import Retry, error_types
 from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import ask_timeout, seconds, wait_timeout
 from workunits._core.status import is_terminal
-from workunits._unit import child_batch
+from workunits._unit import child_batch, tracing
 from workunits._unit.capture import Capture
-from workunits._unit import tracing
 from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
