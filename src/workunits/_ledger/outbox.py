@@ -257,20 +257,20 @@ class Outbox:
         return int(row[0])
 
     def size(self) -> int:
-        """Notices not yet acknowledged."""
-        return self._counts()[1]
+        """Notices not yet acknowledged: a count over the partial index of those alone
+        (``notifications_undelivered``), so it costs what waits, not every notice kept
+        (acknowledged ones stay until ``drop_acknowledged``; ``/metrics`` reads this)."""
+        with self._ctx.db.read() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM notifications WHERE delivered_at IS NULL"
+            ).fetchone()
+        return int(row[0])
 
     def row_count(self) -> int:
         """Rows in the outbox, acknowledged or not (what ``make soak`` checks stays flat)."""
-        return self._counts()[0]
-
-    def _counts(self) -> tuple[int, int]:
-        """Rows in the outbox, and how many of them are not yet acknowledged."""
         with self._ctx.db.read() as conn:
-            row = conn.execute(
-                "SELECT count(*), count(*) FILTER (WHERE delivered_at IS NULL) FROM notifications"
-            ).fetchone()
-        return int(row[0]), int(row[1])
+            row = conn.execute("SELECT count(*) FROM notifications").fetchone()
+        return int(row[0])
 
     def drop_acknowledged(self, older_than: float) -> int:
         """Delete notices acknowledged more than ``older_than`` seconds ago; how many went.
