@@ -190,17 +190,15 @@ def test_a_version_8_ledger_gains_indexes_counts_and_search(tmp_path: Path) -> N
     assert schema_mod.SCHEMA_VERSION == 10
 
 
-# The columns a listed page leaves for ``get``: a unit's values, whatever their size.
+# The columns a listed page leaves out: none of them is in a record.
 VALUE_COLUMNS = {
-    *(f"{v}{suffix}" for v in ("spec", "result", "cause") for suffix in ("", "_format", "_mac")),
-    *(f"{v}_versions" for v in ("spec", "result", "cause")),
-    *("spec_file", "result_file", "checkpoint", "checkpoint_file", "checkpoint_mac"),
-    *("output_tail", "trace_context"),
+    *("spec", "spec_format", "spec_mac", "spec_versions", "spec_file"),
+    *("checkpoint", "checkpoint_file", "checkpoint_mac", "trace_context"),
 }
 
 
-def test_a_listed_row_is_the_full_row_without_its_values(ledger: Ledger) -> None:
-    """A page reads what a list shows; ``get`` the rest. Nothing else differs."""
+def test_a_listed_row_is_the_full_row_without_spec_or_checkpoint(ledger: Ledger) -> None:
+    """A page reads what a record holds, not the spec or checkpoint: its record is get's."""
     (unit,) = _fill(ledger, 1)
     ledger.attempts.write_many([Write(unit.id, 1, {"status": "running", "started_at": 101.0})])
     assert ledger.attempts.save_checkpoint(unit.id, 1, {"done": [1, 2]})
@@ -223,24 +221,19 @@ def test_a_listed_row_is_the_full_row_without_its_values(ledger: Ledger) -> None
     assert listed == dataclasses.replace(
         full,
         spec=None,
-        output_tail=b"",
         checkpoint=None,
         checkpoint_file=None,
         checkpoint_mac=None,
-        result=None,
-        cause=None,
         trace_context=None,
         listed=True,
     )
     assert ledger.units.list()[0] == full  # the ledger's own readers keep every column
-    assert ledger.units.records([listed])[0] == dataclasses.replace(
-        ledger.units.record(full), output_tail=b"", result=None, result_format=None, cause=None
-    )
+    assert ledger.units.records([listed]) == [ledger.units.record(full)]
 
 
 @pytest.mark.sqlite_only
 def test_every_column_is_listed_or_a_value(ledger: Ledger) -> None:
-    """A new column of ``units`` must be placed: in a list's columns, or left for ``get``."""
+    """A new column of ``units`` must be placed: in a list's columns, or left out of them."""
     conn = ledger._db.conn  # type: ignore[attr-defined]
     columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(units)")}
     assert set(LISTED_COLUMNS) == columns - VALUE_COLUMNS

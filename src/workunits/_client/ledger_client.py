@@ -622,9 +622,7 @@ class Client:
         order: str = "oldest",
     ) -> builtins.list[WorkRecord]:
         """Records, oldest first, filtered and a page at a time as ``Supervisor.list``
-        (``status="expired"`` lists the expired units); each page reads only its rows,
-        and not the units' values (``output_tail`` empty, ``result`` and ``cause``
-        None): ``get`` reads them."""
+        (``status="expired"`` lists the expired units); each page reads only its rows."""
         q = listing.query(
             status,
             kind,

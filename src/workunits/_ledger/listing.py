@@ -236,8 +236,8 @@ def _among(ids: Sequence[str], dialect: str, *, inside: bool) -> tuple[str, list
     return clause, [orjson.dumps(checked).decode()]
 
 
-# What a listed page selects: a list's columns (``rows.LISTED_COLUMNS``), not a
-# unit's values, so a row costs the same whatever its unit wrote or returned.
+# What a listed page selects: a record's columns (``rows.LISTED_COLUMNS``), not
+# the spec or checkpoint, which no record holds.
 _LISTED = ", ".join(LISTED_COLUMNS)
 
 
@@ -267,9 +267,8 @@ class Listing:
         listed: each left out goes to ``on_unreadable``, by default a warning
         logged once per process naming it and how to repair it.
 
-        ``listed`` rows hold what a list shows (``LISTED_COLUMNS``), not the
-        units' values (output tail, spec, result, cause, checkpoint), which
-        ``get`` reads; else every column.
+        ``listed`` rows hold what a record holds (``LISTED_COLUMNS``), not the
+        spec, checkpoint or trace context; else every column.
         """
         rows = self._rows(f.checked(), limit, after, newest, exclude, only, listed)
         out: list[UnitRow] = []

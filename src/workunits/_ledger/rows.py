@@ -72,10 +72,10 @@ EXTRA_COLUMNS = (
 TERMINAL = tuple(s.value for s in Status if is_terminal(s))
 IN_TERMINAL = f"({', '.join('?' * len(TERMINAL))})"
 
-# The columns a listed row reads (``UnitRow.from_sql(row, listed=True)``): what a
-# record shows in a list, without the values a unit keeps (its output tail, up to
-# 64 KiB; its spec, result, cause and checkpoint), which ``get`` reads. A page of
-# listed rows costs its row count, not the size of what each unit wrote.
+# The columns a listed row reads (``UnitRow.from_sql(row, listed=True)``): every
+# one its record holds -- a listed record is the one ``get`` gives -- and none of
+# what only the ledger's own readers need: the spec (the callable and its
+# arguments), the checkpoint, the trace context.
 LISTED_COLUMNS = (
     "id",
     "kind",
@@ -96,8 +96,18 @@ LISTED_COLUMNS = (
     "reason",
     "output_path",
     "output_bytes",
+    "output_tail",
     "progress",
     "progress_message",
+    "result",
+    "result_format",
+    "result_mac",
+    "result_versions",
+    "result_file",
+    "cause",
+    "cause_format",
+    "cause_mac",
+    "cause_versions",
     "cancel_requested",
     "retain",
     "output_offset",
@@ -269,8 +279,8 @@ class UnitRow:
     trace_context: str | None = None  # its span's traceparent (supervisor.tracing)
     sandbox: Sandbox | None = None
     unenforced: tuple[str, ...] = ()
-    # Read for a list (``LISTED_COLUMNS``): the spec, output tail, result, cause,
-    # checkpoint and trace context were not read, and read as empty here.
+    # Read for a list (``LISTED_COLUMNS``): the spec, checkpoint and trace context
+    # were not read, and read as None here; its record is the one ``get`` gives.
     listed: bool = False
 
     @property
@@ -413,12 +423,12 @@ class UnitRow:
                 reason=c.opt("reason", Reason),
                 output_path=c.opt("output_path", str),
                 output_bytes=c.req("output_bytes", int),
-                output_tail=b"",
+                output_tail=c.opt("output_tail", bytes) or b"",
                 progress=c.opt("progress", float),
                 progress_message=c.opt("progress_message", str),
                 checkpoint=None,
-                result=None,
-                cause=None,
+                result=c.stored("result"),
+                cause=c.stored("cause"),
                 cancel_requested=c.req("cancel_requested", bool),
                 retain=c.req("retain", int),
                 output_offset=c.req("output_offset", int),

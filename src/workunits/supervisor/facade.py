@@ -1064,9 +1064,7 @@ class Supervisor:
         its words as the start of a word of the ID, description or key.
         ``limit`` and ``after`` (a unit's ID: the last of the previous page)
         read a page at a time, oldest first (``order="newest"``: newest first).
-        Each page reads only its own rows (``supervisor/paging.py``); a unit
-        no longer in memory is listed without its values (``output_tail``
-        empty, ``result`` and ``cause`` None), which ``get`` reads.
+        Each page reads only its own rows (``supervisor/paging.py``).
         """
         q = paging.query(
             status,
