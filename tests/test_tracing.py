@@ -56,6 +56,7 @@ def test_a_three_level_hierarchy_is_one_trace_across_processes(tmp_path: Path) -
     # The shell was asked for inside the user's span in the sub-agent's process: it is
     # that span's child; the agent asked for after it is the sub-agent's unit's child.
     assert shell["parent_span_id"] == out["inside"]["span_id"]
+    assert spans[out["inside"]["batched"]]["parent_span_id"] == out["inside"]["span_id"]
     outside = spans[out["inside"]["outside"]]
     assert outside["parent_span_id"] == sub["span_id"]
     assert outside["trace_id"] == request["trace_id"]

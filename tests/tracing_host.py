@@ -35,6 +35,8 @@ def sub_agent() -> dict[str, str]:
     with trace.get_tracer("user").start_as_current_span("user work") as span:
         shell = ctx.shell("echo traced $TRACEPARENT")
         ctx.wait(shell, timeout=60)
+        (batched,) = ctx.submit_many([wu.AgentCall(abs, (-2,))])  # a batch, inside it too
+        ctx.wait(batched, timeout=60)
         parent = getattr(span, "parent", None)  # the SDK's span has it; the API's type not
     outside = ctx.agent(abs, -1)
     ctx.wait(outside, timeout=60)
@@ -43,6 +45,7 @@ def sub_agent() -> dict[str, str]:
         "span_id": f"{span.get_span_context().span_id:016x}",
         "parent_span_id": "" if parent is None else f"{parent.span_id:016x}",
         "shell": shell.id,
+        "batched": batched.id,
         "outside": outside.id,
     }
 

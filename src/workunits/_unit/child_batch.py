@@ -22,6 +22,7 @@ from workunits._core.errors import (
     WrongType,
 )
 from workunits._core.seconds import wait_timeout
+from workunits._unit import tracing
 from workunits._wire import frames as m
 from workunits._wire.agent_call import AgentCall
 from workunits._wire.specs import AgentSpec
@@ -63,6 +64,7 @@ def spawn_many(
     if max_workers is not None:
         check_max_workers(max_workers)
     items: list[m.Spawn] = []
+    trace = tracing.current_traceparent()  # each child's span's parent (supervisor.tracing)
     for index, call in enumerate(calls):
         try:
             if not isinstance(call, AgentCall):
@@ -77,7 +79,7 @@ def spawn_many(
             raise _item_error(index, exc) from exc
         name = spec.name if call.description is None else call.description
         # As data the supervisor's restricted reader loads: no code (``plain_data``).
-        items.append(m.Spawn(0, "a", plain_data(spec), name, call.timeout, call.key))
+        items.append(m.Spawn(0, "a", plain_data(spec), name, call.timeout, call.key, trace=trace))
     ctx._raise_if_cancelled()
     answers = ctx._request(lambda req: m.SpawnMany(req, tuple(items), max_workers))
     results: list[ChildHandle | BaseException] = [

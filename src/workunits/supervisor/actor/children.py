@@ -96,6 +96,7 @@ class ChildRequests:
                     stall_after=s.stall_after,
                     not_before=s.not_before,
                     sandbox=s.sandbox,
+                    trace=s.trace,
                 )
                 for s in request.items
             )
