@@ -10,7 +10,9 @@ PY := $(VENV)/bin/python
 EXTRAS ?= test,dev
 STAMP := $(VENV)/.installed-$(shell (cat pyproject.toml; echo '$(EXTRAS)') | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint pytest browser static generate check postgres-server docs docs-build dist-check \
+.PHONY: demo test lint pytest browser static generate check postgres-server cpython-tests sudo docs \
+	docs-build \
+	dist-check \
 	dist-run test-pythons \
 	bench bench-quick bench-run bench-remote bench-scaling bench-scaling-run bench-cluster bench-cluster-run soak mutate clean
 
@@ -23,8 +25,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/agent_tree.py
 
-test: postgres-server
+test: postgres-server cpython-tests sudo
 	@$(MAKE) --no-print-directory pytest EXTRAS=test,dev,ray,bench,http,postgres,mcp,otel
+
+# The escape suite checks that sudo answers as documented under no_new_privs: install
+# Debian's sudo when missing and we may (root); otherwise that test says why it skips.
+sudo:
+	@if command -v sudo >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's sudo package for the escape suite"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends sudo) >/dev/null 2>&1 || echo "could not install sudo"; \
+	fi
 
 lint:
 	@$(MAKE) --no-print-directory static EXTRAS=test,dev,ray,bench,http,postgres,mcp,otel
@@ -40,6 +52,21 @@ postgres-server:
 	else \
 		echo "no PostgreSQL server binaries and not root with apt-get: the PostgreSQL" \
 			"ledger's tests will skip (install Debian's postgresql package to run them)"; \
+	fi
+
+# CPython's own concurrent.futures tests run against sup.executor() and sup.pool()
+# (tests/cpython/executor_cases.py): Debian ships them for its Python in
+# libpython3.X-testsuite. Installed when missing and we may (root); otherwise
+# those tests skip, saying why.
+PY_MINOR := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+cpython-tests:
+	@if [ -f /usr/lib/python$(PY_MINOR)/test/test_concurrent_futures.py ] || \
+		$(PYTHON) -c 'import sysconfig, pathlib, sys; sys.exit(not (pathlib.Path(sysconfig.get_path("stdlib")) / "test/test_concurrent_futures.py").is_file())'; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's libpython$(PY_MINOR)-testsuite for CPython's executor tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends libpython$(PY_MINOR)-testsuite) >/dev/null 2>&1 || \
+			echo "no libpython$(PY_MINOR)-testsuite: CPython's executor tests will skip"; \
 	fi
 
 # Up to 4 pytest processes, one per core (-n auto): most tests wait on real

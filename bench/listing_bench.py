@@ -1,6 +1,7 @@
 """Listing that scales (issue 39, item 1): pages, ``/metrics``, search and an idle web-view tab.
 
     python bench/listing_bench.py [--sizes 10000,100000] [--tab-seconds 60] [--json PATH]
+                                  [--tail-bytes 65536]
 
 For each size a state dir is filled with that many ended units, written with
 the ledger's own grouped writes (``submit_many``, then ``write_many`` of their
@@ -50,6 +51,7 @@ from harness import BenchResult
 import workunits as wu
 from workunits._core import ids as _ids
 from workunits._ledger import Call, Ledger, NewUnit, Write
+from workunits._ledger.rows import LISTED_COLUMNS
 
 CHROMIUM = "/usr/bin/chromium"
 FAN_OUT = 50  # a coordinator and its 49 children
@@ -61,8 +63,12 @@ SERVE = (sys.executable, "-m", "workunits._cli", "serve")
 WORDS = ("index", "migrate", "review", "deploy", "summarise", "crawl", "render", "train")
 
 
-def fill(state_dir: Path, units: int, now: float) -> dict[str, Any]:
-    """``units`` ended units in groups of ``GROUP`` per transaction; what to filter by."""
+def fill(state_dir: Path, units: int, now: float, tail_bytes: int = 0) -> dict[str, Any]:
+    """``units`` ended units in groups of ``GROUP`` per transaction; what to filter by.
+
+    ``tail_bytes``: each unit ended with an output tail of that many bytes (a unit
+    that wrote 64 KiB or more keeps 65,536).
+    """
     span = DAYS * 86400.0
     picks: dict[str, Any] = {}
     # A year's retention, so none of them expires while the bench runs.
@@ -93,6 +99,8 @@ def fill(state_dir: Path, units: int, now: float) -> dict[str, Any]:
                 news.append(new)
                 status = "failed" if n % 13 == 5 else "killed" if n % 50 == 7 else "completed"
                 fields: dict[str, Any] = {"status": status, "ended_at": made + 2.0 + n % 40}
+                if tail_bytes:
+                    fields.update(output_tail=b"." * tail_bytes, output_bytes=tail_bytes)
                 if status == "failed":
                     fields["error"] = "RuntimeError: the shard did not build"
                 ends.append(Write(work_id, 1, fields))
@@ -148,9 +156,11 @@ def timed(fn: Callable[[], object], reps: int) -> float:
 
 
 def bare_page(db: Path, where: str, params: list[Any]) -> Callable[[], object]:
-    """The floor: the same page straight from SQLite, through its index, every column."""
+    """The floor: the same page straight from SQLite, through its index, with the
+    columns a list reads (``LISTED_COLUMNS``; a unit's values are ``get``'s)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
-    sql = f"SELECT * FROM units WHERE {where} ORDER BY created_at, id LIMIT {PAGE}"  # noqa: S608
+    columns = ", ".join(LISTED_COLUMNS)
+    sql = f"SELECT {columns} FROM units WHERE {where} ORDER BY created_at, id LIMIT {PAGE}"  # noqa: S608
     return functools.partial(_fetch, conn, sql, params)
 
 
@@ -236,16 +246,22 @@ def measure(
     with serve(state_dir) as (url, token, pid):
         auth = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=url, headers=auth, timeout=600) as api:
-            for name, params in pages.items():
-                query = {**params, "limit": str(PAGE)}
-                figures[f"http {name}"] = timed(
-                    functools.partial(_get, api, "/v1/units", query), 20
-                )
-            figures["http metrics"] = timed(functools.partial(_get, api, "/metrics", {}), 20)
-            search = {"q": "migrate repo-17", "limit": "100"}
-            figures["http search"] = (
-                math.nan if before else timed(functools.partial(_get, api, "/v1/units", search), 10)
-            )
+            asked = {
+                **{
+                    name: ("/v1/units", {**params, "limit": str(PAGE)})
+                    for name, params in pages.items()
+                },
+                "metrics": ("/metrics", {}),
+            }
+            if not before:
+                asked["search"] = ("/v1/units", {"q": "migrate repo-17", "limit": str(PAGE)})
+            figures["http search"] = math.nan
+            for name, (path, params) in asked.items():
+                # The serve process's CPU per request too: a loaded machine stretches the
+                # wall time by the share of a core it gets, the CPU time far less.
+                cpu = cpu_of(pid)
+                figures[f"http {name}"] = timed(functools.partial(_get, api, path, params), 20)
+                figures[f"http {name} cpu"] = (cpu_of(pid) - cpu) / 21  # with timed's first
         with wu.connect(state_dir) as client:
             for name, params in pages.items():
                 kw = _python_filters(params)
@@ -258,9 +274,12 @@ def measure(
         for name, params in pages.items():
             kw = _python_filters(params)
             figures[f"supervisor {name}"] = timed(functools.partial(sup.list, limit=PAGE, **kw), 20)
-        start = time.perf_counter()
+        # Wall time, and this process's CPU time (every thread: the actor's too), which
+        # a loaded machine inflates far less than the wall.
+        start, cpu = time.perf_counter(), time.process_time()
         figures["supervisor list() rows"] = len(sup.list())
         figures["supervisor list() all"] = time.perf_counter() - start
+        figures["supervisor list() all cpu"] = time.process_time() - cpu
     return figures
 
 
@@ -282,8 +301,9 @@ def table(size: int, figures: dict[str, Any]) -> list[str]:
     lines = [
         f"### {size:,} units",
         "",
-        "| page of 100 by | bare SQLite | GET /v1/units | ratio | Client.list | Supervisor.list |",
-        "|---|---|---|---|---|---|",
+        "| page of 100 by | bare SQLite | GET /v1/units | its serve CPU | ratio | Client.list "
+        "| Supervisor.list |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in ("kind", "status", "parent", "time range", "key"):
         if f"http {name}" not in figures:
@@ -291,15 +311,19 @@ def table(size: int, figures: dict[str, Any]) -> list[str]:
         bare = figures[f"bare {name}"]
         http = figures[f"http {name}"]
         lines.append(
-            f"| {name} | {bare * 1e3:.2f} ms | {http * 1e3:.1f} ms | {http / bare:.0f}x "
+            f"| {name} | {bare * 1e3:.2f} ms | {http * 1e3:.1f} ms "
+            f"| {figures.get(f'http {name} cpu', math.nan) * 1e3:.1f} ms | {http / bare:.0f}x "
             f"| {figures[f'client {name}'] * 1e3:.1f} ms "
             f"| {figures[f'supervisor {name}'] * 1e3:.1f} ms |"
         )
     lines += [
         "",
-        f"`GET /metrics` {figures['http metrics'] * 1e3:.1f} ms; text search (FTS5) "
-        f"{figures['http search'] * 1e3:.1f} ms; `Supervisor.list()` of all "
-        f"{figures['supervisor list() rows']:,} units {figures['supervisor list() all']:.2f} s.",
+        f"`GET /metrics` {figures['http metrics'] * 1e3:.1f} ms "
+        f"({figures.get('http metrics cpu', math.nan) * 1e3:.1f} ms of serve CPU); text search "
+        f"(FTS5) {figures['http search'] * 1e3:.1f} ms "
+        f"({figures.get('http search cpu', math.nan) * 1e3:.1f} ms); `Supervisor.list()` of all "
+        f"{figures['supervisor list() rows']:,} units {figures['supervisor list() all']:.2f} s "
+        f"({figures.get('supervisor list() all cpu', math.nan):.2f} s of CPU).",
     ]
     tab = figures.get("idle tab")
     if tab:
@@ -310,7 +334,9 @@ def table(size: int, figures: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def run(sizes: list[int], tab_seconds: float, *, before: bool) -> dict[int, dict[str, Any]]:
+def run(
+    sizes: list[int], tab_seconds: float, *, before: bool, tail_bytes: int = 0
+) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for size in sizes:
         root = Path(tempfile.mkdtemp(prefix="workunits-listing-"))
@@ -318,7 +344,7 @@ def run(sizes: list[int], tab_seconds: float, *, before: bool) -> dict[int, dict
             state_dir = root / "state"
             state_dir.mkdir(mode=0o700)
             start = time.perf_counter()
-            picks = fill(state_dir, size, time.time())
+            picks = fill(state_dir, size, time.time(), tail_bytes)
             print(f"filled {size:,} units in {time.perf_counter() - start:.1f} s", flush=True)
             out[size] = measure(state_dir, picks, tab_seconds, before=before)
             print("\n".join(table(size, out[size])), flush=True)
@@ -378,9 +404,12 @@ def main() -> None:
     parser.add_argument("--tab-seconds", type=float, default=60.0)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--before", action="store_true", help="the code before issue 39")
+    parser.add_argument(
+        "--tail-bytes", type=int, default=0, help="each unit's output tail (65536: a full one)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = run(sizes, args.tab_seconds, before=args.before)
+    results = run(sizes, args.tab_seconds, before=args.before, tail_bytes=args.tail_bytes)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -29,7 +29,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import batch_bench
 import harness
+import isolation_bench
 import ledger_bench
 import listing_bench
 import loop_lag
@@ -647,11 +649,13 @@ BENCHES: dict[str, Callable[[Config], BenchResult]] = {
     "output_1gib": bench_output_1gib,
     **peer_benches.BENCHES,
     **pooled_bench.BENCHES,
+    **batch_bench.BENCHES,
     **value_benches.BENCHES,
     **loop_lag.BENCHES,
     **notice_bench.BENCHES,
     **submit_bench.BENCHES,
     **listing_bench.BENCHES,
+    **isolation_bench.BENCHES,
 }
 
 

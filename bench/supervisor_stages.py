@@ -1,9 +1,12 @@
 """Where the supervisor actor's CPU goes per unit, by stage and by SQL statement.
 
-    python bench/supervisor_stages.py [--kind shell|agent|pooled|later] [--reps N]
+    python bench/supervisor_stages.py [--kind shell|agent|pooled|later|pool-map|map]
+                                      [--reps N] [--batch N]
 
 Runs units one at a time, like ``unit_cpu.py`` (``later``: a shell that waits
-pending for a day, so only its submit runs, as in ``submit_bench.py``), with two
+pending for a day, so only its submit runs, as in ``submit_bench.py``), or in
+batches of ``--batch`` (``pool-map``: ``sup.pool().map``; ``map``: ``sup.map``
+of isolated agents; figures stay per unit), with two
 instruments that add well under a microsecond per call instead of a profiler's
 several-fold inflation of Python calls:
 
@@ -39,24 +42,28 @@ from peer_benches import EVICT_SOON, FLOOR_ROW, state_dir, trivial
 
 import workunits as wu
 
-SUPERVISOR = "workunits.supervisor."
+ACTOR = "workunits.supervisor.actor."
 # (module, qualified name): the steps of a unit's way through the supervisor actor.
 STAGES = [
-    (SUPERVISOR + "actor", "SupervisorActor.on_receive"),
-    (SUPERVISOR + "submits", "GroupedSubmits.add"),
-    (SUPERVISOR + "starts", "Starts.prepare"),
-    (SUPERVISOR + "durable", "LedgerMirror.new_unit"),
-    (SUPERVISOR + "submits", "GroupedSubmits.commit"),
+    (ACTOR + "supervisor_actor", "SupervisorActor.on_receive"),
+    (ACTOR + "submits", "GroupedSubmits.add"),
+    (ACTOR + "starts", "Starts.prepare"),
+    (ACTOR + "ledger_mirror", "LedgerMirror.new_unit"),
+    (ACTOR + "submits", "GroupedSubmits.commit"),
+    (ACTOR + "submits", "GroupedSubmits.submit_many"),
     ("workunits._ledger.units", "Units.submit_many"),
-    (SUPERVISOR + "starts", "Starts.enter"),
-    (SUPERVISOR + "starts", "Starts.launch"),
-    (SUPERVISOR + "pids", "Pids.apply"),
-    (SUPERVISOR + "endings", "TerminalTransition.report"),
-    (SUPERVISOR + "endings", "TerminalTransition._make_terminal"),
+    (ACTOR + "starts", "Starts.enter"),
+    (ACTOR + "starts", "Starts.launch"),
+    (ACTOR + "pids", "Pids.apply"),
+    (ACTOR + "endings", "TerminalTransition.report"),
+    (ACTOR + "endings", "TerminalTransition._make_terminal"),
     ("workunits._ledger.attempts", "Attempts.write_many"),
-    (SUPERVISOR + "endings", "TerminalTransition._after_end"),
-    (SUPERVISOR + "registry", "Registry.update"),
-    (SUPERVISOR + "actor", "SupervisorActor._tick"),
+    (ACTOR + "endings", "TerminalTransition._after_end"),
+    (ACTOR + "starts", "Starts.ended"),
+    (ACTOR + "batches", "Batches.ended"),
+    (ACTOR + "failed_writes", "FailedWrites.land_held"),
+    (ACTOR + "registry", "Registry.update"),
+    (ACTOR + "supervisor_actor", "SupervisorActor._tick"),
 ]
 
 
@@ -170,10 +177,16 @@ def bare_insert_cpu_us(state: Path, reps: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--kind", choices=("shell", "agent", "pooled", "later"), default="shell")
-    parser.add_argument("--reps", type=int, default=800)
+    parser.add_argument(
+        "--kind",
+        choices=("shell", "agent", "pooled", "later", "pool-map", "map"),
+        default="shell",
+    )
+    parser.add_argument("--reps", type=int, default=800, help="units in all")
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=200, help="units per batch (pool-map, map)")
     args = parser.parse_args()
+    per_call = args.batch if args.kind in ("pool-map", "map") else 1
     stages, statements, collections_ = Tally(), Tally(), GcClock()
     for module, qualname in STAGES:
         time_stage(stages, module, qualname)
@@ -187,23 +200,27 @@ def main() -> int:
             "pooled": lambda: sup.result(sup.agent(trivial, 1, reuse=True).id, timeout=30),
             # The submit path alone: the unit waits pending for a day (submit_bench.py's).
             "later": lambda: sup.shell(["true"], not_before=time.time() + 24 * 3600.0),
+            # Batches: one call is --batch units; the figures below stay per unit.
+            "pool-map": lambda: list(sup.pool().map(trivial, range(args.batch))),
+            "map": lambda: list(sup.map(trivial, range(args.batch))),
         }
         call = calls[args.kind]
-        for _ in range(args.warmup):
+        for _ in range(max(1, args.warmup // per_call)):
             call()
         db: Any = sup._machinery.ledger._db  # the database itself, under the session fence
         with db._lock:
             db.conn = TimedConnection(db.conn, statements)
         stages.clear()
         collections_.clear()
-        for _ in range(args.reps):
+        for _ in range(max(1, args.reps // per_call)):
             call()
         # Before the supervisor stops: its stop ends every unit still pending.
         stages, statements = stages.snapshot(), statements.snapshot()
         gc.callbacks.remove(collections_.callback)
         bare = bare_insert_cpu_us(state, args.reps)
-    reps = args.reps
-    print(f"{args.kind}: {reps} units, one at a time")
+    reps = max(1, args.reps // per_call) * per_call
+    how = "one at a time" if per_call == 1 else f"in batches of {per_call}"
+    print(f"{args.kind}: {reps} units, {how}")
     print("\nsupervisor actor's thread CPU by stage (nested):")
     print("\n".join(stages.lines(reps)))
     total_sql = sum(statements.cpu.values()) / reps / 1e3

@@ -70,7 +70,9 @@ def wait_for_progress(state: str, work_id: str, fraction: float) -> None:
 
 
 def main(state: str) -> int:
-    log = os.path.join(state, "migration.log")
+    # Beside the state dir, not in it: no unit can reach the state dir.
+    beside = os.path.dirname(os.path.abspath(state))
+    log = os.path.join(beside, "migration.log")
     print("1. start the migration and SIGKILL its supervisor in the middle")
     first = start_host(state, "migrate-big-repo", log, 0.4)
     work_id = str(read(first)["id"])
@@ -95,7 +97,7 @@ def main(state: str) -> int:
         print(f"   | {line}")
 
     print("3. another migration, cancelled from another process before its final write")
-    log2 = os.path.join(state, "migration-2.log")
+    log2 = os.path.join(beside, "migration-2.log")
     third = start_host(state, "migrate-second-repo", log2, 0.2)
     other = str(read(third)["id"])
     wait_for_progress(state, other, (GROUPS - 1) / (GROUPS + 1))

@@ -20,6 +20,7 @@ import pykka
 import pytest
 
 import workunits as wu
+from workunits._sandbox.probe import Machine
 from workunits._util import framing
 from workunits.actors.agent import AgentActor
 
@@ -240,11 +241,19 @@ def test_sigkill_from_outside_is_failed_with_signal(sup: wu.Supervisor) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_memory_limit_fails_the_unit(sup: wu.Supervisor) -> None:
+def test_memory_limit_ends_the_unit_naming_it(sup: wu.Supervisor) -> None:
+    """``memory_limit=`` is ``Sandbox(memory=)``: a memory cgroup kills the unit where
+    this user may make one, else RLIMIT_AS makes its allocation raise MemoryError."""
     h = sup.agent(allocate, 1 << 30, memory_limit=256 << 20)
     record = sup.wait(h.id, timeout=20)
-    assert record.status == wu.Status.FAILED
-    assert "MemoryError" in (record.error or "")
+    assert record.reason == wu.Reason.MEMORY_LIMIT
+    assert record.sandbox == wu.Sandbox(memory=256 << 20)
+    if Machine.probe().cgroup_memory:
+        assert record.status == wu.Status.KILLED
+        assert record.signal == signal.SIGKILL
+    else:
+        assert record.status == wu.Status.FAILED
+        assert "MemoryError" in (record.error or "")
 
 
 @pytest.mark.timeout(30)
@@ -478,6 +487,7 @@ def test_transcript_events_and_output_as_its_second_name(
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = [e["type"] for e in events]
     assert types[0] == "start"
+    assert events[0]["sandbox"]["policy"] == {}  # what it runs under: the default protection
     assert types[-1] == "end"
     assert {"stdout", "stderr", "progress", "checkpoint", "event", "result"} <= set(types)
     assert any(e["type"] == "stdout" and "to stdout" in e["data"] for e in events)

@@ -436,10 +436,13 @@ def test_a_supervisor_whose_async_with_was_cancelled_still_ends_its_work_at_exit
 NO_TWIN = {
     "advertise",  # serve's, once at start
     "ask_future",  # returns a future already
-    "close",  # `async with` closes on a worker thread
+    "aclose",  # is the twin of close (an async def)
+    "close",  # aclose(), and `async with`, close on a worker thread
+    "close_for_signal",  # the cleanup thread's, after a signal
     "event_feed",
     "events",
     "pool",
+    "executor",  # a concurrent.futures.Executor: loop.run_in_executor / asyncio.wrap_future
     "http_consumers",
     "resident_ids",
     "tick",

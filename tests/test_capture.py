@@ -182,7 +182,8 @@ def test_tail_and_tail_follow_render_in_program_order(
     produced = sup.result(h.id, timeout=50)
     for args in (["tail"], ["tail", "-f"]):
         out = run(*args, h.id).stdout.splitlines()
-        body = [line for line in out if not line.startswith(("[start]", "[result]", "[end]"))]
+        framing = ("[start]", "[result]", "[end]")
+        body = [line for line in out if not line.startswith(framing)]
         assert body == rendered(produced), args
 
 

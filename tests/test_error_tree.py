@@ -106,3 +106,11 @@ def test_a_clients_notices_time_out_with_no_notification(tmp_path: Path) -> None
     with wu.connect(tmp_path / "state") as client, pytest.raises(wu.NoNotification) as raised:
         client.notifications().get(timeout=0.01)
     assert isinstance(raised.value, TimeoutError)
+
+
+def test_every_error_class_is_documented_with_its_cause_in_the_reference() -> None:
+    """A user meets each of them somewhere: the errors page says when, and what it means."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "errors.md").read_text()
+    rows = {m.group(1) for m in re.finditer(r"^\| `(\w+)` \|", page, re.MULTILINE)}
+    missing = sorted(set(drawn_tree()) - rows)
+    assert not missing, f"docs/reference/errors.md has no row for {missing}"

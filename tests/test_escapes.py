@@ -230,9 +230,10 @@ def test_a_descendant_that_leaves_its_units_cgroup_ends_with_it(
     pids_file, kept_file = tmp_path / "pids", tmp_path / "kept"
     release, never = tmp_path / "release", tmp_path / "never"
     hold = f"while [ ! -e {release} ]; do sleep 0.01; done"
-    # The escapee moves itself to this test's own cgroup, outside every unit's.
+    # The escapee moves itself to this test's own cgroup, outside every unit's: only a
+    # unconfined unit can (the default protection makes /sys read-only for root's units).
     moved = f"echo $$ > {own}/cgroup.procs && echo $$ >> {pids_file}; exec sleep 700"
-    unit = esup.shell(f"( setsid sh -c '{moved}' & ); {hold}")
+    unit = esup.shell(f"( setsid sh -c '{moved}' & ); {hold}", sandbox=wu.Sandbox.none())
     # An orphan at once, in its running unit's cgroup.
     staying = f"( setsid sh -c 'echo $$ >> {kept_file}; exec sleep 700' & )"
     keeper = esup.shell(f"{staying}; while [ ! -e {never} ]; do sleep 0.05; done")

@@ -141,10 +141,10 @@ def test_ending_a_parent_kills_its_running_children(
         record = msup.wait(unit.id, WAIT)
         assert (record.status, record.reason) == (Status.KILLED, Reason.PARENT_ENDED)
     assert msup.get(done.id).status == Status.COMPLETED
-    # Listed in (created_at, id) order: under the manual clock both were created at
-    # the same time, so their IDs decide.
-    in_order = sorted([msup.get(child.id), msup.get(done.id)], key=lambda r: (r.created_at, r.id))
-    assert msup.list(parent=parent.id) == in_order
+    # Units submitted at one instant of the manual clock list in ID order, not
+    # submission order: pages are ordered by (created_at, id).
+    children = sorted([msup.get(child.id), msup.get(done.id)], key=lambda r: r.id)
+    assert msup.list(parent=parent.id) == children
 
 
 def test_a_unit_cannot_be_started_under_an_ended_parent(

@@ -47,7 +47,7 @@ class Events:
         self.exit = (None, None)
         self.ended.set()
 
-    def exited(self, exit_code: int | None, signum: int | None) -> None:
+    def exited(self, exit_code: int | None, signum: int | None, limit: str | None = None) -> None:
         self.exit = (exit_code, signum)
         self.ended.set()
 

@@ -16,6 +16,10 @@ import workunits.supervisor
 import workunits.testing
 
 WORKUNITS = {
+    "AgentCall",  # issue 41: batches and the executor contract
+    "AgentExecutor",
+    "BatchItemsFailed",
+    "UnitFuture",
     "Claim",
     "OutputChunk",
     "Retain",
@@ -27,6 +31,7 @@ WORKUNITS = {
     "Client",
     "ClientClosed",
     "ClientHandle",
+    "CommitUnknown",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -36,6 +41,7 @@ WORKUNITS = {
     "LedgerCorrupt",
     "LedgerError",
     "LedgerFull",
+    "LedgerGone",
     "LedgerTampered",
     "LedgerVersionError",
     "Mailbox",
@@ -53,6 +59,9 @@ WORKUNITS = {
     "Pool",
     "Reason",
     "Retry",
+    "Sandbox",
+    "SandboxEscalation",
+    "SandboxUnavailable",
     "ScheduleFiring",
     "ScheduleInfo",
     "SecretFileError",
@@ -72,6 +81,7 @@ WORKUNITS = {
     "TeammateError",
     "TeammateHandle",
     "TeammateProxy",
+    "TranscriptEvent",
     "UnitContext",
     "UnknownKind",
     "UnknownWork",
@@ -92,6 +102,8 @@ WORKUNITS = {
     "is_terminal",
     "is_valid_id",
     "mint_id",
+    "read_transcript",
+    "render_transcript",
 }
 
 TESTING = {

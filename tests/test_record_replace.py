@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workunits._core.record import Notification, Outcome, WorkRecord, replace
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Reason, Status
 
 pytestmark = pytest.mark.timeout(60)
@@ -70,6 +71,8 @@ CHANGED: dict[str, Any] = {
     "stall_after": 11.0,
     "durable": False,
     "not_before": 12.0,
+    "sandbox": Sandbox(network=False),
+    "unenforced": ("memory: not here",),
 }
 
 

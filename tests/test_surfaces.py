@@ -42,7 +42,7 @@ def _verbs() -> set[str]:
     tree = ast.parse((ROOT / "src/workunits/_surface/verbs.py").read_text(encoding="utf-8"))
     (verbs,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Verbs"]
     names = {n.name for n in verbs.body if isinstance(n, ast.FunctionDef)}
-    return names | {v.name for v in submits.SUBMIT_VERBS}
+    return names | {v.name for v in submits.SUBMIT_VERBS} | surfaces.BATCHES
 
 
 def _parameters(fn: Any, surface: Surface, verb: str) -> dict[str, inspect.Parameter]:

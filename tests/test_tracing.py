@@ -3,7 +3,7 @@
 The traced supervisor runs in a process of its own (``tests/tracing_host.py``):
 a tracer provider is global to a process. Its units run in processes of their
 own too, so the trace crosses three process boundaries: coordinator agent ->
-sub-agent (with a span of the user's own inside) -> shell.
+sub-agent -> a span of the user's own inside it -> shell started in that span.
 """
 
 from __future__ import annotations
@@ -53,7 +53,13 @@ def test_a_three_level_hierarchy_is_one_trace_across_processes(tmp_path: Path) -
     assert {s["trace_id"] for s in (request, coordinator, sub, shell)} == {request["trace_id"]}
     assert coordinator["parent_span_id"] == request["span_id"]  # submitted inside it
     assert sub["parent_span_id"] == coordinator["span_id"]
-    assert shell["parent_span_id"] == sub["span_id"]
+    # The shell was asked for inside the user's span in the sub-agent's process: it is
+    # that span's child; the agent asked for after it is the sub-agent's unit's child.
+    assert shell["parent_span_id"] == out["inside"]["span_id"]
+    assert spans[out["inside"]["batched"]]["parent_span_id"] == out["inside"]["span_id"]
+    outside = spans[out["inside"]["outside"]]
+    assert outside["parent_span_id"] == sub["span_id"]
+    assert outside["trace_id"] == request["trace_id"]
     assert (coordinator["name"], sub["name"], shell["name"]) == (
         "workunit agent",
         "workunit agent",

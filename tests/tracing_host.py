@@ -5,8 +5,8 @@
 Its own process: a tracer provider is global to a process, and the test suite's
 other supervisors must not be traced. It runs a coordinator agent (submitted
 inside a span of the program's own) that starts a sub-agent, which opens a span
-of the user's own and starts a shell; then a unit handed over at a deploy and
-resumed by the next supervisor.
+of the user's own and starts a shell inside it and an agent after it; then a
+unit handed over at a deploy and resumed by the next supervisor.
 """
 
 from __future__ import annotations
@@ -27,19 +27,27 @@ from tests import upgrade_jobs
 
 
 def sub_agent() -> dict[str, str]:
-    """Inside the unit's process: a span of the user's own, and a shell child."""
+    """Inside the unit's process: a span of the user's own with a shell child started
+    inside it, and an agent child started outside it."""
     provider = TracerProvider()
     trace.set_tracer_provider(provider)
+    ctx = wu.current()
     with trace.get_tracer("user").start_as_current_span("user work") as span:
-        ctx = wu.current()
         shell = ctx.shell("echo traced $TRACEPARENT")
         ctx.wait(shell, timeout=60)
+        (batched,) = ctx.submit_many([wu.AgentCall(abs, (-2,))])  # a batch, inside it too
+        ctx.wait(batched, timeout=60)
         parent = getattr(span, "parent", None)  # the SDK's span has it; the API's type not
-        return {
-            "trace_id": f"{span.get_span_context().trace_id:032x}",
-            "parent_span_id": "" if parent is None else f"{parent.span_id:016x}",
-            "shell": shell.id,
-        }
+    outside = ctx.agent(abs, -1)
+    ctx.wait(outside, timeout=60)
+    return {
+        "trace_id": f"{span.get_span_context().trace_id:032x}",
+        "span_id": f"{span.get_span_context().span_id:016x}",
+        "parent_span_id": "" if parent is None else f"{parent.span_id:016x}",
+        "shell": shell.id,
+        "batched": batched.id,
+        "outside": outside.id,
+    }
 
 
 def coordinator() -> dict[str, str]:

@@ -87,9 +87,11 @@ TWINNED = (
         ("_sup",),
         (
             "_sup: Supervisor",
+            "sandbox: Sandbox | None",
             "def _kept(self, handle: WorkHandle) -> WorkHandle:\n    raise NotImplementedError",
         ),
         (
+            "from workunits._core.sandbox import Sandbox",
             "from workunits.supervisor.facade import Supervisor",
             "from workunits.supervisor.handle import WorkHandle",
         ),
@@ -328,11 +330,12 @@ def generated() -> str:
         "from typing import TYPE_CHECKING, Any, overload",
         "",
         "from workunits._core.retry import Retry",
+        "from workunits._core.sandbox import Sandbox",
         "from workunits._surface.handle import Handle",
         "from workunits._surface.submission import Submission",
         "from workunits._surface.transport import Transport",
     ]
-    taken = {"Retry", "Handle", "Submission", "Transport"}
+    taken = {"Retry", "Sandbox", "Handle", "Submission", "Transport"}
     for name in sorted(names & set(runtime) - taken):
         if name in ("annotations", "TYPE_CHECKING", "Any", "overload", "Callable"):
             continue

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 from workunits._core.claim import Claim as Claim
 from workunits._core.errors import AskTimeout as AskTimeout
+from workunits._core.errors import BatchItemsFailed as BatchItemsFailed
 from workunits._core.errors import Cancelled as Cancelled
 from workunits._core.errors import ClientClosed as ClientClosed
+from workunits._core.errors import CommitUnknown as CommitUnknown
 from workunits._core.errors import IdempotencyConflict as IdempotencyConflict
 from workunits._core.errors import InvalidArgument as InvalidArgument
 from workunits._core.errors import InvalidTransition as InvalidTransition
@@ -20,6 +22,7 @@ from workunits._core.errors import KindTaken as KindTaken
 from workunits._core.errors import LedgerCorrupt as LedgerCorrupt
 from workunits._core.errors import LedgerError as LedgerError
 from workunits._core.errors import LedgerFull as LedgerFull
+from workunits._core.errors import LedgerGone as LedgerGone
 from workunits._core.errors import LedgerTampered as LedgerTampered
 from workunits._core.errors import LedgerVersionError as LedgerVersionError
 from workunits._core.errors import MailboxClosed as MailboxClosed
@@ -29,6 +32,8 @@ from workunits._core.errors import NoNotification as NoNotification
 from workunits._core.errors import NoSuchMethod as NoSuchMethod
 from workunits._core.errors import NotFinished as NotFinished
 from workunits._core.errors import NotRetryable as NotRetryable
+from workunits._core.errors import SandboxEscalation as SandboxEscalation
+from workunits._core.errors import SandboxUnavailable as SandboxUnavailable
 from workunits._core.errors import SecretFileError as SecretFileError
 from workunits._core.errors import ServerUnreachable as ServerUnreachable
 from workunits._core.errors import SessionLost as SessionLost
@@ -63,16 +68,21 @@ from workunits._core.record import WorkRecord as WorkRecord
 from workunits._core.retain import Retain as Retain
 from workunits._core.retry import Attempt as Attempt
 from workunits._core.retry import Retry as Retry
+from workunits._core.sandbox import Sandbox as Sandbox
 from workunits._core.schedule import ScheduleFiring as ScheduleFiring
 from workunits._core.schedule import ScheduleInfo as ScheduleInfo
 from workunits._core.status import Reason as Reason
 from workunits._core.status import Status as Status
 from workunits._core.status import is_terminal as is_terminal
+from workunits._core.transcript import TranscriptEvent as TranscriptEvent
+from workunits._core.transcript import read_transcript as read_transcript
+from workunits._core.transcript import render_transcript as render_transcript
 from workunits._unit.child_handles import ChildHandle as ChildHandle
 from workunits._unit.child_handles import ChildTeammate as ChildTeammate
 from workunits._unit.context import UnitContext as UnitContext
 from workunits._unit.context import current as current
 from workunits._util import lazy as _lazy  # not a public name of the package
+from workunits._wire.agent_call import AgentCall as AgentCall
 
 if TYPE_CHECKING:
     from workunits._client.http_client import HttpClient as HttpClient
@@ -83,6 +93,8 @@ if TYPE_CHECKING:
     from workunits._client.ledger_client import connect_async as connect_async
     from workunits._core.mailbox import Mailbox as Mailbox
     from workunits.actors.base import WorkActor as WorkActor
+    from workunits.supervisor.executor import AgentExecutor as AgentExecutor
+    from workunits.supervisor.executor import UnitFuture as UnitFuture
     from workunits.supervisor.facade import Supervisor as Supervisor
     from workunits.supervisor.handle import WorkHandle as WorkHandle
     from workunits.supervisor.pool import Pool as Pool
@@ -90,8 +102,11 @@ if TYPE_CHECKING:
     from workunits.supervisor.teammate import TeammateProxy as TeammateProxy
 
 __all__ = [
+    "AgentCall",
+    "AgentExecutor",
     "AskTimeout",
     "Attempt",
+    "BatchItemsFailed",
     "Cancelled",
     "ChildHandle",
     "ChildTeammate",
@@ -99,6 +114,7 @@ __all__ = [
     "Client",
     "ClientClosed",
     "ClientHandle",
+    "CommitUnknown",
     "IdempotencyConflict",
     "InvalidArgument",
     "InvalidTransition",
@@ -108,6 +124,7 @@ __all__ = [
     "LedgerCorrupt",
     "LedgerError",
     "LedgerFull",
+    "LedgerGone",
     "LedgerTampered",
     "LedgerVersionError",
     "Mailbox",
@@ -127,6 +144,9 @@ __all__ = [
     "Reason",
     "Retain",
     "Retry",
+    "Sandbox",
+    "SandboxEscalation",
+    "SandboxUnavailable",
     "ScheduleFiring",
     "ScheduleInfo",
     "SecretFileError",
@@ -146,7 +166,9 @@ __all__ = [
     "TeammateHandle",
     "TeammateProxy",
     "TeammateRestarted",
+    "TranscriptEvent",
     "UnitContext",
+    "UnitFuture",
     "UnknownKind",
     "UnknownWork",
     "UnloadableValue",
@@ -166,6 +188,8 @@ __all__ = [
     "is_terminal",
     "is_valid_id",
     "mint_id",
+    "read_transcript",
+    "render_transcript",
 ]
 __version__ = "0.1.0"
 
@@ -186,6 +210,8 @@ __getattr__, __dir__ = _lazy.exports(
         "WorkHandle": "workunits.supervisor.handle",
         "Mailbox": "workunits._core.mailbox",
         "Pool": "workunits.supervisor.pool",
+        "AgentExecutor": "workunits.supervisor.executor",
+        "UnitFuture": "workunits.supervisor.executor",
         "TeammateHandle": "workunits.supervisor.teammate",
         "TeammateProxy": "workunits.supervisor.teammate",
     },

@@ -25,6 +25,7 @@ import cloudpickle
 import pytest
 
 import workunits as wu
+from workunits._sandbox.probe import Machine
 from workunits._zygote import warm
 
 from ..conftest import eventually
@@ -177,12 +178,16 @@ def test_a_process_that_cannot_set_itself_up_fails_its_unit_saying_why(
     """Forked, but its set-up failed before the function ran: the cause, not only code 70."""
     # Forked on demand, its set-up (a capture thread among it) runs under the limit.
     monkeypatch.setenv(warm.PROCESSES_ENV, "0")
+    machine = Machine.probe()
+    if not (machine.cgroup_pids or (machine.uid != 0 and machine.user_namespaces)):
+        pytest.skip("needs a pids cgroup, or user namespaces for a user other than root")
     with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
-        # Below what the process already maps: no thread stack can be mapped.
-        unit = sup.agent(answer, memory_limit=8 << 20)
+        # One task for its tree: no thread of its set-up can start.
+        unit = sup.agent(answer, sandbox=wu.Sandbox(processes=1))
         record = sup.wait(unit.id, timeout=30)
         assert (record.status, record.exit_code) == (wu.Status.FAILED, 70)
         error = record.error or ""
         assert error.startswith("StartFailed: its process could not run it: "), error
         assert "Traceback" in error
+        assert record.reason is wu.Reason.PROCESSES_LIMIT  # the limit it ran into, named
         assert sup.result(sup.agent(answer).id, timeout=30) == 42  # the others start as usual

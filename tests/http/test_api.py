@@ -218,6 +218,15 @@ def test_submit_shell_by_argv_and_by_command(api: httpx.Client) -> None:
     assert tail.content == b"2\n"
 
 
+def test_a_unit_shows_its_sandbox(api: httpx.Client) -> None:
+    """Every unit that runs a process here says what it runs under (invariant 15)."""
+    r = _submit(api, {"kind": "shell", "argv": ["true"]})
+    unit = _result(api, r.json()["id"]).json()["unit"]
+    assert unit["sandbox"]["policy"] == {}  # the default protection
+    assert isinstance(unit["sandbox"]["not_enforced"], list)
+    assert api.get(f"/v1/units/{unit['id']}").json()["sandbox"] == unit["sandbox"]
+
+
 def test_idempotency_key(api: httpx.Client) -> None:
     body = {"kind": "shell", "command": "echo once"}
     first = _submit(api, body, key="job-1")

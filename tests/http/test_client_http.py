@@ -7,6 +7,7 @@ import math
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,8 +19,9 @@ from workunits._client.http_client import HttpClient
 
 
 @pytest.fixture
-def client(served: Served) -> HttpClient:
-    return wu.connect(served.url, token=served.token)
+def client(served: Served) -> Iterator[HttpClient]:
+    with wu.connect(served.url, token=served.token) as client:
+        yield client
 
 
 def test_same_calls_as_the_ledger_client(client: HttpClient) -> None:

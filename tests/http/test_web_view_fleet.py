@@ -142,6 +142,7 @@ def test_a_units_page_shows_its_life_and_only_the_buttons_that_apply(
     assert page.locator("#b-kill").is_enabled()
     assert page.locator("#b-signal").is_enabled()
     assert page.locator("#b-retry").is_disabled()  # it has not failed
+    assert field("sandbox").inner_text().startswith("default protection")
     _pumping_until(
         page, lambda: page.locator(f'#u-children tr[data-id="{child["id"]}"]').count() == 1
     )

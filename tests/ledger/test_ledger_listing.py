@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import sqlite3
 from pathlib import Path
@@ -16,6 +17,7 @@ from workunits._core.errors import SpecError, UnknownWork
 from workunits._core.query import Filter, matches, words
 from workunits._ledger import Call, Ledger, NewUnit, Write, listing
 from workunits._ledger.listing import Mark, Total
+from workunits._ledger.rows import LISTED_COLUMNS
 from workunits._ledger.sqlite import schema as schema_mod
 
 DESCRIPTIONS = ("migrate repo-17 now", "index the docs", "Résumé builder", "migrate repo-2")
@@ -179,13 +181,64 @@ def test_a_version_8_ledger_gains_indexes_counts_and_search(tmp_path: Path) -> N
         conn.execute("DROP INDEX units_parent")
         conn.execute("CREATE INDEX units_parent ON units (parent) WHERE parent IS NOT NULL")
         conn.execute("ALTER TABLE units DROP COLUMN trace_context")
+        conn.execute("ALTER TABLE units DROP COLUMN sandbox")  # version 10's
         conn.execute("PRAGMA user_version = 8")
     with Ledger(state) as ledger:
         assert ledger.listing.counts() == {("agent", "pending"): 3, ("shell", "pending"): 3}
         assert {r.id for r in ledger.listing.page(Filter(text="docs"), limit=None)} == {
             u.id for u in news if u.description == "index the docs"
         }
-    assert schema_mod.SCHEMA_VERSION == 10
+    assert schema_mod.SCHEMA_VERSION == 11
+
+
+# The columns a listed page leaves out: none of them is in a record.
+VALUE_COLUMNS = {
+    *("spec", "spec_format", "spec_mac", "spec_versions", "spec_file"),
+    *("checkpoint", "checkpoint_file", "checkpoint_mac", "trace_context"),
+}
+
+
+def test_a_listed_row_is_the_full_row_without_spec_or_checkpoint(ledger: Ledger) -> None:
+    """A page reads what a record holds, not the spec or checkpoint: its record is get's."""
+    (unit,) = _fill(ledger, 1)
+    ledger.attempts.write_many([Write(unit.id, 1, {"status": "running", "started_at": 101.0})])
+    assert ledger.attempts.save_checkpoint(unit.id, 1, {"done": [1, 2]})
+    ended = {
+        "status": "failed",
+        "ended_at": 105.0,
+        "output_tail": b"x" * 65536,
+        "output_bytes": 1 << 20,
+        "error": "RuntimeError: no",
+        "exit_code": 1,
+        "progress": 0.5,
+        "progress_message": "half",
+        "trace_context": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+    }
+    ledger.attempts.write_many([Write(unit.id, 1, ended, result={"partial": True})])
+    full = ledger.units.require(unit.id)
+    assert all((full.output_tail, full.result, full.checkpoint, full.trace_context))
+    (listed,) = ledger.listing.page(Filter(), limit=None)
+    assert (listed.listed, full.listed) == (True, False)
+    assert listed == dataclasses.replace(
+        full,
+        spec=None,
+        checkpoint=None,
+        checkpoint_file=None,
+        checkpoint_mac=None,
+        trace_context=None,
+        listed=True,
+    )
+    assert ledger.units.list()[0] == full  # the ledger's own readers keep every column
+    assert ledger.units.records([listed]) == [ledger.units.record(full)]
+
+
+@pytest.mark.sqlite_only
+def test_every_column_is_listed_or_a_value(ledger: Ledger) -> None:
+    """A new column of ``units`` must be placed: in a list's columns, or left out of them."""
+    conn = ledger._db.conn  # type: ignore[attr-defined]
+    columns = {str(row[1]) for row in conn.execute("PRAGMA table_info(units)")}
+    assert set(LISTED_COLUMNS) == columns - VALUE_COLUMNS
+    assert columns >= VALUE_COLUMNS
 
 
 @pytest.mark.sqlite_only

@@ -90,11 +90,11 @@ def test_a_file_that_is_not_sqlite_is_reported_as_corrupt(state_dir: Path) -> No
         Ledger(state_dir)
 
 
-def test_version_10_takes_input_requests_and_keeps_requests_and_their_sequence(
+def test_version_11_takes_input_requests_and_keeps_requests_and_their_sequence(
     tmp_path: Path,
 ) -> None:
     conn = _connect(tmp_path / "ledger.db")
-    schema.migrate(conn, "test", schema.MIGRATIONS[:9])
+    schema.migrate(conn, "test", schema.MIGRATIONS[:10])
     add = (
         "INSERT INTO requests (verb, target, args, created_at) "
         "VALUES (?, 'b00000000', x'7b7d', 1.0)"
@@ -104,7 +104,7 @@ def test_version_10_takes_input_requests_and_keeps_requests_and_their_sequence(
     conn.execute("DELETE FROM requests WHERE seq = 3")  # the newest gone: its seq stays used
     with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
         conn.execute(add, ("input",))
-    assert schema.migrate(conn, "test") == 9
+    assert schema.migrate(conn, "test") == 10
     assert [r[0] for r in conn.execute("SELECT verb FROM requests ORDER BY seq")] == [
         "kill",
         "cancel",

@@ -127,7 +127,17 @@ class Group(click.Group):
     Subcommands parse their arguments inside ``invoke``, so errors raised by
     argument callbacks (a malformed ID) pass through here too. Click's own
     errors (an unknown option, a missing argument) are caught in ``main``.
+    Inside a unit, the verbs are the unit gateway's (``in_unit``).
     """
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from workunits._cli import in_unit, unit_gateway  # noqa: PLC0415 - they import us
+
+        if not unit_gateway.inside_a_unit() or cmd_name == "doctor":
+            return super().get_command(ctx, cmd_name)
+        if super().get_command(ctx, cmd_name) is None:
+            return None
+        return in_unit.COMMANDS.get(cmd_name) or in_unit.not_here(cmd_name)
 
     def main(
         self,
@@ -154,6 +164,12 @@ class Group(click.Group):
         # (--help, --version, finish()), or the command's return value.
         sys.exit(code if isinstance(code, int) else Exit.OK)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``workunits --state DIR ls`` as ``workunits ls --state DIR``: the options every
+        verb shares (``GLOBAL_OPTIONS``) are taken before the verb as after it. They
+        are handed to the verb, so one that has no such option says so, as after it."""
+        return super().parse_args(ctx, _verb_first(args))
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -176,6 +192,31 @@ class Group(click.Group):
             )
         except OSError as exc:  # the state dir itself: permissions, a full disk...
             _fail(str(exc), Exit.LEDGER)
+
+
+# Options the verbs share, taken before the verb too: whether each takes a value.
+GLOBAL_OPTIONS = {"--state": True, "--ledger": True, "--json": False}
+
+
+def _verb_first(args: list[str]) -> list[str]:
+    """``args`` with the shared options given before the verb moved to just after it."""
+    moved: list[str] = []
+    rest = list(args)
+    while rest and rest[0].startswith("--"):
+        name, eq, _ = rest[0].partition("=")
+        takes_value = GLOBAL_OPTIONS.get(name)
+        if takes_value is None:
+            break  # --help, --version, or a mistake: the group's own parsing says
+        if takes_value and not eq:
+            if len(rest) < 2:
+                break
+            moved += rest[:2]
+            del rest[:2]
+        else:
+            moved.append(rest.pop(0))
+    if not moved or not rest:
+        return list(args)
+    return [rest[0], *moved, *rest[1:]]
 
 
 def _click_error(exc: click.ClickException) -> tuple[str, int]:

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from workunits._core.record import signal_name
+from workunits._core.sandbox import sandbox_doc
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import UnitRow
 
@@ -179,6 +180,7 @@ def unit_doc(row: UnitRow, supervised: bool | None = None) -> dict[str, Any]:
         "pid": row.pid,
         "expire_at": row.expire_at,
         "expired_at": row.expired_at,
+        "sandbox": sandbox_doc(row.sandbox, row.unenforced),
         "supervisor_running": supervised,
     }
 

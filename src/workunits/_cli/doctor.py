@@ -4,7 +4,7 @@ Each check prints one line: its name, ``ok`` or ``degraded`` or ``missing``,
 and what was found. Exit 0 unless a check the runtime cannot work without
 (pidfd) is missing. It reads; it starts no supervisor and writes only a
 scratch cgroup (it moves itself in, timed, and back) and a scratch file, both
-removed.
+removed, and a scratch mount namespace (the units' hiding, tried and dropped).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from workunits._cli._app import Exit, cli, emit_json, finish, json_option, state_option
+from workunits._cli.doctor_isolation import isolation_lines
 from workunits._zygote import _linux, containment
 
 WEAKER = (
@@ -158,8 +159,10 @@ def _fsync(state_dir: Path) -> Check:
 @state_option
 @json_option
 def doctor(state_dir: Path, as_json: bool) -> None:
-    """Check what this machine offers: containment, pidfd, subreaper, filesystem, fsync."""
+    """Check what this machine offers: containment, pidfd, subreaper, filesystem, fsync, and
+    what confines units (namespace, landlock, no-new-privs, seccomp, limits)."""
     checks = [_containment(), _pidfd(), _subreaper(), _filesystem(state_dir), _fsync(state_dir)]
+    checks += [Check(*line) for line in isolation_lines()]
     for check in checks:
         if as_json:
             emit_json({"check": check.name, "state": check.state, "detail": check.detail})

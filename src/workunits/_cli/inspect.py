@@ -34,7 +34,8 @@ from workunits._cli._app import (
 from workunits._cli.tail import TRANSCRIPT_KINDS, rendered_line
 from workunits._client.ledger_client import Client
 from workunits._core.record import signal_name
-from workunits._core.status import Status, is_terminal
+from workunits._core.retry import counted, handed_over
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import EXPIRED, UnitRow
 from workunits._ledger.unreadable import Unreadable
 from workunits._util import outputfile
@@ -148,6 +149,18 @@ def _log(client: Client, row: UnitRow) -> str | None:
         return kept  # keep_output: the log itself (readlink says EINVAL)
 
 
+def _attempts(row: UnitRow) -> str:
+    resumable = "resumable" if row.resumable else "not resumable"
+    handed = handed_over(row.attempts)
+    if handed:  # deploys raise the attempt but count as no failure (invariant 13)
+        used = counted(row.attempt, row.attempts)
+        return (
+            f"{row.attempt}: {used} of {row.max_attempts} counted, "
+            f"{handed} handed over at deploys ({resumable})"
+        )
+    return f"{row.attempt} of {row.max_attempts} ({resumable})"
+
+
 def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> RenderableType:
     head = Text.assemble(
         (row.id, "bold"), "  ", row.kind, "  ", _render.status_text(row, supervised)
@@ -170,8 +183,7 @@ def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> Ren
         if row.started_at is not None:
             field("ran for", _render.age(row.ended_at - row.started_at))
         field("outcome", _outcome(row))
-    resumable = "resumable" if row.resumable else "not resumable"
-    field("attempts", f"{row.attempt} of {row.max_attempts} ({resumable})")
+    field("attempts", _attempts(row))
     field("session", row.session)
     field("pid", _pid(row))
     if row.progress is not None or row.progress_message:
@@ -181,9 +193,12 @@ def _details(row: UnitRow, now: float, supervised: bool, log: str | None) -> Ren
     if row.retry_at is not None and not is_terminal(row.status):
         field("next attempt", _when(row.retry_at, now))
     for earlier in row.attempts:
-        field(f"attempt {earlier.attempt}", Text(earlier.describe(), style="red"))
+        style = "" if earlier.reason is Reason.HANDED_OVER else "red"
+        field(f"attempt {earlier.attempt}", Text(earlier.describe(), style=style))
     field("retry of", row.retry_of)
     field("stall after", None if row.stall_after is None else f"{row.stall_after:g} s")
+    field("sandbox", None if row.sandbox is None else Text(row.sandbox.describe()))
+    field("not enforced", Text("; ".join(row.unenforced), style="yellow") or None)
     field("checkpoint", _checkpoint(row))
     field("retained", f"by {row.retain} viewer(s)" if row.retain else None)
     if row.cancel_requested and not is_terminal(row.status):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from workunits._cli import user_code
+from workunits._cli import ledger_log, user_code
 from workunits._cli._app import cli, parse_duration, seconds_option, state_option
 from workunits._core.errors import SpecError
 from workunits._core.ids import BUILTIN_KINDS
@@ -141,6 +141,15 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="How long an ended unit keeps its result, tail and checkpoint (90s, 15m, 12h, 7d); "
     "then it reads expired (HTTP 410), and gc forgets it later.",
 )
+@click.option(
+    "--isolation",
+    type=click.Choice(["default", "required", "off"]),
+    default="default",
+    show_default=True,
+    help="How units are confined: the strongest protection this machine gives (default), "
+    "all of it or refuse to start (required), or none (off). `workunits doctor` says what "
+    "this machine gives.",
+)
 def serve(  # noqa: PLR0917 - click passes every option by position
     state_dir: Path,
     limits: tuple[str, ...],
@@ -157,6 +166,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
     secret_file: Path | None,
     http_limits: str | None,
     expire_after_text: str,
+    isolation: str,
 ) -> None:
     """Run a supervisor that executes the units submitted to the state dir.
 
@@ -172,6 +182,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
         raise SpecError("--advertise names where the --http API is reached: give --http too")
     secret = secretfile.resolve(secret_file)
     kinds = user_code.import_all(imports)
+    ledger_log.install()  # a ledger that is away: one line per failure, not a screenful
     with _stop_signals() as wait_for_signal:
         supervisor = Supervisor(
             state_dir,
@@ -185,6 +196,7 @@ def serve(  # noqa: PLR0917 - click passes every option by position
             on_session_lost=wait_for_signal.session_lost,
             secret_file=secret_file,
             expire_after=expire_after,
+            isolation=isolation,
         )
         deploy = False
         http = None

@@ -19,6 +19,7 @@ import click
 from workunits._cli._app import cli, emit_json, opened, parse_duration, state_option
 from workunits._client.ledger_client import ClientHandle
 from workunits._core.errors import SpecError
+from workunits._core.sandbox import Sandbox
 from workunits._surface._generated import UnitOptions
 from workunits._surface.options import BY_NAME, OPTIONS, Flag, Option, taken_by
 from workunits._surface.submission import Submission
@@ -41,6 +42,7 @@ def _flag(option: Option, flag: Flag) -> Callable[[F], F]:
         },
         "dir": {"type": click.Path(file_okay=False, exists=True)},
         "env": {"multiple": True},
+        "sandbox": {},
     }
     return click.option(
         *flag.decls, option.name, metavar=flag.metavar, help=flag.help, **kinds[flag.form]
@@ -145,6 +147,8 @@ def _value(name: str, value: Any) -> Any:
         return parse_duration(value)
     if flag.form == "env":
         return _env(value)
+    if flag.form == "sandbox":
+        return sandbox_policy(value)
     return value
 
 
@@ -203,3 +207,28 @@ def _env(items: tuple[str, ...]) -> dict[str, str]:
             raise SpecError(f"--env takes NAME=VALUE, got {item!r}")
         env[name] = value
     return env
+
+
+def sandbox_policy(text: str) -> Sandbox:
+    """``--sandbox``: ``read-only``, ``workspace`` (this directory), ``workspace=DIR``,
+    ``none``, or a policy as JSON (as ``workunits show --json`` prints one)."""
+    preset, _, where = text.partition("=")
+    if preset == "read-only" and not where:
+        return Sandbox.read_only()
+    if preset == "workspace":
+        root = Path(where or ".").resolve()
+        if not root.is_dir():
+            raise SpecError(f"--sandbox workspace={where}: no directory {str(root)!r}")
+        return Sandbox.workspace(root)
+    if preset == "none" and not where:
+        return Sandbox.none()
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SpecError(f"--sandbox is not valid JSON: {exc}") from None
+        return Sandbox.from_json(data)
+    raise SpecError(
+        f"--sandbox takes read-only, workspace, workspace=DIR, none or a JSON policy "
+        f'(like {{"write": ["/repo"], "network": false}}), got {text!r}'
+    )

@@ -32,7 +32,7 @@ from workunits._cli._app import (
 from workunits._cli.waiting import warn_unsupervised
 from workunits._client.ledger_client import Client
 from workunits._core.errors import WorkunitsError
-from workunits._unit.transcript import render_event
+from workunits._core.transcript import TranscriptEvent, render_transcript
 
 TRANSCRIPT_KINDS = frozenset({"agent", "dream", "workflow", "teammate"})
 VIEWER_LEASE = 30.0  # seconds; renewed every third of it while following
@@ -112,17 +112,13 @@ def _lines(stream: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def _print_events(stream: Iterator[bytes]) -> None:
-    for line in _lines(stream):
-        click.echo(rendered_line(line))
+    for line in render_transcript(stream):  # the public reader (wu.render_transcript)
+        click.echo(line)
 
 
 def rendered_line(line: bytes) -> str:
     """One transcript line as a person reads it (a line that is not JSON, as it is)."""
-    try:
-        event = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return line.decode("utf-8", "replace")
-    return render_event(event) if isinstance(event, dict) else str(event)
+    return TranscriptEvent.from_line(line).render()
 
 
 def _print_json(stream: Iterator[bytes], *, transcript: bool) -> None:

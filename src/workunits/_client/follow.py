@@ -13,21 +13,25 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Final, TypeVar
 
 from workunits._client.other_host_output import OtherHostOutput
 from workunits._core.claim import Claim, NoticeSource
 from workunits._core.errors import ClientClosed, LedgerError, NoNotification
 from workunits._core.record import Notification
-from workunits._core.seconds import wait_timeout
+from workunits._core.seconds import seconds, wait_timeout
 from workunits._core.status import is_terminal
 from workunits._ledger import Ledger, UnitRow
+from workunits._ledger.settle import transient
 from workunits._util import outputfile
 
 # Two chunks alive at a time (the caller's and the next) keeps memory flat
 # however much a unit writes, and still catches up on a backlog quickly.
 STREAM_CHUNK = 256 << 10
 FIRST_DELAY = 0.002
+
+T = TypeVar("T")
 
 
 class Backoff:
@@ -71,6 +75,46 @@ class Backoff:
         return delay
 
 
+RECONNECT_WITHIN: Final = 30.0
+"""Seconds a client's read, wait or take keeps trying a ledger it cannot reach (a
+PostgreSQL restart or failover, a full pool) before it raises the ledger's error."""
+
+
+class Outage:
+    """A client's patience with a ledger that is away for a moment.
+
+    ``call(fn)`` runs ``fn``, and while it fails for the ledger's moment (it
+    cannot be reached, a lock is held too long: ``settle.transient``) runs it
+    again after a pause that starts short and doubles to a second, for up to
+    ``within`` seconds from the first failure; then the last error is raised.
+    What is retried are reads, claims and acknowledgements: a failed one wrote
+    nothing, or was settled by reading back. A closed client stops at once.
+    """
+
+    def __init__(self, within: float, stop: threading.Event) -> None:
+        self.within = seconds("reconnect_within", within, zero=True)
+        self._stop = stop
+
+    def call(self, fn: Callable[[], T]) -> T:
+        deadline: float | None = None
+        pause = FIRST_DELAY * 25
+        while True:
+            try:
+                return fn()
+            except LedgerError as exc:
+                if self._stop.is_set():
+                    raise ClientClosed("the client is closed") from None
+                if not transient(exc):
+                    raise
+                now = time.monotonic()
+                deadline = now + self.within if deadline is None else deadline
+                if now + pause > deadline:
+                    raise
+            if self._stop.wait(pause):
+                raise ClientClosed("the client is closed")
+            pause = min(pause * 2, 1.0)
+
+
 class LedgerOutputStream(Iterator[bytes]):
     """Every byte of one unit's output, once, in order, until the unit is terminal.
 
@@ -96,8 +140,10 @@ class LedgerOutputStream(Iterator[bytes]):
         follow: bool = True,
         chunk: int = STREAM_CHUNK,
         other_host: OtherHostOutput | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.id = work_id
+        self._outage = outage or Outage(0.0, stop)
         self.follow = follow
         self.offset = 0
         self._ledger = ledger
@@ -123,7 +169,7 @@ class LedgerOutputStream(Iterator[bytes]):
         is there yet (the caller waits, then looks again). Reads the ledger and a file."""
         if not self._open:
             return b""
-        row = self._ledger.units.require(self.id)
+        row = self._outage.call(lambda: self._ledger.units.require(self.id))
         # The status is read before the file: output read after a terminal
         # row has been seen is all the output there will be.
         ended = is_terminal(row.status)
@@ -247,10 +293,18 @@ class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
     ``get`` and ends when the client closes.
     """
 
-    def __init__(self, ledger: Ledger, *, stop: threading.Event, poll: float) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        stop: threading.Event,
+        poll: float,
+        outage: Outage | None = None,
+    ) -> None:
         self._ledger = ledger
         self._stop = stop
         self._poll = poll
+        self._outage = outage or Outage(0.0, stop)
 
     def _async_poll(self) -> float:
         return self._poll
@@ -260,7 +314,7 @@ class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
         if self._stop.is_set():
             raise ClientClosed("the client is closed")
         try:
-            held = self._ledger.outbox.claim(None)
+            held = self._outage.call(lambda: self._ledger.outbox.claim(None))
         except LedgerError:
             # close() from another thread closes the ledger under us: that is
             # the client closing, not a broken ledger.
@@ -272,8 +326,8 @@ class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
         work_id, token = held.notice.id, held.token
         return Claim(
             held.notice,
-            ack=lambda: self._ledger.outbox.ack(work_id, token),
-            release=lambda: self._ledger.outbox.release(work_id, token),
+            ack=lambda: self._outage.call(lambda: self._ledger.outbox.ack(work_id, token)),
+            release=lambda: self._outage.call(lambda: self._ledger.outbox.release(work_id, token)),
         )
 
     def get_nowait(self) -> Notification | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -42,14 +42,22 @@ from workunits._client import http_wire
 from workunits._client.http_notices import HttpNotices, LeaseKeeper
 from workunits._client.http_stream import HttpOutputStream, SseParser
 from workunits._core import ids
-from workunits._core.errors import ClientClosed, ServerUnreachable, SpecError
+from workunits._core.errors import (
+    ClientClosed,
+    ServerUnreachable,
+    SpecError,
+)
 from workunits._core.record import Notification, WorkRecord
 from workunits._core.retain import HeldRetains
+from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import DEFAULT_CLAIM_LEASE, MAX_CLAIM_LEASE, seconds
 from workunits._core.status import Reason, Status
-from workunits._surface import ops
+from workunits._surface import batch, ops
 from workunits._surface._generated import HttpClientVerbs, HttpHandleVerbs
 from workunits._surface.submission import Submission
+from workunits._wire.agent_call import AgentCall
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 
 R = TypeVar("R")
 
@@ -183,6 +191,104 @@ class HttpClient(HttpClientVerbs):
     def _submit(self, submission: Submission) -> HttpHandle:
         """``POST /v1/units``; ``key`` is its Idempotency-Key."""
         return self._handle(self._drive(http_wire.submit(submission)))
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        reuse: bool = False,
+        max_workers: int | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> list[HttpHandle]:
+        """Submit agent units as one batch (``POST /v1/units:batch``); their handles.
+
+        As ``Supervisor.submit_many``: each ``fn`` named by import reference; a bad
+        item fails the batch, named by its index, before anything is written; one
+        whose key is taken with other arguments fails alone (``BatchItemsFailed``).
+        At most ``max_workers`` of the batch run at once on the server.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        answers = self._drive(http_wire.submit_batch(submissions, max_workers))
+        results: list[HttpHandle | BaseException] = [
+            a if isinstance(a, BaseException) else self._handle(a) for a in answers
+        ]
+        return batch.handles_or_raise(results)
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        reuse: bool = False,
+        max_workers: int | None = None,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> list[HttpHandle]:
+        """Like ``submit_many`` without blocking the event loop."""
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        answers = await self._drive_async(http_wire.submit_batch(submissions, max_workers))
+        results: list[HttpHandle | BaseException] = [
+            a if isinstance(a, BaseException) else self._handle(a) for a in answers
+        ]
+        return batch.handles_or_raise(results)
+
+    async def map_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        sandbox: Sandbox | None = None,
+    ) -> AsyncGenerator[Any, None]:
+        """Like ``map``, as an async iterator: ``async for value in client.map_async(...)``."""
+        end = batch.deadline(timeout)
+        handles = await self.submit_many_async(
+            batch.calls_of(fn, iterables), max_workers=max_workers, reuse=reuse, sandbox=sandbox
+        )
+        ids = [h.id for h in handles]
+        async for value in batch.results_async(ids, end, self.result_async, self.kill_async):
+            yield value
+
+    def map(
+        self,
+        fn: Callable[..., Any] | str,
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        sandbox: Sandbox | None = None,
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items as agent units, one batch; results in order, as
+        ``Executor.map`` (a failure raised at its place, ``timeout`` for the whole map).
+        Leaving the loop early kills the units whose results were not read."""
+        end = batch.deadline(timeout)
+        handles = self.submit_many(
+            batch.calls_of(fn, iterables), max_workers=max_workers, reuse=reuse, sandbox=sandbox
+        )
+        return batch.results([h.id for h in handles], end, self.result, self.kill)
 
     async def _submit_async(self, submission: Submission) -> HttpHandle:
         return self._handle(await self._drive_async(http_wire.submit(submission)))

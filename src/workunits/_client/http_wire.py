@@ -28,7 +28,7 @@ from workunits._core.errors import NotFinished, SpecError, WorkunitsError
 from workunits._core.query import Query
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason, Status
-from workunits._surface import ops
+from workunits._surface import batch, ops
 from workunits._surface.options import OPTIONS, Json
 from workunits._surface.submission import Submission
 
@@ -275,6 +275,30 @@ def submit(submission: Submission) -> Steps[ops.Submitted]:
     """``POST /v1/units``: each option the caller gave (not its default) in its JSON form."""
     body, headers = submit_body(submission)
     return _one(Call("POST", "/v1/units", json=body, headers=headers), _submitted)
+
+
+def submit_batch(
+    submissions: list[Submission], max_workers: int | None
+) -> Steps[list[ops.Submitted | BaseException]]:
+    """``POST /v1/units:batch``: each submission's body (an error names its item), their
+    keys beside them; per item its unit, or the error that item alone met."""
+    bodies = batch.each_item(submissions, submit_body)
+    keys = [sub.unit.key for sub in submissions]
+    body: dict[str, Any] = {"units": [b for b, _ in bodies]}
+    if any(k is not None for k in keys):
+        body["keys"] = keys
+    if max_workers is not None:
+        body["max_workers"] = max_workers
+    return _one(Call("POST", "/v1/units:batch", json=body), _batch_answers)
+
+
+def _batch_answers(response: httpx.Response) -> list[ops.Submitted | BaseException]:
+    return [
+        WorkunitsError(item["error"])
+        if item["error"] is not None
+        else ops.Submitted(item["unit"]["id"], item["created"])
+        for item in checked(response).json()["units"]
+    ]
 
 
 def submit_body(sub: Submission) -> tuple[dict[str, Any], dict[str, str]]:

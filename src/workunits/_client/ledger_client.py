@@ -24,11 +24,17 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
 
-from workunits._client.follow import Backoff, LedgerNotices, LedgerOutputStream
+from workunits._client.follow import (
+    RECONNECT_WITHIN,
+    Backoff,
+    LedgerNotices,
+    LedgerOutputStream,
+    Outage,
+)
 from workunits._client.other_host_output import OtherHostOutput
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
@@ -43,16 +49,18 @@ from workunits._core.errors import (
 from workunits._core.query import Query
 from workunits._core.record import WorkRecord
 from workunits._core.retain import HeldRetains
-from workunits._core.retry import SPEC_NOT_KEPT, check_retryable
+from workunits._core.retry import SPEC_NOT_KEPT, Retry, check_retryable
+from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import seconds, wait_timeout
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import Call, Ledger, NewUnit, UnitRow, lock, secretfile
 from workunits._ledger.backend import is_url
 from workunits._ledger.unreadable import Unreadable
-from workunits._surface import ops
+from workunits._surface import batch, ops
 from workunits._surface._generated import ClientHandleVerbs, ClientVerbs, UnitOptions
 from workunits._surface.submission import LETTERS, Submission, build, check_unit_options
 from workunits._util import shell_log
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.durable import (
     agent_resumable,
     agent_to_durable,
@@ -60,7 +68,7 @@ from workunits._wire.durable import (
     shell_to_durable,
 )
 from workunits._wire.results import result_of
-from workunits._wire.specs import AgentSpec, check_limits, durable_options
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, check_limits, durable_options
 from workunits._wire.submits import check_timeout
 
 if TYPE_CHECKING:
@@ -86,6 +94,7 @@ def connect(
     clock: Clock | None = None,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client: ...
 
 
@@ -103,6 +112,7 @@ def connect(
     timeout: float = 60.0,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client | HttpClient:
     """Open a client on ``state_dir``, creating the dir and its ledger if missing.
 
@@ -115,6 +125,13 @@ def connect(
     ``secret_file`` (default: ``$WORKUNITS_SECRET_FILE``) is the secret every
     host of a shared ledger is given: it signs and verifies stored specs in
     place of the state dir's key, and is the token for other hosts' HTTP APIs.
+
+    A ledger the client cannot reach for a moment (a PostgreSQL restart or
+    failover) is tried again by every read, wait and take, for up to
+    ``reconnect_within`` seconds (30 by default) from the first failure; then
+    the ledger's error is raised. Submits and requests are not retried: their
+    caller learns at once (a submit whose COMMIT lost its answer is read back
+    first, and says what happened).
 
     With ``create=False`` a state dir without a ledger raises NoLedger and
     nothing is created (what a reader wants when the path may be a typo); a
@@ -134,7 +151,13 @@ def connect(
     if ledger is None and is_url(state_dir):
         ledger, state_dir = str(state_dir), ".workunits"
     return Client(
-        state_dir, create=create, poll=poll, clock=clock, ledger=ledger, secret_file=secret_file
+        state_dir,
+        create=create,
+        poll=poll,
+        clock=clock,
+        ledger=ledger,
+        secret_file=secret_file,
+        reconnect_within=reconnect_within,
     )
 
 
@@ -147,6 +170,7 @@ async def connect_async(
     clock: Clock | None = None,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client: ...
 
 
@@ -164,6 +188,7 @@ async def connect_async(
     timeout: float = 60.0,
     ledger: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
+    reconnect_within: float = RECONNECT_WITHIN,
 ) -> Client | HttpClient:
     """``connect`` without blocking the event loop: the ledger is opened on a worker thread.
 
@@ -183,6 +208,7 @@ async def connect_async(
         timeout=timeout,
         ledger=ledger,
         secret_file=secret_file,
+        reconnect_within=reconnect_within,
     )
     return await asyncio.to_thread(opened)
 
@@ -203,6 +229,7 @@ class Client(ClientVerbs):
         clock: Clock | None = None,
         ledger: str | None = None,
         secret_file: str | os.PathLike[str] | None = None,
+        reconnect_within: float = RECONNECT_WITHIN,
     ) -> None:
         seconds("poll", poll)
         self._clock = clock or SystemClock()
@@ -215,6 +242,7 @@ class Client(ClientVerbs):
         self._other_host_output = OtherHostOutput(self._ledger, token)
         self._poll = float(poll)
         self._closed = threading.Event()
+        self._outage = Outage(reconnect_within, self._closed)
         self._held = HeldRetains()  # leases retain() gave out: release(id) ends them
 
     def __repr__(self) -> str:
@@ -244,10 +272,12 @@ class Client(ClientVerbs):
         """Carry ``op`` out against the ledger, in the caller's thread (a short transaction)."""
         answer: Any
         match op:
-            case ops.Get(work_id):
-                answer = self.ledger.units.record(self.ledger.units.require(work_id))
+            case ops.Get(work_id):  # reads carry on across a ledger's restart (``Outage``)
+                answer = self._outage.call(
+                    lambda: self.ledger.units.record(self.ledger.units.require(work_id))
+                )
             case ops.Row(work_id):
-                answer = self.ledger.units.require(work_id)
+                answer = self._require(work_id)
             case ops.List(q):
                 answer = self._page(q)
             case ops.Rows(status, kind, parent, limit, ended_after, on_unreadable):
@@ -279,10 +309,26 @@ class Client(ClientVerbs):
 
     def _submit(self, submission: Submission) -> ClientHandle:
         """A ``pending`` row in the ledger, fully synced, for a supervisor to adopt."""
+        row, created = self.ledger.units.submit(self._new_unit(submission))
+        return ClientHandle(self, row.id, created=created)
+
+    def _submit_batch(
+        self, submissions: builtins.list[Submission]
+    ) -> builtins.list[ClientHandle | BaseException]:
+        """Rows for every submission, checked first (an error names its item), then
+        written in one fully synced transaction that wakes the supervisor once."""
+        news = batch.each_item(submissions, self._new_unit)
+        answers = self.ledger.units.submit_many(news, wake=True)
+        return [
+            a if isinstance(a, BaseException) else ClientHandle(self, a[0].id, created=a[1])
+            for a in answers
+        ]
+
+    def _new_unit(self, submission: Submission) -> NewUnit:
+        """A submit's row, checked; nothing is written."""
         letter, kind, durable, description = self._durable(submission)
         unit = dataclasses.replace(submission.unit, description=description)
-        work_id, created = self._submit_row(letter, kind, durable, unit)
-        return ClientHandle(self, work_id, created=created)
+        return self._unit_row(letter, kind, durable, unit)
 
     async def _submit_async(self, submission: Submission) -> ClientHandle:
         # Pickled and submitted on a worker thread (the synced submit, too).
@@ -322,9 +368,7 @@ class Client(ClientVerbs):
         durable = agent_to_durable(spec, timeout)
         return letter, sub.verb, durable, spec.name if given is None else given
 
-    def _submit_row(
-        self, letter: str, kind: str, durable: Any, unit: UnitOptions
-    ) -> tuple[str, bool]:
+    def _unit_row(self, letter: str, kind: str, durable: Any, unit: UnitOptions) -> NewUnit:
         unit = check_unit_options(unit, self._clock.now())
         work_id = ids.mint(letter)
         stored = self.ledger.units.encode_spec(durable, work_id)
@@ -332,7 +376,7 @@ class Client(ClientVerbs):
         max_attempts = unit.max_attempts
         if max_attempts is None:
             max_attempts = RESUMABLE_ATTEMPTS if resumable else 1
-        new = NewUnit(
+        return NewUnit(
             id=work_id,
             kind=kind,
             spec=stored,
@@ -346,9 +390,9 @@ class Client(ClientVerbs):
             not_before=cast("float | None", unit.not_before),
             retry=unit.retry,
             stall_after=unit.stall_after,
+            # The policy asked for; the supervisor that adopts the unit enforces it.
+            sandbox=unit.sandbox,
         )
-        row, created = self.ledger.units.submit(new)
-        return row.id, created
 
     def _again(self, work_id: str) -> ops.Submitted:
         """``retry``: a unit that ended failed or killed, again, as a new pending unit.
@@ -394,11 +438,15 @@ class Client(ClientVerbs):
         found = q.found
         if found.kind is not None:
             found = dataclasses.replace(found, kind=self._kind_name(found.kind))
-        if found.parent is not None:
-            self.ledger.units.require(found.parent)  # UnknownWork, as a supervisor says
-        mark = None if q.after is None else self.ledger.listing.mark_of(q.after)
-        rows = self.ledger.listing.page(found, limit=q.limit, after=mark, newest=q.newest)
-        return self.ledger.units.records(rows)
+
+        def read() -> builtins.list[WorkRecord]:
+            if found.parent is not None:
+                self.ledger.units.require(found.parent)  # UnknownWork, as a supervisor says
+            mark = None if q.after is None else self.ledger.listing.mark_of(q.after)
+            rows = self.ledger.listing.page(found, limit=q.limit, after=mark, newest=q.newest)
+            return self.ledger.units.records(rows)
+
+        return self._outage.call(read)
 
     def _rows(  # noqa: PLR0917 - ``rows``' own parameters, passed on
         self,
@@ -410,13 +458,15 @@ class Client(ClientVerbs):
         on_unreadable: Callable[[Unreadable], None] | None,
     ) -> builtins.list[UnitRow]:
         name = None if kind is None else self._kind_name(kind)
-        return self.ledger.units.list(
-            status=status,
-            kind=name,
-            parent=parent,
-            limit=limit,
-            ended_after=ended_after,
-            on_unreadable=on_unreadable,
+        return self._outage.call(
+            lambda: self.ledger.units.list(
+                status=status,
+                kind=name,
+                parent=parent,
+                limit=limit,
+                ended_after=ended_after,
+                on_unreadable=on_unreadable,
+            )
         )
 
     def _send_input(self, work_id: str, data: bytes, eof: bool) -> bool:
@@ -449,19 +499,26 @@ class Client(ClientVerbs):
             f"{self.state_dir} is of it"
         )
 
+    def _require(self, work_id: str) -> UnitRow:
+        """The unit's row; a ledger restarting meanwhile is waited for (``Outage``)."""
+        return self._outage.call(lambda: self.ledger.units.require(work_id))
+
+    def _record(self, row: UnitRow) -> WorkRecord:
+        return self._outage.call(lambda: self.ledger.units.record(row))
+
     def _wait(self, work_id: str, timeout: float | None) -> WorkRecord:
         """Looks back off from a few milliseconds to ``poll`` seconds."""
-        return self.ledger.units.record(self._wait_row(work_id, timeout))
+        return self._record(self._wait_row(work_id, timeout))
 
     async def _wait_async(self, work_id: str, timeout: float | None) -> WorkRecord:
         row = await self._wait_row_async(work_id, timeout)
-        return await asyncio.to_thread(self.ledger.units.record, row)
+        return await asyncio.to_thread(self._record, row)
 
     def _wait_row(self, work_id: str, timeout: float | None) -> UnitRow:
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
-            row = self.ledger.units.require(work_id)
+            row = self._require(work_id)
             if is_terminal(row.status):
                 return row
             if deadline is not None and time.monotonic() >= deadline:
@@ -473,7 +530,7 @@ class Client(ClientVerbs):
         deadline = None if timeout is None else time.monotonic() + timeout
         backoff = Backoff(self._closed, self._poll)
         while True:
-            row = await asyncio.to_thread(self.ledger.units.require, work_id)
+            row = await asyncio.to_thread(self._require, work_id)
             if is_terminal(row.status):
                 return row
             if deadline is not None and time.monotonic() >= deadline:
@@ -490,14 +547,14 @@ class Client(ClientVerbs):
     def _result_of_row(self, row: UnitRow) -> Any:
         if row.expired or row.result is None or row.status is not Status.COMPLETED:
             return result_of(row.to_record())  # raises, or the record of a value-less unit
-        return self.ledger.units.load_result(row.id)
+        return self._outage.call(lambda: self.ledger.units.load_result(row.id))
 
     def _stream(self, work_id: str, follow: bool, poll: float) -> LedgerOutputStream:
         """The offset is this stream's own. Output of a unit that ended before it was read
         comes from the stored tail: its last 64 KiB (an agent's transcript is kept
         whole). Retain the unit while following it for long, so its row does not
         expire meanwhile."""
-        self.ledger.units.require(work_id)  # UnknownWork now, not at the first next()
+        self._require(work_id)  # UnknownWork now, not at the first next()
         return self._stream_async(work_id, follow, poll)
 
     def _stream_async(self, work_id: str, follow: bool, poll: float) -> LedgerOutputStream:
@@ -511,15 +568,97 @@ class Client(ClientVerbs):
             poll=self._poll,
             follow=follow,
             other_host=self._other_host_output,
+            outage=self._outage,
         )
 
     def _notifications(self, lease: float) -> LedgerNotices:
         """Consumers on the same state dir (other clients, other processes) share the
         notices: a notice one of them took is not seen by the others."""
-        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll)
+        return LedgerNotices(self.ledger, stop=self._closed, poll=self._poll, outage=self._outage)
 
     async def _notifications_async(self, lease: float) -> LedgerNotices:
         return self._notifications(lease)
+
+    # -- batches (``_surface.batch``) ------------------------------------------------------
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[ClientHandle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        As ``Supervisor.submit_many``: a bad item fails the batch, named by its
+        index, before anything is written; one whose key is taken with other
+        arguments fails alone (``BatchItemsFailed``). The supervisor starts them at
+        its next tick, under its kinds' ``concurrency``.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(self._submit_batch(submissions))
+
+    def map(
+        self,
+        fn: Callable[..., Any] | str,
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items as agent units, one batch; results in order, as
+        ``Executor.map`` (a failure raised at its place, ``timeout`` for the whole map).
+        Leaving the loop early kills the units whose results were not read."""
+        end = batch.deadline(timeout)
+        handles = self.submit_many(batch.calls_of(fn, iterables), sandbox=sandbox)
+        return batch.results([h.id for h in handles], end, self.result, self.kill)
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_attempts: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[ClientHandle]:
+        """Like ``submit_many`` without blocking the event loop (checked, pickled and
+        written on a worker thread)."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.submit_many,
+                builtins.list(calls),
+                max_attempts=max_attempts,
+                memory_limit=memory_limit,
+                output_cap=output_cap,
+                retry=retry,
+                sandbox=sandbox,
+            )
+        )
+
+    async def map_async(
+        self,
+        fn: Callable[..., Any] | str,
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> AsyncGenerator[Any, None]:
+        """Like ``map``, as an async iterator: ``async for value in client.map_async(...)``."""
+        end = batch.deadline(timeout)
+        handles = await self.submit_many_async(batch.calls_of(fn, iterables), sandbox=sandbox)
+        ids = [h.id for h in handles]
+        async for value in batch.results_async(ids, end, self.result_async, self.kill_async):
+            yield value
 
     # -- the ledger's own ------------------------------------------------------------------
 

@@ -9,7 +9,10 @@ WorkunitsError
 ├── UnknownWork          an ID this supervisor never saw, or has forgotten (also a KeyError)
 │   └── WorkExpired      the ledger knows the unit, but its retention ran out: no result
 ├── InvalidArgument      a call was given a value it cannot take (also a ValueError)
-│   └── SpecError        arguments a submit cannot accept
+│   ├── SpecError        arguments a submit cannot accept
+│   │   └── SandboxEscalation  a child asked for more than its parent's sandbox allows
+│   └── SandboxUnavailable  a protection this machine cannot enforce was required (a
+│                        submit's sandbox, or ``isolation="required"``); names what is missing
 ├── WrongType            a value of a type the call cannot take, from the caller or from
 │                        a callable it handed over (also a TypeError)
 ├── NoSuchMethod         a teammate proxy called a private name (also an AttributeError)
@@ -19,6 +22,7 @@ WorkunitsError
 ├── WorkFailed           the unit ended ``failed``; carries the record and its cause
 ├── WorkKilled           the unit ended ``killed``; carries the record and its reason
 ├── IdempotencyConflict  the same key was submitted with different arguments
+├── BatchItemsFailed     items of a batch submit failed on their own; the rest run
 ├── NotRetryable         retry(id) of a unit that did not end failed/killed, or whose
 │                        spec is no longer kept
 ├── StaleAttempt         a write from an attempt that is no longer the unit's current one
@@ -54,7 +58,11 @@ WorkunitsError
     ├── LedgerCorrupt       a file or row holds what the ledger cannot read
     ├── LedgerFull          the state dir's disk is full; nothing was written
     ├── LedgerTampered      a durable value failed its integrity check
+    │   └── LedgerGone      the ledger file (or its key) was deleted, replaced or moved
+    │                       while the supervisor ran: it takes no new work
     ├── SessionLost         this supervisor's session lease lapsed and another took it over
+    ├── CommitUnknown       the connection was lost as a write committed, and reading back
+    │                       could not reach the ledger in time: look the ID up
     └── ValueVersionMismatch  a pickled value was written by other Python/package versions
 
 Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
@@ -64,14 +72,32 @@ Cancelled (BaseException)  raised inside a unit at a requested cancel; ``except
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from workunits._core.record import WorkRecord
 
 
 class WorkunitsError(Exception):
-    """Root of every error workunits raises on purpose."""
+    """Root of every error workunits raises on purpose.
+
+    Every one pickles and comes back as itself, whatever its ``__init__`` takes:
+    a unit's process gets the supervisor's error over its channel, and catches
+    it by its class.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(
+    cls: type[WorkunitsError], args: tuple[object, ...], state: dict[str, object]
+) -> WorkunitsError:
+    """An error back from its pickle: its class, args and attributes, ``__init__`` not run."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidWorkId(WorkunitsError, ValueError):
@@ -127,6 +153,22 @@ class InvalidArgument(WorkunitsError, ValueError):
 
 class SpecError(InvalidArgument):
     """The arguments of a submit cannot make a unit; nothing was registered."""
+
+
+class SandboxEscalation(SpecError):
+    """A unit asked for a child whose sandbox is wider than its own (more paths, network,
+    resources, or none at all): children inherit their parent's policy and may only
+    narrow it. Nothing was registered."""
+
+
+class SandboxUnavailable(InvalidArgument):
+    """A protection this machine cannot enforce was required.
+
+    At submit: the unit's sandbox asks for it (give ``required=False`` to run
+    without it; the record then says what was not enforced). At start:
+    ``Supervisor(isolation="required")`` on a machine without every default
+    protection. The message names what is missing; ``workunits doctor`` lists all.
+    """
 
 
 class WrongType(WorkunitsError, TypeError):
@@ -215,6 +257,29 @@ class IdempotencyConflict(WorkunitsError):
     """A submit reused an idempotency key with different arguments."""
 
 
+class BatchItemsFailed(WorkunitsError):
+    """Some items of a batch submit failed on their own (a key taken with other arguments);
+    the others were submitted and run.
+
+    ``results`` has one entry per item, in order: its handle, or its error.
+    """
+
+    def __init__(self, results: list[Any]) -> None:
+        errors = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
+        first = "; ".join(f"item {i}: {e}" for i, e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(
+            f"{len(errors)} of {len(results)} items of the batch failed: {first}{more}; "
+            f"the others were submitted (their handles are in .results)"
+        )
+        self.results = results
+
+    @property
+    def errors(self) -> dict[int, BaseException]:
+        """The failed items' errors, by index."""
+        return {i: r for i, r in enumerate(self.results) if isinstance(r, BaseException)}
+
+
 class NotRetryable(WorkunitsError):
     """``retry(id)`` of a unit that cannot be started again: it did not end failed or
     killed, or its spec is no longer kept."""
@@ -294,6 +359,25 @@ class SessionLost(LedgerError):
     """
 
 
+class CommitUnknown(LedgerError):
+    """A write's COMMIT lost its answer (the connection dropped: a crash, a failover, a
+    network cut), and reading the row back could not reach the ledger within its deadline.
+
+    The write may have landed or not. ``work_id`` (when the write was about one
+    unit, as a submit is) names what to look up: a later ``get(work_id)`` tells,
+    and a resubmit with the same idempotency key returns the unit if it exists.
+    Never raised while the answer can still be read back: a submit returns its
+    unit, or raises with nothing written.
+    """
+
+    def __init__(self, message: str, work_id: str | None = None) -> None:
+        super().__init__(message)
+        self.work_id = work_id
+
+    def __reduce__(self) -> tuple[type[CommitUnknown], tuple[str, str | None]]:
+        return (type(self), (str(self), self.work_id))
+
+
 class LedgerVersionError(LedgerError):
     """The ledger file was written by a newer schema than this workunits understands."""
 
@@ -324,6 +408,17 @@ class SecretFileError(LedgerError):
 
 class LedgerTampered(LedgerError):
     """A durable value failed its integrity check and was not used."""
+
+
+class LedgerGone(LedgerTampered):
+    """The ledger file, its write-ahead log or its key was deleted, replaced or moved
+    while this supervisor ran (by anyone).
+
+    Writing on would go into a file nobody opens again, so the supervisor
+    takes no new work: submits raise this. What it holds in memory stays
+    readable; running units' ends are held in memory, not durable, and say so.
+    Close it and start a supervisor on a state dir whose ledger is in place.
+    """
 
 
 class ValueVersionMismatch(LedgerError):

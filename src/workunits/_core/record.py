@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Reason, Status
 
 if TYPE_CHECKING:
@@ -102,12 +103,18 @@ class WorkRecord:
     evidence: Mapping[str, Any] | None = None
     retry: Retry | None = None  # the unit's retry policy
     restart: Restart | None = None  # a teammate's restart policy (None: temporary)
-    attempts: tuple[Attempt, ...] = ()  # earlier attempts that failed and were retried
+    # Earlier attempts and how each ended: failed and retried, lost with its supervisor
+    # (reason ``lost``), or handed over at a deploy (reason ``handed-over``).
+    attempts: tuple[Attempt, ...] = ()
     retry_at: float | None = None  # set while it waits between attempts (it stays running)
     retry_of: str | None = None  # the failed unit ``retry(id)`` started this one for
     stall_after: float | None = None  # quiet seconds before its parent gets a StallEvent
     durable: bool = True  # False while its status waits to be written (see above)
     not_before: float | None = None  # a pending unit starts no earlier (seconds since the epoch)
+    # The sandbox policy it runs under (None: a unit recorded before policies were
+    # kept), and what of it and of the default protection this machine did not enforce.
+    sandbox: Sandbox | None = None
+    unenforced: tuple[str, ...] = ()
 
     @property
     def shown_status(self) -> str:

@@ -35,7 +35,7 @@ from workunits._core.errors import SpecError
 from workunits._core.record import Outcome
 from workunits._core.retry import Attempt, Retry
 from workunits._core.seconds import seconds
-from workunits._core.status import Status
+from workunits._core.status import Reason, Status
 
 # A restart policy bounds restarts by intensity, not by count: the ledger's
 # attempt counter (one column serves resumes, retries and restarts) is set to
@@ -86,9 +86,10 @@ class Restart:
                 return False
 
     def recent(self, attempts: Sequence[Attempt], now: float) -> int:
-        """How many restarts (earlier attempts' ends) fall in the window ending ``now``."""
+        """How many restarts (earlier attempts' ends) fall in the window ending ``now``;
+        an attempt handed over at a deploy is no restart."""
         since = now - self.within
-        return sum(1 for a in attempts if a.ended_at > since)
+        return sum(1 for a in attempts if a.ended_at > since and a.reason is not Reason.HANDED_OVER)
 
     def exceeded(self, attempts: Sequence[Attempt], now: float) -> bool:
         """One more restart now would be more than ``max_restarts`` within ``within``."""

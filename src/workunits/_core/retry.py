@@ -256,6 +256,21 @@ class Attempt:
         )
 
 
+def handed_over(attempts: Sequence[Attempt]) -> int:
+    """How many of ``attempts`` were handed over at a deploy (``Reason.HANDED_OVER``)."""
+    return sum(1 for a in attempts if a.reason is Reason.HANDED_OVER)
+
+
+def counted(attempt: int, attempts: Sequence[Attempt]) -> int:
+    """How many attempts, up to the current ``attempt``, count against ``max_attempts``.
+
+    Every attempt but those handed over at a deploy (invariant 13): a deploy
+    raises the attempt number (fencing needs it) but is not a failure, so a
+    unit waiting days for an approval survives any number of deploys.
+    """
+    return attempt - handed_over(attempts)
+
+
 def attempts_to_json(attempts: Sequence[Attempt]) -> bytes:
     return orjson.dumps([a.to_doc() for a in attempts])
 

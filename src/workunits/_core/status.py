@@ -35,6 +35,16 @@ class Reason(enum.StrEnum):
     SHED = "shed"  # load shedding (``Supervisor.shed``): worth resubmitting when load falls
     # A teammate ended unasked more often than its restart policy allows (``_core.restart``).
     RESTART_INTENSITY = "restart-intensity"
+    # Not an end: an attempt stopped at a deploy for the next supervisor to resume
+    # (``close(deploy=True)``). It raises the attempt, and counts as no failure.
+    HANDED_OVER = "handed-over"
+    # A resource limit of its sandbox (``wu.Sandbox``) ended it: the kernel killed it
+    # (memory, CPU, a file too large), or it failed for want of processes or files.
+    MEMORY_LIMIT = "memory-limit"
+    CPU_LIMIT = "cpu-limit"
+    PROCESSES_LIMIT = "processes-limit"
+    FILE_SIZE_LIMIT = "file-size-limit"
+    OPEN_FILES_LIMIT = "open-files-limit"
 
 
 _TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.KILLED})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +30,9 @@ from workunits._core.status import is_terminal
 from workunits._http import fleet, metrics, openapi, problems
 from workunits._http.backend import Backend
 from workunits._http.models import (
+    BatchItem,
+    BatchResult,
+    BatchSubmit,
     CancelBody,
     Changed,
     Delivered,
@@ -111,6 +113,23 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
         """Submit a shell, agent or workflow unit. ``Idempotency-Key`` works like ``key=``."""
         record, created = await backend.submit(body, idempotency_key)
         return _located(Unit.of(record), 201 if created else 200)
+
+    @r.post(":batch", status_code=201, response_model=BatchResult)
+    async def submit_batch(body: Annotated[BatchSubmit, Body()]) -> BatchResult:
+        """Submit several units as one batch: every unit is checked first (one that
+        cannot be made fails the request, 400, naming its index, and nothing is
+        written), then all are written in one transaction. A unit that fails on its
+        own comes back with its ``error``; the others run. At most ``max_workers``
+        of them run at once."""
+        answers = await backend.submit_batch(list(body.units), body.keys, body.max_workers)
+        return BatchResult(
+            units=[
+                BatchItem(error=f"{type(a).__name__}: {a}")
+                if isinstance(a, BaseException)
+                else BatchItem(unit=Unit.of(a[0]), created=a[1])
+                for a in answers
+            ]
+        )
 
     @r.get("", response_model=UnitPage)
     async def list_units(
@@ -287,8 +306,8 @@ def _units(backend: Backend) -> APIRouter:  # noqa: PLR0915 - one route per endp
                 if body.encoding == "base64"
                 else body.data.encode()
             )
-        except binascii.Error as exc:
-            raise SpecError(f"data is not base64: {exc}") from None
+        except ValueError as exc:  # binascii.Error, non-ASCII base64, a lone surrogate
+            raise SpecError(f"data is not {body.encoding} it can be read as: {exc}") from None
         if await backend.send_input(work_id, data, body.eof):
             return JSONResponse(Delivered(delivered=True).model_dump(), 202)
         ended = await backend.get(work_id)

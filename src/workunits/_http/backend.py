@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from workunits._core import ids
-from workunits._core.errors import NotFinished
+from workunits._core.errors import InvalidArgument, NotFinished, WorkunitsError
 from workunits._core.query import query
 from workunits._core.record import WorkRecord
 from workunits._core.schedule import ScheduleInfo
@@ -39,6 +39,7 @@ from workunits._surface.options import UNIT_OPTIONS, taken_by
 from workunits._surface.submission import Submission
 from workunits._util import strictjson
 from workunits._wire.results import result_of
+from workunits.supervisor.actor.submits import batch_item_error
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.http_consumers import NoticeClaim
@@ -110,6 +111,31 @@ class Backend:
         record = await handle.get_async()
         self.on_submit(time.perf_counter() - started)
         return record, handle.created
+
+    async def submit_batch(
+        self,
+        bodies: builtins.list[ShellSubmit | CallSubmit],
+        keys: builtins.list[str | None] | None,
+        max_workers: int | None,
+    ) -> builtins.list[tuple[WorkRecord, bool] | BaseException]:
+        """Submit the bodies as one batch (one ``SubmitMany``): per body its record and
+        whether this call created it, or its own error; a body that cannot make a unit
+        fails all, named by its index, before anything is written."""
+        if keys is not None and len(keys) != len(bodies):
+            # Said here, not by the model: JSON Schema cannot tie two arrays' lengths.
+            raise InvalidArgument(f"{len(keys)} keys for {len(bodies)} units: give one each")
+        submissions = []
+        for index, body in enumerate(bodies):
+            try:
+                key = None if keys is None else keys[index]
+                submissions.append(await self._submission(body, key))
+            except WorkunitsError as exc:
+                raise batch_item_error(index, exc) from exc
+        started = time.time()
+        answers = await self.sup._submit_batch_async(submissions, max_workers=max_workers)
+        return [
+            a if isinstance(a, BaseException) else (a, a.created_at >= started) for a in answers
+        ]
 
     async def _submission(self, body: ShellSubmit | CallSubmit, key: str | None) -> Submission:
         """The body as the Python verbs would submit it (every option read from the one

@@ -22,6 +22,7 @@ from pydantic import (
 
 from workunits._core.record import WorkRecord
 from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox, sandbox_doc
 from workunits._core.seconds import MAX_CLAIM_LEASE
 from workunits._core.status import is_terminal
 from workunits._surface.options import BY_NAME, OPTIONS, Json, Option
@@ -109,8 +110,50 @@ def _fields(*verbs: str) -> dict[str, Any]:
     }
 
 
+# A path on the server's host: absolute (relative to what? its directory is nothing
+# its callers know), without NUL.
+AbsolutePath = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]
+SomePath = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00]+$")]
+Port = Annotated[int, Field(ge=1, le=65535), Strict(False), BeforeValidator(_whole)]
+
+
+class SandboxBody(_Strict):
+    """``wu.Sandbox``: what a unit may touch, narrowing the default protection.
+
+    ``write``: the only directories it may change (``[]``: none but its own
+    TMPDIR); ``read``: the only ones it may read; ``read_only_paths``: paths
+    inside the write roots that stay read-only; ``network``: true, false, or
+    the TCP ports it may use; limits for its whole tree; ``required`` false
+    runs it even where the machine cannot enforce all of it (the record says what).
+    """
+
+    write: Annotated[list[AbsolutePath], Field(max_length=64)] | None = None
+    read: Annotated[list[AbsolutePath], Field(max_length=64)] | None = None
+    read_only_paths: Annotated[list[SomePath], Field(max_length=64)] = []
+    network: bool | Annotated[list[Port], Field(max_length=1024)] | None = None
+    memory: PositiveWhole | None = None
+    cpu_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    processes: PositiveWhole | None = None
+    file_size: PositiveWhole | None = None
+    open_files: PositiveWhole | None = None
+    required: bool = True
+
+    def policy(self) -> Sandbox:
+        return Sandbox.from_json(self.model_dump(exclude_defaults=True))
+
+
+class NoSandboxBody(_Strict):
+    """``wu.Sandbox.none()``: no protection at all for this unit, not even the default."""
+
+    none: Literal[True]
+
+    def policy(self) -> Sandbox:
+        return Sandbox.none()
+
+
 # The JSON types ``options.Json`` names (their bounds inside: JSON Schema says them).
 _NAMED: dict[str, Any] = {
+    "sandbox": SandboxBody | NoSandboxBody,
     "retry": RetryBody,
     "not_before": Annotated[float, Field(ge=0, allow_inf_nan=False)] | IsoTime,
     "positive_whole": PositiveWhole,
@@ -220,7 +263,8 @@ def options_of(body: ShellSubmit | CallSubmit) -> dict[str, Any]:
     for name in _fields(body.kind):
         value = getattr(body, name)
         if value is not None:
-            given[name] = value.policy() if isinstance(value, RetryBody) else value
+            policy_body = isinstance(value, RetryBody | SandboxBody | NoSandboxBody)
+            given[name] = value.policy() if policy_body else value
     return given
 
 
@@ -258,6 +302,13 @@ class Unit(BaseModel):
     evidence: dict[str, Any] | None = Field(
         None, description="The structured evidence of the last progress report"
     )
+    sandbox: dict[str, Any] | None = Field(
+        None,
+        description=(
+            'Its sandbox policy ({} is the default protection, {"none": true} none) and '
+            "what of it this machine did not enforce (not_enforced)"
+        ),
+    )
 
     @classmethod
     def of(cls, record: WorkRecord) -> Unit:
@@ -287,6 +338,7 @@ class Unit(BaseModel):
             not_before=record.not_before,
             progress_at=record.progress_at,
             evidence=None if record.evidence is None else dict(record.evidence),
+            sandbox=sandbox_doc(record.sandbox, record.unenforced),
         )
 
 
@@ -306,6 +358,37 @@ def _plain_unit_schema(schema: dict[str, Any]) -> None:
     ]
     unit = schema["properties"]["unit"]
     schema["properties"]["unit"] = {"allOf": [unit, {"not": {"anyOf": clauses}}]}
+
+
+class BatchSubmit(_Strict):
+    """Several units in one request: checked whole, written in one transaction."""
+
+    units: Annotated[list[Submit], Field(min_length=1, max_length=1000)]
+    keys: list[Annotated[str, Field(min_length=1, max_length=256)] | None] | None = Field(
+        None,
+        description="An idempotency key per unit (null for none), as Idempotency-Key is for "
+        "one: as many as units (else 400)",
+    )
+    max_workers: PositiveWhole | None = Field(
+        None,
+        description="At most this many of the batch's units run at once (default: no limit "
+        "of its own, only each kind's concurrency)",
+    )
+
+
+class BatchItem(BaseModel):
+    """One unit of a batch: its record (``created`` false: its key named a unit that was
+    there already), or why it alone failed (its key taken with other arguments)."""
+
+    unit: Unit | None = None
+    created: bool = False
+    error: str | None = None
+
+
+class BatchResult(BaseModel):
+    """The batch's units, in the order they were given."""
+
+    units: list[BatchItem]
 
 
 class ScheduleBody(_Strict):

@@ -11,13 +11,20 @@ once another supervisor took the session over, nothing it writes is kept.
 - ``write_progress_batch``: progress, grouped per tick, NORMAL sync.
 - ``save_checkpoint``: what a later attempt resumes from, fully synced, with
   the signals it covers marked consumed in the same transaction.
-- ``resume``: a running unit of a dead session goes on as its next attempt.
+- ``resume``: a running unit of a dead session goes on as its next attempt;
+  the attempt it had is logged ``lost``, or ``handed-over`` when a deploy
+  handed it over (``hand_over``). A hand-over raises the attempt (fencing needs
+  it) but counts as no failure against ``max_attempts`` (``_core.retry.counted``).
 - ``schedule_retry`` / ``begin_retry``: between attempts a unit stays
   ``running`` (no status change, no notice): its row says when the next
   attempt is due (``retry_at``) and lists the attempts that failed
   (``attempts_log``). Both writes are fenced and fully synced, so a
   supervisor SIGKILLed while a unit waits finds the schedule and continues it
   (``Sessions.units_of_dead_sessions``).
+
+Every attempt that is not the unit's last leaves an entry in ``attempts_log``
+(invariant 13). A COMMIT whose answer was lost is settled by reading back
+(``settle``) before the caller is told.
 """
 
 from __future__ import annotations
@@ -37,9 +44,9 @@ from workunits._core.errors import (
     UnstorableValue,
 )
 from workunits._core.record import Notification, WorkRecord
-from workunits._core.retry import Attempt, attempts_from_json, attempts_to_json
-from workunits._core.status import Status, is_terminal
-from workunits._ledger import signals, values, writes
+from workunits._core.retry import Attempt, attempts_from_json, attempts_to_json, counted
+from workunits._core.status import Reason, Status, is_terminal
+from workunits._ledger import settle, signals, values, writes
 from workunits._ledger.backend import Connection
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.rows import IN_TERMINAL, TERMINAL, UnitRow
@@ -104,8 +111,26 @@ class Attempts:
         )
         now = self._ctx.now()
         expire_after = self._ctx.expire_after
-        with self._ctx.db.write(durable=durable) as conn:
-            return [writes.apply(conn, p, now=now, expire_after=expire_after) for p in prepared]
+
+        def write() -> list[tuple[WriteOutcome, int]]:
+            with self._ctx.db.write(durable=durable) as conn:
+                return [writes.apply(conn, p, now=now, expire_after=expire_after) for p in prepared]
+
+        def landed(conn: Connection) -> list[tuple[WriteOutcome, int]] | None:
+            if not writes.landed(conn, prepared):
+                return None  # written again: a replayed end is recognised (``writes``)
+            return [(WriteOutcome.WRITTEN, p.attempt) for p in prepared]
+
+        ids_ = {p.work_id for p in prepared}
+        return settle.settled_write(
+            self._ctx.db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"a write of {', '.join(sorted(ids_)[:3])}"
+            + (" and more" if len(ids_) > 3 else ""),
+            work_id=next(iter(ids_)) if len(ids_) == 1 else None,
+        )
 
     def _offload_result(self, w: Write) -> values.Stored | None:
         stored = self._encode_result(w)
@@ -234,28 +259,120 @@ class Attempts:
 
     # -- the next attempt --------------------------------------------------------------
 
-    def resume(self, work_id: str, session: str, *, expected: int | None = None) -> int:
-        """Resume a ``running`` unit as its next attempt (same ID) under ``session``.
+    def resume(
+        self,
+        work_id: str,
+        session: str,
+        *,
+        expected: int | None = None,
+        why: str | None = None,
+    ) -> int:
+        """Resume a ``running`` unit whose supervisor is gone as its next attempt (same ID)
+        under ``session``; the new attempt number (``resumed`` says more)."""
+        return self.resumed(work_id, session, expected=expected, why=why)[0]
 
+    def resumed(
+        self,
+        work_id: str,
+        session: str,
+        *,
+        expected: int | None = None,
+        why: str | None = None,
+    ) -> tuple[int, tuple[Attempt, ...]]:
+        """``resume``: the new attempt number, and the attempts before it as now logged
+        (what a supervisor's record of the unit shows, without reading it again).
+
+        The attempt it had is logged, unless logged already: ``lost`` (its
+        supervisor ended under it; ``why``, its error, says how), or
+        ``handed-over`` by a deploy (``hand_over``), which counts as no failure.
         ``expected`` is the attempt the caller saw; if another attempt began
-        since, StaleAttempt. Raises InvalidTransition for a unit that is not
-        running or has no attempts left (it should fail with reason ``lost``).
+        since, StaleAttempt. InvalidTransition for a unit that is not running,
+        or whose failures used its ``max_attempts`` (it fails ``lost`` instead).
+        A COMMIT whose answer was lost is read back: the row at the next
+        attempt, under ``session``, is this resume's.
         """
         ids.validate(work_id)
         validate_session(session)
-        with self._ctx.db.write(durable=True) as conn:
-            row = _running(conn, work_id, expected, "resumed")
-            attempt = int(row["attempt"])
-            if attempt >= int(row["max_attempts"]):
-                raise InvalidTransition(
-                    f"{work_id} has used {attempt} of {row['max_attempts']} attempts; "
-                    f"end it failed with reason 'lost' instead"
+        now = self._ctx.now()
+        found: list[int] = []
+
+        def write() -> tuple[int, tuple[Attempt, ...]]:
+            with self._ctx.db.write(durable=True) as conn:
+                row = _running(conn, work_id, expected, "resumed")
+                attempt = int(row["attempt"])
+                found[:] = [attempt]
+                log = attempts_from_json(row["attempts_log"]) if row["attempts_log"] else ()
+                if not (log and log[-1].attempt == attempt):
+                    lost = Attempt(
+                        attempt,
+                        now,
+                        why
+                        or f"lost: its supervisor (session {row['session']}) ended while it ran",
+                        reason=Reason.LOST,
+                    )
+                    log = (*log, lost)
+                used = counted(attempt, log)
+                if used >= int(row["max_attempts"]):
+                    raise InvalidTransition(
+                        f"{work_id} has used {used} of {row['max_attempts']} attempts; "
+                        f"end it failed with reason 'lost' instead"
+                    )
+                conn.execute(
+                    "UPDATE units SET attempt = ?, session = ?, pid = NULL, attempts_log = ? "
+                    "WHERE id = ?",
+                    (attempt + 1, session, attempts_to_json(log).decode(), work_id),
                 )
-            conn.execute(
-                "UPDATE units SET attempt = ?, session = ?, pid = NULL WHERE id = ?",
-                (attempt + 1, session, work_id),
+            return attempt + 1, log
+
+        def landed(conn: Connection) -> tuple[int, tuple[Attempt, ...]] | None:
+            if not found:
+                return None
+            row = conn.execute(
+                "SELECT attempts_log FROM units WHERE id = ? AND attempt = ? AND session = ?",
+                (work_id, found[0] + 1, session),
+            ).fetchone()
+            if row is None:
+                return None
+            log = attempts_from_json(row["attempts_log"]) if row["attempts_log"] else ()
+            return found[0] + 1, log
+
+        return settle.settled_write(
+            self._ctx.db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"the resume of {work_id}",
+            work_id=work_id,
+        )
+
+    def hand_over(self, work_id: str, attempt: int) -> bool:
+        """A deploy stopped ``attempt`` of a running unit for the next supervisor: log it
+        ``handed-over`` (not a failure). False when the unit no longer runs at that
+        attempt (it ended, or another attempt owns it)."""
+        ids.validate(work_id)
+        at = self._ctx.now()
+        with self._ctx.db.write(durable=True) as conn:
+            row = conn.execute(
+                "SELECT status, attempt, attempts_log FROM units WHERE id = ?", (work_id,)
+            ).fetchone()
+            if row is None or int(row["attempt"]) != attempt:
+                return False
+            if status_of(row["status"], work_id) != Status.RUNNING:
+                return False
+            log = attempts_from_json(row["attempts_log"]) if row["attempts_log"] else ()
+            if log and log[-1].attempt == attempt:
+                return True  # logged already (a replay)
+            entry = Attempt(
+                attempt,
+                at,
+                "handed over at a deploy: the next supervisor resumes it",
+                reason=Reason.HANDED_OVER,
             )
-        return attempt + 1
+            conn.execute(
+                "UPDATE units SET attempts_log = ?, pid = NULL WHERE id = ?",
+                (attempts_to_json((*log, entry)).decode(), work_id),
+            )
+        return True
 
     def schedule_retry(
         self, work_id: str, attempt: int, failed: Attempt, message: str
@@ -293,9 +410,11 @@ class Attempts:
             row = _running(conn, work_id, expected, "retried")
             if row["retry_at"] is None:
                 raise InvalidTransition(f"{work_id} is not waiting for its next attempt")
-            if expected >= int(row["max_attempts"]):
+            log = attempts_from_json(row["attempts_log"]) if row["attempts_log"] else ()
+            used = counted(expected, log)  # a hand-over at a deploy is no failure
+            if used >= int(row["max_attempts"]):
                 raise InvalidTransition(
-                    f"{work_id} has used {expected} of {row['max_attempts']} attempts"
+                    f"{work_id} has used {used} of {row['max_attempts']} attempts"
                 )
             conn.execute(
                 "UPDATE units SET attempt = ?, retry_at = NULL, session = ?, pid = NULL "
@@ -310,7 +429,8 @@ def _running(conn: Connection, work_id: str, attempt: int | None, done: str) -> 
     ``attempt`` (None: at any): UnknownWork, StaleAttempt or InvalidTransition (saying
     only a running unit is ``done``) otherwise."""
     row: sqlite3.Row | None = conn.execute(
-        "SELECT status, attempt, max_attempts, retry_at, attempts_log FROM units WHERE id = ?",
+        "SELECT status, attempt, max_attempts, retry_at, attempts_log, session FROM units "
+        "WHERE id = ?",
         (work_id,),
     ).fetchone()
     if row is None:

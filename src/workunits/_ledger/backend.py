@@ -43,6 +43,8 @@ class Row(Protocol):
 
     def __getitem__(self, key: int | str, /) -> Any: ...
 
+    def __iter__(self) -> Iterator[Any]: ...  # the values, in the columns' order
+
     def keys(self) -> list[str]: ...
 
 
@@ -86,6 +88,9 @@ class Database(Protocol):
         """A transaction holding the write lock; committed on success, rolled back on error.
 
         ``durable``: the commit survives a power cut (else only a process crash).
+        A COMMIT whose answer was lost (the connection dropped as it committed)
+        raises CommitUnknown: the write may have landed. Its writer settles it by
+        reading back (``settle``), by the IDs it minted before the write.
         ``wake``: this transaction adds work for a supervisor (a request, a signal,
         a pending unit); on PostgreSQL it also sends ``wake`` (``<what>:<id>``) on
         the ``WAKE_CHANNEL``, delivered when it commits, so listening supervisors
@@ -94,8 +99,9 @@ class Database(Protocol):
         """
         ...
 
-    def read(self) -> AbstractContextManager[Connection]:
-        """One consistent snapshot for several statements."""
+    def read(self, *, timeout: float | None = None) -> AbstractContextManager[Connection]:
+        """One consistent snapshot for several statements; ``timeout`` bounds the wait
+        for a connection where there is one to wait for (PostgreSQL's pool)."""
         ...
 
     def version(self) -> object | None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workunits._core.status import Status
-from workunits._ledger import unreadable
+from workunits._ledger import settle, unreadable
+from workunits._ledger.backend import Connection
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.rows import UnitRow
 from workunits._ledger.sessions import validate as validate_session
@@ -80,14 +81,76 @@ class Claims:
             if conn.execute(_PICK + " LIMIT 1", (Status.PENDING.value,)).fetchone() is None:
                 return []
         claimed: list[UnitRow | Unreadable] = []
+
+        def write() -> list[UnitRow | Unreadable]:
+            claimed.clear()
+            with db.write(durable=True) as conn:
+                for where, params in picks:
+                    # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
+                    sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"
+                    rows = conn.execute(sql, (Status.PENDING.value, *params)).fetchall()
+                    claimed.extend(unreadable.decode(row) for row in rows)
+                if claimed:
+                    conn.executemany(
+                        "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in claimed]
+                    )
+            return list(claimed)
+
+        def landed(conn: Connection) -> list[UnitRow | Unreadable] | None:
+            """The rows the lost COMMIT claimed: those picked that now name ``me``. Pending
+            rows name a session only once claimed, and only this claim names ``me`` on them."""
+            if not claimed:
+                return []
+            marks = ", ".join("?" * len(claimed))
+            ids = [r.id for r in claimed]
+            rows = conn.execute(
+                f"SELECT * FROM units WHERE id IN ({marks}) AND session = ? AND status = ? "  # noqa: S608
+                "ORDER BY created_at, id",
+                (*ids, me, Status.PENDING.value),
+            ).fetchall()
+            return [unreadable.decode(row) for row in rows] or None
+
+        return settle.settled_write(
+            db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"a claim of pending units by {me}",
+        )
+
+    def release_unheld(self, me: str, *, exclusive: bool) -> list[str]:
+        """Hand back to the queue (``session`` NULL) pending units claimed by a dead session.
+
+        A claim is a session's promise to start the unit. A session that ended or
+        was taken over keeps no promise, and a takeover frees only the rows it finds
+        at that moment: a claim that landed later (its COMMIT's answer lost) would
+        keep its unit pending for ever. A session whose lease merely lapsed is not
+        dead yet -- it may still start what it claimed, until a takeover fences it
+        -- so its rows wait for that takeover, which hands them back itself.
+        ``exclusive``: the caller holds the state dir's lock (SQLite), so every
+        other session is dead. The IDs handed back.
+        """
+        validate_session(me)
+        db = self._ctx.db
+        dead = (
+            ""
+            if exclusive
+            else " AND session NOT IN (SELECT id FROM sessions WHERE recovered_by IS NULL "
+            "AND ended_at IS NULL)"
+        )
+        params = (Status.PENDING.value, me)
+        pick = (
+            "SELECT id FROM units WHERE status = ? AND session IS NOT NULL "  # noqa: S608 - fixed text
+            f"AND session <> ?{dead}"
+        )
+        with db.read() as conn:
+            if conn.execute(pick + " LIMIT 1", params).fetchone() is None:
+                return []  # the common case: a read, not the ledger's write lock
         with db.write(durable=True) as conn:
-            for where, params in picks:
-                # PostgreSQL takes FOR UPDATE after ORDER BY and LIMIT.
-                sql = f"{_PICK}{where} ORDER BY created_at, id LIMIT ?{lock}"
-                rows = conn.execute(sql, (Status.PENDING.value, *params)).fetchall()
-                claimed.extend(unreadable.decode(row) for row in rows)
-            if claimed:
+            ids = [str(row[0]) for row in conn.execute(pick, params).fetchall()]
+            if ids:
                 conn.executemany(
-                    "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in claimed]
+                    "UPDATE units SET session = NULL WHERE id = ? AND status = ?",
+                    [(work_id, Status.PENDING.value) for work_id in ids],
                 )
-        return claimed
+        return ids

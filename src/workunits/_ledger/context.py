@@ -5,7 +5,8 @@ A ``Ledger`` hands out one object per table or concern (``ledger.units``,
 context, not copies of what is in it: its connection (``db``), which the
 ``Ledger`` swaps for the session-fenced one once a supervisor's session is open
 (``fence``), so every table object writes through the fence from then on; its
-clock; the state dir's signing key; the value store of large values; the polls
+clock; the state dir's signing key; the value store of large values; how long a
+write whose COMMIT lost its answer keeps reading back (``settle``); the polls
 that skip reads of an idle ledger; and the check every unit row passes before
 any of them hands it out (``checked``).
 
@@ -22,7 +23,7 @@ from workunits._core import ids
 from workunits._core.clock import Clock
 from workunits._core.errors import LedgerCorrupt, LedgerError, LedgerTampered
 from workunits._core.status import is_terminal
-from workunits._ledger import unreadable, values
+from workunits._ledger import settle, unreadable, values
 from workunits._ledger.backend import Database
 from workunits._ledger.largevalues import LargeValues
 from workunits._ledger.polls import Polls
@@ -42,6 +43,7 @@ class LedgerContext:
         key: bytes | None,
         large: LargeValues,
         expire_after: float,
+        settle_within: float = settle.SETTLE_WITHIN,
     ) -> None:
         # Swapped once for the fenced connection (``Ledger.fence``); read on every use.
         self.db = db
@@ -49,6 +51,8 @@ class LedgerContext:
         self.clock = clock
         self.large = large
         self.expire_after = expire_after
+        # How long a write whose COMMIT lost its answer reads back before CommitUnknown.
+        self.settle_within = settle_within
         self._key = key
         # Versions are asked of the connection as opened: the fence reads the same ones.
         self.polls = Polls(db)

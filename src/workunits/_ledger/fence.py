@@ -49,8 +49,10 @@ class FencedDatabase:
             sessions.check_not_taken(conn, self.session)
             yield conn
 
-    def read(self) -> contextlib.AbstractContextManager[Connection]:
-        return self.inner.read()
+    def read(
+        self, *, timeout: float | None = None
+    ) -> contextlib.AbstractContextManager[Connection]:
+        return self.inner.read(timeout=timeout)
 
     def version(self) -> object | None:
         return self.inner.version()

@@ -37,7 +37,7 @@ from workunits._core.query import (
 from workunits._ledger import unreadable
 from workunits._ledger.backend import Connection, Row
 from workunits._ledger.context import LedgerContext
-from workunits._ledger.rows import EXPIRED, UnitRow
+from workunits._ledger.rows import EXPIRED, LISTED_COLUMNS, UnitRow
 from workunits._ledger.unreadable import Unreadable
 
 COUNT_CAP = 10_000
@@ -112,6 +112,11 @@ def _among(ids: Sequence[str], dialect: str, *, inside: bool) -> tuple[str, list
     return clause, [orjson.dumps(checked).decode()]
 
 
+# What a listed page selects: a record's columns (``rows.LISTED_COLUMNS``), not
+# the spec or checkpoint, which no record holds.
+_LISTED = ", ".join(LISTED_COLUMNS)
+
+
 class Listing:
     """Pages, totals and counts of one Ledger's units. Every method runs in the calling
     thread."""
@@ -129,6 +134,7 @@ class Listing:
         exclude: Sequence[str] = (),
         only: Sequence[str] | None = None,
         on_unreadable: Callable[[Unreadable], None] | None = None,
+        listed: bool = True,
     ) -> list[UnitRow]:
         """Units of ``f`` after ``after`` in order (``newest``: its reverse), at most ``limit``.
 
@@ -136,17 +142,20 @@ class Listing:
         A row that cannot be read (``unreadable``) is left out, and the others
         listed: each left out goes to ``on_unreadable``, by default a warning
         logged once per process naming it and how to repair it.
+
+        ``listed`` rows hold what a record holds (``LISTED_COLUMNS``), not the
+        spec, checkpoint or trace context; else every column.
         """
-        rows = self._rows(f.checked(), limit, after, newest, exclude, only)
-        listed: list[UnitRow] = []
-        for row in self._ctx.checked_each(unreadable.decode(row) for row in rows):
+        rows = self._rows(f.checked(), limit, after, newest, exclude, only, listed)
+        out: list[UnitRow] = []
+        for row in self._ctx.checked_each(unreadable.decode(row, listed=listed) for row in rows):
             if isinstance(row, UnitRow):
-                listed.append(row)
+                out.append(row)
             elif on_unreadable is not None:
                 on_unreadable(row)
             else:
                 unreadable.report(row, logging.WARNING, "is left out of the list")
-        return listed
+        return out
 
     def _rows(  # noqa: PLR0917 - page's own arguments
         self,
@@ -156,6 +165,7 @@ class Listing:
         newest: bool,
         exclude: Sequence[str],
         only: Sequence[str] | None,
+        listed: bool,
     ) -> list[Row]:
         db = self._ctx.db
         clauses, params = _where(f, db.dialect)
@@ -174,10 +184,10 @@ class Listing:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         order = "created_at DESC, id DESC" if newest else "created_at, id"
         params.append(-1 if limit is None else limit)
+        columns = _LISTED if listed else "*"
+        sql = f"SELECT {columns} FROM units {where} ORDER BY {order} LIMIT ?"  # noqa: S608 - fixed clauses
         with db.read() as conn:
-            return list(
-                conn.execute(f"SELECT * FROM units {where} ORDER BY {order} LIMIT ?", params)  # noqa: S608 - fixed clauses
-            )
+            return list(conn.execute(sql, params))
 
     def mark_of(self, work_id: str) -> Mark:
         """Where ``work_id`` stands in the order of pages; UnknownWork if the ledger has none."""

@@ -31,7 +31,8 @@ from workunits._core import ids
 from workunits._core.record import Notification
 from workunits._core.retain import check_lease
 from workunits._core.status import Status
-from workunits._ledger.backend import Connection
+from workunits._ledger import settle
+from workunits._ledger.backend import Connection, Row
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.rows import decode_notification
 from workunits._util import procid
@@ -71,36 +72,55 @@ class Outbox:
 
         ``owner`` defaults to this process; a claim with a ``lease`` (seconds)
         lapses after it unless renewed, for an owner whose process cannot be
-        watched; one without lasts as long as the owner's process.
+        watched; one without lasts as long as the owner's process. A COMMIT
+        whose answer was lost is read back by the claim's token (``settle``): a
+        claim that landed is handed over, not left held by a live process that
+        does not know it holds it.
         """
         if lease is not None:
             lease = check_lease(lease)
         now = self._ctx.now()
         if parent is not None:
             ids.validate(parent)
-        token = f"{owner or procid.this_process()}#{secrets.token_hex(8)}"
+        holder = owner or procid.this_process()
+        token = f"{holder}#{secrets.token_hex(8)}"
         until = None if lease is None else now + lease
-        # NORMAL sync: a claim lost to a power cut only means the notice is
-        # delivered again, which the contract allows.
-        with self._ctx.db.write(durable=False) as conn:
-            _release_dead(conn, now)
+        db = self._ctx.db
+
+        def write() -> Claimed | None:
+            # NORMAL sync: a claim lost to a power cut only means the notice is
+            # delivered again, which the contract allows.
+            with db.write(durable=False) as conn:
+                _release_dead(conn, now)
+                row = conn.execute(
+                    "SELECT seq, id, payload, deliveries FROM notifications "
+                    "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL "
+                    "ORDER BY seq LIMIT 1",
+                    (parent,),
+                ).fetchone()
+                if row is None:
+                    return None
+                conn.execute(
+                    "UPDATE notifications SET claimed_by = ?, claim_until = ?, "
+                    "deliveries = deliveries + 1 WHERE seq = ?",
+                    (token, until, row["seq"]),
+                )
+            return _claimed(row, token, earlier=int(row["deliveries"]))
+
+        def landed(conn: Connection) -> Claimed | None:
             row = conn.execute(
-                "SELECT seq, id, payload, deliveries FROM notifications "
-                "WHERE parent IS ? AND delivered_at IS NULL AND claimed_by IS NULL "
-                "ORDER BY seq LIMIT 1",
-                (parent,),
+                "SELECT seq, id, payload, deliveries FROM notifications WHERE claimed_by = ?",
+                (token,),
             ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                "UPDATE notifications SET claimed_by = ?, claim_until = ?, "
-                "deliveries = deliveries + 1 WHERE seq = ?",
-                (token, until, row["seq"]),
-            )
-        notice = decode_notification(row["payload"], row["id"])
-        if row["deliveries"] > 0:
-            notice = dataclasses.replace(notice, redelivered=True)
-        return Claimed(notice, token)
+            return None if row is None else _claimed(row, token, earlier=int(row["deliveries"]) - 1)
+
+        return settle.settled_write(
+            db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"a claim of a notice by {holder}",
+        )
 
     def release_dead(self) -> int:
         """Hand back every claim whose process has exited or whose lease has lapsed; how
@@ -112,19 +132,42 @@ class Outbox:
     def ack(self, work_id: str, token: str | None) -> bool:
         """Acknowledge the notice claimed with ``token`` (None: by whichever claim holds it);
         False if that claim is no longer held (or, with None, none is): it lapsed or was
-        released."""
+        released.
+
+        A COMMIT whose answer was lost is read back (``settle``): the notice
+        acknowledged at this call's instant under that claim is this acknowledgement's.
+        """
         ids.validate(work_id)
         now = self._ctx.now()
         held = "claimed_by IS NOT NULL" if token is None else "claimed_by = ?"
         params = (now, work_id) if token is None else (now, work_id, token)
-        # Fully synced: an acknowledged notice must never be delivered again.
-        with self._ctx.db.write(durable=True) as conn:
-            cursor = conn.execute(
-                "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
-                f"WHERE id = ? AND {held} AND delivered_at IS NULL",
-                params,
-            )
-            return cursor.rowcount == 1
+        db = self._ctx.db
+
+        def write() -> bool:
+            # Fully synced: an acknowledged notice must never be delivered again.
+            with db.write(durable=True) as conn:
+                cursor = conn.execute(
+                    "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
+                    f"WHERE id = ? AND {held} AND delivered_at IS NULL",
+                    params,
+                )
+                return cursor.rowcount == 1
+
+        def landed(conn: Connection) -> bool | None:
+            row = conn.execute(
+                f"SELECT 1 FROM notifications WHERE id = ? AND {held} AND delivered_at = ?",  # noqa: S608
+                (work_id, now) if token is None else (work_id, token, now),
+            ).fetchone()
+            return True if row is not None else None
+
+        return settle.settled_write(
+            db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"the acknowledgement of the notice of {work_id}",
+            work_id=work_id,
+        )
 
     def release(self, work_id: str, token: str) -> bool:
         """Hand the claimed notice back for delivery to any consumer; False if not held."""
@@ -158,13 +201,33 @@ class Outbox:
         """
         now = self._ctx.now()
         ids.validate(work_id)
-        with self._ctx.db.write(durable=True) as conn:
-            cursor = conn.execute(
-                "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, claim_until = NULL "
-                "WHERE id = ? AND status = ? AND delivered_at IS NULL",
-                (now, work_id, Status(status).value),
-            )
-            return cursor.rowcount == 1
+        value = Status(status).value
+        db = self._ctx.db
+
+        def write() -> bool:
+            with db.write(durable=True) as conn:
+                cursor = conn.execute(
+                    "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, "
+                    "claim_until = NULL WHERE id = ? AND status = ? AND delivered_at IS NULL",
+                    (now, work_id, value),
+                )
+                return cursor.rowcount == 1
+
+        def landed(conn: Connection) -> bool | None:
+            row = conn.execute(
+                "SELECT 1 FROM notifications WHERE id = ? AND status = ? AND delivered_at = ?",
+                (work_id, value, now),
+            ).fetchone()
+            return True if row is not None else None
+
+        return settle.settled_write(
+            db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"the acknowledgement of the notice of {work_id}",
+            work_id=work_id,
+        )
 
     def acknowledged_among(self, work_ids: Iterable[str]) -> set[str]:
         """Those of ``work_ids`` (ended units) whose notice is acknowledged or already gone."""
@@ -194,20 +257,20 @@ class Outbox:
         return int(row[0])
 
     def size(self) -> int:
-        """Notices not yet acknowledged."""
-        return self._counts()[1]
+        """Notices not yet acknowledged: a count over the partial index of those alone
+        (``notifications_undelivered``), so it costs what waits, not every notice kept
+        (acknowledged ones stay until ``drop_acknowledged``; ``/metrics`` reads this)."""
+        with self._ctx.db.read() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM notifications WHERE delivered_at IS NULL"
+            ).fetchone()
+        return int(row[0])
 
     def row_count(self) -> int:
         """Rows in the outbox, acknowledged or not (what ``make soak`` checks stays flat)."""
-        return self._counts()[0]
-
-    def _counts(self) -> tuple[int, int]:
-        """Rows in the outbox, and how many of them are not yet acknowledged."""
         with self._ctx.db.read() as conn:
-            row = conn.execute(
-                "SELECT count(*), count(*) FILTER (WHERE delivered_at IS NULL) FROM notifications"
-            ).fetchone()
-        return int(row[0]), int(row[1])
+            row = conn.execute("SELECT count(*) FROM notifications").fetchone()
+        return int(row[0])
 
     def drop_acknowledged(self, older_than: float) -> int:
         """Delete notices acknowledged more than ``older_than`` seconds ago; how many went.
@@ -221,6 +284,13 @@ class Outbox:
                 "DELETE FROM notifications WHERE delivered_at IS NOT NULL AND delivered_at < ?",
                 (before,),
             ).rowcount
+
+
+def _claimed(row: Row, token: str, *, earlier: int) -> Claimed:
+    notice = decode_notification(row["payload"], row["id"])
+    if earlier > 0:
+        notice = dataclasses.replace(notice, redelivered=True)
+    return Claimed(notice, token)
 
 
 def _release_dead(conn: Connection, now: float) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from workunits._core.errors import REPAIR, LedgerCorrupt
 from workunits._core.record import Notification, WorkRecord
 from workunits._core.restart import Restart, policy_from_json
 from workunits._core.retry import Attempt, Retry, attempts_from_json
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger.backend import Row
 from workunits._ledger.values import Stored
@@ -71,6 +72,60 @@ EXTRA_COLUMNS = (
 TERMINAL = tuple(s.value for s in Status if is_terminal(s))
 IN_TERMINAL = f"({', '.join('?' * len(TERMINAL))})"
 
+# The columns a listed row reads (``UnitRow.from_sql(row, listed=True)``): every
+# one its record holds -- a listed record is the one ``get`` gives -- and none of
+# what only the ledger's own readers need: the spec (the callable and its
+# arguments), the checkpoint, the trace context.
+LISTED_COLUMNS = (
+    "id",
+    "kind",
+    "status",
+    "parent",
+    "description",
+    "key",
+    "spec_hash",
+    "attempt",
+    "max_attempts",
+    "resumable",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "exit_code",
+    "signal",
+    "error",
+    "reason",
+    "output_path",
+    "output_bytes",
+    "output_tail",
+    "progress",
+    "progress_message",
+    "result",
+    "result_format",
+    "result_mac",
+    "result_versions",
+    "result_file",
+    "cause",
+    "cause_format",
+    "cause_mac",
+    "cause_versions",
+    "cancel_requested",
+    "retain",
+    "output_offset",
+    "session",
+    "pid",
+    "expire_at",
+    "expired_at",
+    "progress_at",
+    "progress_evidence",
+    "retry_policy",
+    "retry_at",
+    "attempts_log",
+    "retry_of",
+    "stall_after",
+    "not_before",
+    "sandbox",
+)
+
 T = TypeVar("T")
 
 
@@ -99,6 +154,13 @@ class NewUnit:
     stall_after: float | None = None
     restart: Restart | None = None  # a teammate's; kept in retry_policy, beside a Retry
     not_before: float | None = None  # pending until then
+    sandbox: Sandbox | None = None
+    unenforced: tuple[str, ...] = ()
+
+    @property
+    def sandbox_json(self) -> str | None:
+        """The ``sandbox`` column: the policy and what of it was not enforced."""
+        return sandbox_to_json(self.sandbox, self.unenforced)
 
     @property
     def policy_json(self) -> str | None:
@@ -141,7 +203,26 @@ class NewUnit:
             stall_after=record.stall_after,
             restart=record.restart,
             not_before=record.not_before,
+            sandbox=record.sandbox,
+            unenforced=record.unenforced,
         )
+
+
+def sandbox_to_json(sandbox: Sandbox | None, unenforced: tuple[str, ...]) -> str | None:
+    if sandbox is None:
+        return None
+    body = {"policy": sandbox.to_json(), "unenforced": list(unenforced)}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def sandbox_from_json(data: Any) -> tuple[Sandbox, tuple[str, ...]]:
+    """The ``sandbox`` column's policy and notes (ValueError if it is not one)."""
+    if not isinstance(data, dict) or not isinstance(data.get("policy"), dict):
+        raise TypeError("not a sandbox")
+    notes = data.get("unenforced", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise TypeError("not a list of notes")
+    return Sandbox.from_json(data["policy"]), tuple(notes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +277,11 @@ class UnitRow:
     restart: Restart | None = None
     not_before: float | None = None
     trace_context: str | None = None  # its span's traceparent (supervisor.tracing)
+    sandbox: Sandbox | None = None
+    unenforced: tuple[str, ...] = ()
+    # Read for a list (``LISTED_COLUMNS``): the spec, checkpoint and trace context
+    # were not read, and read as None here; its record is the one ``get`` gives.
+    listed: bool = False
 
     @property
     def expired(self) -> bool:
@@ -259,6 +345,8 @@ class UnitRow:
             retry_of=self.retry_of,
             stall_after=self.stall_after,
             not_before=self.not_before,
+            sandbox=self.sandbox,
+            unenforced=self.unenforced,
         )
 
     @classmethod
@@ -302,15 +390,65 @@ class UnitRow:
             stall_after=new.stall_after,
             restart=new.restart,
             not_before=new.not_before,
+            sandbox=new.sandbox,
+            unenforced=new.unenforced,
         )
 
     @classmethod
-    def from_sql(cls, row: Row) -> UnitRow:
-        work_id = row["id"]
-        if not (isinstance(work_id, str) and ids.is_valid(work_id)):
-            raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
-        c = _Columns(row, work_id)
+    def from_sql(cls, row: Row, *, listed: bool = False) -> UnitRow:
+        """The row decoded; ``listed``: a row of ``LISTED_COLUMNS`` only (see there)."""
+        c = _Columns(row, LISTED_COLUMNS if listed else None)
+        work_id = c.id
         policy = c.parsed("retry_policy", policy_from_json)
+        sandbox = c.parsed("sandbox", _sandbox_column)
+        if listed:
+            return cls(
+                id=work_id,
+                kind=c.req("kind", str),
+                status=c.req("status", Status),
+                parent=c.opt("parent", _work_id),
+                description=c.req("description", str),
+                key=c.opt("key", str),
+                spec_hash=c.req("spec_hash", str),
+                spec=None,
+                attempt=c.req("attempt", int),
+                max_attempts=c.req("max_attempts", int),
+                resumable=c.req("resumable", bool),
+                created_at=c.req("created_at", float),
+                started_at=c.opt("started_at", float),
+                ended_at=c.opt("ended_at", float),
+                exit_code=c.opt("exit_code", int),
+                signal=c.opt("signal", int),
+                error=c.opt("error", str),
+                reason=c.opt("reason", Reason),
+                output_path=c.opt("output_path", str),
+                output_bytes=c.req("output_bytes", int),
+                output_tail=c.opt("output_tail", bytes) or b"",
+                progress=c.opt("progress", float),
+                progress_message=c.opt("progress_message", str),
+                checkpoint=None,
+                result=c.stored("result"),
+                cause=c.stored("cause"),
+                cancel_requested=c.req("cancel_requested", bool),
+                retain=c.req("retain", int),
+                output_offset=c.req("output_offset", int),
+                session=c.opt("session", str),
+                pid=c.opt("pid", int),
+                expire_at=c.opt("expire_at", float),
+                expired_at=c.opt("expired_at", float),
+                progress_at=c.opt("progress_at", float),
+                evidence=c.json("progress_evidence"),
+                retry=policy if isinstance(policy, Retry) else None,
+                restart=policy if isinstance(policy, Restart) else None,
+                retry_at=c.opt("retry_at", float),
+                attempts=c.parsed("attempts_log", attempts_from_json) or (),
+                retry_of=c.opt("retry_of", str),
+                stall_after=c.opt("stall_after", float),
+                not_before=c.opt("not_before", float),
+                sandbox=None if sandbox is None else sandbox[0],
+                unenforced=() if sandbox is None else sandbox[1],
+                listed=True,
+            )
         return cls(
             id=work_id,
             kind=c.req("kind", str),
@@ -357,7 +495,13 @@ class UnitRow:
             stall_after=c.opt("stall_after", float),
             not_before=c.opt("not_before", float),
             trace_context=c.opt("trace_context", str),
+            sandbox=None if sandbox is None else sandbox[0],
+            unenforced=() if sandbox is None else sandbox[1],
         )
+
+
+def _sandbox_column(text: str) -> tuple[Sandbox, tuple[str, ...]]:
+    return sandbox_from_json(orjson.loads(text))
 
 
 def _work_id(value: str) -> str:
@@ -368,8 +512,16 @@ def _work_id(value: str) -> str:
 class _Columns:
     """Typed access to one row's columns; every failure names the unit and the column."""
 
-    def __init__(self, row: Row, work_id: str) -> None:
-        self._row = row
+    def __init__(self, row: Row, names: Sequence[str] | None = None) -> None:
+        """``names``: the row's columns in order, when the caller selected them."""
+        # By name once, into a dict: ``sqlite3.Row`` finds a name by comparing it
+        # with each column's in turn, which for some 50 lookups of a 56-column row
+        # cost more than all the rest of its decoding.
+        self._row = dict(zip(row.keys() if names is None else names, row, strict=True))
+        work_id = self._row["id"]
+        if not (isinstance(work_id, str) and ids.is_valid(work_id)):
+            raise LedgerCorrupt(f"a units row has id {work_id!r:.60}, which is not an ID{REPAIR}")
+        self.id: str = work_id
         self._id = work_id
 
     def opt(self, name: str, conv: Callable[[Any], T]) -> T | None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from workunits._core import ids
 from workunits._core.errors import InvalidWorkId, LedgerError, SessionLost, SpecError
 from workunits._core.status import Status
-from workunits._ledger import unreadable
+from workunits._ledger import settle, unreadable
 from workunits._ledger.backend import Connection
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.rows import UnitRow
@@ -163,7 +163,9 @@ class Sessions:
         values fail their check, is an Unreadable (see ``unreadable``) and the
         others are taken all the same. It is moved to ``me`` too, and nothing
         else in it changes: whoever takes ``me`` over later (the next
-        supervisor, on SQLite) finds it again, repaired or not.
+        supervisor, on SQLite) finds it again, repaired or not. A COMMIT whose
+        answer was lost is read back (``settle``): the sessions this takeover
+        marked, and the units it moved.
         """
         now = self._ctx.now()
         validate(me)
@@ -175,38 +177,93 @@ class Sessions:
         params: tuple[object, ...] = (me, now, me)
         if not exclusive:
             params += (now, default_lease)
-        with self._ctx.db.write(durable=True) as conn:
+        db = self._ctx.db
+        taken: list[UnitRow | Unreadable] = []
+
+        def write() -> tuple[list[str], list[UnitRow | Unreadable]]:
+            taken.clear()
+            with db.write(durable=True) as conn:
+                won = [
+                    str(row[0])
+                    for row in conn.execute(
+                        "UPDATE sessions SET recovered_by = ?, recovered_at = ? "  # noqa: S608 - fixed text
+                        f"WHERE id <> ? AND recovered_by IS NULL{lapsed} RETURNING id",
+                        params,
+                    ).fetchall()
+                ]
+                owners = [*won]
+                if won or exclusive:
+                    marks = ", ".join("?" * len(won)) or "NULL"
+                    null_too = " OR session IS NULL" if exclusive else ""
+                    running = (
+                        "SELECT * FROM units WHERE status = ? "  # noqa: S608 - fixed text
+                        f"AND (session IN ({marks}){null_too}) ORDER BY created_at, id"
+                    )
+                    taken.extend(
+                        unreadable.decode(row)
+                        for row in conn.execute(running, (Status.RUNNING.value, *owners)).fetchall()
+                    )
+                    if taken:
+                        conn.executemany(
+                            "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in taken]
+                        )
+                    if won:
+                        handed_back = (
+                            "UPDATE units SET session = NULL "  # noqa: S608 - fixed text
+                            f"WHERE status = ? AND session IN ({marks})"
+                        )
+                        conn.execute(handed_back, (Status.PENDING.value, *won))
+            return won, list(taken)
+
+        def landed(conn: Connection) -> tuple[list[str], list[UnitRow | Unreadable]] | None:
+            """What the lost COMMIT took: the sessions marked by ``me`` at ``now`` (no other
+            takeover of ours has that time), and of the units it picked, those that name
+            ``me`` now. None when it took no session (nor, exclusive, a unit)."""
             won = [
                 str(row[0])
                 for row in conn.execute(
-                    "UPDATE sessions SET recovered_by = ?, recovered_at = ? "  # noqa: S608 - fixed text
-                    f"WHERE id <> ? AND recovered_by IS NULL{lapsed} RETURNING id",
-                    params,
+                    "SELECT id FROM sessions WHERE recovered_by = ? AND recovered_at = ? "
+                    "ORDER BY id",
+                    (me, now),
                 ).fetchall()
             ]
-            owners = [*won]
-            rows: list[UnitRow | Unreadable] = []
-            if won or exclusive:
-                marks = ", ".join("?" * len(won)) or "NULL"
-                null_too = " OR session IS NULL" if exclusive else ""
-                running = (
-                    f"SELECT * FROM units WHERE status = ? AND (session IN ({marks}){null_too}) "  # noqa: S608
-                    "ORDER BY created_at, id"
-                )
-                rows = [
+            moved: list[UnitRow | Unreadable] = []
+            if taken:
+                marks = ", ".join("?" * len(taken))
+                moved = [
                     unreadable.decode(row)
-                    for row in conn.execute(running, (Status.RUNNING.value, *owners)).fetchall()
+                    for row in conn.execute(
+                        f"SELECT * FROM units WHERE id IN ({marks}) AND session = ? "  # noqa: S608
+                        "ORDER BY created_at, id",
+                        (*[r.id for r in taken], me),
+                    ).fetchall()
                 ]
-                if rows:
-                    conn.executemany(
-                        "UPDATE units SET session = ? WHERE id = ?", [(me, r.id) for r in rows]
-                    )
-                if won:
-                    handed_back = (
-                        f"UPDATE units SET session = NULL WHERE status = ? AND session IN ({marks})"  # noqa: S608
-                    )
-                    conn.execute(handed_back, (Status.PENDING.value, *won))
+            if not won and not moved:
+                return None
+            return won, moved
+
+        won, rows = settle.settled_write(
+            db,
+            write,
+            landed,
+            within=self._ctx.settle_within,
+            what=f"the takeover of dead sessions by {me}",
+        )
         return won, self._ctx.checked_each(rows)
+
+    def held_by(self, session_id: str) -> list[tuple[str, Status]]:
+        """``(id, status)`` of the pending and running units ``session_id`` owns, oldest
+        first: what a supervisor compares with its memory (``recovery``'s rescan). IDs
+        only: a supervisor running thousands of units reads no spec to find the few it
+        lacks."""
+        validate(session_id)
+        with self._ctx.db.read() as conn:
+            rows = conn.execute(
+                "SELECT id, status FROM units WHERE session = ? AND status IN (?, ?) "
+                "ORDER BY created_at, id",
+                (session_id, Status.PENDING.value, Status.RUNNING.value),
+            ).fetchall()
+        return [(str(row["id"]), Status(row["status"])) for row in rows]
 
     def close(self, session_id: str) -> None:
         """Close ``session_id``: its supervisor stopped."""

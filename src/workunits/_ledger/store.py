@@ -25,13 +25,14 @@ from pathlib import Path
 
 from workunits._core.clock import Clock, SystemClock
 from workunits._core.errors import LedgerCorrupt, LedgerError, NoLedger, SpecError
-from workunits._ledger import secretfile, statedir, values, valuestore
+from workunits._ledger import secretfile, settle, statedir, values, valuestore
 from workunits._ledger.attempts import Attempts
 from workunits._ledger.backend import Database as Backend
 from workunits._ledger.backend import is_url
 from workunits._ledger.claims import Claims
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.fence import FencedDatabase
+from workunits._ledger.inplace import FilesInPlace
 from workunits._ledger.largevalues import LargeValues
 from workunits._ledger.listing import Listing
 from workunits._ledger.outbox import Outbox
@@ -77,6 +78,7 @@ class Ledger:
         ledger: str | None = None,
         secret: secretfile.SharedSecret | None = None,
         idle_limit: float | None = None,
+        settle_within: float = settle.SETTLE_WITHIN,
         _readonly: bool = False,
     ) -> None:
         """``sync="normal"`` trades power-cut durability for latency (see ``sqlite.db``).
@@ -90,6 +92,8 @@ class Ledger:
         ``idle_limit``: how long
         the server lets one of its connections sit idle inside a transaction
         before ending it (default half ``busy_timeout``; see ``postgres``).
+        ``settle_within``: how long a write whose COMMIT lost its answer keeps
+        trying to read back what happened (``settle``) before CommitUnknown.
         """
         # open_existing has checked a read-only state dir already; a writer checks here.
         self.state_dir = Path(state_dir) if _readonly else statedir.prepare(state_dir)
@@ -107,6 +111,7 @@ class Ledger:
                 sync=sync,
                 readonly=_readonly,
                 verify=verify,
+                key_file=self.state_dir / values.KEY_FILE if secret is None else secret.path,
             )
         try:
             key: bytes | None = (
@@ -135,6 +140,7 @@ class Ledger:
             key=key,
             large=LargeValues(store, key, large_value),
             expire_after=expire_after,
+            settle_within=settle_within,
         )
         self.outbox = Outbox(self._ctx)
         self.listing = Listing(self._ctx)
@@ -143,10 +149,23 @@ class Ledger:
         self.retains = Retains(self._ctx)
         self.requests = Requests(self._ctx)
         self.signals = Signals(self._ctx)
-        self.schedules = Schedules(self._ctx)
+        self.schedules = Schedules(self._ctx, self.units)
         self.sessions = Sessions(self._ctx)
         self.claims = Claims(self._ctx)
         self.retention = Retention(self._ctx)
+        # The key must stay where it is too (invariant 17; see ``inplace``): the SQLite
+        # ledger watches it with its files, before every write; a PostgreSQL one here.
+        key_file = self.state_dir / values.KEY_FILE if secret is None else secret.path
+        watch_key = not _readonly and not isinstance(self._db, SqliteDatabase)
+        self._key_in_place = FilesInPlace({key_file: "the key"}) if watch_key else None
+
+    def check_in_place(self) -> None:
+        """LedgerGone when the ledger's file, its -wal or the key was deleted, replaced or
+        moved since it was opened (a PostgreSQL ledger has no file: its key alone)."""
+        if isinstance(self._db, SqliteDatabase) and self._db.in_place is not None:
+            self._db.in_place.check()
+        if self._key_in_place is not None:
+            self._key_in_place.check()
 
     @classmethod
     def open_existing(
@@ -240,6 +259,8 @@ class Ledger:
 
     def close(self) -> None:
         self._ctx.db.close()
+        if self._key_in_place is not None:
+            self._key_in_place.close()
 
     def __enter__(self) -> Ledger:
         return self

@@ -9,6 +9,8 @@ lock does not cover every writer still makes one unit per key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from workunits._core.errors import IdempotencyConflict, LedgerError
 from workunits._ledger.backend import Connection
 from workunits._ledger.rows import NewUnit, UnitRow
@@ -59,11 +61,46 @@ def _by_key(
     return existing, False
 
 
+def read_back(
+    conn: Connection, ready: Sequence[tuple[NewUnit, str]]
+) -> list[tuple[UnitRow, bool] | IdempotencyConflict] | None:
+    """After a COMMIT that lost its answer: what ``insert`` answered for each of ``ready``,
+    read back by the IDs minted for them; None when none of them is in the ledger.
+
+    The transaction was one: if any of its units is there, it committed, and a
+    unit that is not was answered by its key (found, or a conflict). If none is,
+    it did not commit, or inserted nothing; running it again is then safe.
+    """
+    ids = [new.id for new, _ in ready]
+    marks = ", ".join("?" * len(ids))
+    rows = {
+        str(row["id"]): row
+        for row in conn.execute(f"SELECT * FROM units WHERE id IN ({marks})", ids).fetchall()  # noqa: S608
+    }
+    if not rows:
+        return None
+    out: list[tuple[UnitRow, bool] | IdempotencyConflict] = []
+    for new, digest in ready:
+        row = rows.get(new.id)
+        if row is not None:
+            out.append((UnitRow.from_sql(row), True))
+            continue
+        found = None if new.key is None else _by_key(conn, new.key, digest)
+        if found is None:
+            raise LedgerError(
+                f"unit {new.id} was submitted in the transaction that wrote {next(iter(rows))}, "
+                f"yet is neither in the ledger nor found by its key"
+            )
+        out.append(found)
+    return out
+
+
 INSERT_UNIT = (
     "INSERT INTO units (id, kind, status, parent, description, key, spec_hash, spec, "
     "spec_format, spec_mac, spec_versions, max_attempts, resumable, created_at, "
     "session, output_path, started_at, spec_file, retry_policy, retry_of, stall_after, "
-    "not_before) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "not_before, sandbox) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT DO NOTHING"
 )
 
@@ -93,4 +130,5 @@ def insert_params(new: NewUnit, digest: str) -> tuple[object, ...]:
         new.retry_of,
         new.stall_after,
         new.not_before,
+        new.sandbox_json,
     )

@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import orjson
+
 from workunits._core import ids
-from workunits._core.errors import IdempotencyConflict, SpecError, UnknownWork, WorkunitsError
+from workunits._core.errors import (
+    CommitUnknown,
+    IdempotencyConflict,
+    LedgerError,
+    SpecError,
+    UnknownWork,
+    WorkunitsError,
+)
 from workunits._core.query import Filter
 from workunits._core.record import WorkRecord
 from workunits._core.status import Status, is_terminal
-from workunits._ledger import sessions, submits, values
+from workunits._ledger import sessions, settle, submits, values
 from workunits._ledger.context import LedgerContext
 from workunits._ledger.listing import Listing
 from workunits._ledger.outbox import Outbox
@@ -75,8 +84,10 @@ class Units:
         for that unit alone (IdempotencyConflict, a SpecError about its text, a
         LedgerError keeping its large spec): one submit's error does not stop
         the others. A failure of the transaction itself raises, and then none
-        is in the ledger. For a supervisor's group commit of the submits that
-        arrived together (``supervisor.actor.submits``).
+        is in the ledger; a COMMIT that lost its answer is read back (``_insert``),
+        and only when that cannot reach the ledger in time is each answer a
+        CommitUnknown naming its unit. For a supervisor's group commit of the
+        submits that arrived together (``supervisor.actor.submits``).
         """
         large = self._ctx.large
         prepared: builtins.list[tuple[NewUnit, str] | WorkunitsError] = []
@@ -89,16 +100,16 @@ class Units:
         pending = [new.id for new, _ in ready if new.started_at is None]
         woken = None if not (wake and pending) else f"unit:{pending[0]}"
         try:
-            with self._ctx.db.write(durable=True, wake=woken) as conn:
-                inserted = [submits.insert(conn, new, digest) for new, digest in ready]
+            inserted = self._insert(ready, woken)
         except BaseException:
             large.delete(new.spec.file for new, _ in ready)
             raise
         # A key that found its unit (or conflicted) inserted nothing: its file is no one's.
+        # (A unit whose commit is unknown may have a row pointing at its file: kept.)
         large.delete(
             new.spec.file
             for (new, _), a in zip(ready, inserted, strict=True)
-            if isinstance(a, IdempotencyConflict) or not a[1]
+            if isinstance(a, IdempotencyConflict) or (not isinstance(a, CommitUnknown) and not a[1])
         )
         answers = iter(inserted)
         out: builtins.list[tuple[UnitRow, bool] | WorkunitsError] = []
@@ -107,7 +118,7 @@ class Units:
                 out.append(p)
                 continue
             a = next(answers)
-            if isinstance(a, IdempotencyConflict) or a[1]:
+            if isinstance(a, WorkunitsError) or a[1]:
                 out.append(a)
                 continue
             try:  # the existing unit, as any read shows it (its spec's seal checked)
@@ -115,6 +126,51 @@ class Units:
             except WorkunitsError as exc:
                 out.append(exc)
         return out
+
+    def _insert(
+        self, ready: builtins.list[tuple[NewUnit, str]], woken: str | None
+    ) -> Sequence[tuple[UnitRow, bool] | IdempotencyConflict | CommitUnknown]:
+        """Insert ``ready`` in one fully synced transaction; per unit, what ``insert`` says.
+
+        A COMMIT that lost its answer is settled by reading the units back by the
+        IDs minted for them (``settle``): found, they were written; none found,
+        nothing was, and the transaction runs once more. When the read-back cannot
+        reach the ledger in time, each unit's answer is CommitUnknown naming it
+        (and its spec's file stays: a row may point at it; ``sweep_values``
+        removes it if none does).
+        """
+        db = self._ctx.db
+        for last in (False, True):
+            try:
+                with db.write(durable=True, wake=woken) as conn:
+                    return [submits.insert(conn, new, digest) for new, digest in ready]
+            except CommitUnknown as exc:
+                what = f"the submit of {', '.join(new.id for new, _ in ready[:3])}"
+                if len(ready) > 3:
+                    what += f" and {len(ready) - 3} more"
+                try:
+                    found = settle.read_back(
+                        db,
+                        lambda conn: submits.read_back(conn, ready),
+                        within=self._ctx.settle_within,
+                        what=what,
+                        cause=exc,
+                    )
+                except CommitUnknown as unknown:
+                    return [CommitUnknown(_about(unknown, new.id), new.id) for new, _ in ready]
+                if found is not None:
+                    return found
+                if last:
+                    raise LedgerError(
+                        f"{what}: the ledger {db.where} lost its answer to the COMMIT "
+                        f"twice, and read back, nothing was written; submit again"
+                    ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def prepared(self, new: NewUnit) -> tuple[NewUnit, str]:
+        """``new`` as its row keeps it, and its spec's digest: what a submit inserts
+        (here, or in a schedule's firing: ``schedules``)."""
+        return self._kept(new), _check_new(new)
 
     def _kept(self, new: NewUnit) -> NewUnit:
         """``new`` as the row keeps it: a large spec by reference, an unresumable one not at all.
@@ -169,7 +225,7 @@ class Units:
         logged once per process naming it and how to repair it."""
         shown = None if status is None else str(getattr(status, "value", status))
         found = Filter(status=shown, kind=kind, parent=parent, ended_after=ended_after)
-        return self._listing.page(found, limit=limit, on_unreadable=on_unreadable)
+        return self._listing.page(found, limit=limit, on_unreadable=on_unreadable, listed=False)
 
     def records(self, rows: Iterable[UnitRow]) -> builtins.list[WorkRecord]:
         """The rows as records, each ``acknowledged`` as its notice is in the outbox.
@@ -253,7 +309,18 @@ def _check_new(new: NewUnit) -> str:
                 f"the {name} {text!r} holds a NUL character, which the ledger cannot "
                 f"keep as text; leave it out"
             )
-    return values.spec_hash(new.kind, new.spec)
+    # A policy beyond the default is part of what was asked for; the default is
+    # left out, so units submitted before policies existed keep their hash.
+    policy = new.sandbox
+    extra = b"" if policy is None or policy.is_default else orjson.dumps(policy.to_json())
+    return values.spec_hash(new.kind, new.spec, extra)
+
+
+def _about(unknown: CommitUnknown, work_id: str) -> str:
+    """``unknown``'s message, as one unit of a group hears it."""
+    return (
+        f"{unknown}; this submit's unit is {work_id}: look it up (get) to learn whether it exists"
+    )
 
 
 def _is_utf8(text: str) -> bool:

@@ -49,10 +49,11 @@ class Unreadable:
     row: UnitRow | None = None
 
 
-def decode(row: Row) -> UnitRow | Unreadable:
-    """The row decoded, or an Unreadable naming what is wrong with it."""
+def decode(row: Row, *, listed: bool = False) -> UnitRow | Unreadable:
+    """The row decoded (``listed``: a list's columns only), or an Unreadable naming
+    what is wrong with it."""
     try:
-        return UnitRow.from_sql(row)
+        return UnitRow.from_sql(row, listed=listed)
     except LedgerCorrupt as exc:
         return Unreadable(str(row["id"]), exc)
 

@@ -273,7 +273,7 @@ def decode_spec(stored: Stored, *, work_id: str, key: bytes) -> object:
     raise LedgerCorrupt(f"unit {work_id}: column spec_format holds {stored.format!r}{REPAIR}")
 
 
-def spec_hash(kind: str, stored: Stored) -> str:
+def spec_hash(kind: str, stored: Stored, extra: bytes = b"") -> str:
     """A stable hash of what a submit asks for, to compare idempotent resubmits.
 
     ``ref`` and ``json`` data is canonical (sorted keys), so equal specs hash
@@ -285,6 +285,9 @@ def spec_hash(kind: str, stored: Stored) -> str:
     for part in (b"workunits-spec/1", kind.encode(), stored.format.encode(), stored.data):
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
+    if extra:  # what else was asked for (a sandbox policy); absent before it existed
+        digest.update(len(extra).to_bytes(8, "big"))
+        digest.update(extra)
     return digest.hexdigest()
 
 

@@ -10,6 +10,10 @@ the ledger. Inside the caller's write transaction it:
 3. inserts the outbox row of a terminal transition in the same transaction
    as the transition (invariant 11): given by the caller, or built from the
    row just written, so a terminal row without its notice cannot exist.
+
+A write of the terminal status a row already has, with its notice, at its
+attempt, is the replay of an end whose COMMIT answer was lost: it counts as
+written, and changes nothing. ``landed`` reads back whether a group of writes committed.
 """
 
 from __future__ import annotations
@@ -137,6 +141,11 @@ def apply(
         return WriteOutcome.STALE, row_attempt
     old = status_of(current["status"], p.work_id)
     entering_terminal = False
+    if p.notification is not None and p.status == old and is_terminal(old):
+        # The same end with its notice, at the same attempt, once more: its first
+        # write landed though its writer never heard so (a COMMIT whose answer was
+        # lost; ``settle``). The row and its notice are there; nothing is written twice.
+        return WriteOutcome.WRITTEN, row_attempt
     if p.status is not None and p.status != old:
         if is_terminal(old):
             return WriteOutcome.IGNORED, row_attempt
@@ -176,6 +185,28 @@ def apply(
             (now, p.work_id),
         )
     return WriteOutcome.WRITTEN, row_attempt
+
+
+def landed(conn: Connection, batch: list[PreparedWrite]) -> bool:
+    """Whether the transaction that made ``batch`` committed, read back after its COMMIT
+    lost its answer: every write of a status finds its row at that status and attempt.
+
+    Only the supervisor writes a unit's status, so a row that shows it is this
+    write's doing (or was there before: then writing it again changes nothing).
+    A batch that writes no status cannot tell; it is written again, which
+    changes nothing either if it had landed.
+    """
+    told = [p for p in batch if p.status is not None]
+    if not told:
+        return False
+    for p in told:
+        assert p.status is not None
+        row = conn.execute(
+            "SELECT status, attempt FROM units WHERE id = ?", (p.work_id,)
+        ).fetchone()
+        if row is None or int(row["attempt"]) != p.attempt or row["status"] != p.status.value:
+            return False
+    return True
 
 
 def _insert_notice(conn: Connection, p: PreparedWrite, parent: object, now: float) -> None:

@@ -8,9 +8,10 @@ directory inside the operator's workspace is narrower than the workspace.
 
 Units run confined by ``wu.Sandbox`` (DESIGN §5: ``Sandbox.workspace(path)``,
 ``Sandbox.read_only()``, ``Sandbox.none()``). Where it cannot be enforced --
-the machine lacks the kernel features, or this workunits has no ``Sandbox``
-yet -- the server refuses to start units and says why, unless the operator
-passed ``--sandbox none`` explicitly. Everything that knows how a policy
+the machine lacks the kernel features (the supervisor's submit says which),
+or the server reaches a running ``serve`` through a client whose submits
+carry no policy yet -- the server refuses to start units and says why,
+unless the operator passed ``--sandbox none`` explicitly. Everything that knows how a policy
 becomes submit options is in this module.
 """
 
@@ -87,21 +88,17 @@ def check_cwd(policy: Policy, cwd: Path) -> None:
 
 
 def submit_options(policy: Policy) -> dict[str, Any]:
-    """The submit options that confine a unit to ``policy``.
+    """The submit options that confine a unit to ``policy`` (``none`` needs none).
 
-    SandboxRefused when it cannot be enforced here. ``none`` needs no option.
+    Every fleet carries them: a supervisor of its own, or one reached through
+    ``--connect`` (its client writes the policy into the ledger with the unit,
+    and the supervisor that starts it enforces it).
     """
     if policy.preset == "none":
         return {}
     import workunits as wu  # noqa: PLC0415 - the public API, loaded on first use
 
-    sandbox = getattr(wu, "Sandbox", None)
-    if sandbox is None:
-        raise SandboxRefused(
-            f"this server cannot enforce sandbox {policy.describe()}: this workunits has "
-            "no kernel sandbox (wu.Sandbox); the operator may start it with --sandbox none "
-            "to run units unconfined"
-        )
+    sandbox = wu.Sandbox
     if policy.preset == "workspace":
         return {"sandbox": sandbox.workspace(str(policy.root))}
     return {"sandbox": sandbox.read_only()}

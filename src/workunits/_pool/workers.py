@@ -18,6 +18,12 @@ created, in start order, and a free worker takes the first place only once
 its unit has arrived. A place whose unit never arrives (its launch failed, or
 its actor never started) is ``withdraw``n, so it cannot hold the queue.
 
+Workers share the sandbox policy of the units they run: a pool serves one
+policy, and ``for_policy`` gives (making it at first use) the pool of each
+other one, ``size`` workers at most each. A worker is confined once, as it
+starts, with its policy's confinement; every unit it runs shares its process,
+its limits included, with the units before and after it.
+
 Threads: ``run`` and ``signal`` come from unit actors, the worker events and
 the workers' frames from the Reaper thread. Neither starts a process on the
 Reaper thread (a zygote start blocks): a worker that must be started for a
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -36,8 +43,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workunits._core import ids as _ids
+from workunits._core.sandbox import Sandbox
+from workunits._sandbox.plan import Confinement
 from workunits._util import framing
 from workunits._wire.pool_protocol import WORKER_KIND, RunUnit, UnitDone
+from workunits._wire.untrusted import unit_frames
 from workunits._wire.zygote_protocol import SpawnCall
 from workunits._zygote._linux import kill_through_pidfd
 from workunits._zygote.client import UnitEvents, ZygoteClient, ZygoteUnavailable
@@ -69,21 +79,38 @@ class _Job:
 class _Worker:
     id: str
     sock: socket.socket
-    reader: framing.FrameReader = field(default_factory=framing.FrameReader)
+    # A worker runs units' code: its frames build plain data only (``untrusted``).
+    reader: framing.FrameReader = field(default_factory=unit_frames)
     pid: int | None = None
     pidfd: int | None = None
     job: _Job | None = None  # the unit it runs now
     alive: bool = True
     stream_key: int | None = None
+    tmpdir: str | None = None  # its private temp dir, removed when it is gone
+
+
+# How a worker is confined: (worker id, policy) -> its confinement (None: unconfined).
+Confine = Callable[[str, Sandbox | None], Confinement | None]
 
 
 class WorkerPool:
-    def __init__(self, zygote: ZygoteClient, reaper: Reaper, size: int) -> None:
+    def __init__(
+        self,
+        zygote: ZygoteClient,
+        reaper: Reaper,
+        size: int,
+        *,
+        confine: Confine | None = None,
+        policy: Sandbox | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one worker, got size={size}")
         self.size = size
         self._zygote = zygote
         self._reaper = reaper
+        self._confine = confine
+        self.policy = policy  # the sandbox policy of every unit this pool's workers run
+        self._others: dict[Sandbox, WorkerPool] = {}  # the pools of other policies
         # Guards _workers, the queue, _closed and each worker's job, pid, pidfd and
         # alive. O(1) work only: never held across a send, a spawn or an event call.
         self._lock = threading.Lock()
@@ -96,9 +123,26 @@ class WorkerPool:
         self._closed = False
 
     def pids(self) -> list[int]:
-        """The pids of the live workers (for tests and diagnostics)."""
+        """The pids of the live workers, other policies' too (for tests and diagnostics)."""
         with self._lock:
-            return [w.pid for w in self._workers.values() if w.alive and w.pid is not None]
+            pids = [w.pid for w in self._workers.values() if w.alive and w.pid is not None]
+            others = list(self._others.values())
+        return pids + [pid for pool in others for pid in pool.pids()]
+
+    def for_policy(self, policy: Sandbox | None) -> WorkerPool:
+        """The pool whose workers run units of sandbox ``policy`` (this one, or another
+        made now); any thread."""
+        if policy is None or policy == self.policy or self._confine is None:
+            return self
+        with self._lock:
+            pool = self._others.get(policy)
+            if pool is None:
+                pool = WorkerPool(
+                    self._zygote, self._reaper, self.size, confine=self._confine, policy=policy
+                )
+                pool._closed = self._closed
+                self._others[policy] = pool
+        return pool
 
     # -- from unit actors ---------------------------------------------------------
 
@@ -220,7 +264,11 @@ class WorkerPool:
         return True
 
     def close(self) -> None:
-        """End the workers (they exit at EOF) and the units still waiting."""
+        """End the workers (they exit at EOF) and the units still waiting, every policy's."""
+        with self._lock:
+            others = list(self._others.values())
+        for pool in others:
+            pool.close()
         with self._lock:
             self._closed = True
             workers = list(self._workers.values())
@@ -258,7 +306,11 @@ class WorkerPool:
             )
             with self._lock:
                 self._workers[worker_id] = worker
-            call = SpawnCall(unit_id=worker_id, kind=WORKER_KIND, payload=b"")
+            confinement = None if self._confine is None else self._confine(worker_id, self.policy)
+            worker.tmpdir = None if confinement is None else confinement.tmpdir
+            call = SpawnCall(
+                unit_id=worker_id, kind=WORKER_KIND, payload=b"", confinement=confinement
+            )
             self._zygote.spawn_call(call, quiet, theirs.fileno(), _WorkerEvents(self, worker))
         except (OSError, ZygoteUnavailable) as exc:
             error = f"could not start a pooled worker: {exc}"
@@ -273,13 +325,15 @@ class WorkerPool:
 
     def _hand_over(self, worker: _Worker, job: _Job) -> None:
         """Send ``job`` to ``worker`` (assigned under the lock already)."""
+        # Its pid first: once sent, the unit may end (on the Reaper thread) before this
+        # thread goes on, and a unit's end must come after its pid (supervisor's pids).
+        self._tell_spawned(worker, job)
         # A worker that is dying refuses the send; its exit ends this unit, as a crash would.
         # Plain pickle: the call's code is inside its payload, already pickled bytes.
         with contextlib.suppress(OSError):
             fds = [job.transcript_fd, job.channel_fd]
             framing.send(worker.sock, RunUnit(job.call), fds, plain=True)
         job.release_fds()  # the worker holds its own copies now
-        self._tell_spawned(worker, job)
 
     def _kill_now(self, worker: _Worker) -> None:
         """SIGKILL the worker through its pidfd (any thread): a kill of its unit lands at
@@ -290,12 +344,17 @@ class WorkerPool:
 
     def _tell_spawned(self, worker: _Worker, job: _Job) -> None:
         with self._lock:
-            pid, pidfd = worker.pid, worker.pidfd
-            if pid is None or pidfd is None or job.told_spawned or worker.job is not job:
-                return
-            job.told_spawned = True
-            dup = os.dup(pidfd)
-        job.events.spawned(pid, dup)
+            told = self._spawned_news(worker, job)
+        if told is not None:
+            job.events.spawned(*told)
+
+    def _spawned_news(self, worker: _Worker, job: _Job) -> tuple[int, int] | None:
+        """Under the lock: the pid and a pidfd to tell ``job`` of, once (None: not now)."""
+        pid, pidfd = worker.pid, worker.pidfd
+        if pid is None or pidfd is None or job.told_spawned or worker.job is not job:
+            return None
+        job.told_spawned = True
+        return pid, os.dup(pidfd)
 
     # -- the Reaper thread -------------------------------------------------------------
 
@@ -309,7 +368,11 @@ class WorkerPool:
                 job = worker.job
                 if job is None or job.call.unit_id != frame.unit_id:
                     continue
+                # A worker whose own start was told late: its pid still before its end.
+                told = self._spawned_news(worker, job)
                 worker.job = None
+            if told is not None:
+                job.events.spawned(*told)
             job.events.exited(frame.code, None)
             self._serve_waiting(start_here=False)  # the Reaper thread
 
@@ -339,6 +402,8 @@ class WorkerPool:
                 self._starting += 1
         if pidfd is not None:
             os.close(pidfd)
+        if worker.tmpdir is not None:
+            shutil.rmtree(worker.tmpdir, ignore_errors=True)
         if worker.stream_key is not None:
             self._reaper.close_stream(worker.stream_key)
         with contextlib.suppress(OSError):
@@ -373,8 +438,8 @@ class _WorkerEvents:
             self.worker, lambda events: events.spawn_failed(error), start_failed=True
         )
 
-    def exited(self, exit_code: int | None, signum: int | None) -> None:
-        self.pool._worker_gone(self.worker, lambda events: events.exited(exit_code, signum))
+    def exited(self, exit_code: int | None, signum: int | None, limit: str | None = None) -> None:
+        self.pool._worker_gone(self.worker, lambda events: events.exited(exit_code, signum, limit))
 
     def lost(self) -> None:
         self.pool._worker_gone(self.worker, lambda events: events.lost())

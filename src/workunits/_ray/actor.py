@@ -116,6 +116,7 @@ class _RayReady:
 
 
 class RemoteActor(WorkActor):
+    sandboxed: ClassVar[bool] = False  # its work runs on Ray's hosts, outside any sandbox
     kind: ClassVar[str] = "remote"
     runtime: ClassVar[RayRuntime | None] = None  # set on the class a supervisor registers
 
@@ -279,11 +280,14 @@ class RemoteActor(WorkActor):
         """Write the transcript's last event, report the outcome once, free Ray's side."""
         if self._finished:
             return
-        self._write(
-            "end",
-            status=outcome.status.value,
-            reason=None if outcome.reason is None else outcome.reason.value,
-        )
+        if outcome.reason is Reason.HANDED_OVER:  # not an end: the next attempt resumes it
+            self._write("handed-over", attempt=self.unit.attempt)
+        else:
+            self._write(
+                "end",
+                status=outcome.status.value,
+                reason=None if outcome.reason is None else outcome.reason.value,
+            )
         self._close_transcript()
         self.finish(outcome)
         if self._placement is not None:

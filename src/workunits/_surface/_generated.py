@@ -22,6 +22,7 @@ from workunits._core.query import query
 from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.retain import DEFAULT_LEASE, Retain, check_lease
 from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import DEFAULT_CLAIM_LEASE, ask_timeout, seconds, wait_timeout
 from workunits._core.status import Status
@@ -78,6 +79,11 @@ class UnitOptions:
     - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds
       from now); it can be cancelled meanwhile, and the delay is in the ledger, so it
       outlives a restart.
+    - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+      protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+      limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+      child's parent's policy, which a child's may only narrow. The ledger keeps it:
+      every attempt runs under the same one.
     """
 
     description: str | None = None
@@ -88,6 +94,7 @@ class UnitOptions:
     retry: Retry | None = None
     stall_after: float | None = None
     not_before: float | datetime.datetime | None = None
+    sandbox: Sandbox | None = None
 
 
 class SupervisorVerbs(Transport):
@@ -133,6 +140,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -165,6 +173,11 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``cwd``: The command's working directory (default: this process's).
         - ``env``: The command's environment, in place of this process's (as ``subprocess``).
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
@@ -205,6 +218,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -220,6 +234,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -253,6 +268,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -269,6 +285,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         reuse: bool = False,
@@ -301,9 +318,15 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         - ``reuse``: Run it in a long-lived worker process of the supervisor's pool
           (``pool_size``) instead of a process of its own: much faster for short work, but
           module-level state may carry over between units (see the guide "pooled units").
@@ -324,6 +347,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -340,6 +364,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         reuse: bool = False,
@@ -365,6 +390,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -381,6 +407,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -409,9 +436,15 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -429,6 +462,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -445,6 +479,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -469,6 +504,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -484,6 +520,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -508,9 +545,15 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -528,6 +571,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -543,6 +587,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -567,6 +612,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -583,6 +629,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         rate_limit: float | None = 10.0,
     ) -> WorkHandle:
         """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines (an
@@ -610,6 +657,11 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``rate_limit``: Most monitor events per second; the matches dropped past it are
           counted in the next event's ``suppressed`` (None: no limit).
         """
@@ -629,6 +681,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -645,6 +698,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         rate_limit: float | None = 10.0,
     ) -> WorkHandle:
         """Like ``monitor`` without blocking the event loop.
@@ -667,6 +721,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -682,6 +737,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         memory_limit: int | None = None,
         resources: Mapping[str, float] | None = None,
         remote: bool = False,
@@ -713,7 +769,13 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         - ``resources``: Ray's resources for it: ``{"CPU": 2, "GPU": 1, "memory": bytes,
           "custom": 1}``.
         - ``remote``: Put the instance in a Ray actor (``workunits[ray]``), with Ray
@@ -748,6 +810,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -763,6 +826,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         memory_limit: int | None = None,
         resources: Mapping[str, float] | None = None,
         remote: bool = False,
@@ -798,6 +862,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -858,6 +923,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=None,
                 ),
             )
         )
@@ -896,6 +962,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=None,
                 ),
             )
         )
@@ -913,6 +980,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkHandle:
         """Start a unit of any registered kind (by letter) with a kind-specific spec.
 
@@ -935,6 +1003,11 @@ class SupervisorVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         """
         return self._submit(
             Submission(
@@ -952,6 +1025,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -969,6 +1043,7 @@ class SupervisorVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
     ) -> WorkHandle:
         """Like ``submit`` without blocking the event loop."""
         return await self._submit_async(
@@ -987,6 +1062,7 @@ class SupervisorVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -1513,6 +1589,7 @@ class ClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -1543,6 +1620,11 @@ class ClientVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``cwd``: The command's working directory (default: this process's).
         - ``env``: The command's environment, in place of this process's (as ``subprocess``).
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
@@ -1583,6 +1665,7 @@ class ClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -1597,6 +1680,7 @@ class ClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -1630,6 +1714,7 @@ class ClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -1645,6 +1730,7 @@ class ClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -1674,9 +1760,15 @@ class ClientVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -1694,6 +1786,7 @@ class ClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -1709,6 +1802,7 @@ class ClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -1733,6 +1827,7 @@ class ClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -1748,6 +1843,7 @@ class ClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -1774,9 +1870,15 @@ class ClientVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -1794,6 +1896,7 @@ class ClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -1809,6 +1912,7 @@ class ClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -1833,6 +1937,7 @@ class ClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2207,6 +2312,7 @@ class HttpClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -2239,6 +2345,11 @@ class HttpClientVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``cwd``: The command's working directory (default: this process's).
         - ``env``: The command's environment, in place of this process's (as ``subprocess``).
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
@@ -2279,6 +2390,7 @@ class HttpClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2294,6 +2406,7 @@ class HttpClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -2327,6 +2440,7 @@ class HttpClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2343,6 +2457,7 @@ class HttpClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         reuse: bool = False,
@@ -2375,9 +2490,15 @@ class HttpClientVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         - ``reuse``: Run it in a long-lived worker process of the supervisor's pool
           (``pool_size``) instead of a process of its own: much faster for short work, but
           module-level state may carry over between units (see the guide "pooled units").
@@ -2398,6 +2519,7 @@ class HttpClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2414,6 +2536,7 @@ class HttpClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         reuse: bool = False,
@@ -2439,6 +2562,7 @@ class HttpClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2455,6 +2579,7 @@ class HttpClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -2483,9 +2608,15 @@ class HttpClientVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -2503,6 +2634,7 @@ class HttpClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2519,6 +2651,7 @@ class HttpClientVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -2543,6 +2676,7 @@ class HttpClientVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2863,6 +2997,7 @@ class UnitContextVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         output_cap: int = 5368709120,
@@ -2893,6 +3028,11 @@ class UnitContextVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``cwd``: The command's working directory (default: this process's).
         - ``env``: The command's environment, in place of this process's (as ``subprocess``).
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
@@ -2933,6 +3073,7 @@ class UnitContextVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -2948,6 +3089,7 @@ class UnitContextVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         reuse: bool = False,
@@ -2978,9 +3120,15 @@ class UnitContextVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         - ``reuse``: Run it in a long-lived worker process of the supervisor's pool
           (``pool_size``) instead of a process of its own: much faster for short work, but
           module-level state may carry over between units (see the guide "pooled units").
@@ -3001,6 +3149,7 @@ class UnitContextVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -3016,6 +3165,7 @@ class UnitContextVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -3042,9 +3192,15 @@ class UnitContextVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -3062,6 +3218,7 @@ class UnitContextVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -3076,6 +3233,7 @@ class UnitContextVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         output_cap: int = 5368709120,
         memory_limit: int | None = None,
         **kwargs: Any,
@@ -3098,9 +3256,15 @@ class UnitContextVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``output_cap``: Most bytes of output (an agent's: of transcript) kept; more ends the
           unit ``killed``, reason ``output-cap`` (default 5 GiB).
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         """
         return self._submit(
             Submission(
@@ -3118,6 +3282,7 @@ class UnitContextVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -3133,6 +3298,7 @@ class UnitContextVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         rate_limit: float | None = 10.0,
     ) -> ChildHandle:
         """Watch a command's output (str for ``/bin/sh -c``, or argv) or a callable's lines (an
@@ -3158,6 +3324,11 @@ class UnitContextVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
         - ``rate_limit``: Most monitor events per second; the matches dropped past it are
           counted in the next event's ``suppressed`` (None: no limit).
         """
@@ -3177,6 +3348,7 @@ class UnitContextVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )
@@ -3191,6 +3363,7 @@ class UnitContextVerbs(Transport):
         retry: Retry | None = None,
         stall_after: float | None = None,
         not_before: float | datetime.datetime | None = None,
+        sandbox: Sandbox | None = None,
         memory_limit: int | None = None,
         restart: str = "temporary",
         max_restarts: int = 3,
@@ -3218,7 +3391,13 @@ class UnitContextVerbs(Transport):
         - ``not_before``: Keep the unit ``pending`` until then (a ``datetime``, or seconds from
           now); it can be cancelled meanwhile, and the delay is in the ledger, so it outlives a
           restart.
-        - ``memory_limit``: Address-space limit of the unit's process, in bytes (default: none).
+        - ``sandbox``: ``wu.Sandbox(...)``: what the unit may touch, narrowing the default
+          protection every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``,
+          limits such as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a
+          child's parent's policy, which a child's may only narrow. The ledger keeps it: every
+          attempt runs under the same one.
+        - ``memory_limit``: A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in
+          short, for the unit's whole tree where a cgroup can be used (its process's otherwise).
         - ``restart``: ``"permanent"`` starts it again (same ID, next attempt, ``on_start``
           again) after any end nobody asked for; ``"transient"`` only after it ended ``failed``;
           ``"temporary"`` (default) never. ``stop()``, a cancel or a kill is never restarted.
@@ -3249,6 +3428,7 @@ class UnitContextVerbs(Transport):
                     retry=retry,
                     stall_after=stall_after,
                     not_before=not_before,
+                    sandbox=sandbox,
                 ),
             )
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 from workunits._core.errors import SpecError
 from workunits._core.retry import Retry, check_retry
+from workunits._core.sandbox import Sandbox, check_sandbox
 from workunits._wire.submits import check_not_before
 
 
@@ -58,3 +59,10 @@ def absolute_path(value: Any) -> Any:
 
 def mapping(value: Any) -> Any:
     return dict(value) if value is not None else None
+
+
+def sandbox(policy: Sandbox | None) -> dict[str, Any] | None:
+    """A policy as the ledger keeps it (``Sandbox.to_json``): ``{"write": [...]}``,
+    ``{"none": true}``; the server reads it back with ``Sandbox.from_json``."""
+    checked = check_sandbox(policy)
+    return None if checked is None else checked.to_json()

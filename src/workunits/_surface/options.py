@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workunits._core.retry import check_retry
+from workunits._core.sandbox import check_sandbox
 from workunits._surface import json_forms
 from workunits._wire.specs import DEFAULT_OUTPUT_CAP, DEFAULT_RATE_LIMIT
 from workunits._wire.submits import (
@@ -35,7 +36,7 @@ from workunits._wire.submits import (
     check_timeout,
 )
 
-Form = Literal["text", "duration", "count", "flag", "choice", "dir", "env"]
+Form = Literal["text", "duration", "count", "flag", "choice", "dir", "env", "sandbox"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,8 @@ class Flag:
 
     ``form``: ``text`` as given; ``duration`` like ``90s`` or ``15m``; ``count``
     an int >= 1; ``flag`` on or off; ``choice`` one of ``choices``; ``dir`` an
-    existing directory; ``env`` ``NAME=VALUE``, repeated.
+    existing directory; ``env`` ``NAME=VALUE``, repeated; ``sandbox`` a preset
+    (``read-only``, ``workspace[=DIR]``, ``none``) or a policy as JSON.
     """
 
     decls: tuple[str, ...]
@@ -93,6 +95,8 @@ IN_PROCESS = frozenset({"agent", "workflow", "dream"})  # a callable in a proces
 EVERY = frozenset(
     {"shell", "agent", "workflow", "dream", "monitor", "teammate", "remote", "submit"}
 )
+# What runs in a process on this machine (a remote unit runs on Ray, out of the sandbox's scope).
+PROCESSES = EVERY - {"remote"}
 
 NO_POLICY_FLAG = "a policy object: give it from Python or in the HTTP body"
 
@@ -213,6 +217,33 @@ OPTIONS: tuple[Option, ...] = (
             encode=json_forms.not_before,
         ),
     ),
+    Option(
+        "sandbox",
+        "Sandbox | None",
+        None,
+        "``wu.Sandbox(...)``: what the unit may touch, narrowing the default protection "
+        "every unit gets (``Sandbox.workspace(dir)``, ``Sandbox.read_only()``, limits such "
+        "as ``memory``; ``Sandbox.none()`` opts out). None: the default, or a child's "
+        "parent's policy, which a child's may only narrow. The ledger keeps it: every "
+        "attempt runs under the same one.",
+        PROCESSES,
+        unit=True,
+        check=check_sandbox,
+        cli=Flag(
+            ("--sandbox",),
+            "What the unit may touch: read-only, workspace (this directory), "
+            "workspace=DIR, none, or a policy as JSON.",
+            "POLICY",
+            "sandbox",
+        ),
+        http=Json(
+            "sandbox",
+            description='A sandbox policy as the API shows it: {"write": ["/repo"], '
+            '"network": false, "memory": 1073741824}, {"write": []} (read-only), '
+            '{"none": true}; null: the default protection',
+            encode=json_forms.sandbox,
+        ),
+    ),
     # -- the kinds' own options -------------------------------------------------------
     Option(
         "cwd",
@@ -331,15 +362,14 @@ OPTIONS: tuple[Option, ...] = (
         "memory_limit",
         "int | None",
         None,
-        "Address-space limit of the unit's process, in bytes (default: none).",
+        "A memory limit in bytes (default: none): ``Sandbox(memory=N)`` in short, for the "
+        "unit's whole tree where a cgroup can be used (its process's otherwise).",
         frozenset({"agent", "workflow", "dream", "teammate"}),
         unit=False,
         cli=Flag(
-            ("--memory-limit",), "Address-space limit of the unit's process.", "BYTES", "count"
+            ("--memory-limit",), "Memory limit of the unit (its sandbox's).", "BYTES", "count"
         ),
-        http=Json(
-            "positive_whole", description="Address-space limit of the unit's process, in bytes"
-        ),
+        http=Json("positive_whole", description="Memory limit of the unit, in bytes"),
     ),
     Option(
         "reuse",

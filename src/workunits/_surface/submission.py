@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from workunits._core.errors import SpecError
 from workunits._core.restart import Restart, check_restart
+from workunits._core.sandbox import Sandbox
 from workunits._surface.options import UNIT_OPTIONS
-from workunits._wire.specs import AgentSpec, MonitorSpec, ShellSpec, TeammateSpec
+from workunits._wire.specs import AgentSpec, MonitorSpec, ShellSpec, TeammateSpec, check_bytes
 from workunits._wire.submits import check_attempts, check_not_before
 
 if TYPE_CHECKING:
@@ -55,12 +56,55 @@ class Submission:
 
 @dataclass(frozen=True, slots=True)
 class Built:
-    """A submission's spec, built and checked in the caller's thread (pickling may import)."""
+    """A submission's spec, built and checked in the caller's thread (pickling may import),
+    and the unit's options as the submit carries them: the description given or the
+    kind's default (the command, the callable), the sandbox with its memory limit."""
 
     letter: str
     spec: Any
-    description: str  # the one given, or the kind's default (the command, the callable)
+    options: UnitOptions
     restart: Restart | None = None
+
+    @property
+    def description(self) -> str:
+        return self.options.description or ""
+
+
+def built(
+    sub: Submission,
+    letter: str,
+    spec: Any,
+    description: str,
+    restart: Restart | None = None,
+    *,
+    memory_limit: int | None = None,
+) -> Built:
+    """``Built`` for ``sub``: ``description`` unless one was given; ``memory_limit`` put in
+    its sandbox (``with_memory``)."""
+    given = sub.unit.description
+    options = dataclasses.replace(
+        sub.unit,
+        description=description if given is None else given,
+        sandbox=with_memory(sub.unit.sandbox, memory_limit),
+    )
+    return Built(letter, spec, options, restart)
+
+
+def with_memory(sandbox: Sandbox | None, memory_limit: int | None) -> Sandbox | None:
+    """``memory_limit=N``, a spelling of ``Sandbox(memory=N)``, put in ``sandbox``."""
+    if memory_limit is None:
+        return sandbox
+    check_bytes("memory_limit", memory_limit)
+    if sandbox is None:
+        return Sandbox(memory=memory_limit)
+    if not isinstance(sandbox, Sandbox):
+        raise SpecError(f"sandbox must be a wu.Sandbox or None, got {type(sandbox).__name__}")
+    if not sandbox.confined or sandbox.memory not in (None, memory_limit):
+        raise SpecError(
+            "give the memory limit once: memory_limit=N is Sandbox(memory=N); "
+            f"got memory_limit={memory_limit} with sandbox={sandbox!r}"
+        )
+    return dataclasses.replace(sandbox, memory=memory_limit)
 
 
 def build(sub: Submission) -> Built:
@@ -70,7 +114,7 @@ def build(sub: Submission) -> Built:
     """
     o = sub.spec
     if sub.verb == "submit":
-        return Built(sub.letter, sub.args[0], _described(sub, ""))
+        return built(sub, sub.letter, sub.args[0], "")
     if sub.verb == "shell":
         shell = ShellSpec.build(
             sub.target,
@@ -82,33 +126,31 @@ def build(sub: Submission) -> Built:
             keep_output=o["keep_output"],
             stdin=o["stdin"],
         )
-        return Built("b", shell, _described(sub, shell.describe()))
+        return built(sub, "b", shell, shell.describe())
     if sub.verb == "monitor":
         (pattern,) = sub.args
         monitor = MonitorSpec.for_source(sub.target, pattern, rate_limit=o["rate_limit"])
-        return Built("m", monitor, _described(sub, monitor.name))
+        return built(sub, "m", monitor, monitor.name)
     if sub.verb == "teammate":
         restart = teammate_restart(sub)
         if o["remote"]:
             raise SpecError("remote=True teammates are started by a supervisor's process")
         if o["resources"] is not None:
             raise SpecError("resources are for remote teammates (remote=True)")
-        mate = TeammateSpec.for_class(
-            sub.target, sub.args, dict(sub.kwargs), memory_limit=o["memory_limit"]
-        )
-        return Built("t", mate, _described(sub, mate.name), restart)
+        # Its memory limit is its sandbox's (``with_memory``), as for agents.
+        mate = TeammateSpec.for_class(sub.target, sub.args, dict(sub.kwargs))
+        return built(sub, "t", mate, mate.name, restart, memory_limit=o["memory_limit"])
     if sub.verb not in ("agent", "workflow", "dream"):
         raise SpecError(f"{sub.verb} units are started by a supervisor's process")
     agent = AgentSpec.build(
         sub.target,
         sub.args,
         dict(sub.kwargs),
-        memory_limit=o["memory_limit"],
         output_cap=o["output_cap"],
         reuse=o.get("reuse", False),
         idle_priority=sub.verb == "dream",
     )
-    return Built(sub.letter, agent, _described(sub, agent.name))
+    return built(sub, sub.letter, agent, agent.name, memory_limit=o["memory_limit"])
 
 
 def teammate_restart(sub: Submission) -> Restart | None:
@@ -121,11 +163,6 @@ def teammate_restart(sub: Submission) -> Restart | None:
             "(Ray restarts its own actors: use Ray's max_restarts)"
         )
     return policy
-
-
-def _described(sub: Submission, default: str) -> str:
-    given = sub.unit.description
-    return default if given is None else given
 
 
 def check_unit_options(options: UnitOptions, now: float) -> UnitOptions:

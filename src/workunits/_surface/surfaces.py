@@ -19,6 +19,10 @@ TEAMMATE_CALLS = frozenset({"tell", "ask", "stop"})
 SCHEDULES = frozenset({"schedule", "unschedule", "schedules"})
 SUPERVISOR_ONLY = frozenset({"shed", "gc", "register_kind", "drain"})
 LEDGER_ROWS = frozenset({"row", "rows"})
+# Batches: written by hand on each surface over its own transport (one ``SubmitMany``
+# ask, one ledger transaction, one ``POST /v1/units:batch``, one spawn request), from
+# one definition of the calls (``_surface.batch``); held to parity here all the same.
+BATCHES = frozenset({"submit_many", "map"})
 CALLS = frozenset({"shell", "agent", "workflow"})
 IN_PROCESS_KINDS = frozenset({"dream", "monitor", "teammate"})
 
@@ -50,6 +54,10 @@ CLIENT_SIDE = {
 CLIENT_PARENT = (
     "a unit submitted through the ledger is the application's: a child is started by "
     "its parent (wu.current()) or through a supervisor"
+)
+BATCH_LIMIT = (
+    "a batch's limit of units running at once is held in its supervisor's memory; a "
+    "batch written to the ledger runs under its kinds' concurrency"
 )
 CLIENT_REUSE = (
     "a pooled worker belongs to one supervisor's process: submit pooled work there "
@@ -89,13 +97,15 @@ def _reasons(surface_verbs: frozenset[str], reasons: dict[str, str], **more: str
 
 
 SUPERVISOR_VERBS = (
-    (READ | CONTROL | RETAIN | TEAMMATE_CALLS | SCHEDULES | SUPERVISOR_ONLY | CALLS)
+    (READ | CONTROL | RETAIN | TEAMMATE_CALLS | SCHEDULES | SUPERVISOR_ONLY | CALLS | BATCHES)
     | IN_PROCESS_KINDS
     | {"read_output", "remote", "submit"}
 )
-CLIENT_VERBS = READ | CONTROL | RETAIN | CALLS | LEDGER_ROWS
-HTTP_VERBS = READ | CONTROL | RETAIN | CALLS
-CONTEXT_VERBS = READ | CONTROL | TEAMMATE_CALLS | CALLS | IN_PROCESS_KINDS | {"read_output"}
+CLIENT_VERBS = READ | CONTROL | RETAIN | CALLS | LEDGER_ROWS | BATCHES
+HTTP_VERBS = READ | CONTROL | RETAIN | CALLS | BATCHES
+CONTEXT_VERBS = (
+    READ | CONTROL | TEAMMATE_CALLS | CALLS | IN_PROCESS_KINDS | BATCHES | {"read_output"}
+)
 
 NOTICE_LEASE = (
     "its notices are claimed in its own process or in the ledger, and held until "
@@ -123,11 +133,14 @@ SURFACES: tuple[Surface, ...] = (
             "notifications.lease": NOTICE_LEASE,
         },
         own={
+            "aclose": "close() on an event loop: the waits for its units do not block it",
             "advertise": "the URL its HTTP API is reached at, kept in its session's row",
             "ask_future": "an ask answered in a concurrent.futures.Future (for proxies)",
             "close": "ends its work, actors and threads",
+            "close_for_signal": "close() as a signal asks: SIGTERM hands resumable work over",
             "event_feed": "the change journal its HTTP API's event streams follow",
             "events": "a unit's events after a cursor, for its HTTP API",
+            "executor": "isolated agents as a concurrent.futures.Executor (UnitFuture)",
             "http_consumers": "notice claims and leases of its HTTP API's consumers",
             "pool": "its pooled workers, as an object shaped like an executor",
             "resident_ids": "the units in its memory",
@@ -150,6 +163,7 @@ SURFACES: tuple[Surface, ...] = (
             CLIENT_SIDE,
             parent=CLIENT_PARENT,
             reuse=CLIENT_REUSE,
+            max_workers=BATCH_LIMIT,
             **{
                 "stream.poll": "a client looks as often as connect(poll=) says",
                 "notifications.lease": NOTICE_LEASE,
@@ -231,6 +245,10 @@ SURFACES: tuple[Surface, ...] = (
             "teammate.remote": "a unit's children run beside it; Ray actors are started "
             "by the supervisor's process",
             "notifications.lease": NOTICE_LEASE,
+            "submit_many.reuse": "a unit's children run in processes of their own: pooled "
+            "workers are its supervisor's (Supervisor.submit_many(reuse=True))",
+            "map.reuse": "a unit's children run in processes of their own: pooled workers "
+            "are its supervisor's (Supervisor.map(reuse=True))",
         },
         twins=False,
         renames={

@@ -14,13 +14,14 @@ import contextlib
 import os
 import socket
 import sys
+import tempfile
 import traceback
 from typing import Any
 
 import cloudpickle
 import orjson
 
-from workunits._core.errors import InvalidArgument
+from workunits._core.errors import Cancelled, InvalidArgument
 from workunits._unit import context as _context
 from workunits._unit import tracing
 from workunits._unit.capture import Capture
@@ -90,6 +91,7 @@ def run_unit(
     call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capture | None = None
 ) -> int:
     """Run the unit ``call`` in this process; ``capture`` is ``prepare()``'s, if it ran."""
+    _take_environment(call)
     if call.kind == WORKER_KIND:  # not a unit: a pooled worker, which runs units itself
         from workunits._unit.worker import serve  # noqa: PLC0415 - it imports this module
 
@@ -142,8 +144,19 @@ def _begin(
         call.transcript_cap,
         on_cap=lambda: _report_cap(ctx, call.transcript_cap),
     )
-    capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid())
+    # The first line says what the unit runs under, and what of it is enforced.
+    under = {} if call.sandbox is None else {"sandbox": call.sandbox}
+    capture.write("start", id=call.unit_id, attempt=call.attempt, pid=os.getpid(), **under)
     return ctx
+
+
+def _take_environment(call: SpawnCall) -> None:
+    """The variables the unit's confinement gives it (its TMPDIR...), before its code."""
+    if call.confinement is None or not call.confinement.env:
+        return
+    os.environ.update(call.confinement.env)
+    if "TMPDIR" in dict(call.confinement.env):
+        tempfile.tempdir = None  # read TMPDIR again
 
 
 def _report_cap(ctx: _context.UnitContext, cap: int | None) -> None:
@@ -162,12 +175,26 @@ def _run(call: SpawnCall, ctx: _context.UnitContext, transcript: Capture) -> int
         code = _exit_code(exc)
         transcript.write("exit", code=code)
         return code
+    except Cancelled as exc:
+        if not ctx.cancelled:  # raised by the unit's own code, not at a cancel asked for
+            return _raised(exc, ctx, transcript)
+        # Stopped where it was asked to (a checkpoint, a progress report, a wait): not
+        # a failure, and nothing for its transcript but that it was cancelled -- or,
+        # at a deploy, nothing at all: its actor writes that it was handed over.
+        if not ctx.handed_over:
+            transcript.write("cancelled", message=str(exc))
+        return m.EXIT_CANCELLED
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
-        tb = traceback.format_exc()
-        ctx.send(_context.error_frame(exc, tb))
-        transcript.write("error", error_type=type(exc).__qualname__, message=str(exc), traceback=tb)
-        return EXIT_RAISED
+        return _raised(exc, ctx, transcript)
     return _report_result(value, ctx, transcript)
+
+
+def _raised(exc: BaseException, ctx: _context.UnitContext, transcript: Capture) -> int:
+    """Report what the unit's code raised; the exit code that says it did."""
+    tb = "".join(traceback.format_exception(exc))
+    ctx.send(_context.error_frame(exc, tb))
+    transcript.write("error", error_type=type(exc).__qualname__, message=str(exc), traceback=tb)
+    return EXIT_RAISED
 
 
 def _report_result(value: Any, ctx: _context.UnitContext, transcript: Capture) -> int:

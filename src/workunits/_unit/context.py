@@ -11,12 +11,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import importlib
 import itertools
 import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
 import cloudpickle
@@ -33,20 +34,24 @@ from workunits._core.errors import (
 )
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import MonitorEvent, Notification, StallEvent, WorkRecord, storable_text
-from workunits._core.retry import error_types
+from workunits._core.retry import Retry, check_retry, error_types
+from workunits._core.sandbox import Sandbox, check_sandbox
 from workunits._core.seconds import wait_timeout
 from workunits._core.status import is_terminal
-from workunits._surface import ops
+from workunits._surface import batch, ops
 from workunits._surface._generated import UnitContextVerbs
 from workunits._surface.output_stream import STREAM_CHUNK, OutputStream
-from workunits._surface.submission import Submission, build
+from workunits._surface.submission import Built, Submission, build
+from workunits._unit import child_batch, tracing
 from workunits._unit.capture import Capture
 from workunits._unit.child_handles import ChildHandle, ChildTeammate
 from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
 from workunits._wire import frames as m
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.results import answer_of, result_of
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, Call
 from workunits._wire.submits import check_key
 
 R = TypeVar("R")
@@ -92,6 +97,8 @@ class UnitContext(UnitContextVerbs):
         self._send_lock = threading.Lock()
         self._transcript = transcript
         self._cancel = threading.Event()
+        # The cancel is a deploy's: this attempt stops, the next supervisor resumes it.
+        self.handed_over = False
         # Guards the replies, children's ends and events the reader thread files;
         # held for O(1) work (a dict or deque operation, a notify), never across I/O.
         self._cond = threading.Condition()
@@ -195,6 +202,7 @@ class UnitContext(UnitContextVerbs):
     def _dispatch(self, frames: list[Any]) -> None:
         for frame in frames:
             if isinstance(frame, m.CancelRequested):
+                self.handed_over = self.handed_over or frame.handed_over
                 self._cancel.set()
                 with self._cond:
                     self._cond.notify_all()  # a wait_for stops waiting
@@ -457,15 +465,69 @@ class UnitContext(UnitContextVerbs):
         attempt of this unit (a retry, a resume after a restart) that starts a
         child under the same key gets the child the earlier attempt started.
         """
-        built = build(submission)
-        options = dataclasses.replace(submission.unit, description=built.description)
-        check_key(options.key)
+        made = build(submission)
         self._raise_if_cancelled()
-        child_id, created = self._request(
-            lambda req: m.Spawn(req, built.letter, built.spec, options, built.restart)
-        )
-        self._transcript.write("child", child=child_id, status="started", kind=built.letter)
+        spawn = self._spawn_frame(made, tracing.current_traceparent())
+        child_id, created = self._request(lambda req: dataclasses.replace(spawn, req=req))
+        self._transcript.write("child", child=child_id, status="started", kind=made.letter)
         return str(child_id), bool(created)
+
+    def _spawn_frame(self, made: Built, trace: str | None) -> m.Spawn:
+        """A child's ``Spawn`` as the supervisor's restricted reader loads it: plain data,
+        no code (``plain_data``); its ``req`` is set when it is sent."""
+        options = made.options
+        check_key(options.key)
+        check_sandbox(options.sandbox)
+        retry = check_retry(options.retry)
+        if retry is not None:  # its exception types by name, not as classes
+            options = dataclasses.replace(options, retry=Retry.from_json(retry.to_json()))
+        return m.Spawn(0, made.letter, plain_data(made.spec), options, made.restart, trace)
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> list[ChildHandle]:
+        """Start child agents as one batch (one request, one ledger transaction).
+
+        As ``Supervisor.submit_many``: an item that cannot make a unit fails the
+        batch, named by its index, before anything is written; one whose key is
+        taken with other arguments fails alone (``BatchItemsFailed``). At most
+        ``max_workers`` of them run at once (default: no limit of the batch's own).
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return child_batch.spawn_many(self, submissions, max_workers)
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items, one child agent per call, as ``Executor.map``:
+        submitted now as one batch, results in order, a failure raised at its place,
+        ``timeout`` for the whole map. At most ``max_workers`` run at once (default:
+        the processors this process may use). Leaving the loop early kills the rest."""
+        end = batch.deadline(timeout)
+        workers = child_batch.parallelism() if max_workers is None else max_workers
+        calls = batch.calls_of(fn, iterables)
+        children = self.submit_many(calls, max_workers=workers, sandbox=sandbox)
+        return batch.results([c.id for c in children], end, self.result, self.kill)
 
     def _wait(self, child_id: str, timeout: float | None) -> WorkRecord:
         """Block until a child of this unit is terminal (its end comes as ``ChildEnded``)."""
@@ -526,6 +588,40 @@ class UnitContext(UnitContextVerbs):
     def _ask_teammate(self, teammate: str, message: Any, timeout: float | None) -> Any:
         payload = m.encode_message(message)
         return answer_of(self._request(lambda r: m.Send(r, teammate, payload, True), timeout))
+
+
+def plain_data(spec: Any) -> Any:
+    """``spec`` as the supervisor takes it from a unit: data its restricted reader loads
+    (``_wire.untrusted``), no code. An agent's call goes by import reference with
+    exact JSON arguments (so the child resumes from the ledger), or not at all (it
+    runs all the same: its payload carries it, as bytes)."""
+    call = getattr(spec, "call", None)
+    if not isinstance(spec, AgentSpec) or call is None:
+        return spec
+    ref = _import_ref(call.fn)
+    exact = strictjson.dumps_if_exact({"a": list(call.args), "k": dict(call.kwargs)})
+    plain = None
+    if ref is not None and exact is not None:
+        decoded = strictjson.loads(exact, "", "")
+        plain = Call(ref, tuple(decoded["a"]), decoded["k"])
+    return dataclasses.replace(spec, call=plain)
+
+
+def _import_ref(fn: Any) -> str | None:
+    """``"module:qualname"`` when importing it gives ``fn`` back (in this process)."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if module == "__main__" or "<" in qualname:
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if found is fn else None
 
 
 def error_frame(exc: BaseException, tb: str) -> m.Error:

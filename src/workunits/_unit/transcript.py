@@ -78,35 +78,3 @@ def cut_to(path: str, cap: int) -> None:
         os.ftruncate(fd, start + window.rfind(b"\n") + 1)
     finally:
         os.close(fd)
-
-
-def render_event(event: dict[str, Any]) -> str:
-    """One transcript event as a line a person reads (``tail`` and the demo use it)."""
-    kind = event.get("type")
-    data = event.get("data")
-    if kind in ("stdout", "stderr"):
-        text = str(data).rstrip("\n")
-        if kind == "stdout":
-            return text
-        # One event may hold several lines: each is marked.
-        return "\n".join(f"[stderr] {line}" for line in text.split("\n"))
-    if kind == "progress":
-        fraction = event.get("fraction")
-        pct = "" if fraction is None else f"{fraction * 100:3.0f}% "
-        return f"[progress] {pct}{event.get('message', '')}"
-    if kind == "checkpoint":
-        return f"[checkpoint] {orjson.dumps(event.get('state')).decode()[:200]}"
-    if kind == "event":
-        return f"[event] {orjson.dumps(data).decode()[:200]}"
-    if kind == "child":
-        return f"[child] {event.get('child')} {event.get('status')}"
-    if kind == "result":
-        return f"[result] {orjson.dumps(event.get('value')).decode()[:200]}"
-    if kind == "error":
-        return f"[error] {event.get('error_type')}: {event.get('message')}"
-    if kind == "start":
-        return f"[start] {event.get('id')} attempt {event.get('attempt')} pid {event.get('pid')}"
-    if kind == "end":
-        why = event.get("reason") or event.get("exit_code")
-        return f"[end] {event.get('status')} ({why})"
-    return f"[{kind}] {orjson.dumps(event).decode()[:200]}"

@@ -1,13 +1,17 @@
 """Length-prefixed pickle frames over a stream socket.
 
-Both the zygote's control socket and an agent's channel speak this. Peers are
-our own processes on a socketpair, so pickle is trusted here. Frames are
-written with cloudpickle: a spawn request from inside a unit carries the
-callable of the child it asks for, which may exist only by value.
+Both the zygote's control socket and an agent's channel speak this. Frames are
+written with cloudpickle: a request from the supervisor to a unit may carry
+code by value. What a *unit* writes is not trusted (it may run any code, an
+LLM's included): the supervisor reads it with a ``RestrictedReader``, whose
+unpickler finds only the classes it is given (``_wire.untrusted``), so a
+frame can build plain data and nothing else -- never call a function of its
+choosing in the supervisor's process.
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import socket
 import struct
@@ -64,9 +68,41 @@ class FrameReader:
             end = _HEADER.size + length
             if len(self._buf) < end:
                 break
-            frames.append(pickle.loads(self._buf[_HEADER.size : end]))  # noqa: S301 - our own peer
+            frames.append(self._load(self._buf[_HEADER.size : end]))
             del self._buf[:end]
         return frames
+
+    def _load(self, body: bytes | bytearray) -> Any:
+        return pickle.loads(body)  # noqa: S301 - a trusted peer (see RestrictedReader)
+
+
+class _Restricted(pickle.Unpickler):
+    """An unpickler that finds only the (module, name) pairs in ``allowed``."""
+
+    allowed: frozenset[tuple[str, str]] = frozenset()
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.allowed:
+            raise pickle.UnpicklingError(
+                f"a unit's frame named {module}.{name}, which it may not send"
+            )
+        return super().find_class(module, name)
+
+
+class RestrictedReader(FrameReader):
+    """A FrameReader for frames from an untrusted peer: only ``allowed`` classes load."""
+
+    def __init__(self, allowed: frozenset[tuple[str, str]]) -> None:
+        super().__init__()
+
+        class Unpickler(_Restricted):
+            pass
+
+        Unpickler.allowed = allowed
+        self._unpickler = Unpickler
+
+    def _load(self, body: bytes | bytearray) -> Any:
+        return self._unpickler(io.BytesIO(body)).load()
 
 
 def send(

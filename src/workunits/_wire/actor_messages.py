@@ -6,7 +6,7 @@ import the other to speak (no pykka, no sqlite3 here).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,16 +68,23 @@ class CheckpointReport:
     consumed: tuple[int, ...] = ()  # signals consumed with this checkpoint
 
 
+# Where a unit's request is answered: None, its channel (through its actor); else a
+# route of its own (a ``workunits`` command in the unit, through the gateway).
+ReplyRoute = Callable[[bool, Any], None]
+
+
 @dataclass(frozen=True, slots=True)
 class SpawnChild:
     parent: str
-    request: m.Spawn
+    request: m.Spawn | m.SpawnMany
+    reply: ReplyRoute | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ControlChild:
     parent: str
     request: m.Control
+    reply: ReplyRoute | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,11 @@ import cloudpickle
 from workunits._core.errors import SpecError
 from workunits._core.record import WorkRecord
 
+# The exit code of a unit process that stopped at a cancel it was asked for (it raised
+# ``wu.Cancelled`` at a checkpoint, a progress report or a wait): its actor tells its
+# end as the cancel, with no exit code -- the process did what was asked, it did not fail.
+EXIT_CANCELLED = 75
+
 # -- unit process -> its WorkActor --------------------------------------------
 
 
@@ -74,6 +79,21 @@ class Spawn:
     spec: Any
     options: Any  # a workunits._surface UnitOptions; its key is the unit's own (scoped there)
     restart: Any = None  # a teammate's restart policy (workunits._core.restart.Restart)
+    # The span current where the unit asked (a W3C traceparent), when OpenTelemetry
+    # is loaded in its process: the child's span's parent (supervisor.tracing).
+    trace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnMany:
+    """Children as one batch (``ctx.map``, ``ctx.submit_many``): one request, one ledger
+    transaction; at most ``max_workers`` of them run at once (None: no limit of the
+    batch's own). The items' ``req`` is unused. Answered with one ``(ok, id or error
+    text)`` per item; a bad item fails the whole request before anything is written."""
+
+    req: int
+    items: tuple[Spawn, ...]
+    max_workers: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +143,8 @@ class MonitorMatch:
 
 @dataclass(frozen=True, slots=True)
 class CancelRequested:
-    pass
+    # A deploy's: the unit stops for the next supervisor to resume, not for good.
+    handed_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from workunits._sandbox.plan import Confinement
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -29,6 +31,8 @@ class SpawnExec:
     env: Mapping[str, str] | None
     limits: Limits = field(default_factory=Limits)
     stdin: bool = False
+    # None: unconfined (``Sandbox.none()``, ``isolation="off"``); see ``_sandbox.plan``.
+    confinement: Confinement | None = None
 
     @property
     def fd_count(self) -> int:
@@ -63,6 +67,10 @@ class SpawnCall:
     # Transcript bytes the unit's capture writes at most; it reports OutputCapped there.
     transcript_cap: int | None = None
     traceparent: str | None = None  # the unit's span (TRACEPARENT; _runtime.tracing)
+    # None: unconfined (``Sandbox.none()``, ``isolation="off"``); see ``_sandbox.plan``.
+    confinement: Confinement | None = None
+    # The transcript's first line: the unit's policy and what of it is enforced.
+    sandbox: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +99,14 @@ class Exited:
     pid: int
     exit_code: int | None
     signal: int | None
+    limit: str | None = None  # the resource limit its tree ran into (a ``Reason`` value)
 
 
 @dataclass(frozen=True, slots=True)
 class Ready:
     pid: int
+    # What of the default protection the zygote could not make, each "name: why".
+    missing: tuple[str, ...] = ()
 
 
 # -- on the wire ------------------------------------------------------------------------
@@ -112,18 +123,34 @@ CALL = "call"
 SPAWNED = "spawned"
 EXITED = "exited"
 
-# (CALL, unit_id, kind, payload_in_fd, the pickled SpawnCall)
-CallRequest = tuple[str, str, str, bool, bytes]
+# What the zygote must know of a call's confinement without opening it: whether a
+# warm process (confined ahead, or not at all) may run it, and its cgroup limits.
+PLAN_DEFAULT = "default"  # the default protection only
+PLAN_NONE = "none"  # unconfined
+PLAN_OWN = "own"  # a policy of its own: a process forked for it
+
+# (CALL, unit_id, kind, payload_in_fd, the pickled SpawnCall, plan,
+#  (memory, processes, cpu_seconds))
+CallRequest = tuple[str, str, str, bool, bytes, str, tuple[int | None, int | None, float | None]]
+
+
+def plan_of(confinement: Confinement | None) -> str:
+    if confinement is None:
+        return PLAN_NONE
+    return PLAN_DEFAULT if confinement.is_default else PLAN_OWN
 
 
 def call_request(call: SpawnCall) -> CallRequest:
     """``call`` as the supervisor sends it to the zygote."""
     body = pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL)
-    return (CALL, call.unit_id, call.kind, call.payload_in_fd, body)
+    c = call.confinement
+    cgroup_limits = (None, None, None) if c is None else (c.memory, c.processes, c.cpu_seconds)
+    plan = plan_of(c)
+    return (CALL, call.unit_id, call.kind, call.payload_in_fd, body, plan, cgroup_limits)
 
 
 def is_call_request(message: object) -> TypeGuard[CallRequest]:
-    return type(message) is tuple and len(message) == 5 and message[0] == CALL
+    return type(message) is tuple and len(message) == 7 and message[0] == CALL
 
 
 def spawned(unit_id: str, pid: int) -> tuple[str, str, int]:
@@ -132,10 +159,10 @@ def spawned(unit_id: str, pid: int) -> tuple[str, str, int]:
 
 
 def exited(
-    unit_id: str, pid: int, exit_code: int | None, signum: int | None
-) -> tuple[str, str, int, int | None, int | None]:
+    unit_id: str, pid: int, exit_code: int | None, signum: int | None, limit: str | None = None
+) -> tuple[str, str, int, int | None, int | None, str | None]:
     """``Exited`` as the zygote sends it."""
-    return (EXITED, unit_id, pid, exit_code, signum)
+    return (EXITED, unit_id, pid, exit_code, signum, limit)
 
 
 def from_zygote(message: object) -> object:

@@ -19,10 +19,11 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from workunits._sandbox.unit import Settings
 from workunits._util import framing
 from workunits._wire.zygote_protocol import (
     Exited,
@@ -53,7 +54,9 @@ class UnitEvents(Protocol):
         """The unit process exists; the callee owns ``pidfd`` and must close it."""
 
     def spawn_failed(self, error: str) -> None: ...
-    def exited(self, exit_code: int | None, signum: int | None) -> None: ...
+    def exited(
+        self, exit_code: int | None, signum: int | None, limit: str | None = None
+    ) -> None: ...
     def lost(self) -> None: ...
 
     def kill(self) -> None:
@@ -89,8 +92,17 @@ class ZygoteClient:
         preload: Sequence[str] = (),
         start_timeout: float = 30.0,
         warm: WarmSettings | None = None,
+        *,
+        isolation: Settings | None = None,
+        hidden_env: Sequence[str] = (),
+        on_ready: Callable[[tuple[str, ...]], None] | None = None,
     ):
         """``warm``: the zygotes' warm processes; None reads them from the environment.
+
+        ``isolation``: what the zygote confines units with (None: nothing);
+        ``hidden_env``: variables no unit may see (the runtime's secrets), left
+        out of the zygote's environment; ``on_ready`` hears, once per zygote,
+        what of the default protection it could not make (any thread).
 
         Raises ``InvalidArgument`` for a bad ``WORKUNITS_WARM_*`` variable (see ``warm``).
         """
@@ -98,6 +110,9 @@ class ZygoteClient:
         self._preload = tuple(preload)
         self._start_timeout = start_timeout
         self._warm = WarmSettings.from_environment() if warm is None else warm
+        self._isolation = isolation or Settings("off")
+        self._hidden_env = tuple(hidden_env)
+        self._on_ready = on_ready
         # Guards _current, _all, _starting, _closed and every zygote's ``units`` and
         # ``alive``. Held for O(1) work only: never across a process start, the
         # handshake or a send, since the Reaper takes it for every event it routes.
@@ -190,9 +205,10 @@ class ZygoteClient:
                 [sys.executable, "-m", "workunits._zygote", str(theirs.fileno()), *self._preload],
                 pass_fds=(theirs.fileno(),),
                 env={
-                    **_environment_for_units(),
+                    **_environment_for_units(self._hidden_env),
                     **self._warm.environment(),
                     **nofile.environment(),
+                    **self._isolation.environment(),
                 },
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C is the supervisor's to handle
@@ -224,6 +240,8 @@ class ZygoteClient:
                 raise ZygoteUnavailable("the supervisor is closed")
             raise ZygoteUnavailable(f"the zygote did not start: {frames[0]!r}")
         ours.settimeout(None)
+        if self._on_ready is not None:
+            self._on_ready(frames[0].missing)
         zygote = _Zygote(ours, proc, frames[0].pid)
         try:
             self._reaper.watch_stream(
@@ -363,7 +381,7 @@ class ZygoteClient:
                 if isinstance(message, SpawnFailed):
                     events.spawn_failed(message.error)
                 else:
-                    events.exited(message.exit_code, message.signal)
+                    events.exited(message.exit_code, message.signal, message.limit)
 
     def _pidfd_dropped(self, zygote: _Zygote, unit_id: str) -> None:
         """Handle a Spawned that came without its pidfd.
@@ -435,13 +453,14 @@ def _abandon(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _environment_for_units() -> dict[str, str]:
-    """This process's environment, with its import path: a unit can import what we can.
+def _environment_for_units(hidden: Sequence[str] = ()) -> dict[str, str]:
+    """This process's environment, with its import path: a unit can import what we can,
+    without the variables in ``hidden`` (the runtime's secrets).
 
-    Without it, a callable stored by reference from a module beside the main
-    script (not on the default path) could not be loaded in the unit process.
+    Without the path, a callable stored by reference from a module beside the
+    main script (not on the default path) could not be loaded in the unit process.
     """
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env

@@ -17,14 +17,18 @@ import signal
 import time
 from typing import NoReturn
 
+from workunits._sandbox.limits import UnitCgroups
 from workunits._zygote import _linux
 from workunits._zygote.containment import Cgroups
 
 SWEEP_SECONDS = 5.0
 
 
-def run(zygote: int, cgroups: Cgroups | None) -> NoReturn:
-    """Reap everything until the zygote has exited, then sweep; exits like the zygote."""
+def run(zygote: int, cgroups: Cgroups | None, limit_cgroups: UnitCgroups | None = None) -> NoReturn:
+    """Reap everything until the zygote has exited, then sweep; exits like the zygote.
+
+    ``limit_cgroups``: the zygote's directories for units' limits, removed last.
+    """
     code = 0
     try:
         # The supervisor decides: its Ctrl-C or SIGTERM reaches the zygote through its socket.
@@ -33,6 +37,8 @@ def run(zygote: int, cgroups: Cgroups | None) -> NoReturn:
         code = _wait_for(zygote)
     finally:
         sweep(cgroups)
+        if limit_cgroups is not None:
+            limit_cgroups.remove_all()
         os._exit(code)
 
 

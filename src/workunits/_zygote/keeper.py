@@ -21,6 +21,8 @@ import resource
 import signal
 from typing import NoReturn
 
+from workunits._sandbox.plan import Confinement
+from workunits._sandbox.unit import UnitIsolation, UnitLimits
 from workunits._wire.zygote_protocol import SpawnExec, exec_file_actions
 from workunits._zygote import _linux
 
@@ -30,18 +32,30 @@ _IGNORED = tuple(s for s in signal.valid_signals() if s not in _UNTOUCHABLE and 
 
 
 def run(
-    msg: SpawnExec, path: str, output_fd: int, input_fd: int | None, report_fd: int
+    msg: SpawnExec,
+    path: str,
+    output_fd: int,
+    input_fd: int | None,
+    report_fd: int,
+    *,
+    isolation: UnitIsolation,
+    plan: Confinement | None,
+    limits: UnitLimits,
 ) -> NoReturn:
-    """In the forked keeper: start the command, report, wait, exit as it exited.
+    """In the forked keeper: confine itself (the command inherits it), start the command,
+    report, wait, exit as it exited.
 
-    ``report_fd`` gets ``+PID`` of the command, or ``-ERRNO\\0FILENAME`` if it
-    could not start, and is closed either way: the zygote waits on it.
+    ``report_fd`` gets ``+PID`` of the command, or ``-ERRNO\\0FILENAME[\\0TEXT]`` if
+    it could not start, and is closed either way: the zygote waits on it.
     """
     try:
-        command = _start(msg, path, output_fd, input_fd)
+        isolation.confine(plan, limits, (output_fd,))
+        command = _start(msg, path, output_fd, input_fd, plan)
     except OSError as exc:
+        text = str(exc).encode(errors="replace")[:400] if not exc.filename else b""
         with contextlib.suppress(OSError):  # the zygote rebuilds the OSError from these
-            os.write(report_fd, b"-%d\0%s" % (exc.errno or 0, os.fsencode(exc.filename or "")))
+            filename = os.fsencode(exc.filename or "")
+            os.write(report_fd, b"-%d\0%s\0%s" % (exc.errno or 0, filename, text))
         os._exit(EXIT_NOT_STARTED)
     os.write(report_fd, b"+%d" % command)  # the unit's pid, as its record shows it
     os.close(report_fd)
@@ -51,7 +65,9 @@ def run(
     _exit_like(_wait_for(command))
 
 
-def _start(msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
+def _start(
+    msg: SpawnExec, path: str, output_fd: int, input_fd: int | None, plan: Confinement | None
+) -> int:
     cap = msg.limits.output_cap
     _linux.set_child_subreaper()
     for signum in _IGNORED:
@@ -63,10 +79,13 @@ def _start(msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> i
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
     if msg.cwd is not None:
         os.chdir(msg.cwd)
+    env = dict(os.environ if msg.env is None else msg.env)
+    if plan is not None:
+        env.update(plan.env)
     return os.posix_spawn(
         path,
         list(msg.argv),
-        os.environ if msg.env is None else dict(msg.env),
+        env,
         file_actions=exec_file_actions(output_fd, input_fd),
         setsigdef=_IGNORED,
         setsigmask=(),

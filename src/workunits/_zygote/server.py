@@ -39,11 +39,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from workunits._sandbox import _libc as sandbox_libc
+from workunits._sandbox.limits import UnitCgroups, hit, remove, v1_hierarchies
+from workunits._sandbox.plan import Confinement
+from workunits._sandbox.unit import Settings, UnitIsolation, UnitLimits
 from workunits._unit import descendants
 from workunits._unit.child import report_start_failure, run_unit
 from workunits._util import framing
 from workunits._wire.pool_protocol import WORKER_KIND
 from workunits._wire.zygote_protocol import (
+    PLAN_DEFAULT,
+    PLAN_NONE,
     Limits,
     Ready,
     Signal,
@@ -55,7 +61,8 @@ from workunits._wire.zygote_protocol import (
     spawned,
 )
 from workunits._zygote import _linux, guard, keeper, nofile, payload, spare, unit_process
-from workunits._zygote.containment import Cgroups, inside
+from workunits._zygote.containment import Cgroups, inside, remove_stale
+from workunits._zygote.limit_watch import LimitWatch, kill_cgroup_members
 from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN, RESET_SIGNALS
 from workunits._zygote.warm import Spare, WarmPool, WarmSettings
 
@@ -76,6 +83,13 @@ class Slot:
     pid: int
     cgroup: str | None
     call: bool = False  # a Python unit, not a pooled worker (what warm processes are for)
+    limits: UnitLimits = dataclasses.field(default_factory=UnitLimits)  # its v1 limit cgroups
+    cpu_limit: float | None = None  # seconds of CPU its tree may use (read from ``cgroup``)
+    hit: str | None = None  # a limit the zygote ended it for (``limit_watch``)
+
+    @property
+    def memory_dir(self) -> str | None:
+        return self.limits.memory_dir
 
 
 class Zygote:
@@ -84,8 +98,14 @@ class Zygote:
         control: socket.socket,
         cgroups: Cgroups | None = None,
         warm: WarmSettings | None = None,
+        isolation: UnitIsolation | None = None,
     ) -> None:
         self.control = control
+        # The units' namespace, default ruleset and limit cgroups (see ``_sandbox.unit``).
+        self.isolation = isolation or UnitIsolation(Settings("off"))
+        # Warm processes are confined ahead (the default protection), or not at all.
+        self.warm_plan = PLAN_DEFAULT if self.isolation.on else PLAN_NONE
+        self.limit_watch = LimitWatch()
         # None: subreaper mode. Unit processes are subreapers, so any other child
         # of ours is an orphan of a unit that has ended, and is killed.
         self.cgroups = cgroups
@@ -124,7 +144,8 @@ class Zygote:
         # What is loaded now is shared with every child for good: their collections
         # need not visit it (and would copy every page it lies on).
         gc.freeze()
-        framing.send(self.control, Ready(os.getpid()), plain=True)
+        missing = tuple(self.isolation.missing)
+        framing.send(self.control, Ready(os.getpid(), missing), plain=True)
         self.selector = selector = selectors.DefaultSelector()
         selector.register(self.control, selectors.EVENT_READ, "control")
         selector.register(self.wake_r, selectors.EVENT_READ, "signal")
@@ -138,7 +159,8 @@ class Zygote:
                 elif not self.read_control():
                     return self.shutdown()
             if self.dying:
-                self.dying = [path for path in self.dying if not Cgroups.remove(path)]
+                self.dying = [path for path in self.dying if not _removed(path)]
+            self.limit_watch.run(self.units.values(), self.end_for_limit)
             self.age_spares()
             if not ready and self.pool.short() and time.monotonic() >= self.spares_held_until:
                 self.add_spare()  # only when no request waits: they come first
@@ -150,7 +172,19 @@ class Zygote:
         timeout = self.pool.next_ageing()
         if self.dying:  # killed cgroups are removed once their processes are gone
             timeout = 0.01 if timeout is None else min(timeout, 0.01)
+        wait = self.limit_watch.timeout(self.units.values())
+        if wait is not None:
+            timeout = wait if timeout is None else min(timeout, wait)
         return timeout
+
+    def end_for_limit(self, slot: Any) -> None:
+        """A unit's tree went past a limit the watch holds (``limit_watch``): it ends whole."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(slot.pid, signal.SIGKILL)
+        if slot.cgroup is not None:
+            Cgroups.kill(slot.cgroup)
+        elif slot.memory_dir is not None:
+            kill_cgroup_members(slot.memory_dir)
 
     def _on_parent_death_signal(self, signum: int, frame: Any) -> None:
         # PR_SET_PDEATHSIG fires when the forking *thread* exits; only a dead
@@ -181,10 +215,10 @@ class Zygote:
 
     def handle(self, message: Any) -> None:
         if is_call_request(message):
-            _, unit_id, kind, payload_in_fd, call = message
+            _, unit_id, kind, payload_in_fd, call, plan, limits = message
             fds = self._fds_for(unit_id, 3 if payload_in_fd else 2)
             if fds is not None:
-                self.spawn_call(unit_id, kind, call, fds)
+                self.spawn_call(unit_id, kind, call, fds, plan=plan, limits=limits)
         elif isinstance(message, SpawnExec):
             fds = self._fds_for(message.unit_id, message.fd_count)
             if fds is not None:
@@ -220,32 +254,97 @@ class Zygote:
             framing.send(self.control, SpawnFailed(unit_id, error), plain=True)
 
     def spawn_exec(self, msg: SpawnExec, output_fd: int, input_fd: int | None = None) -> None:
-        """posix_spawn (vfork-like: no copy of this process) in a new session.
+        """posix_spawn (vfork-like: no copy of this process) in a new session; a confined
+        command is forked instead, and confines itself before it execs.
 
         The zygote is single-threaded, so it may briefly change its own working
-        directory and file-size limit for the child to inherit. A command gets no
-        parent-death signal this way; if the zygote itself is SIGKILLed, the
-        supervisor kills the command through the pidfd it was given.
+        directory and file-size limit for the child to inherit. A command
+        spawned so gets no parent-death signal; if the zygote itself is
+        SIGKILLed, the supervisor kills the command through the pidfd it was given.
         """
         cgroup = None
+        plan = msg.confinement if self.isolation.on else None
+        unit_limits = UnitLimits()
         try:
             path = _resolve(msg)
             if self.cgroups is None:
-                pid, shown = self._spawn_kept(msg, path, output_fd, input_fd)
+                unit_limits = self._limits_for(msg.unit_id, plan, None)
+                pid, shown = self._spawn_kept(
+                    msg, path, output_fd, input_fd, plan=plan, limits=unit_limits
+                )
             else:
                 cgroup = self.cgroups.unit_dir(msg.unit_id)
+                unit_limits = self._limits_for(msg.unit_id, plan, cgroup)
                 with self._inside(cgroup):
-                    pid = shown = self._posix_spawn(msg, path, output_fd, input_fd)
+                    if plan is None:
+                        pid = shown = self._posix_spawn(msg, path, output_fd, input_fd)
+                    else:
+                        pid = shown = self._fork_exec(
+                            msg, path, output_fd, input_fd, plan=plan, limits=unit_limits
+                        )
         except OSError as exc:
             self.refuse(msg.unit_id, _exec_error(msg, exc))
             if cgroup is not None:
                 Cgroups.remove(cgroup)
+            remove(unit_limits.directories)
             return
         finally:
             os.close(output_fd)
             if input_fd is not None:
                 os.close(input_fd)  # the command has its own; the supervisor keeps the pipe
-        self.adopt(pid, msg.unit_id, cgroup, shown)
+        cpu = None if plan is None else plan.cpu_seconds
+        self.adopt(pid, msg.unit_id, cgroup, shown, unit_limits=unit_limits, cpu_limit=cpu)
+
+    def _limits_for(self, unit_id: str, plan: Confinement | None, cgroup: str | None) -> UnitLimits:
+        if plan is None:
+            return UnitLimits()
+        return self.isolation.prepare_limits(unit_id, plan.memory, plan.processes, cgroup)
+
+    def _fork_exec(
+        self,
+        msg: SpawnExec,
+        path: str,
+        output_fd: int,
+        input_fd: int | None,
+        *,
+        plan: Confinement,
+        limits: UnitLimits,
+    ) -> int:
+        """Fork a process that confines itself, then execs the command (cgroup mode).
+
+        As posix_spawn: stdin the pipe or /dev/null, fds 1 and 2 the output, a new
+        session, default signal actions, the output cap as RLIMIT_FSIZE. Waits
+        for the exec (the report pipe closes) or for the error the child sends.
+        """
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = unit_process.fork()
+        except OSError:
+            os.close(report_r)
+            os.close(report_w)
+            raise
+        if pid == 0:  # pragma: no cover - runs in the unit's process
+            try:
+                os.close(report_r)
+                self.become_unit(msg.limits, subreaper=False)
+                self.isolation.confine(plan, limits, (output_fd,))
+                _exec(msg, path, output_fd, input_fd, plan)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    filename = os.fsencode(exc.filename or "")
+                    os.write(report_w, b"-%d\0%s\0%s" % (exc.errno or 0, filename, _what(exc)))
+            finally:
+                os._exit(keeper.EXIT_NOT_STARTED)
+        os.close(report_w)
+        try:
+            error = _read_all(report_r)
+        finally:
+            os.close(report_r)
+        if not error:
+            return pid
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        raise _rebuilt(error)
 
     @contextlib.contextmanager
     def _inside(self, cgroup: str) -> Iterator[None]:
@@ -259,7 +358,14 @@ class Zygote:
                 self.cgroups.leave()
 
     def _spawn_kept(
-        self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None
+        self,
+        msg: SpawnExec,
+        path: str,
+        output_fd: int,
+        input_fd: int | None,
+        *,
+        plan: Confinement | None,
+        limits: UnitLimits,
     ) -> tuple[int, int]:
         """Subreaper mode: fork a keeper that spawns the command; its pid leads the unit.
 
@@ -278,7 +384,16 @@ class Zygote:
             try:
                 os.close(report_r)
                 self.become_unit(Limits(), subreaper=False)
-                keeper.run(msg, path, output_fd, input_fd, report_w)
+                keeper.run(
+                    msg,
+                    path,
+                    output_fd,
+                    input_fd,
+                    report_w,
+                    isolation=self.isolation,
+                    plan=plan,
+                    limits=limits,
+                )
             finally:
                 os._exit(EXIT_RUNTIME_BROKEN)
         os.close(report_w)
@@ -290,10 +405,9 @@ class Zygote:
             return pid, int(error[1:])
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        code, _, filename = error[1:].partition("\0")
-        if not code.isdigit():
+        if not error[1:2].isdigit():
             raise OSError(errno.ECHILD, "the keeper process died before spawning")
-        raise OSError(int(code), os.strerror(int(code)), filename or None)
+        raise _rebuilt(error)
 
     def _posix_spawn(self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
         cap = msg.limits.output_cap
@@ -325,27 +439,50 @@ class Zygote:
             setsigmask=(),
         )
 
-    def spawn_call(self, unit_id: str, kind: str, call: bytes, fds: list[int]) -> None:
+    def spawn_call(
+        self,
+        unit_id: str,
+        kind: str,
+        call: bytes,
+        fds: list[int],
+        *,
+        plan: str = PLAN_NONE,
+        limits: tuple[int | None, int | None, float | None] = (None, None, None),
+    ) -> None:
         """Start the Python unit ``unit_id``; ``call`` is its pickled ``SpawnCall``, which
         only the unit's process opens (see ``zygote_protocol``); ``fds`` are its
-        transcript and channel (and its payload)."""
+        transcript and channel (and its payload). ``plan`` says whether a warm
+        process may run it (one confined as it would be); ``limits`` are its
+        memory, process and CPU limits, for its cgroups."""
         # A pooled worker lives for many units: a fork is no cost worth a spare for it.
         python_unit = kind != WORKER_KIND
-        if python_unit:
+        if python_unit and plan == self.warm_plan:
             self.pool.demand(self.calls + 1)
             while (warm := self.pool.take()) is not None:
                 if self.hand_over(warm, unit_id, call, fds):
                     return
-        self.fork_call(unit_id, call, fds, python_unit=python_unit)
+        self.fork_call(unit_id, call, fds, python_unit=python_unit, limits=limits)
 
-    def fork_call(self, unit_id: str, call: bytes, fds: list[int], *, python_unit: bool) -> None:
+    def fork_call(
+        self,
+        unit_id: str,
+        call: bytes,
+        fds: list[int],
+        *,
+        python_unit: bool,
+        limits: tuple[int | None, int | None, float | None] = (None, None, None),
+    ) -> None:
         """Fork a process for the unit (no spare was at hand, or it is a pooled worker)."""
         cgroup = None
+        memory, processes, cpu = limits if self.isolation.on else (None, None, None)
+        unit_limits = UnitLimits()
         try:
             if self.cgroups is None:
+                unit_limits = self.isolation.prepare_limits(unit_id, memory, processes, None)
                 pid = unit_process.fork()
             else:
                 cgroup = self.cgroups.unit_dir(unit_id)
+                unit_limits = self.isolation.prepare_limits(unit_id, memory, processes, cgroup)
                 with self._inside(cgroup):
                     pid = unit_process.fork()
         except OSError as exc:  # EAGAIN (RLIMIT_NPROC, pids.max), ENOMEM: this unit only
@@ -353,6 +490,7 @@ class Zygote:
                 os.close(fd)
             if cgroup is not None:
                 Cgroups.remove(cgroup)
+            remove(unit_limits.directories)
             self.refuse(unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
             return
         if pid == 0:  # pragma: no cover - runs in the unit process
@@ -362,6 +500,7 @@ class Zygote:
                 if msg.payload_in_fd:  # read here, never in the zygote (see payload)
                     msg = dataclasses.replace(msg, payload=payload.read_fd(fds[2]))
                 self.become_unit(msg.limits, subreaper=self.cgroups is None)
+                self.isolation.confine(msg.confinement, unit_limits)
                 code = run_unit(msg, fds[0], fds[1])
             except BaseException as exc:  # noqa: BLE001 - told on the channel, and the exit code
                 report_start_failure(fds[1], exc)
@@ -370,7 +509,7 @@ class Zygote:
                 os._exit(code)
         for fd in fds:
             os.close(fd)
-        self.adopt(pid, unit_id, cgroup, call=python_unit)
+        self.adopt(pid, unit_id, cgroup, call=python_unit, unit_limits=unit_limits, cpu_limit=cpu)
 
     def hand_over(self, warm: Spare, unit_id: str, call: bytes, fds: list[int]) -> bool:
         """Give the unit to a warm process with its descriptors; False (the spare killed) if
@@ -428,6 +567,8 @@ class Zygote:
                 ours.close()
                 self.forget_zygote()
                 unit_process.detach(self.pid, subreaper=self.cgroups is None)
+                # Confined now, before its threads: a unit's own policy needs a fresh fork.
+                self.isolation.confine(Confinement() if self.isolation.on else None)
                 code = spare.run(theirs, self.pool.settings.rehearse_after)
             except BaseException:  # noqa: BLE001 - the exit code carries it; nothing to report to
                 code = EXIT_RUNTIME_BROKEN
@@ -459,6 +600,8 @@ class Zygote:
         shown: int | None = None,
         *,
         call: bool = False,
+        unit_limits: UnitLimits = UnitLimits(),  # noqa: B008 - frozen
+        cpu_limit: float | None = None,
     ) -> None:
         """Hold the unit's leader ``pid``; the supervisor gets its pidfd and ``shown``.
 
@@ -474,8 +617,9 @@ class Zygote:
                 Cgroups.kill(cgroup)
                 self.dying.append(cgroup)
             self.refuse(unit_id, f"could not start: no pidfd: {describe_start_error(exc)}")
+            self.dying.extend(unit_limits.directories)
             return
-        slot = Slot(unit_id, pid, cgroup, call)
+        slot = Slot(unit_id, pid, cgroup, call, unit_limits, cpu_limit)
         self.units[pid] = slot
         self.by_unit[unit_id] = slot
         self.calls += call
@@ -485,7 +629,11 @@ class Zygote:
             os.close(pidfd)
 
     def become_unit(self, limits: Limits, *, subreaper: bool) -> None:
-        """In a child forked for a unit: leave the zygote behind, take the unit's limits."""
+        """In a child forked for a unit: leave the zygote behind, take the unit's limits.
+
+        Its confinement comes next (``isolation.confine``), which every forked
+        child calls, confined or not: it closes the isolation's descriptors.
+        """
         self.forget_zygote()
         unit_process.detach(self.pid, subreaper=subreaper)
         unit_process.apply_limits(limits)
@@ -531,11 +679,13 @@ class Zygote:
                 if gone is not None:
                     self.kill_spare(gone)
             try:
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
             except ChildProcessError:
                 if slot is not None and slot.cgroup is not None:
                     self.dying.append(slot.cgroup)  # removed by the loop once empty
                 continue
+            if slot is not None:
+                _note_cpu(slot, usage)
             if self.cgroups is None:
                 # Orphans of ended units (and their orphans, round by round) came back to us.
                 _linux.kill_tree_round(self.pid, spare=self.units.keys() | self.pool.pids())
@@ -577,12 +727,17 @@ class Zygote:
             exit_code, signum = None, os.WTERMSIG(status)
         else:
             exit_code, signum = os.waitstatus_to_exitcode(status), None
+        limit = slot.hit
+        if limit is None and slot.limits.by_cgroup:  # the kernel's counters say
+            limit = hit((*slot.limits.directories, *((slot.cgroup,) if slot.cgroup else ())))
+        report = exited(slot.unit_id, pid, exit_code, signum, limit)
         with contextlib.suppress(OSError):
-            framing.send(self.control, exited(slot.unit_id, pid, exit_code, signum), plain=True)
+            framing.send(self.control, report, plain=True)
         # After the report, not before: every process of the unit was killed in end();
         # removing its emptied cgroup is housekeeping the unit's end need not wait for.
-        if slot.cgroup is not None and not Cgroups.remove(slot.cgroup):
-            self.dying.append(slot.cgroup)
+        for path in (*((slot.cgroup,) if slot.cgroup else ()), *slot.limits.directories):
+            if not _removed(path):
+                self.dying.append(path)
 
     def end(self, slot: Slot) -> None:
         """The unit's leader has exited (unreaped): kill everything the unit started."""
@@ -616,6 +771,58 @@ class Zygote:
                 while os.waitpid(-1, os.WNOHANG)[0] > 0:
                     pass
         os._exit(0)
+
+
+def _note_cpu(slot: Slot, usage: resource.struct_rusage) -> None:
+    """A leader that used its CPU seconds died of RLIMIT_CPU (SIGXCPU, or the SIGKILL of the
+    hard limit when it ignored that): say so, as its cgroup's watch would."""
+    used = usage.ru_utime + usage.ru_stime
+    if slot.cpu_limit is not None and slot.hit is None and used >= slot.cpu_limit:
+        slot.hit = "cpu-limit"
+
+
+def _removed(path: str) -> bool:
+    """Remove an emptied cgroup directory; False while processes are still dying in it."""
+    try:
+        return Cgroups.remove(path)
+    except OSError:
+        return True  # not ours to remove after all (gone, or never a cgroup): forget it
+
+
+def _exec(
+    msg: SpawnExec, path: str, output_fd: int, input_fd: int | None, plan: Confinement
+) -> None:
+    """In a forked command's process: its descriptors, directory and limits, then exec."""
+    stdin = os.open(os.devnull, os.O_RDONLY) if input_fd is None else input_fd
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    cap = msg.limits.output_cap
+    if cap is not None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        limit = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (min(limit, soft), hard))
+    if msg.cwd is not None:
+        os.chdir(msg.cwd)
+    env = dict(os.environ if msg.env is None else msg.env)
+    env.update(plan.env)
+    os.execve(path, list(msg.argv), env)  # noqa: S606 - the command, as posix_spawn runs it
+
+
+def _what(exc: OSError) -> bytes:
+    """The text of an OSError raised by our own code (a refused confinement), not errno's."""
+    return str(exc).encode(errors="replace")[:400] if not exc.filename else b""
+
+
+def _rebuilt(report: str) -> OSError:
+    """The OSError a forked child reported as ``-ERRNO\0FILENAME[\0TEXT]``."""
+    code, _, rest = report[1:].partition("\0")
+    filename, _, text = rest.partition("\0")
+    errno_ = int(code) if code.isdigit() else errno.ECHILD
+    if text:
+        return OSError(errno_, text)
+    return OSError(errno_, os.strerror(errno_), filename or None)
 
 
 def _read_all(fd: int) -> str:
@@ -670,6 +877,16 @@ def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
     return f"could not start {what!r}: {type(exc).__name__}: {exc}"
 
 
+def _limit_cgroups(name: str) -> UnitCgroups | None:
+    """Our directories for units' memory and process limits in the writable v1
+    hierarchies (after removing what guards gone unclean left there)."""
+    places = v1_hierarchies()
+    for place in places.values():
+        remove_stale(place.own, keep=name)
+    made = UnitCgroups(name, places)
+    return made if made.paths else None
+
+
 def main(argv: list[str]) -> None:
     control_fd = int(argv[1])
     os.set_inheritable(control_fd, False)
@@ -677,12 +894,19 @@ def main(argv: list[str]) -> None:
     _linux.set_child_subreaper()
     warm = WarmSettings.from_environment()
     nofile.take_from_environment()  # before any fork: no child may see the variable
-    cgroups = Cgroups.create(f"workunits-{os.getpid()}")
+    settings = Settings.from_environment()  # likewise
+    name = f"workunits-{os.getpid()}"
+    cgroups = Cgroups.create(name)
+    limit_cgroups = _limit_cgroups(name) if settings.mode != "off" else None
+    if settings.mode != "off":
+        # No unit may read this process's memory or /proc files, nor the zygote's (the
+        # fork inherits it): their descriptors and environment are the runtime's.
+        sandbox_libc.set_dumpable(False)
     guard_pid = os.getpid()
     zygote_pid = os.fork()
     if zygote_pid != 0:
         os.close(control_fd)
-        guard.run(zygote_pid, cgroups)
+        guard.run(zygote_pid, cgroups, limit_cgroups)
     # Before the preload imports, which may take long (or hang): a guard killed
     # meanwhile (the supervisor closing during a start) must take us with it.
     # SIGTERM's default action ends us here; Zygote() installs its handler later.
@@ -692,7 +916,10 @@ def main(argv: list[str]) -> None:
     for module in argv[2:]:
         __import__(module)
     control = socket.socket(fileno=control_fd)
-    zygote = Zygote(control, cgroups, warm)
+    isolation = UnitIsolation.start(
+        settings, limit_cgroups, None if cgroups is None else cgroups.root
+    )
+    zygote = Zygote(control, cgroups, warm, isolation)
     try:
         zygote.serve()
     finally:  # whatever broke the loop, no unit outlives the zygote

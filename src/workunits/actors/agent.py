@@ -40,8 +40,9 @@ from workunits._wire.actor_messages import (
     SpawnChild,
 )
 from workunits._wire.specs import AgentSpec, Call
+from workunits._wire.untrusted import unit_frames
 from workunits._wire.zygote_protocol import Limits, SpawnCall
-from workunits.actors.base import UnitBinding, WorkActor
+from workunits.actors.base import UnitBinding, WorkActor, exit_outcome
 from workunits.actors.process_events import ProcessWatch, TellActor
 
 # -- messages to the supervisor on behalf of the unit process ------------------
@@ -82,7 +83,7 @@ class _ChannelFrames:
 
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self._actor = TellActor(ref)  # an actor force-ended at shutdown takes no more
-        self._reader = framing.FrameReader()
+        self._reader = unit_frames()  # a unit's bytes build plain data only (``untrusted``)
         self._broken = False
 
     def on_data(self, data: bytes, fds: list[int]) -> None:  # Reaper thread
@@ -192,6 +193,8 @@ class AgentActor(WorkActor):
                 limits=self._limits(),
                 transcript_cap=self.spec.output_cap,
                 traceparent=self.unit.traceparent,
+                confinement=self.confinement(),
+                sandbox=self.unit.sandbox_note(),
             )
             self._start_process(call, transcript_fd, theirs.fileno(), self.process_watch())
         finally:
@@ -256,7 +259,7 @@ class AgentActor(WorkActor):
                 self._result = frame
             case m.Error():
                 self._error = frame
-            case m.Spawn():
+            case m.Spawn() | m.SpawnMany():
                 unit.tell_supervisor(SpawnChild(unit.id, frame))
             case m.Control():
                 unit.tell_supervisor(ControlChild(unit.id, frame))
@@ -331,7 +334,7 @@ class AgentActor(WorkActor):
         if self._finished:
             return
         self._ending = self._ending or reason
-        self._send(m.CancelRequested())
+        self._send(m.CancelRequested(handed_over=reason is Reason.HANDED_OVER))
 
     def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome | None:
         """Reaper thread: a unit we killed or cancelled ends ``killed`` with our reason
@@ -343,6 +346,14 @@ class AgentActor(WorkActor):
         if ending is None or ending in (Reason.OUTPUT_CAP, Reason.LOST):
             return None
         return self.outcome_for_exit(exit_code, signum)
+
+    def outcome_for_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
+        """As the base says; a unit that stopped at the cancel it was asked for (its
+        process exited ``EXIT_CANCELLED``) ends with the cancel's reason and no exit
+        code: it did what was asked, and "exit code 75" would read as a failure."""
+        if self._ending is not None and signum is None and exit_code == m.EXIT_CANCELLED:
+            return Outcome(Status.KILLED, reason=self._ending)
+        return super().outcome_for_exit(exit_code, signum)
 
     def ended_on_exit(self, outcome: Outcome) -> None:
         """The transcript's ``end`` event, before the supervisor hears of the end."""
@@ -360,6 +371,17 @@ class AgentActor(WorkActor):
 
     def _write_end(self, outcome: Outcome) -> None:
         with contextlib.suppress(OSError):
+            if outcome.reason is Reason.HANDED_OVER:
+                # Not an end: a deploy stopped this attempt, and the next supervisor
+                # resumes the unit as its next attempt, in this same transcript.
+                append_event(
+                    self._transcript_path,
+                    "handed-over",
+                    attempt=self.unit.attempt,
+                    exit_code=outcome.exit_code,
+                    signal=outcome.signal,
+                )
+                return
             if outcome.reason is Reason.OUTPUT_CAP:
                 # The capture stops at the cap; a unit that wrote its transcript
                 # itself is cut back to it here.
@@ -394,7 +416,11 @@ class AgentActor(WorkActor):
                 error=text,
                 cause=err.cause,
                 error_types=err.error_types,
+                reason=self.limit_reason(exit_code, signum, f"{err.type}: {err.message}"),
             )
+        limit = self.limit_reason(exit_code, signum)
+        if limit is not None and exit_code != 0:
+            return exit_outcome(None, exit_code, signum, limit)
         if exit_code == 0 and self._torn is not None and self._result is None:
             # Its result was taken into junk (a return always sends one): a clean
             # exit says nothing of what it returned. A result that came whole wins

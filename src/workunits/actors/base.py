@@ -23,6 +23,7 @@ import abc
 import functools
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -36,7 +37,10 @@ import pykka
 
 from workunits._core.clock import Clock
 from workunits._core.record import Outcome
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Reason, Status
+from workunits._sandbox.isolation import Isolation
+from workunits._sandbox.plan import Confinement
 from workunits._unit.transcript import last_seq
 from workunits._util import outputfile
 from workunits._wire.actor_messages import Cancel, Escalate, Kill
@@ -73,6 +77,20 @@ class UnitBinding:
     files: WarmFiles | None = None  # output files made ahead of launches; None: create them
     traceparent: str | None = None  # its span's context, for its process (supervisor.tracing)
     input_fd: int | None = None  # with ``stdin=True``: the read end of its stdin pipe
+    sandbox: Sandbox | None = None  # its policy (None: a kind that runs no process here)
+    isolation: Isolation | None = None  # the supervisor's (None: nothing is confined)
+
+    def confinement(self) -> Confinement | None:
+        """What this unit's process applies to itself (None: unconfined)."""
+        if self.isolation is None:
+            return None
+        return self.isolation.confinement(self.id, self.attempt, self.sandbox)
+
+    def sandbox_note(self) -> dict[str, Any] | None:
+        """The policy and what of it is enforced, for a transcript's first line."""
+        if self.isolation is None or self.sandbox is None:
+            return None
+        return self.isolation.note(self.sandbox)
 
     def create_file(self, path: str, *, append: bool = False) -> int:
         """A new file for this unit at ``path`` (refused if anything is there), opened
@@ -192,6 +210,10 @@ class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
     sheddable: ClassVar[bool] = False
     """True for kinds ``Supervisor.shed`` may kill to free the machine (dreams)."""
 
+    sandboxed: ClassVar[bool] = True
+    """True for kinds whose work is a process on this machine, confined by its sandbox
+    policy (``wu.Sandbox``); False for kinds that run elsewhere (Ray)."""
+
     inline: ClassVar[bool] = False
     """True for kinds whose handlers never block nor ask anyone. Kept so that kinds
     which set it still load; it changes nothing now: every unit actor has a thread
@@ -215,6 +237,10 @@ class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
         # None: not launched yet (on_start launches); else what launch() raised, if anything.
         self._launched: tuple[Exception | None] | None = None
         self._in_on_start = False  # a subclass's on_start is calling super()'s (_contained_hook)
+        self._confinement: Confinement | None = None  # set by ``confinement()`` at launch
+        # A resource limit the unit's tree ran into, as the zygote saw it (Reaper thread,
+        # before ``end_on_exit``); see ``limit_reason``.
+        self.limit_hit: str | None = None
 
     # -- hooks for subclasses --------------------------------------------------
 
@@ -298,6 +324,41 @@ class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
         disk before anyone sees it (an agent's transcript ``end`` event) is
         written here. Nothing by default.
         """
+
+    def confinement(self) -> Confinement | None:
+        """What this unit's process applies to itself (its sandbox's); None: unconfined.
+
+        Called at launch (any thread that launches); its private temp dir, if
+        any, is removed when this actor stops.
+        """
+        self._confinement = self.unit.confinement()
+        return self._confinement
+
+    def limit_reason(
+        self, exit_code: int | None, signum: int | None, error: str | None = None
+    ) -> Reason | None:
+        """The resource limit that ended the unit, if one did (any thread).
+
+        The zygote's word first (a cgroup's counters, its CPU watch); else what
+        the kernel's rlimits do to a process (SIGXCPU, SIGXFSZ), or what a
+        Python unit raised for want of memory, processes or files (``error``:
+        ``"Type: message"``). A command that fails for want of them, under
+        rlimits only, says so in its own output, not here.
+        """
+        policy = self.unit.sandbox
+        if policy is None or not policy.limits() or (exit_code == 0 and signum is None):
+            return None
+        if self.limit_hit is not None:
+            return Reason(self.limit_hit)
+        # A shell reports its command's death by a signal as 128 + the signal's number.
+        if policy.cpu_seconds is not None and signal.SIGXCPU in (signum, _by_shell(exit_code)):
+            return Reason.CPU_LIMIT
+        if policy.file_size is not None and signal.SIGXFSZ in (signum, _by_shell(exit_code)):
+            return Reason.FILE_SIZE_LIMIT
+        for field, reason, signs in _LIMIT_ERRORS:
+            if getattr(policy, field) is not None and any(s in (error or "") for s in signs):
+                return reason
+        return None
 
     def process_watch(self) -> ProcessWatch:
         """The ``events`` to pass to the zygote with a spawn request for this unit."""
@@ -387,6 +448,8 @@ class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
         """Release what the work holds (this actor's thread); subclasses call super()."""
         if self._watch is not None:
             self._watch.release()
+        if self._confinement is not None and self._confinement.tmpdir is not None:
+            shutil.rmtree(self._confinement.tmpdir, ignore_errors=True)
 
     def on_failure(
         self,
@@ -428,17 +491,41 @@ class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
         its exit status: it was cut short, and the race "exited just as we
         killed it" must not flip a cancel into a success or a failure.
         """
-        return exit_outcome(self._ending, exit_code, signum)
+        return exit_outcome(self._ending, exit_code, signum, self.limit_reason(exit_code, signum))
 
+
+def _by_shell(exit_code: int | None) -> int | None:
+    """The signal a shell's exit code says its command died of (128 + N), if any."""
+    return exit_code - 128 if exit_code is not None and 128 < exit_code < 128 + 65 else None
+
+
+# What a Python unit raises when an rlimit refuses it: (field, reason, texts in its error).
+_LIMIT_ERRORS = (
+    ("memory", Reason.MEMORY_LIMIT, ("MemoryError",)),
+    ("processes", Reason.PROCESSES_LIMIT, ("BlockingIOError", "can't start new thread")),
+    ("open_files", Reason.OPEN_FILES_LIMIT, ("[Errno 24]",)),
+)
 
 # The error of a unit whose actor failed (``on_failure``): a bug in its kind.
 ACTOR_FAILED = "the unit's actor failed"
 
 
-def exit_outcome(ending: Reason | None, exit_code: int | None, signum: int | None) -> Outcome:
-    """``outcome_for_exit`` with the ending reason given (any thread)."""
+def exit_outcome(
+    ending: Reason | None,
+    exit_code: int | None,
+    signum: int | None,
+    limit: Reason | None = None,
+) -> Outcome:
+    """``outcome_for_exit`` with the ending reason given (any thread).
+
+    ``limit``: a resource limit ended it: ``killed`` when the kernel killed it,
+    else ``failed`` (it gave up for want of processes or files), with the reason.
+    """
     if ending is not None:
         return Outcome(Status.KILLED, exit_code=exit_code, signal=signum, reason=ending)
+    if limit is not None:
+        status = Status.KILLED if signum is not None else Status.FAILED
+        return Outcome(status, exit_code=exit_code, signal=signum, reason=limit)
     if exit_code == 0:
         return Outcome(Status.COMPLETED, exit_code=0)
     return Outcome(Status.FAILED, exit_code=exit_code, signal=signum)

@@ -14,11 +14,13 @@ in the pool, ``reuse`` or not.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from typing import Any, ClassVar
 
 from workunits._core.errors import SpecError, WorkunitsError
 from workunits._core.status import Reason
+from workunits._sandbox.plan import Confinement
 from workunits._wire.zygote_protocol import Limits, SpawnCall
 from workunits.actors.agent import AgentActor
 from workunits.actors.process_events import ProcessWatch
@@ -43,6 +45,16 @@ class PooledAgentActor(AgentActor):
                 f"a memory limit or idle priority (or any limit of a process): submit the "
                 f"call as an agent without reuse=True to get a process of its own"
             )
+
+    def confinement(self) -> Confinement | None:
+        """Its worker's confinement is the worker's own (see ``_pool.workers``): the unit
+        brings only its variables, and uses its worker's private temp dir."""
+        own = super().confinement()
+        if own is None:
+            return None
+        env = tuple((k, v) for k, v in own.env if k != "TMPDIR")
+        self._confinement = None  # nothing of its own to remove at its end
+        return dataclasses.replace(own, tmpdir=None, env=env)
 
     def launch_early(self) -> bool:
         """No: on the supervisor's thread the hand-over (a transcript, a channel, a send to

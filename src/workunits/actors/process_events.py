@@ -88,9 +88,12 @@ class ProcessWatch:
         self.release()
         self._teller.tell(ProcessSpawnFailed(error))
 
-    def exited(self, exit_code: int | None, signum: int | None) -> None:
+    def exited(self, exit_code: int | None, signum: int | None, limit: str | None = None) -> None:
         """The end straight to the supervisor when ``end_on_exit`` gives it; then
         ``ProcessExited`` to the actor (to end the unit itself, or only to stop).
+
+        ``limit``: the resource limit the zygote saw the unit's tree run into; the
+        actor has it (``limit_hit``) before either hook runs.
 
         Both hooks are the kind's code, run on the Reaper's thread: what they raise
         is contained (``kind_code``) and logged by the Reaper, and the actor is
@@ -100,6 +103,8 @@ class ProcessWatch:
         self.release()
         actor = self._actor
         kind = type(actor)
+        if limit is not None:
+            actor.limit_hit = limit
         try:
             outcome = call_kind(kind, actor.end_on_exit, exit_code, signum)
             if outcome is not None and actor.claim_end():

@@ -75,6 +75,7 @@ class ShellActor(WorkActor):
                 env=traced_env(self.spec.env, self.unit.traceparent),
                 limits=Limits(output_cap=self.spec.output_cap),
                 stdin=self.unit.input_fd is not None,
+                confinement=self.confinement(),
             )
             watch = self.process_watch()
             self.unit.zygote.spawn_exec(request, fd, watch, input_fd=self.unit.input_fd)
@@ -132,9 +133,12 @@ class ShellActor(WorkActor):
     def end_on_exit(self, exit_code: int | None, signum: int | None) -> Outcome:
         """Reaper thread: the exit says everything, so the end skips this actor."""
         ending = self._ending
-        if ending is None and (signum == signal.SIGXFSZ or self._reached_cap()):
+        capped = self._reached_cap()
+        file_size = self.unit.sandbox is not None and self.unit.sandbox.file_size is not None
+        # SIGXFSZ with the output file short of the cap: the sandbox's file_size stopped it.
+        if ending is None and (capped or (signum == signal.SIGXFSZ and not file_size)):
             ending = Reason.OUTPUT_CAP
-        return exit_outcome(ending, exit_code, signum)
+        return exit_outcome(ending, exit_code, signum, self.limit_reason(exit_code, signum))
 
     def on_receive(self, message: Any) -> Any:
         match message:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from workunits.supervisor.handle import WorkHandle
 
 if TYPE_CHECKING:
+    from workunits._core.sandbox import Sandbox
     from workunits.supervisor.facade import Supervisor
 
 
@@ -41,6 +42,8 @@ class PoolTwins:
 
     _sup: Supervisor
 
+    sandbox: Sandbox | None
+
     def _kept(self, handle: WorkHandle) -> WorkHandle:
         raise NotImplementedError
 
@@ -48,4 +51,6 @@ class PoolTwins:
         self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any
     ) -> WorkHandle:
         """Like ``agent`` without blocking the event loop."""
+        if self.sandbox is not None:
+            kwargs.setdefault("sandbox", self.sandbox)
         return self._kept(await self._sup.agent_async(fn, *args, reuse=True, **kwargs))

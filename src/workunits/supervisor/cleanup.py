@@ -1,8 +1,10 @@
 """Process-level cleanup: nothing outlives the supervisor unasked (invariant 10).
 
 On normal exit (atexit) and on SIGINT/SIGTERM/SIGHUP, every live supervisor is
-closed, which kills its running work. A signal ignored when the first
-supervisor starts stays ignored.
+closed, which kills its running work -- or, for SIGTERM to a supervisor made
+with ``on_sigterm="deploy"``, hands it over to the next supervisor (what
+``workunits serve`` does). A signal ignored when the first supervisor starts
+stays ignored.
 
 The signal handler does no work: it records the signal and wakes the cleanup
 thread through a pipe (one ``os.write``, which needs no lock), then chains to
@@ -29,6 +31,10 @@ from typing import Protocol
 
 class Closeable(Protocol):
     def close(self) -> None: ...
+
+    def close_for_signal(self, signum: int) -> None:
+        """``close`` as a terminating signal asks (a supervisor may take SIGTERM as a deploy)."""
+        ...
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -72,11 +78,15 @@ def untrack(obj: Closeable) -> None:
         _live.discard(obj)
 
 
-def close_all() -> None:
+def close_all(signum: int | None = None) -> None:
+    """Close every live supervisor: at exit, or (``signum``) for a terminating signal."""
     with _lock:
         live = list(_live)
     for obj in live:
-        obj.close()
+        if signum is None:
+            obj.close()
+        else:
+            obj.close_for_signal(signum)
 
 
 class _CleanupThread:
@@ -95,7 +105,7 @@ class _CleanupThread:
 
     def _run(self) -> None:
         while data := os.read(self._read_fd, 64):
-            close_all()
+            close_all(data[0])  # the first signal decides how (a deploy, or an end)
             for signum in set(data):
                 if _previous.get(signum, signal.SIG_DFL) == signal.SIG_DFL:
                     # The handler restored the default action: die of the signal,

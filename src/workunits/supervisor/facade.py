@@ -18,19 +18,28 @@ import builtins
 import contextlib
 import logging
 import os
+import secrets
+import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 from workunits._core import ids
 from workunits._core.clock import Clock, SystemClock
-from workunits._core.errors import NotFinished, SpecError, SupervisorClosed, UnknownWork
+from workunits._core.errors import (
+    NotFinished,
+    SpecError,
+    SupervisorClosed,
+    UnknownWork,
+)
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import WorkRecord
 from workunits._core.retain import HeldRetains
+from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import seconds, seconds_or_none
 from workunits._core.status import is_terminal
 from workunits._ledger import SupervisorLock, secretfile, statedir
@@ -40,24 +49,28 @@ from workunits._ledger.sessions import MIN_LEASE, check_advertise
 from workunits._ledger.sqlite.db import sync_level
 from workunits._ledger.store import DEFAULT_EXPIRE_AFTER
 from workunits._ray.runtime import RayRuntime
-from workunits._surface import ops
+from workunits._sandbox.isolation import check_mode
+from workunits._surface import batch, ops
 from workunits._surface._generated import SupervisorVerbs
 from workunits._surface.output_stream import STREAM_CHUNK, AsyncOutputStream, OutputStream
 from workunits._surface.submission import Submission
+from workunits._wire.agent_call import AgentCall
 from workunits._wire.results import result_of
-from workunits._wire.specs import check_bytes
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, check_bytes
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.actor.kinds import concurrency_by_name
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
+from workunits.supervisor.executor import AgentExecutor, UnitExecutor, machine_parallelism
 from workunits.supervisor.handle import WorkHandle
 from workunits.supervisor.http_consumers import HttpConsumers
 from workunits.supervisor.machinery import Machinery, Options
 from workunits.supervisor.operations import ask_for, register
-from workunits.supervisor.pool import Pool
+from workunits.supervisor.pool import QUEUED_PER_WORKER, Pool
 from workunits.supervisor.shutdown import end_all_work
 from workunits.supervisor.teammate import TeammateHandle
 from workunits.supervisor.teammate_calls import TeammateCalls
@@ -138,6 +151,9 @@ class Supervisor(SupervisorVerbs):
         secret_file: str | os.PathLike[str] | None = None,
         advertise: str | None = None,
         tracer_provider: Any = None,
+        on_sigterm: str = "shutdown",
+        on_exit: str = "shutdown",
+        isolation: str = "default",
     ) -> None:
         """Open (or create) the state dir and its ledger, and recover what a dead session left.
 
@@ -186,7 +202,29 @@ class Supervisor(SupervisorVerbs):
         ``tracer_provider`` (an OpenTelemetry ``TracerProvider``, the ``[otel]``
         extra) makes each unit a span (``supervisor/actor/tracing.py``); without
         one, the program's global provider, or the ``OTEL_*`` variables, or none.
+
+        ``on_sigterm="deploy"`` makes SIGTERM a deploy, as ``workunits serve``
+        does: running units that can resume are handed over to the next
+        supervisor (``close(deploy=True)``) instead of killed; SIGINT and SIGHUP
+        still end them. ``on_exit="deploy"`` does the same when a ``with`` or
+        ``async with`` block exits. Both default to ``"shutdown"``.
+
+        A pooled unit's sandbox is its worker's: each distinct policy gets workers
+        of its own.
+
+        ``isolation``: every unit runs under the strongest protection this
+        machine gives the supervisor's user (``"default"``): it cannot reach
+        the state dir, the runtime's secrets, or any process outside its own
+        tree; a ``sandbox=wu.Sandbox(...)`` on a submit narrows it further.
+        What the machine cannot give is said once on stderr (and by
+        ``workunits doctor``); ``"required"`` refuses to start without all of
+        it (SandboxUnavailable); ``"off"`` confines no unit.
         """
+        for name, value in (("on_sigterm", on_sigterm), ("on_exit", on_exit)):
+            if value not in CLOSE_MODES:
+                raise SpecError(f"{name} must be one of {list(CLOSE_MODES)}, got {value!r}")
+        self._on_sigterm = on_sigterm
+        self._on_exit = on_exit
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise SpecError(f"pool_size must be an int >= 1, got {pool_size!r}")
         self._pool_size = pool_size
@@ -206,6 +244,7 @@ class Supervisor(SupervisorVerbs):
         if ledger is not None and not is_url(ledger):
             raise SpecError(f"ledger must be a postgresql:// URL or None, got {ledger!r}")
         secret = secretfile.resolve(secret_file)  # refused before the state dir is touched
+        isolation = check_mode(isolation)
         if advertise is not None:
             advertise = check_advertise(advertise)
         self.state_dir = Path(state_dir)  # made absolute and checked by the start-up
@@ -241,6 +280,7 @@ class Supervisor(SupervisorVerbs):
                     on_session_lost=on_session_lost,
                     secret=secret,
                     advertise=advertise,
+                    isolation=isolation,
                     ray=RayRuntime(
                         address=ray_address,
                         temp_dir=Path(ray_temp_dir or checked / "ray").absolute(),
@@ -283,6 +323,7 @@ class Supervisor(SupervisorVerbs):
         self._channel = channel = self._machinery.channel
         self._teammates = TeammateCalls(channel)
         channel.ask(rq.Subscribe(self._waiters.on_change))
+        channel.ask(rq.SubscribeStops(self._waiters.on_stopped))
         # What a dead session left: resumed and lost units, adopted pending ones.
         self.recovered: dict[str, list[str]] = channel.ask(rq.Recover())
         if options.advertise is not None:
@@ -345,8 +386,13 @@ class Supervisor(SupervisorVerbs):
         return ran
 
     async def __aexit__(self, *exc: object) -> None:
-        """``close()`` on a worker thread: ending work waits up to the shutdown grace."""
-        await asyncio.to_thread(self.close)
+        """``aclose()``: a deploy with ``on_exit="deploy"``, else a shutdown."""
+        await self.aclose(deploy=self._on_exit == "deploy")
+
+    async def aclose(self, *, deploy: bool = False) -> None:
+        """``close(deploy=)`` on a worker thread: ending (or handing over) the work
+        waits up to the shutdown grace, and never blocks the event loop."""
+        await asyncio.to_thread(self.close, deploy=deploy)
 
     def _ask(self, request: rq.Request[R]) -> R:
         """The supervisor actor's answer to ``request`` (SupervisorClosed once closed)."""
@@ -432,6 +478,204 @@ class Supervisor(SupervisorVerbs):
     async def _result_async(self, work_id: str, timeout: float | None) -> Any:
         # Decoded on a worker thread: unpickling may import modules.
         return await asyncio.to_thread(result_of, await self._wait_async(work_id, timeout))
+
+    def pool(self, max_workers: int | None = None, *, sandbox: Sandbox | None = None) -> Pool:
+        """This supervisor's pooled workers as a ``concurrent.futures.Executor``.
+
+        What ``reuse=True`` does, shaped for code written for
+        ``ProcessPoolExecutor``: ``pool.map(fn, items)`` runs one pooled agent
+        unit per item on the ``pool_size`` workers, submitted as one batch;
+        ``pool.submit`` returns a ``Future`` whose ``id`` is the unit's (see the
+        guide "pooled units"). ``max_workers`` caps how many of its units are
+        started at once (default 4 per worker); ``sandbox`` is every unit's policy
+        (units of a policy of their own run on workers of that policy).
+        """
+        return Pool(self, self._pool_size, max_workers, sandbox=sandbox)
+
+    def executor(
+        self, max_workers: int | None = None, *, sandbox: Sandbox | None = None
+    ) -> AgentExecutor:
+        """Isolated agents (a process each) as a ``concurrent.futures.Executor``.
+
+        ``submit`` returns a ``Future`` whose ``id`` is its unit's; ``map``
+        submits one batch. At most ``max_workers`` of its units run at once
+        (default: the processors this process may use); the rest wait
+        ``pending``, each already a unit with its ledger row.
+        """
+        workers = machine_parallelism() if max_workers is None else max_workers
+        return AgentExecutor(self, workers, sandbox=sandbox)
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        sandbox: Sandbox | None = None,
+    ) -> Generator[Any, None, None]:
+        """``fn`` over the zipped items, one agent unit per call, as ``Executor.map``.
+
+        All are submitted now, as one batch (one ledger transaction); results
+        come in order and a failure raises at its place; ``timeout`` counts for
+        the whole map. At most ``max_workers`` run at once (default: the
+        processors this process may use; with ``reuse=True``, pooled units, 4
+        per worker of the pool). Leaving the loop early kills the rest. ``sandbox``
+        is every unit's policy.
+        """
+        executor: UnitExecutor = (
+            self.pool(max_workers, sandbox=sandbox)
+            if reuse
+            else self.executor(max_workers, sandbox=sandbox)
+        )
+        try:
+            return executor.map(fn, *iterables, timeout=timeout)
+        finally:
+            executor.shutdown(wait=False)
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        reuse: bool = False,
+        max_workers: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[WorkHandle]:
+        """Submit agent units as one batch; their handles, in order.
+
+        Every item is checked before anything is written (SpecError or
+        WrongType naming the item's index); all rows are then written in one
+        synced transaction. An item whose ``key`` was taken returns that unit,
+        as ``agent(key=)`` does; one that fails on its own (its key taken with
+        other arguments) fails alone: ``BatchItemsFailed`` carries every
+        item's handle or error. At most ``max_workers`` of the batch run at
+        once (default: no limit of its own, only its kind's ``concurrency``
+        and, with ``reuse=True``, the pool's workers). The other options are
+        every unit's, as ``agent`` takes them.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        answers = self._ask(_batch_request(submissions, _batch_limit(max_workers)))
+        return batch.handles_or_raise(
+            [a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers]
+        )
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        reuse: bool = False,
+        max_workers: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[WorkHandle]:
+        """Like ``submit_many`` without blocking the event loop (the calls are pickled on a
+        worker thread)."""
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        answers = await self._submit_batch_async(submissions, max_workers=max_workers)
+        return batch.handles_or_raise(
+            [a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers]
+        )
+
+    async def _submit_batch_async(
+        self, submissions: builtins.list[Submission], *, max_workers: int | None = None
+    ) -> builtins.list[WorkRecord | BaseException]:
+        """Submissions of any kinds as one batch (the HTTP API's too): each built on a
+        worker thread (an error names its item); per item its record or its own error."""
+        limit = _batch_limit(max_workers)
+        request = await asyncio.to_thread(_batch_request, submissions, limit)
+        return await self._ask_async(request)
+
+    async def map_async(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        sandbox: Sandbox | None = None,
+    ) -> AsyncGenerator[Any, None]:
+        """Like ``map``, as an async iterator: ``async for value in sup.map_async(...)``.
+        Submitted as one batch at the first ``__anext__``; leaving early kills the rest."""
+        end = batch.deadline(timeout)
+        if max_workers is None:
+            max_workers = QUEUED_PER_WORKER * self._pool_size if reuse else machine_parallelism()
+        calls = batch.calls_of(fn, iterables)
+        handles = await self.submit_many_async(
+            calls, reuse=reuse, max_workers=max_workers, sandbox=sandbox
+        )
+        done = 0
+        try:
+            for handle in handles:
+                left = None if end is None else max(0.0, end - time.monotonic())
+                value = await handle.result_async(timeout=left)
+                done += 1
+                yield value
+        finally:
+            for handle in handles[done:]:
+                with contextlib.suppress(SupervisorClosed):
+                    await handle.kill_async()
+
+    def _submit_calls(
+        self,
+        calls: builtins.list[tuple[Callable[..., Any] | str, tuple[Any, ...], dict[str, Any]]],
+        *,
+        reuse: bool,
+        limit: BatchLimit,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[WorkRecord]:
+        """An executor's submits as one batch (``supervisor.executor``); the first item's
+        own error raised (an executor's items have no keys: none is expected)."""
+        items = [AgentCall(fn, args, kwargs) for fn, args, kwargs in calls]
+        submissions = batch.submissions(items, reuse=reuse, sandbox=sandbox)
+        answers = self._ask(_batch_request(submissions, limit))
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+        return [a for a in answers if not isinstance(a, BaseException)]
+
+    def _withdraw_pending(self, work_ids: tuple[str, ...]) -> builtins.list[bool]:
+        """End the units not yet started ``killed`` (cancelled); per unit, whether it was."""
+        return self._ask(rq.WithdrawPending(work_ids))
+
+    def _on_end(self, work_id: str, callback: Callable[[WorkRecord | None], None]) -> None:
+        """Call ``callback(record)`` once the unit's end is durable (at once if it is), or
+        ``callback(None)`` if the supervisor closes first. It runs in the supervisor
+        actor's thread (or this one): it must only hand the record on."""
+        waiter = self._waiters.add(work_id, callback, lambda: callback(None))
+        if waiter.unended and not self._channel.closed:
+            return  # its end is still to come, and will call back
+        try:
+            record = self.get(work_id)
+        except SupervisorClosed:
+            self._waiters.discard(work_id, waiter)
+            callback(None)
+            return
+        if settled(record):
+            self._waiters.discard(work_id, waiter)
+            callback(record)  # may also have been called by the end itself: resolved once
 
     def _stream(self, work_id: str, follow: bool, poll: float) -> OutputStream:
         """Retained from this call (not from the first ``next()``) until the stream ends
@@ -531,15 +775,6 @@ class Supervisor(SupervisorVerbs):
         """IDs whose records are in memory (the rest only the ledger still answers for)."""
         return self._ask(rq.ResidentIds())
 
-    def pool(self) -> Pool:
-        """This supervisor's pooled workers as an object: ``agent``, ``agent_async``, ``map``.
-
-        What ``reuse=True`` does, shaped for code written for
-        ``ProcessPoolExecutor``: ``pool.map(fn, items)`` runs one pooled agent
-        unit per item on the ``pool_size`` workers (see the guide "pooled units").
-        """
-        return Pool(self, self._pool_size)
-
     def ask_future(self, work_id: str, message: Any) -> Future[Any]:
         """Like ``ask``, returning at once; the future is resolved in the answer thread."""
         self._ensure_started()
@@ -603,7 +838,13 @@ class Supervisor(SupervisorVerbs):
 
         ``deploy=True`` (what ``workunits serve`` does on SIGTERM): resumable
         units and pending ones are stopped without ending them in the ledger,
-        so the next supervisor on this state dir resumes or starts them.
+        so the next supervisor on this state dir resumes or starts them. Each
+        running one is asked to stop as a cancel asks (an agent stops at its
+        next checkpoint, which is saved), and ``close`` returns as soon as all
+        have stopped; ``shutdown_grace`` is the most it waits before killing
+        the rest. Their attempt is logged ``handed-over``: the next supervisor
+        resumes them as their next attempt, which counts as no failure against
+        ``max_attempts``.
         """
         if self._abandon_start():
             with self._close_lock:
@@ -649,7 +890,16 @@ class Supervisor(SupervisorVerbs):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(deploy=self._on_exit == "deploy")
+
+    def close_for_signal(self, signum: int) -> None:
+        """``close`` for a terminating signal (the cleanup thread's): SIGTERM is a deploy
+        when the supervisor was made with ``on_sigterm="deploy"``."""
+        self.close(deploy=signum == signal.SIGTERM and self._on_sigterm == "deploy")
+
+
+# How a close ends the running work: kill it, or hand it over to the next supervisor.
+CLOSE_MODES = ("shutdown", "deploy")
 
 
 async def _built_off_the_loop(submission: Submission) -> rq.Register:
@@ -658,3 +908,19 @@ async def _built_off_the_loop(submission: Submission) -> rq.Register:
     if submission.verb in ("shell", "submit"):
         return register(submission)
     return await asyncio.to_thread(register, submission)
+
+
+def _batch_limit(max_workers: int | None) -> BatchLimit | None:
+    """A batch's own limit of units running at once (None: none of its own)."""
+    if max_workers is None:
+        return None
+    UnitExecutor.check_max_workers(max_workers)
+    return BatchLimit(secrets.token_hex(8), max_workers)
+
+
+def _batch_request(
+    submissions: builtins.list[Submission], limit: BatchLimit | None
+) -> rq.SubmitMany:
+    """The ``SubmitMany`` of ``submissions``: each spec built here (it may import and
+    pickle), an item that cannot be named by its index, before anything is written."""
+    return rq.SubmitMany(tuple(batch.each_item(submissions, register)), limit)

@@ -10,7 +10,6 @@ the caller's thread (a submission's spec on a worker thread, for the twins).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -20,7 +19,7 @@ from workunits._ray.actor import RemoteSpec
 from workunits._ray.runtime import check_available
 from workunits._ray.teammate_actor import RemoteTeammateSpec
 from workunits._surface import ops
-from workunits._surface.submission import Built, Submission, build, teammate_restart
+from workunits._surface.submission import Built, Submission, build, built, teammate_restart
 from workunits._wire.frames import encode_message
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor import tracing
@@ -103,25 +102,23 @@ def register(submission: Submission) -> rq.Register:
     Besides the kinds every surface builds (``_surface.submission.build``), a
     supervisor starts Ray units: ``remote`` and ``teammate(remote=True)``.
     """
-    built = _built(submission)
-    options = dataclasses.replace(submission.unit, description=built.description)
+    made = _built(submission)
     return rq.Register(
-        built.letter,
-        built.spec,
-        options,
-        restart=built.restart,
+        made.letter,
+        made.spec,
+        made.options,
+        restart=made.restart,
         trace=tracing.submitter_context(),  # the submitter's span, read in its thread
     )
 
 
 def _built(sub: Submission) -> Built:
-    given = sub.unit.description
     if sub.verb == "remote":
         check_available()
         spec = RemoteSpec.build(
             sub.target, sub.args, dict(sub.kwargs), resources=sub.spec["resources"]
         )
-        return Built("r", spec, spec.name if given is None else given)
+        return built(sub, "r", spec, spec.name)
     if sub.verb == "teammate" and sub.spec["remote"]:
         teammate_restart(sub)  # refuses a restart policy for a Ray teammate
         if sub.spec["memory_limit"] is not None:
@@ -132,5 +129,5 @@ def _built(sub: Submission) -> Built:
         mate = RemoteTeammateSpec.for_class(
             sub.target, sub.args, dict(sub.kwargs), resources=sub.spec["resources"]
         )
-        return Built("t", mate, mate.name if given is None else given)
+        return built(sub, "t", mate, mate.name)
     return build(sub)

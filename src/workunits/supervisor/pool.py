@@ -1,48 +1,65 @@
-"""``sup.pool()``: the supervisor's pooled workers as an object, for code written for process pools.
+"""``sup.pool()``: the supervisor's pooled workers as a ``concurrent.futures.Executor``.
 
 Everything a ``Pool`` submits is an agent unit with ``reuse=True`` (see the
 guide "pooled units"): a typed ID, a ledger row, one notice, kill of one unit.
-``map`` reads like ``concurrent.futures.Executor.map``: every call is
-submitted before the first result is awaited, results come back in order, and
-a unit that failed raises its ``WorkFailed`` at its place in the order.
-Closing the iterator early (``break``, an exception) kills the units not yet
-ended, so abandoned work does not hold the pool's workers. ``submit`` is the
-executor's name for ``agent``, and a ``with`` block waits at its end for the
-units submitted in it, as leaving a ``with ProcessPoolExecutor()`` block waits
-for its futures. The workers are the supervisor's: a block's end closes
-nothing, and the pool takes units after it as before.
+``submit`` returns a ``concurrent.futures.Future`` carrying the unit's ID, and
+``map`` submits every item as one batch; both are ``UnitExecutor``'s
+(``supervisor.executor``), with the stdlib's semantics. ``agent`` is
+``sup.agent(..., reuse=True)`` and returns the unit's handle. A ``with``
+block waits at its end for the units submitted in it and shuts this
+``Pool`` object down, as leaving a ``with ProcessPoolExecutor()`` block does;
+the workers are the supervisor's, so it closes none of them, and
+``sup.pool()`` gives a new ``Pool`` on the same workers.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Generator, Iterable
+import asyncio
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from workunits._core.errors import SupervisorClosed
-from workunits._core.seconds import wait_timeout
+from workunits._core.sandbox import Sandbox
 from workunits.supervisor._generated import PoolTwins
+from workunits.supervisor.executor import UnitExecutor
 from workunits.supervisor.handle import WorkHandle
 
 if TYPE_CHECKING:
     from workunits.supervisor.facade import Supervisor
 
 
-class Pool(PoolTwins):
-    """Pooled agent calls on one supervisor; made by ``Supervisor.pool()``."""
+# How many units of one Pool are started (an actor each, a place in the workers'
+# queue) per worker: enough that a worker finds its next unit queued when one ends.
+QUEUED_PER_WORKER = 4
 
-    def __init__(self, sup: Supervisor, size: int) -> None:
-        self._sup = sup
+
+class Pool(UnitExecutor, PoolTwins):
+    """Pooled agent calls on one supervisor; made by ``Supervisor.pool()``.
+
+    ``max_workers`` (default ``QUEUED_PER_WORKER`` per worker) caps how many of
+    its units are started at once; they run ``size`` at a time, on the workers.
+    """
+
+    _reuse = True
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        size: int,
+        max_workers: int | None = None,
+        *,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        workers = QUEUED_PER_WORKER * size if max_workers is None else max_workers
+        super().__init__(sup, workers, sandbox=sandbox)
         self.size = size  # the supervisor's ``pool_size``: how many units run at once
-        # Guards _blocks and _in_blocks: threads may submit through one pool; O(1) work.
-        self._lock = threading.Lock()
+        # ``_lock`` (the executor's) guards _blocks and _in_blocks too; O(1) work.
         self._blocks = 0  # ``with`` blocks entered and not yet left (they may nest)
         self._in_blocks: list[WorkHandle] = []  # submitted in them: the outermost end waits
 
     def __repr__(self) -> str:
-        return f"<Pool size={self.size}>"
+        return f"<Pool size={self.size} max_workers={self.max_workers}>"
 
     def __enter__(self) -> Self:
         with self._lock:
@@ -56,7 +73,8 @@ class Pool(PoolTwins):
         tb: TracebackType | None,
     ) -> None:
         """Wait for every unit submitted in the block to end; their outcomes stay on their
-        handles (``result`` raises a failure there), as an executor's futures keep theirs."""
+        futures and handles (``result`` raises a failure there), as an executor's do."""
+        self.shutdown(wait=True)
         for handle in self._left():
             try:
                 handle.wait()
@@ -73,6 +91,11 @@ class Pool(PoolTwins):
         tb: TracebackType | None,
     ) -> None:
         """``__exit__`` for ``async with``: the waits do not block the event loop."""
+        self.shutdown(wait=False)
+        with self._lock:
+            outstanding = list(self._outstanding)
+        if outstanding:
+            await asyncio.wait([asyncio.wrap_future(f) for f in outstanding])
         for handle in self._left():
             try:
                 await handle.wait_async()
@@ -90,12 +113,9 @@ class Pool(PoolTwins):
 
     def agent(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> WorkHandle:
         """``sup.agent(fn, *args, reuse=True, **kwargs)``: same options, same handle."""
+        if self.sandbox is not None:
+            kwargs.setdefault("sandbox", self.sandbox)
         return self._kept(self._sup.agent(fn, *args, reuse=True, **kwargs))
-
-    def submit(self, fn: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> WorkHandle:
-        """``agent`` by ``Executor.submit``'s name: ``handle.result(timeout)`` reads as a
-        future's does."""
-        return self.agent(fn, *args, **kwargs)
 
     def _kept(self, handle: WorkHandle) -> WorkHandle:
         """Inside a ``with`` block, keep ``handle`` for the block's end to wait for."""
@@ -103,31 +123,3 @@ class Pool(PoolTwins):
             if self._blocks:
                 self._in_blocks.append(handle)
         return handle
-
-    def map(
-        self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None
-    ) -> Generator[Any, None, None]:
-        """``fn`` over the items of ``iterables`` (zipped), one pooled unit per call.
-
-        All units are submitted here, before the first ``next()``; ``timeout``
-        counts from this call for the whole map, as in ``Executor.map``
-        (``NotFinished`` when it runs out).
-        """
-        timeout = wait_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        handles = [self.agent(fn, *args) for args in zip(*iterables, strict=False)]
-        return self._results(handles, deadline)
-
-    def _results(
-        self, handles: list[WorkHandle], deadline: float | None
-    ) -> Generator[Any, None, None]:
-        done = 0
-        try:
-            for handle in handles:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                value = handle.result(timeout=left)
-                done += 1
-                yield value
-        finally:
-            for handle in handles[done:]:
-                handle.kill()  # a no-op for a unit that has ended

@@ -37,6 +37,9 @@ class Waiter:
     unended: bool = False
     # Called (after ``event`` is set, with no record) if the supervisor closes first.
     on_close: Callable[[], None] | None = None
+    # Also woken (with no record) when the unit stops handed over at a deploy: a
+    # deploy's close waits for its units to stop, ended or not.
+    stops_too: bool = False
 
 
 def settled(record: WorkRecord) -> bool:
@@ -80,13 +83,33 @@ class TerminalWaiters:
                 except Exception:
                     log.exception("a waiter of %s could not be woken", new.id)
 
+    def on_stopped(self, work_id: str) -> None:
+        """Stop subscriber: ``work_id`` stopped, handed over at a deploy (no end to tell).
+
+        Wakes only the waiters that asked for it (``stops_too``): a wait for an
+        end must not take a hand-over for one. Actor's thread; does not block.
+        """
+        with self._lock:
+            waiters = self._waiters.get(work_id, [])
+            woken = [w for w in waiters if w.stops_too]
+            if woken:
+                kept = [w for w in waiters if not w.stops_too]
+                if kept:
+                    self._waiters[work_id] = kept
+                else:
+                    del self._waiters[work_id]
+        for waiter in woken:
+            waiter.event.set()
+
     def add(
         self,
         work_id: str,
         callback: Callable[[WorkRecord], None] | None = None,
         on_close: Callable[[], None] | None = None,
+        *,
+        stops_too: bool = False,
     ) -> Waiter:
-        waiter = Waiter(callback=callback, on_close=on_close)
+        waiter = Waiter(callback=callback, on_close=on_close, stops_too=stops_too)
         with self._lock:
             self._waiters.setdefault(work_id, []).append(waiter)
             waiter.unended = work_id in self._unended

@@ -37,15 +37,16 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from workunits._client.ledger_client import connect
-from workunits._core.errors import NotRunning
+from workunits._core.errors import InvalidArgument, NotFinished, NotRunning
 from workunits._core.record import TAIL_BYTES, Notification, WorkRecord, storable_text
 from workunits._core.retain import Retain
 from workunits._core.status import Reason, Status, allowed, is_terminal
@@ -54,6 +55,11 @@ from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.handle import WorkHandle
 from workunits.testing._clock import ManualClock
 from workunits.testing._scripted import ScriptedDriver, ScriptSpec
+
+# Supervisor options the machine sets itself (``LifecycleMachine.supervisor_options``).
+_MACHINE_OPTIONS = frozenset(
+    {"clock", "tick_interval", "eviction_grace", "install_signal_handlers"}
+)
 
 
 class ChangeLog:
@@ -122,18 +128,39 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     eviction_grace: ClassVar[float] = 10.0
     wait_timeout: ClassVar[float] = 10.0
-    """Real seconds a unit may take to end after a kill (or a cancel's escalation)."""
+    """Real seconds a unit may take to end after a kill (or a cancel's escalation).
+
+    A unit that takes longer fails the step, saying its kind hung; every later
+    wait of the machine (Hypothesis replays and shrinks) then fails at once, and
+    its supervisor's ``shutdown_grace`` is this too, so a hung kind costs one
+    ``wait_timeout`` per replay at most, not ``wait_timeout`` and a 5 s close.
+    For a kind you suspect, also leave out Hypothesis's shrinking (the guide)."""
+    supervisor_options: ClassVar[Mapping[str, Any]] = {}
+    """More ``Supervisor`` options (``concurrency``, ``kinds``, ``shutdown_grace``...).
+    The machine sets the clock, ``tick_interval``, ``eviction_grace`` and signal
+    handling itself: giving one of those here is refused."""
+
+    _hung: ClassVar[str | None] = None  # set once a unit of this machine hung (see wait_timeout)
 
     def __init__(self) -> None:
         super().__init__()
+        taken = sorted(set(self.supervisor_options) & _MACHINE_OPTIONS)
+        if taken:
+            raise InvalidArgument(
+                f"supervisor_options may not set {taken}: the machine sets them (the clock, "
+                f"its ticks, eviction_grace and signals are how it checks the lifecycle)"
+            )
         self.clock = ManualClock()
         self.state_dir = Path(tempfile.mkdtemp(prefix="workunits-machine-"))
+        options: dict[str, Any] = {"shutdown_grace": self.wait_timeout}  # a hung unit's cost
+        options.update(self.supervisor_options)
         self.sup = Supervisor(
             self.state_dir,
             clock=self.clock,
             tick_interval=None,
             eviction_grace=self.eviction_grace,
             install_signal_handlers=False,
+            **options,
         )
         self.changes = ChangeLog()
         self.sup._ask(rq.Subscribe(self.changes.on_change))
@@ -175,9 +202,25 @@ class LifecycleMachine(RuleBasedStateMachine):
         return handle.id
 
     def settle(self, work_id: str) -> WorkRecord:
-        """Wait (real time, bounded) until ``work_id`` is terminal."""
-        record = self.sup.wait(work_id, self.wait_timeout)
-        assert is_terminal(record.status)
+        """Wait (real time, up to ``wait_timeout``) until ``work_id`` is terminal.
+
+        A unit still not ended then fails the step: its kind does not report the
+        end of a killed unit (it hung). From then on this machine's waits fail at
+        once, so Hypothesis's replays and shrinking do not wait again each time.
+        """
+        machine = type(self)
+        record: WorkRecord | None = None
+        if machine._hung is None:
+            try:
+                record = self.sup.wait(work_id, self.wait_timeout)
+            except NotFinished as exc:
+                machine._hung = (
+                    f"{work_id} ({exc.record.kind}) was still {exc.record.status.value} "
+                    f"{self.wait_timeout} s after it was killed"
+                )
+        if record is None:
+            _fail_hung(machine)
+        assert is_terminal(record.status), f"{work_id}: wait() returned it {record.status.value}"
         return record
 
     # -- rules -----------------------------------------------------------------
@@ -220,13 +263,14 @@ class LifecycleMachine(RuleBasedStateMachine):
     def read_output(self, unit: str) -> None:
         model = self.models[unit]
         model.read += self.sup.read_output(unit)  # from the ledger once evicted
-        assert self.sup.get(unit).output_offset == len(model.read)
+        offset = self.sup.get(unit).output_offset
+        assert offset == len(model.read), f"{unit}: offset {offset} after reading {len(model.read)}"
 
     @rule(unit=units, lease=st.sampled_from([1.0, 5.0, 30.0]))
     def retain(self, unit: str, lease: float) -> None:
         model = self.models[unit]
         handle = self.sup.retain(unit, lease=lease)
-        assert handle.work_id == unit
+        assert handle.work_id == unit, f"retain({unit}) gave a lease on {handle.work_id}"
         self.retains[handle.lease_id] = handle
         model.leases[handle.lease_id] = self.clock.now() + lease
 
@@ -277,7 +321,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.evicted = True
             # The ledger still answers for it, with the status it ended in.
             last = model.emitted[-1]
-            assert self.sup.get(work_id).status == last.status
+            read = self.sup.get(work_id).status
+            assert read == last.status, f"{work_id} read {read.value} from the ledger, ended {last}"
         for record in after.values():
             model = self.models[record.id]
             if may_evict(model, now, grace) and not model.lapsed_lease:
@@ -303,10 +348,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         model.acknowledged = True
         terminal = model.terminal or self._terminal_event(notice.id)
         assert terminal is not None, f"notice for {notice.id} before its terminal write"
-        assert notice.status == terminal.status
-        assert notice.ended_at == terminal.ended_at
-        assert notice.output_tail == terminal.output_tail
-        assert notice.reason == terminal.reason
+        for name in ("status", "ended_at", "output_tail", "reason"):
+            said, was = getattr(notice, name), getattr(terminal, name)
+            assert said == was, f"{notice.id}: its notice says {name} {said!r}, its end {was!r}"
 
     @rule()
     def claim_a_notice_and_hand_it_back(self) -> None:
@@ -318,9 +362,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         if isinstance(notice, Notification):
             model = self.models[notice.id]
             assert not model.acknowledged, f"{notice.id}: an acknowledged notice came again"
-            assert notice.redelivered == model.released_claim
+            assert notice.redelivered == model.released_claim, f"{notice.id}: redelivered wrong"
             model.released_claim = True
-        assert held.release()
+        assert held.release(), "a claim just taken could not be handed back"
         assert not held.ack(), "a released claim cannot be acknowledged"
 
     @rule()
@@ -376,29 +420,45 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.emitted.append(new)
 
     def _check_record(self, model: UnitModel, record: WorkRecord, now: float) -> None:
-        assert record.retain == model.retain
-        assert record.acknowledged == model.acknowledged
-        assert record.output_offset == len(model.read)
-        expected = self.expected_output(record.id)
+        wid = record.id
+        assert record.retain == model.retain, f"{wid}: retain {record.retain}, held {model.retain}"
+        assert record.acknowledged == model.acknowledged, (
+            f"{wid}: acknowledged {record.acknowledged}, the machine took its notice: "
+            f"{model.acknowledged}"
+        )
+        assert record.output_offset == len(model.read), (
+            f"{wid}: offset {record.output_offset}, the machine read {len(model.read)} bytes"
+        )
+        expected = self.expected_output(wid)
         if expected is not None:
-            assert bytes(model.read) == expected[: len(model.read)], "output read out of order"
+            assert bytes(model.read) == expected[: len(model.read)], f"{wid}: output out of order"
         if not is_terminal(record.status):
-            assert record.ended_at is None
-            assert not record.notified
-            assert record.evict_after is None
+            assert record.ended_at is None, f"{wid} is {record.status.value} with an end time"
+            assert not record.notified, f"{wid} is {record.status.value}, yet notified"
+            assert record.evict_after is None, f"{wid} is {record.status.value}, yet evictable"
             return
-        assert record.ended_at is not None
-        assert record.notified, "the terminal transition notifies"
-        assert model.notices <= 1
-        assert record.output_offset <= record.output_bytes
-        assert record.output_path is None or not _lexists(record.output_path)
-        assert (record.retain > 0) == (record.evict_after is None)
+        assert record.ended_at is not None, f"{wid} ended {record.status.value} with no end time"
+        assert record.notified, f"{wid}: the terminal transition notifies"
+        assert model.notices <= 1, f"{wid} got {model.notices} notices"
+        assert record.output_offset <= record.output_bytes, (
+            f"{wid}: offset {record.output_offset} past its {record.output_bytes} bytes"
+        )
+        assert record.output_path is None or not _lexists(record.output_path), (
+            f"{wid} ended, and its output file {record.output_path} is still there"
+        )
+        assert (record.retain > 0) == (record.evict_after is None), (
+            f"{wid}: retain {record.retain} with evict_after {record.evict_after}"
+        )
         if record.evict_after is not None:
-            assert record.evict_after >= (record.ended_at or now)
+            assert record.evict_after >= (record.ended_at or now), (
+                f"{wid}: evictable at {record.evict_after}, before its end {record.ended_at}"
+            )
         if expected is not None:
-            assert record.output_bytes <= len(expected)
+            assert record.output_bytes <= len(expected), (
+                f"{wid} wrote {record.output_bytes} bytes, more than the {len(expected)} expected"
+            )
             written = expected[: record.output_bytes]
-            assert record.output_tail == written[-TAIL_BYTES:]
+            assert record.output_tail == written[-TAIL_BYTES:], f"{wid}: its output tail differs"
         if model.requested_end is not None:
             # The supervisor accepted a kill or cancel: the kind must report it so.
             assert record.status == Status.KILLED, (
@@ -406,7 +466,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"{model.requested_end.value}"
             )
         if record.status == Status.KILLED:
-            assert record.reason is not None
+            assert record.reason is not None, f"{wid} was killed with no reason"
             assert record.reason == model.requested_end, (
                 f"{record.id} killed for {record.reason}, but asked {model.requested_end}"
             )
@@ -429,7 +489,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             for model in self.models.values():
                 assert model.terminal is not None, f"{model.id} outlived close()"
                 if model.terminal.status == Status.KILLED and model.requested_end is None:
-                    assert model.terminal.reason == Reason.SHUTDOWN
+                    reason = model.terminal.reason
+                    assert reason == Reason.SHUTDOWN, (
+                        f"{model.id} was killed for {reason} at close, where nothing asked it"
+                    )
             # The supervisor has gone; its notices wait in the ledger for any consumer.
             with connect(self.state_dir, create=False) as client:
                 while (notice := client.notifications().get_nowait()) is not None:
@@ -492,7 +555,8 @@ class ScriptedLifecycleMachine(LifecycleMachine):
     @rule(unit=LifecycleMachine.units, data=st.binary(min_size=0, max_size=64))
     def write(self, unit: str, data: bytes) -> None:
         if self._running_scripted(unit):
-            assert self.driver.write(unit, data) == len(data)
+            wrote = self.driver.write(unit, data)
+            assert wrote == len(data), f"{unit}: wrote {wrote} of {len(data)} bytes"
             self.written[unit] += data
 
     @rule(unit=LifecycleMachine.units, code=st.integers(0, 3))
@@ -500,17 +564,24 @@ class ScriptedLifecycleMachine(LifecycleMachine):
         if self._running_scripted(unit):
             record = self.driver.exit(unit, code)
             self.ended_by[unit] = self._status_for(unit, Status.COMPLETED if code == 0 else None)
-            assert record.status == self.ended_by[unit]
-            assert record.exit_code == code
+            assert record.status == self.ended_by[unit], (
+                f"{unit} exited {code} and ended {record.status.value}, not "
+                f"{self.ended_by[unit].value}"
+            )
+            assert record.exit_code == code, (
+                f"{unit} exited {code}, its record says {record.exit_code}"
+            )
 
     @rule(unit=LifecycleMachine.units, error=st.text(min_size=1, max_size=16))
     def fail(self, unit: str, error: str) -> None:
         if self._running_scripted(unit):
             record = self.driver.fail(unit, error)
             self.ended_by[unit] = self._status_for(unit, None)
-            assert record.status == self.ended_by[unit]
+            assert record.status == self.ended_by[unit], (
+                f"{unit} failed and ended {record.status.value}, not {self.ended_by[unit].value}"
+            )
             # Ledgers cannot hold every str: a NUL or a lone surrogate is stored escaped.
-            assert record.error == storable_text(error)
+            assert record.error == storable_text(error), f"{unit}: its error text changed"
 
     def _status_for(self, unit: str, status: Status | None) -> Status:
         """How a unit ends by itself: killed once a kill or cancel reached it."""
@@ -528,7 +599,9 @@ class ScriptedLifecycleMachine(LifecycleMachine):
             return
         while chunk := self.sup.read_output(unit, max_bytes=7):
             model.read += chunk
-        assert bytes(model.read) == bytes(self.written[unit])
+        assert bytes(model.read) == bytes(self.written[unit]), (
+            f"{unit}: reads gave {len(model.read)} bytes of the {len(self.written[unit])} written"
+        )
 
     @invariant()
     def scripted_units_end_only_as_told(self) -> None:
@@ -536,12 +609,27 @@ class ScriptedLifecycleMachine(LifecycleMachine):
             terminal = model.terminal
             if work_id not in self.written or terminal is None:
                 continue
-            assert terminal.output_bytes == len(self.written[work_id])
+            assert terminal.output_bytes == len(self.written[work_id]), (
+                f"{work_id}: {terminal.output_bytes} bytes at its end, "
+                f"{len(self.written[work_id])} written"
+            )
             chosen = self.ended_by.get(work_id)
             if chosen is not None:
-                assert terminal.status == chosen
+                assert terminal.status == chosen, (
+                    f"{work_id} ended {terminal.status.value}, told to end {chosen.value}"
+                )
             else:
                 assert terminal.status == Status.KILLED, f"{work_id} ended by itself"
+
+
+def _fail_hung(machine: type[LifecycleMachine]) -> NoReturn:
+    """The failure of a machine whose kind hung: raised from here alone, so that
+    Hypothesis sees one failure (not a flaky one) when later examples fail at once."""
+    raise AssertionError(
+        f"a hung kind: {machine._hung}. The kind does not report the end of a killed unit; "
+        f"{machine.__name__}'s later waits fail at once instead of waiting again. "
+        f"Fix the kind, or raise {machine.__name__}.wait_timeout if it is only slow"
+    )
 
 
 def _lexists(path: str) -> bool:
@@ -549,7 +637,7 @@ def _lexists(path: str) -> bool:
 
 
 def _expect_not_running(call: object) -> None:
-    assert callable(call)
+    assert callable(call), f"{call!r} is not a call"
     try:
         call()
     except NotRunning:
@@ -558,7 +646,7 @@ def _expect_not_running(call: object) -> None:
 
 
 def _expect_timeout(call: object) -> None:
-    assert callable(call)
+    assert callable(call), f"{call!r} is not a call"
     try:
         call()
     except TimeoutError:

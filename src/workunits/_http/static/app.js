@@ -357,6 +357,16 @@ async function openUnit(id) {
   source.addEventListener("end", () => { source.close(); view.add(show(decoder.decode())); refreshUnit(); });
 }
 const refreshUnit = coalesced(async () => { if (unitState) await showRecord(unitState.id); });
+// A unit's sandbox in one line: its policy ({}: the default protection) and what of it this
+// machine did not enforce; "" for a kind that runs no process here.
+function sandboxText(s) {
+  if (!s) return "";
+  const p = s.policy || {};
+  const said = p.none ? "none (no protection)" : Object.keys(p).length === 0 ? "default protection"
+    : Object.entries(p).map(([k, v]) => `${k.replace(/_/g, " ")} ${Array.isArray(v) ? v.join(", ") || "nowhere" : v}`).join("; ");
+  const missing = s.not_enforced || [];
+  return missing.length ? `${said} (not enforced here: ${missing.join(", ")})` : said;
+}
 // The record and its details on the unit's page; false (and why, in its place) when there is none.
 async function showRecord(id) {
   const r = await api(`/v1/units/${id}`);
@@ -374,7 +384,7 @@ async function showRecord(id) {
   unitState.transcript = ["agent", "workflow", "dream", "teammate", "remote"].includes(u.kind);
   const duration = more && more.duration != null ? span(more.duration) : "";
   const fields = [["status", u.expired ? "expired" : u.status], ["kind", u.kind], ["description", u.description],
-    ["parent", u.parent ? idLink(u.parent) : "", true], ["attempt", u.attempt],
+    ["parent", u.parent ? idLink(u.parent) : "", true], ["attempt", u.attempt], ["sandbox", sandboxText(u.sandbox)],
     ["progress", u.progress == null ? "" : `${Math.round(u.progress * 100)}% ${u.progress_message}`],
     ["created", when(u.created_at)], ["started", when(u.started_at)], ["ended", when(u.ended_at)],
     ["duration", duration], ["cause", u.cause], ["error", u.error],

@@ -29,14 +29,16 @@ The counterpart of ``sqlite.db.SqliteDatabase`` (see ``backend`` for the seam):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workunits._core.errors import LedgerError, LedgerFull, StateDirError
+from workunits._core.errors import CommitUnknown, LedgerError, LedgerFull, StateDirError
 from workunits._ledger.backend import WAKE_CHANNEL, DbCursor
 from workunits._ledger.postgres import schema as postgres_schema
 from workunits._ledger.postgres import sql as postgres_sql
@@ -46,9 +48,12 @@ if TYPE_CHECKING:
     import psycopg
     import psycopg_pool
 
+log = logging.getLogger(__name__)
+
 # The advisory lock every write takes: "wuL1" in ASCII, as SQLite's application_id.
 WRITE_LOCK = 0x77754C31
 POOL_SIZE = 4
+RECONNECT_TRIES_FOR = 2.0  # seconds of background reconnects after a connection is lost
 
 
 def _import_driver() -> tuple[Any, Any]:
@@ -102,6 +107,22 @@ class _PgColumns:
             return self.by_folded_name[name.casefold()]
         except KeyError:
             raise IndexError(f"no column named {name!r}") from None
+
+
+def _watched(driver: Any, away: Callable[[], None]) -> Any:
+    """psycopg's connection class, telling ``away`` when a new connection cannot be made:
+    the pool makes them in its own threads, and says so only to its log."""
+
+    class WatchedConnection(driver.Connection):  # type: ignore[misc]
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return super().connect(*args, **kwargs)
+            except driver.Error:
+                away()
+                raise
+
+    return WatchedConnection
 
 
 def _row_factory(cursor: Any) -> Any:
@@ -186,9 +207,13 @@ class PostgresDatabase:
         driver, pool_module = _import_driver()
         self._errors = driver
         self._pid = os.getpid()
-        # The pool hands each thread its own connection; this lock guards only `_closed`.
+        # The pool hands each thread its own connection; this lock guards `_closed` and
+        # `_away_since`, two fields.
         self._lock = threading.Lock()
         self._closed = False
+        # Since when the server could not be reached (monotonic), until a transaction
+        # completes again: then one line says it answers again (``_back``).
+        self._away_since: float | None = None
         lock_ms = max(1, int(busy_timeout * 1000))
         idle_ms = max(1, lock_ms // 2 if idle_limit is None else int(idle_limit * 1000))
 
@@ -199,12 +224,18 @@ class PostgresDatabase:
         try:
             self._pool: psycopg_pool.ConnectionPool[Any] = pool_module.ConnectionPool(
                 url,
+                connection_class=_watched(driver, self._away),
                 min_size=1,
                 max_size=POOL_SIZE,
                 kwargs={"autocommit": True, "row_factory": _row_factory},
                 configure=configure,
                 open=False,
                 name="workunits-ledger",
+                # After a lost connection the pool retries in the background with a
+                # doubling delay; past this it stops, and the next use tries at once.
+                # Left at its default (5 min), the delay grows to minutes: a server
+                # back after a restart would wait for the pool's next try.
+                reconnect_timeout=RECONNECT_TRIES_FOR,
             )
             self._pool.open(wait=True, timeout=busy_timeout)
         except (driver.Error, pool_module.PoolTimeout) as exc:
@@ -231,7 +262,7 @@ class PostgresDatabase:
         self._pool.close()
 
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
         if os.getpid() != self._pid:
             raise LedgerError(
                 f"this Ledger was opened in process {self._pid}; a PostgreSQL connection must "
@@ -240,10 +271,36 @@ class PostgresDatabase:
         if self._closed:
             raise LedgerError(f"the ledger {self._where} was closed")
         try:
-            with self._pool.connection(timeout=self._busy_timeout) as conn:
+            wait = self._busy_timeout if timeout is None else timeout
+            with self._pool.connection(timeout=wait) as conn:
                 yield conn
         except self._errors.Error as exc:
+            if isinstance(exc, self._errors.OperationalError) and exc.sqlstate is None:
+                self._away()  # no answer from the server (a lock timeout has one)
             raise self._mapped(exc) from exc
+        except CommitUnknown:
+            self._away()
+            raise
+        if self._away_since is not None:  # read without the lock: a hint, checked under it
+            self._back()
+
+    def _away(self) -> None:
+        """The server could not be reached (any thread)."""
+        with self._lock:
+            if self._away_since is None:
+                self._away_since = time.monotonic()
+
+    def _back(self) -> None:
+        """A transaction completed after the server was away: say so, once."""
+        with self._lock:
+            since, self._away_since = self._away_since, None
+        if since is not None:
+            log.warning(
+                "ledger: %s answers again (after %.1f s away)",
+                self._where,
+                time.monotonic() - since,
+                extra={"ledger_recovered": True},
+            )
 
     @contextlib.contextmanager
     def write(self, *, durable: bool, wake: str | None = None) -> Iterator[PgConnection]:
@@ -257,13 +314,14 @@ class PostgresDatabase:
             # begin statement so it costs no round trip of its own.
             begin += f"NOTIFY {WAKE_CHANNEL}, '{_checked_payload(wake)}'; "
         begin += f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        with self._connection() as conn, _transaction(conn, begin):
+        with self._connection() as conn, _transaction(conn, begin, self._where):
             yield PgConnection(conn)
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[PgConnection]:
+    def read(self, *, timeout: float | None = None) -> Iterator[PgConnection]:
+        """A snapshot; ``timeout`` bounds the wait for a connection (default: the busy timeout)."""
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-        with self._connection() as conn, _transaction(conn, begin):
+        with self._connection(timeout) as conn, _transaction(conn, begin):
             yield PgConnection(conn)
 
     def version(self) -> None:
@@ -292,8 +350,18 @@ class PostgresDatabase:
 
 
 @contextlib.contextmanager
-def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[None]:
-    """``begin`` (one round trip), then COMMIT on success or ROLLBACK on any error."""
+def _transaction(
+    conn: psycopg.Connection[Any], begin: str, where: str | None = None
+) -> Iterator[None]:
+    """``begin`` (one round trip), then COMMIT on success or ROLLBACK on any error.
+
+    A COMMIT whose answer never came (the connection dropped after the server
+    may have received it) raises CommitUnknown: the server may have committed,
+    so "nothing was written" would be a lie. The writer settles it by reading
+    back (``settle``). A COMMIT the server answered with an error is definite:
+    the transaction was rolled back. ``where`` (the ledger, for the message) is
+    given for a write; a read's COMMIT ends a snapshot, and commits nothing.
+    """
     conn.execute(begin)  # fixed text, no parameters
     try:
         yield
@@ -301,4 +369,12 @@ def _transaction(conn: psycopg.Connection[Any], begin: str) -> Iterator[None]:
         if not conn.closed:
             conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except Exception as exc:
+        if where is None or (getattr(exc, "sqlstate", None) is not None and not conn.broken):
+            raise  # a read, or the server answered: rolled back
+        raise CommitUnknown(
+            f"lost the ledger {where} while a write committed ({exc}); whether it landed "
+            f"is not known yet"
+        ) from exc

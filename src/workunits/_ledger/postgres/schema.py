@@ -248,14 +248,19 @@ CREATE INDEX units_text ON units USING gin (to_tsvector('simple', regexp_replace
 )));
 """
 
-# ``input`` requests: a client's bytes for a unit's stdin (``send_input``).
+# Each unit's sandbox policy (see schema._V10).
 _V10 = """
+ALTER TABLE units ADD COLUMN sandbox text;
+"""
+
+# ``input`` requests: a client's bytes for a unit's stdin (``send_input``).
+_V11 = """
 ALTER TABLE requests DROP CONSTRAINT requests_verb_check;
 ALTER TABLE requests ADD CONSTRAINT requests_verb_check
     CHECK (verb IN ('submit', 'cancel', 'kill', 'retain', 'release', 'input'));
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 _VERSIONS = """

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from workunits._core.errors import LedgerCorrupt, LedgerError, LedgerFull, SpecError, StateDirError
+from workunits._ledger.inplace import FilesInPlace
 from workunits._ledger.sqlite import schema
 
 DB_FILE = "ledger.db"
@@ -94,7 +95,9 @@ class SqliteDatabase:
         sync: str = "full",
         readonly: bool = False,
         verify: bool = False,
+        key_file: Path | None = None,
     ) -> None:
+        """``key_file``: the key that signs its values, watched with its files (``inplace``)."""
         self._durable_level = sync_level(sync)
         self.path = state_dir / DB_FILE
         self.readonly = readonly
@@ -136,6 +139,11 @@ class SqliteDatabase:
         except BaseException:
             self.conn.close()
             raise
+        # A writer's files must stay where they are (invariant 17); see ``inplace``.
+        watched = {self.path: "the ledger", self.path.with_name(DB_FILE + "-wal"): "the ledger"}
+        if key_file is not None:
+            watched[key_file] = "the key"
+        self.in_place = None if readonly else FilesInPlace(watched)
 
     def _connect(self, *, immutable: bool) -> sqlite3.Connection:
         target: str | Path = self.path
@@ -233,6 +241,8 @@ class SqliteDatabase:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+        if self.in_place is not None:
+            self.in_place.close()
 
     def version(self) -> tuple[int, int]:
         """Changes whenever the ledger may have: another connection committed (SQLite's
@@ -266,6 +276,9 @@ class SqliteDatabase:
                     f"opened for reading; nothing was written"
                 )
             conn = self.conn
+            place = self.in_place
+            if place is not None:
+                place.check()  # LedgerGone: nothing goes into a file nobody will open again
             self._writes += 1  # counted even if it rolls back: a version may change for nothing
             try:
                 self._set_sync(self._durable_level if durable else "NORMAL")
@@ -275,6 +288,9 @@ class SqliteDatabase:
                     started = time.perf_counter()
                     conn.execute("COMMIT")
                     self.commit_seconds.append(time.perf_counter() - started)
+                    if place is not None:
+                        # Gone while it was written: it did not land anywhere that counts.
+                        place.check()
                 finally:
                     # Reached with a transaction open only when something failed:
                     # COMMIT itself, or the body.
@@ -284,8 +300,10 @@ class SqliteDatabase:
                 raise self._mapped(exc) from exc
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: one consistent snapshot for several statements."""
+    def read(self, *, timeout: float | None = None) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot for several statements.
+
+        ``timeout`` is PostgreSQL's (the wait for a connection); a file needs none."""
         self._check_process()  # first: a fork may have left the lock held for ever
         with self._lock:
             conn = self.conn

@@ -290,11 +290,17 @@ CREATE TRIGGER units_text_changed AFTER UPDATE OF description, key ON units BEGI
 END;
 """
 
+# Each unit's sandbox policy (JSON: the policy and what of it was not enforced), so a
+# resumed, retried or re-run unit runs under the same one (DESIGN invariant 15).
+_V10 = """
+ALTER TABLE units ADD COLUMN sandbox TEXT;
+"""
+
 # ``input`` requests: a client's bytes for the stdin of a unit started with
 # stdin=True (``send_input``). SQLite cannot change a CHECK constraint: the
 # table is made again, its rows and its sequence kept (a seq is never reused).
-_V10 = """
-CREATE TABLE requests_v10 (
+_V11 = """
+CREATE TABLE requests_v11 (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
     verb       TEXT NOT NULL
                CHECK (verb IN ('submit', 'cancel', 'kill', 'retain', 'release', 'input')),
@@ -306,17 +312,17 @@ CREATE TABLE requests_v10 (
     done_at    REAL,
     result     BLOB
 );
-INSERT INTO requests_v10 (seq, verb, target, args, created_at, taken_at, taken_by, done_at, result)
+INSERT INTO requests_v11 (seq, verb, target, args, created_at, taken_at, taken_by, done_at, result)
     SELECT seq, verb, target, args, created_at, taken_at, taken_by, done_at, result FROM requests;
-DELETE FROM sqlite_sequence WHERE name = 'requests_v10';
+DELETE FROM sqlite_sequence WHERE name = 'requests_v11';
 INSERT INTO sqlite_sequence (name, seq)
-    SELECT 'requests_v10', seq FROM sqlite_sequence WHERE name = 'requests';
+    SELECT 'requests_v11', seq FROM sqlite_sequence WHERE name = 'requests';
 DROP TABLE requests;
-ALTER TABLE requests_v10 RENAME TO requests;
+ALTER TABLE requests_v11 RENAME TO requests;
 CREATE INDEX requests_open ON requests (seq) WHERE taken_at IS NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 """``MIGRATIONS[n - 1]`` takes the schema from version ``n - 1`` to ``n``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -4,23 +4,39 @@ get, list, read, follow, retry, signal, kill, cancel or stop one of its own desc
 Owned by the SupervisorActor; runs in its thread. A unit reaches the runtime
 only through its channel (DESIGN invariant 15): these requests are how
 ``wu.current()``'s verbs (``_unit.context``) act on its children, never the
-ledger or the state dir's files. Each answers the unit's request with a
-``Reply``; an error is its class name and message, raised again in the unit.
+ledger or the state dir's files.
+
+A descendant that has ended and left memory is answered from the ledger, as
+the supervisor's own calls answer: ``get`` is its record, ``kill``, ``cancel``
+and ``stop`` are False (it is not running). An error goes back to the unit as
+the exception itself, so the unit catches it by its class (``wu.UnknownWork``),
+as a caller of the supervisor does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
+from workunits._core.errors import (
+    LedgerGone,
+    SandboxUnavailable,
+    SpecError,
+    UnknownWork,
+    WorkunitsError,
+)
 from workunits._core.query import Filter, Query
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason
 from workunits._surface import paging
 from workunits._wire import frames as m
+from workunits._wire.actor_messages import ReplyRoute
 from workunits.supervisor.actor import pages
+from workunits.supervisor.actor import requests as rq
+from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.control import UnitControl
 from workunits.supervisor.actor.messaging import reply_to_unit
 from workunits.supervisor.actor.output import OutputReads
@@ -40,6 +56,7 @@ class ChildRequests:
         output: OutputReads,
         reruns: Reruns,
         signals: Signals,
+        submit_many: Callable[[rq.SubmitMany], list[WorkRecord | BaseException]],
     ) -> None:
         self._units = units
         self._starts = starts
@@ -47,38 +64,76 @@ class ChildRequests:
         self._output = output
         self._reruns = reruns
         self._signals = signals
+        self._submit_many = submit_many  # GroupedSubmits.submit_many: a batch, one commit
 
-    def spawn(self, parent: str, request: m.Spawn) -> None:
+    def spawn(
+        self, parent: str, request: m.Spawn | m.SpawnMany, route: ReplyRoute | None = None
+    ) -> None:
+        if isinstance(request, m.SpawnMany):
+            self._spawn_many(parent, request, route)
+            return
+        reply = self._replier(parent, request.req, route)
         try:
-            options = dataclasses.replace(
-                request.options, parent=parent, key=child_key(parent, request.options.key)
-            )
             record, created = self._starts.register(
-                request.letter, request.spec, options, restart=request.restart
+                request.letter,
+                request.spec,
+                _child_options(parent, request),
+                restart=request.restart,
+                trace=request.trace,
             )
+        except (SpecError, SandboxUnavailable, LedgerGone) as exc:
+            # Raised in the unit as they are here (plain errors: they pickle whole).
+            reply(False, type(exc)(str(exc)))
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+            reply(False, exc)
         else:
-            self._reply(parent, request.req, True, (record.id, created))
+            reply(True, (record.id, created))
 
-    def control(self, parent: str, request: m.Control) -> None:
+    def _spawn_many(
+        self, parent: str, request: m.SpawnMany, route: ReplyRoute | None = None
+    ) -> None:
+        """Children as one batch: checked whole, one transaction; per item its ID or error."""
+        reply = self._replier(parent, request.req, route)
+        try:
+            batch = None
+            if request.max_workers is not None:
+                batch = BatchLimit(secrets.token_hex(8), request.max_workers)
+            items = tuple(
+                rq.Register(s.letter, s.spec, _child_options(parent, s), trace=s.trace)
+                for s in request.items
+            )
+            answers = self._submit_many(rq.SubmitMany(items, batch))
+        except (SpecError, SandboxUnavailable, LedgerGone) as exc:
+            reply(False, type(exc)(str(exc)))
+            return
+        except WorkunitsError as exc:
+            reply(False, f"{type(exc).__name__}: {exc}")
+            return
+        value = [
+            (False, f"{type(a).__name__}: {a}") if isinstance(a, BaseException) else (True, a.id)
+            for a in answers
+        ]
+        reply(True, value)
+
+    def control(self, parent: str, request: m.Control, route: ReplyRoute | None = None) -> None:
         """One of ``m.Control``'s operations, on the unit's own descendants only."""
+        reply = self._replier(parent, request.req, route)
         try:
             value = self._carry_out(parent, request.op, request.target, request.arg)
         except WorkunitsError as exc:
-            self._reply(parent, request.req, False, f"{type(exc).__name__}: {exc}")
+            reply(False, exc)
         else:
-            self._reply(parent, request.req, True, value)
+            reply(True, value)
 
     def _carry_out(self, parent: str, op: str, target: str, arg: Any) -> Any:  # noqa: PLR0912 - a case each
         if op == "list":
             return self._descendants(parent, arg)
-        unit = self._units.lookup(target)
+        unit = self._units.get(target)  # memory, or the ledger once it left
         if not self._descends_from(unit, parent):
             raise UnknownWork(f"{target} is not a descendant of {parent}")
         match op:
             case "kill":
-                return self._control.kill_resident(unit.id, Reason.KILLED)
+                return self._control.kill(unit.id, Reason.KILLED)
             case "cancel":
                 return self._control.cancel(unit.id, float(arg))
             case "stop":
@@ -110,7 +165,7 @@ class ChildRequests:
         when ``q`` names it as the parent)."""
         found = q.found
         top = ancestor if found.parent is None else found.parent
-        if top != ancestor and not self._descends_from(self._units.lookup(top), ancestor):
+        if top != ancestor and not self._descends_from(self._units.get(top), ancestor):
             raise UnknownWork(f"{top} is not a descendant of {ancestor}")
         if found.kind is not None:
             found = replace(found, kind=self._units.kind_name(found.kind))
@@ -122,21 +177,30 @@ class ChildRequests:
             records += children
             parents += (child.id for child in children)
         kept = pages.admitted(self._units, replace(found, parent=None), records)
-        after = None if q.after is None else self._units.lookup(q.after)
+        after = None if q.after is None else self._units.get(q.after)
         return paging.page(kept, q.limit, after, newest=q.newest)
 
-    def _reply(self, parent: str, req: int, ok: bool, value: Any) -> None:
-        reply_to_unit(self._units, parent, req, ok, value)
+    def _replier(self, parent: str, req: int, route: ReplyRoute | None) -> ReplyRoute:
+        """How to answer: through the route given, or the unit's channel (its actor)."""
+        if route is not None:
+            return route
+        return lambda ok, value: reply_to_unit(self._units, parent, req, ok, value)
 
     def _descends_from(self, record: WorkRecord, ancestor: str) -> bool:
         while record.parent is not None:
             if record.parent == ancestor:
                 return True
-            found = self._units.registry.find(record.parent)
-            if found is None:
+            try:  # a grandparent that left memory is in the ledger
+                record = self._units.get(record.parent)
+            except UnknownWork:
                 return False
-            record = found
         return False
+
+
+def _child_options(parent: str, request: m.Spawn) -> Any:
+    """A child's options (a ``UnitOptions``): its parent, and its key scoped to the parent."""
+    options = request.options
+    return dataclasses.replace(options, parent=parent, key=child_key(parent, options.key))
 
 
 def child_key(parent: str, key: object) -> str | None:

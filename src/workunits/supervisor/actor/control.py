@@ -60,6 +60,17 @@ class UnitControl:
             return False  # it ended long enough ago to leave memory: nothing to kill
         return self.kill_resident(work_id, reason)
 
+    def withdraw_pending(self, work_ids: tuple[str, ...]) -> list[bool]:
+        """End each unit still ``pending`` as ``killed`` (reason ``cancelled``); it never runs."""
+        out = []
+        for work_id in work_ids:
+            record = self._units.registry.find(work_id)  # an evicted unit has ended
+            pending = record is not None and record.status == Status.PENDING
+            if pending:
+                self._endings.end(work_id, Outcome(Status.KILLED, reason=Reason.CANCELLED))
+            out.append(pending)
+        return out
+
     def kill_resident(self, work_id: str, reason: Reason) -> bool:
         """``kill`` of a unit known to be in memory."""
         record = self._units.registry.get(work_id)
@@ -137,7 +148,13 @@ class UnitControl:
         return True
 
     def stop_teammate(self, work_id: str) -> bool:
-        """Stop after the messages already sent (ends ``completed``); False if not running."""
+        """Stop after the messages already sent (ends ``completed``); False if not running
+        (one that ended and left memory too, as ``kill`` says)."""
+        if self._units.evicted(work_id):
+            record = self._units.get(work_id)
+            if not self._units.kinds.actor_class(work_id[0]).accepts_messages:
+                raise SpecError(f"{work_id} is a {record.kind} unit; only teammates are stopped")
+            return False
         record = self._units.lookup(work_id)
         if not self._units.kinds.actor_class(work_id[0]).accepts_messages:
             raise SpecError(f"{work_id} is a {record.kind} unit; only teammates are stopped")
@@ -285,26 +302,38 @@ class UnitControl:
             r.id for r in self._units.registry if r.status == Status.RUNNING and not resumable(r.id)
         ]
 
-    def begin_shutdown(self, *, deploy: bool, resumable: Callable[[str], bool]) -> list[str]:
+    def begin_shutdown(
+        self, *, deploy: bool, resumable: Callable[[str], bool], grace: float = 5.0
+    ) -> list[str]:
         """Kill all running work; return the IDs still ending.
 
         With ``deploy``, resumable running units and pending units are stopped
-        without a terminal write: the next session resumes or starts them.
+        without a terminal write: the next session resumes or starts them. A
+        running one is asked to stop as a cancel asks (an agent at its next
+        checkpoint, a command by SIGTERM), with ``handed-over`` as its reason,
+        and killed after ``grace``: what it saved is what its next attempt
+        resumes from.
         """
         registry = self._units.registry
         if deploy:
-            for record in registry:
+            for record in list(registry):
                 slot = self._units.slot(record.id)
-                if slot is not None and (
-                    record.status == Status.PENDING
-                    or (record.status == Status.RUNNING and resumable(record.id))
-                ):
+                if slot is None:
+                    continue
+                if record.status == Status.PENDING:
                     slot.suspended = True
+                elif record.status == Status.RUNNING and resumable(record.id):
+                    slot.suspended = True
+                    if slot.ending is None:
+                        self.cancel(record.id, grace, Reason.HANDED_OVER)
         # Pending units end here and now (no process to wait for): one commit for all
         # of them rather than one each.
         pending = [r.id for r in registry if r.status == Status.PENDING]
         self._endings.end_many(pending, Outcome(Status.KILLED, reason=Reason.SHUTDOWN))
         for record in registry:
+            slot = self._units.slot(record.id)
+            if slot is not None and slot.suspended and slot.ending is Ending.CANCEL:
+                continue  # asked to stop for the next supervisor: killed only past the grace
             if not is_terminal(record.status):
                 self.kill_resident(record.id, Reason.SHUTDOWN)
         return [r.id for r in registry if not is_terminal(r.status)]
@@ -312,6 +341,8 @@ class UnitControl:
     def force_end(self, work_ids: tuple[str, ...], error: str) -> None:
         """Record units that did not report their end in time as killed (shutdown)."""
         refs = [slot.actor for work_id in work_ids if (slot := self._units.slot(work_id))]
+        for work_id in work_ids:
+            self._units.tell(work_id, Escalate())  # asked to stop at a deploy: killed now
         self._endings.end_many(
             list(work_ids), Outcome(Status.KILLED, reason=Reason.SHUTDOWN, error=error)
         )

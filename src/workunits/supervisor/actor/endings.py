@@ -248,7 +248,9 @@ class TerminalTransition:
         # running for the next session, so nobody is told it ended (waits hear
         # of the close instead: TerminalWaiters.close).
         suspended = ended.slot is not None and ended.slot.suspended
-        if not suspended:
+        if suspended:
+            self._units.tell_stopped(new.id)  # a deploy's close waits for this, not an end
+        else:
             self._units.tell_subscribers(ended.old, new)
         if ended.notify and not suspended:
             self._notices.notify_parent(new)

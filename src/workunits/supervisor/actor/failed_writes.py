@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from workunits._core.errors import (
     LedgerCorrupt,
     LedgerError,
+    LedgerGone,
     LedgerTampered,
     LedgerVersionError,
     NoLedger,
@@ -58,7 +59,14 @@ _FOR_GOOD = (
 
 
 def retryable(exc: BaseException) -> bool:
-    """A failure of the ledger's moment (full, I/O, locked, read-only), not of the write."""
+    """A failure of the ledger's moment (full, I/O, locked, read-only), not of the write.
+
+    A ledger that is gone (``LedgerGone``) counts as one: what could not be
+    written is held in memory, not durable, and said so, for as long as this
+    supervisor runs; it never lands, but it is not dropped either.
+    """
+    if isinstance(exc, LedgerGone):
+        return True
     return isinstance(exc, LedgerError) and not isinstance(exc, _FOR_GOOD)
 
 
@@ -138,6 +146,29 @@ class FailedWrites:
             else:
                 self._try([item])
 
+    def hold(self, item: Pending) -> None:
+        """Queue ``item`` untried, for ``land_held`` later in the same message: writes
+        held together land in one transaction (``LedgerMirror.grouping_status``)."""
+        self._queue(item)
+
+    def land_held(self, work_ids: list[str]) -> None:
+        """Land what waits for these units, in order, as ``retry`` does, in transactions
+        of up to ``MAX_GROUP`` units; what fails stays queued for the tick's retry."""
+        while True:
+            waiting = [w for w in dict.fromkeys(work_ids) if w in self._queues]
+            if not waiting:
+                return
+            heads = [self._queues[w][0] for w in waiting[:MAX_GROUP]]
+            for item in heads:
+                self._unqueue(item)
+            self._in_flight = {item.work_id for item in heads}
+            try:
+                landed = self._try(heads, front=True)
+            finally:
+                self._in_flight = set()
+            if not landed:
+                return
+
     def report(self, exc: BaseException, what: str, *, kept: bool = True) -> None:
         """Log a failed write once per distinct failure, not per retry.
 
@@ -148,7 +179,13 @@ class FailedWrites:
         if key not in seen:
             seen.add(key)
             then = "; it is kept and retried every tick" if kept else ""
-            log.error("ledger: could not record %s (%s)%s", what, exc, then)
+            log.error(
+                "ledger: could not record %s (%s)%s",
+                what,
+                exc,
+                then,
+                extra={"ledger_failure": retryable(exc)},
+            )
 
     def retry(self) -> None:
         """Every tick: land what waits, each unit's writes in order, until the ledger fails."""
@@ -164,7 +201,11 @@ class FailedWrites:
             if not landed:
                 return
         if self._failures:
-            log.warning("ledger: writes land again; the %d kept have landed", self._retried)
+            log.warning(
+                "ledger: writes land again; the %d kept have landed",
+                self._retried,
+                extra={"ledger_recovered": True},
+            )
             self._failures.clear()
             self._dropped.clear()
             self._retried = 0

@@ -20,15 +20,17 @@ ledger's only writer of unit rows (DESIGN §6). What the ledger brings in
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from workunits._core.clock import Clock
-from workunits._core.errors import LedgerError, SessionLost, UnknownWork, WorkunitsError
+from workunits._core.errors import LedgerError, LedgerGone, SessionLost, UnknownWork, WorkunitsError
 from workunits._core.record import Notification, WorkRecord, replace
 from workunits._core.restart import UNBOUNDED_ATTEMPTS
-from workunits._core.status import Status, is_terminal
+from workunits._core.retry import counted
+from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, NewUnit, UnitRow, Write
 from workunits.actors.base import WorkActor
 from workunits.actors.kind_code import call_kind
@@ -55,6 +57,8 @@ class LedgerMirror:
         self.session = session
         self._clock = clock
         self.backlog = FailedWrites(ledger)
+        # Units whose status writes wait for the end of ``grouping_status``; None outside.
+        self._held: list[str] | None = None
         # Slots holding a pid or progress write for the next tick (a unit's end
         # clears both: its terminal write carries them).
         self._grouped: dict[str, UnitSlot] = {}
@@ -114,6 +118,23 @@ class LedgerMirror:
             for a in self.ledger.units.submit_many(news, wake=False)  # in memory here already
         ]
 
+    @contextlib.contextmanager
+    def grouping_status(self) -> Iterator[None]:
+        """Within the block, status writes (a start's ``running``) are held, and land
+        together at its end in one transaction -- the units a group of ends lets start
+        pay one commit, not one each. A start still launches only once its write has
+        landed (``when_status_lands``), so nothing runs before the ledger says so."""
+        if self._held is not None:  # nested: the outer block lands them
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held:
+                self.backlog.land_held(held)
+
     def on_change(self, old: WorkRecord | None, new: WorkRecord, slot: UnitSlot | None) -> None:
         """Mirror a non-terminal change: status; group pid and progress.
 
@@ -130,7 +151,12 @@ class LedgerMirror:
                 fields["session"] = self.session
             write = Write(new, new.attempt, fields)
             what = f"{new.id} as {new.status.value}"
-            self.backlog.submit([Pending(new.id, what, [write], status=True)])
+            item = Pending(new.id, what, [write], status=True)
+            if self._held is None:
+                self.backlog.submit([item])
+            else:  # landed with the others of this message, in one transaction
+                self.backlog.hold(item)
+                self._held.append(new.id)
             return
         try:
             if slot is None:
@@ -167,6 +193,10 @@ class LedgerMirror:
             if slot is not None:
                 slot.pid = None  # the terminal write carries the pid
                 if slot.suspended:  # a deploy stopped it: the next session resumes it
+                    if new.reason is Reason.HANDED_OVER and new.started_at is not None:
+                        # Its attempt is logged handed-over, not lost: it counts as
+                        # no failure, and its next attempt says so (attempts).
+                        items.append(self._handed_over(new))
                     suspended.append(finish)
                     continue
             write = Write(new, new.attempt, notification=Notification.of(new))
@@ -175,6 +205,12 @@ class LedgerMirror:
             self.backlog.submit(items)
         for finish in suspended:
             finish()
+
+    def _handed_over(self, record: WorkRecord) -> Pending:
+        def hand_over() -> None:
+            self.ledger.attempts.hand_over(record.id, record.attempt)
+
+        return Pending(record.id, f"the hand-over of {record.id}", call=hand_over)
 
     def _finisher(
         self, record: WorkRecord, slot: UnitSlot | None, done: Callable[[], None]
@@ -267,7 +303,12 @@ class LedgerMirror:
 
     def resumable(self, work_id: str) -> bool:
         row = self.ledger.units.get(work_id)
-        return row is not None and row.resumable and row.attempt < row.max_attempts
+        # Handed over, its attempt counts as no failure: a deploy keeps it resumable.
+        return (
+            row is not None
+            and row.resumable
+            and counted(row.attempt, row.attempts) < row.max_attempts
+        )
 
     # -- every tick ---------------------------------------------------------------------
 
@@ -320,7 +361,24 @@ class LedgerMirror:
     # -- shutdown -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """At stop: land what waits (for up to CLOSE_RETRY_FOR s), end the session, close."""
+        """At stop: land what waits (for up to CLOSE_RETRY_FOR s), end the session, close.
+
+        A ledger that is gone (invariant 16) takes nothing more: what waits is
+        said and dropped at once, and no session end is written.
+        """
+        try:
+            self.ledger.check_in_place()
+        except LedgerGone as exc:
+            left = self.backlog.waiting()
+            log.error(  # noqa: TRY400 - the message is the cause
+                "ledger: closing with %d writes held in memory only, since the ledger is "
+                "gone (%s): %s",
+                len(left),
+                exc,
+                "; ".join(left[:20]) or "none",
+            )
+            self.ledger.close()
+            return
         left = self.backlog.drain(CLOSE_RETRY_FOR)
         if left:
             more = f"; and {len(left) - 20} more" if len(left) > 20 else ""

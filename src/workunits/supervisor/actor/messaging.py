@@ -93,6 +93,11 @@ class UnitMessaging:
         stopping or being killed). The answer, or the teammate's end, reaches
         ``reply`` later.
         """
+        if self._units.evicted(target):  # ended long enough ago to leave memory
+            record = self._units.get(target)
+            if not self._units.kinds.actor_class(target[0]).accepts_messages:
+                raise SpecError(f"{target} is a {record.kind} unit; only teammates take messages")
+            raise TeammateEnded(f"{target} {_not_taking(record, None)}")
         record = self._units.lookup(target)
         if not self._units.kinds.actor_class(target[0]).accepts_messages:
             raise SpecError(f"{target} is a {record.kind} unit; only teammates take messages")

@@ -28,6 +28,11 @@ held and applied first at the next tick, a dead session's unit that could not
 be resumed is tried again at the next tick (unless a held cancel or kill is
 about it), and a pending unit that could not be adopted is adopted later.
 
+A write whose COMMIT lost its answer is settled by reading back (``_ledger.settle``);
+when even that could not reach the ledger, what landed is found by a rescan every
+RESCAN_EVERY seconds: units this session owns that memory lacks are adopted or
+resumed, and pending units claimed by no live session go back to the queue.
+
 A row changed outside workunits stops nothing but its own unit (``unreadable``):
 one that does not decode is left as it is, neither resumed nor started nor
 ended, and logged once at ERROR with what is wrong and how to repair it; a
@@ -54,6 +59,7 @@ from workunits._core.errors import (
     WorkunitsError,
 )
 from workunits._core.record import Outcome, replace
+from workunits._core.retry import counted
 from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, LedgerRequest, UnitRow, Write, unreadable
 from workunits._ledger.requests import END_VERBS
@@ -72,6 +78,12 @@ _LATER: dict[str, Any] = {"later": True}
 
 ADOPT_BATCH = 256
 TAKEOVER_EVERY = 1.0  # seconds between looks for lapsed sessions (shared ledgers)
+# Seconds between looks for units the ledger gives this session that memory lacks (_rescan).
+RESCAN_EVERY = 5.0
+LOST_TRACK = (
+    "lost: its supervisor lost track of it (a ledger write whose answer was lost, and "
+    "could not be read back in time)"
+)
 REQUESTS_PER_TICK = 64
 
 
@@ -114,6 +126,7 @@ class Recovery:
         self._lease = lease
         self._shared = shared
         self._next_takeover = 0.0
+        self._next_rescan = 0.0
         # Claimed, not yet started (the ledger failed); an Unreadable here is read again.
         self._claimed: list[UnitRow | Unreadable] = []
         # Claimed pending units of kinds not registered (yet): started when they are.
@@ -140,6 +153,7 @@ class Recovery:
         self._apply_requests(until_none_left=True)
         resumed, lost = self._take_over(exclusive=not self._shared)
         adopted = self._adopt_pending()
+        self._next_rescan = self._clock.now() + RESCAN_EVERY
         return {"resumed": resumed, "lost": lost, "adopted": adopted}
 
     def _take_over(self, *, exclusive: bool) -> tuple[list[str], list[str]]:
@@ -190,15 +204,59 @@ class Recovery:
         if not self._recovered:
             return
         try:
-            if self._shared and self._clock.now() >= self._next_takeover:
+            now = self._clock.now()
+            if self._shared and now >= self._next_takeover:
                 self._take_over(exclusive=False)
+            if now >= self._next_rescan:
+                self._next_rescan = now + RESCAN_EVERY
+                self._rescan()
             self._resume_left()
             self._adopt_pending()
         except LedgerError as exc:
             self._mirror.backlog.report(exc, "pending units (adopted at a later tick)", kept=False)
 
-    def _resume_or_lose(self, row: UnitRow) -> bool | None:
-        """Resume (True) or fail ``lost`` (False); None to try again at the next tick."""
+    def _rescan(self) -> None:
+        """Find what the ledger says is ours but memory does not hold, and what nobody holds.
+
+        A write whose COMMIT lost its answer, and that could not be read back in
+        time, may have landed: a submit that started its unit (``running``, ours),
+        a claim, a takeover. Such a unit is in no memory, and nothing else would
+        ever look for it. So every RESCAN_EVERY seconds: pending units claimed by
+        no live session go back to the queue (``claims.release_unheld``); of the
+        units this session owns, a pending one not in memory is adopted, and a
+        running one is resumed as its next attempt (the one it had is logged
+        ``lost``) or fails ``lost``.
+        """
+        released = self._ledger.claims.release_unheld(self._session, exclusive=not self._shared)
+        if released:
+            log.warning(
+                "%d pending unit(s) claimed by no live session went back to the queue: %s",
+                len(released),
+                ", ".join(released[:10]),
+            )
+        known = {r.id for r in self._claimed} | set(self._parked) | self._left
+        for work_id, status in self._ledger.sessions.held_by(self._session):
+            if work_id in self._units or work_id in known or self._mirror.backlog.holds(work_id):
+                continue
+            row = self._ledger.units.get(work_id)
+            if row is None or row.session != self._session or row.status != status:
+                continue  # it moved on since the look
+            log.warning(
+                "unit %s is this session's in the ledger (%s) but was not in memory (a "
+                "write whose answer was lost): %s",
+                work_id,
+                status.value,
+                "adopted" if status == Status.PENDING else "resumed, or failed lost",
+            )
+            if status == Status.PENDING:
+                self._claimed.append(row)
+            else:
+                self._resume_or_lose(row, why=LOST_TRACK)
+
+    def _resume_or_lose(self, row: UnitRow, why: str | None = None) -> bool | None:
+        """Resume (True) or fail ``lost`` (False); None to try again at the next tick.
+
+        ``why``: the lost attempt's error, when it is not that its supervisor ended."""
         if self._held_end_for(row.id):
             self._left.add(row.id)  # its cancel or kill is applied first
             return None
@@ -228,15 +286,25 @@ class Recovery:
         try:
             actor_class = self._units.kinds.actor_class(row.id[0])
             durable = self._ledger.units.load_spec(row.id)
-            if row.resumable and row.attempt < row.max_attempts:
+            # Attempts handed over at a deploy count as no failure (invariant 13).
+            if row.resumable and counted(row.attempt, row.attempts) < row.max_attempts:
                 spec, timeout = call_kind(actor_class, actor_class.from_durable, durable)
-                attempt = self._ledger.attempts.resume(row.id, self._session, expected=row.attempt)
-                record = replace(row.to_record(), status=Status.PENDING, attempt=attempt, pid=None)
+                # The attempt it had is in its log now (lost, or handed over).
+                attempt, attempts = self._ledger.attempts.resumed(
+                    row.id, self._session, expected=row.attempt, why=why
+                )
+                record = replace(
+                    row.to_record(),
+                    status=Status.PENDING,
+                    attempt=attempt,
+                    attempts=attempts,
+                    pid=None,
+                )
                 self._starts.admit(record, actor_class, spec, timeout, row.checkpoint, adopted=True)
                 return True
-            error = f"lost: its supervisor (session {row.session}) ended while it ran"
+            error = why or f"lost: its supervisor (session {row.session}) ended while it ran"
             if row.resumable:
-                error += f"; all {row.max_attempts} attempts are used"
+                error += f"; all {row.max_attempts} attempts are used (deploys not counted)"
         except (WorkunitsError, UnknownKind) as exc:
             if retryable(exc):
                 self._left.add(row.id)
@@ -331,6 +399,7 @@ class Recovery:
                 spec, timeout = call_kind(
                     actor_class, actor_class.from_durable, self._ledger.units.load_spec(row.id)
                 )
+                record = self._starts.with_policy(row.to_record(), actor_class, spec)
             except (WorkunitsError, UnknownKind) as exc:
                 if retryable(exc):  # not the unit's fault: adopted at a later tick
                     what = f"the adoption of {bare.id} (tried again)"
@@ -339,9 +408,7 @@ class Recovery:
                     break
                 self._lose(bare, f"could not start: {type(exc).__name__}: {exc}")
                 continue
-            self._starts.admit(
-                row.to_record(), actor_class, spec, timeout, row.checkpoint, adopted=True
-            )
+            self._starts.admit(record, actor_class, spec, timeout, row.checkpoint, adopted=True)
             adopted.append(row.id)
         return adopted
 

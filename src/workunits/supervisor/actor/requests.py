@@ -15,6 +15,7 @@ other messages (``supervisor.actor.supervisor_actor``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -29,6 +30,7 @@ from workunits._core.status import Reason
 from workunits._surface._generated import UnitOptions
 from workunits.actors.base import WorkActor
 from workunits.supervisor.actor.asks import Route
+from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.registry import Change
 from workunits.supervisor.actor.starts import Registered
 from workunits.supervisor.actor.units import CheckpointSubscriber, Subscriber
@@ -90,6 +92,20 @@ class Register(Request[Registered]):
     options: UnitOptions = field(default_factory=UnitOptions)
     restart: Restart | None = None
     trace: str | None = None  # the submitter's current span (supervisor.tracing)
+    batch: BatchLimit | None = None  # the batch it runs in (supervisor.actor.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitMany(Request[list[WorkRecord | BaseException]]):
+    """A batch: every item checked, then all written in one transaction, then admitted.
+
+    A bad item fails the whole request before anything is written; per item, the
+    answer is its record, or its own error (its key taken with other arguments).
+    The items' own ``batch`` is ignored: the request's applies to all.
+    """
+
+    items: tuple[Register, ...]
+    batch: BatchLimit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +172,14 @@ class Subscribe(Request[None]):
     """``subscriber(old, new)`` runs in the actor's thread after every write; it must not block."""
 
     subscriber: Subscriber
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeStops(Request[None]):
+    """``subscriber(id)`` runs in the actor's thread when a unit a deploy handed over has
+    stopped (no end is written for it, so no change is told); it must not block."""
+
+    subscriber: Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +283,15 @@ class KillUnit(Request[bool]):
 
 
 @dataclass(frozen=True, slots=True)
+class WithdrawPending(Request[list[bool]]):
+    """End ``killed`` (reason ``cancelled``) those of the units that have not started:
+    per unit, whether it was withdrawn. A running or ended unit is left alone -- a
+    future's ``cancel`` of work already running is refused, as the stdlib's is."""
+
+    work_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CancelUnit(Request[bool]):
     work_id: str
     grace: float
@@ -315,9 +348,11 @@ class Drain(Request[list[str]]):
 
 @dataclass(frozen=True, slots=True)
 class BeginShutdown(Request[list[str]]):
-    """Refuse new work, kill running work; the IDs still ending."""
+    """Refuse new work, kill running work; the IDs still ending. With ``deploy``, what
+    can resume is asked to stop (as a cancel, within ``grace``) and handed over."""
 
     deploy: bool = False
+    grace: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ class Reruns:
             timeout=launch.timeout,
             retry=old.retry,
             stall_after=old.stall_after,
+            sandbox=old.sandbox,
         )
         return self._starts.register(
             work_id[0], launch.spec, options, retry_of=work_id, restart=old.restart

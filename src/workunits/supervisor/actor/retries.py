@@ -38,7 +38,7 @@ from workunits._core.clock import Clock
 from workunits._core.errors import UnknownKind, WorkunitsError
 from workunits._core.record import Outcome, WorkRecord, replace
 from workunits._core.restart import Restart
-from workunits._core.retry import Attempt
+from workunits._core.retry import Attempt, counted
 from workunits._core.status import Reason, Status, is_terminal
 from workunits._ledger import Ledger, UnitRow
 from workunits.actors.kind_code import call_kind
@@ -103,10 +103,15 @@ class Retries:
         policy = record.retry
         if policy is None:
             return outcome
-        if record.attempt >= policy.max_attempts or not policy.retries(outcome):
+        # Attempts handed over at deploys are no failures (invariant 13): neither
+        # the limit, the backoff nor the "retry N/M" count takes them in.
+        failed = counted(record.attempt, record.attempts)
+        if failed >= policy.max_attempts:
             return outcome
-        delay = policy.delay(record.attempt)
-        message = f"retry {record.attempt + 1}/{policy.max_attempts} in {_seconds(delay)}"
+        if not policy.retries(outcome):
+            return outcome
+        delay = policy.delay(failed)
+        message = f"retry {failed + 1}/{policy.max_attempts} in {_seconds(delay)}"
         return None if self._schedule(record, outcome, delay, message) else outcome
 
     def _restart(self, record: WorkRecord, policy: Restart, outcome: Outcome) -> Outcome | None:
@@ -252,7 +257,8 @@ class Retries:
             return
         policy = record.retry
         total = policy.max_attempts if policy is not None else attempt
-        message = f"attempt {attempt}/{total}" if record.restart is None else f"attempt {attempt}"
+        nth = counted(attempt, record.attempts)  # of those that count: deploys do not
+        message = f"attempt {nth}/{total}" if record.restart is None else f"attempt {attempt}"
 
         def next_attempt(r: WorkRecord) -> WorkRecord:
             return replace(

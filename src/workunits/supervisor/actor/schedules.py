@@ -2,11 +2,12 @@
 
 Owned by the SupervisorActor; every method runs in its thread. Each schedule
 lives in the ledger (``_ledger.schedules``) with ``next_at``, its next firing
-due; ``tick`` fires what has come due. A firing is a unit submitted under the
-idempotency key ``schedule:<name>:<due time>``, and is recorded with
-``next_at`` moved on in one transaction; a crash between the submit and the
-record submits the same key again after the restart, which returns the unit
-already started: a due time never fires twice.
+due; ``tick`` fires what has come due. A firing takes its due time (a
+compare-and-set on ``next_at``), submits its unit under the idempotency key
+``schedule:<name>:<due time>`` and records the firing, all in one transaction
+(``Ledger.schedules.fire``): a crash at any instant leaves the due time either
+untaken (the next supervisor records it missed, or catches it up) or fired
+with its record. A due time never fires twice, and is never lost.
 
 A firing due while no supervisor ran (before this one started) is missed: it
 is recorded as ``missed``, or with ``catch_up="run-once"`` the latest missed
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from croniter import CroniterError, croniter
 
 from workunits._core.errors import InvalidArgument, WorkunitsError
-from workunits._ledger import Ledger
+from workunits._ledger import Ledger, NewUnit, UnitRow
 from workunits._ledger.schedules import ScheduleRow
 from workunits._surface._generated import UnitOptions
 from workunits._wire.submits import check_submit, check_timeout
@@ -42,7 +43,8 @@ MISSED_PER_TICK = 1000  # a schedule down for long records its misses over sever
 # supervisor on a shared ledger (or a client) fires here too, if that one is gone.
 RELOAD_EVERY = 5.0
 
-Register = Callable[[str, Any, UnitOptions], "Registered"]
+# ``Starts.register_written``: a submit whose row the caller's transaction writes.
+Register = Callable[..., "Registered | None"]
 
 
 def check_schedule(name: object, cron: object, tz: object, catch_up: object) -> zoneinfo.ZoneInfo:
@@ -176,22 +178,21 @@ class Schedules:
             if due > now:
                 return
             following = next_due(row.cron, row.tz, due)
-            # Each firing is taken first, a compare-and-set on the due time: of
-            # several supervisors on one ledger exactly one fires (or records as
-            # missed) it. A supervisor that dies right after taking it loses
-            # that one firing: at most once, never twice.
-            if not self._ledger.schedules.advance(row.name, due, following):
-                self._reread(row.name)
-                return
+            # Each firing is taken by a compare-and-set on the due time, in the
+            # transaction that records it (and submits its unit): of several
+            # supervisors on one ledger exactly one fires (or records as missed)
+            # it, and no crash splits the taking from the record.
             missed = due < self._started_at
             last_missed = following > now or following >= self._started_at
             if missed and not (row.catch_up == "run-once" and last_missed):
-                # A supervisor that died between a firing's submit and its record
-                # did fire it: its unit is under the firing's key.
-                unit = self._ledger.schedules.unit_under(firing_key(row.name, due))
-                self._ledger.schedules.record_firing(row.name, due, unit, following)
+                taken = self._ledger.schedules.miss(
+                    row.name, due, following, firing_key(row.name, due)
+                )
             else:
-                self._fire(row, due, following)
+                taken = self._fire(row, due, following)
+            if not taken:
+                self._reread(row.name)
+                return
             row = self._moved(row, following)
             due = following
 
@@ -203,10 +204,15 @@ class Schedules:
                 return
         self._rows.pop(name, None)  # removed there
 
-    def _fire(self, row: ScheduleRow, due: float, following: float) -> None:
+    def _fire(self, row: ScheduleRow, due: float, following: float) -> bool:
+        """Fire the due time; False when another supervisor took it."""
         spec = self._ledger.schedules.spec_of(row)
         options = row.options
-        record, _ = self._register(
+
+        def write(new: NewUnit) -> tuple[UnitRow, bool] | None:
+            return self._ledger.schedules.fire(row.name, due, following, new)
+
+        registered = self._register(
             row.letter,
             spec,
             UnitOptions(
@@ -214,8 +220,9 @@ class Schedules:
                 timeout=options.get("timeout"),
                 key=firing_key(row.name, due),
             ),
+            write=write,
         )
-        self._ledger.schedules.record_firing(row.name, due, record.id, following)
+        return registered is not None
 
     def _moved(self, row: ScheduleRow, next_at: float) -> ScheduleRow:
         moved = dataclasses.replace(row, next_at=next_at)

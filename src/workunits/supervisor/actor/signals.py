@@ -65,7 +65,7 @@ class Signals:
         try:
             found = self._ledger.signals.open_for(work_id)
         except WorkunitsError as exc:
-            reply_to_unit(self._units, work_id, req, False, f"{type(exc).__name__}: {exc}")
+            reply_to_unit(self._units, work_id, req, False, exc)
             return
         value = [m.SignalArrived(s.seq, s.name, s.value) for s in found]
         reply_to_unit(self._units, work_id, req, True, value)

@@ -78,6 +78,10 @@ class UnitSlot:
             self.input.close()
             self.input = None
 
+    # Written ``running``, its actor waiting for that write to land (``Starts._start``):
+    # it holds its kind's slot as a running unit does.
+    starting: bool = False
+
 
 @dataclass(frozen=True, slots=True)
 class Launch:

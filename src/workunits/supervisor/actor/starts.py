@@ -19,9 +19,11 @@ from workunits._core.clock import Clock
 from workunits._core.errors import SpecError, SupervisorClosed
 from workunits._core.record import Outcome, WorkRecord, replace
 from workunits._core.restart import Restart
+from workunits._core.sandbox import Sandbox
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import NewUnit, UnitRow
 from workunits._pool import WorkerPool
+from workunits._sandbox.isolation import Isolation, refuse_cwd_inside
 from workunits._surface._generated import UnitOptions
 from workunits._surface.submission import check_unit_options
 from workunits._util import shell_log
@@ -31,6 +33,7 @@ from workunits._zygote.reaper import Reaper
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.kind_code import call_kind
 from workunits.actors.warm_files import WarmFiles
+from workunits.supervisor.actor.batches import Batches, BatchLimit
 from workunits.supervisor.actor.deadlines import Deadlines, Due
 from workunits.supervisor.actor.delays import Delays
 from workunits.supervisor.actor.endings import EndReport, TerminalTransition
@@ -62,6 +65,7 @@ class Prepared:
     timeout: float | None
     starts_now: bool  # its row is written ``running``: it takes a slot of its kind
     new: NewUnit
+    batch: BatchLimit | None = None  # its batch's own limit (``supervisor.actor.batches``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,7 @@ class Surroundings:
     report_pid: Callable[[str, int], None]  # any thread; no message of its own (``pids``)
     pool: WorkerPool | None = None  # workers for pooled units
     files: WarmFiles | None = None  # output files made ahead of launches; None: at launch
+    isolation: Isolation | None = None  # None: no policy is kept, nothing confined
 
 
 class Starts:
@@ -109,6 +114,7 @@ class Starts:
         self._limits = dict(concurrency or {})  # running units per kind name
         self._queued: dict[str, deque[_Queued]] = {}  # FIFO per kind name
         self._delays: Delays[_Queued] = Delays()  # pending until their not_before
+        self._batches: Batches[_Queued] = Batches()  # units held by their batch's limit
         self._closing = False
         self.spans: UnitSpans | None = None  # traces, when asked for (supervisor.tracing)
 
@@ -124,6 +130,7 @@ class Starts:
         *,
         retry_of: str | None = None,
         restart: Restart | None = None,
+        trace: str | None = None,
     ) -> Registered:
         """Validate, write the ledger row, insert as ``pending``, start (invariant 4).
 
@@ -131,10 +138,13 @@ class Starts:
         instead, whatever its status (``created`` False; IdempotencyConflict if
         its spec differs). With ``retry_of`` (``retry(id)``), the failed unit's
         key moves to the new one. With ``options.not_before`` it stays pending
-        until then. A submit alone in its commit: the facade's go through
-        ``supervisor.actor.submits``.
+        until then. ``trace``: the span current where it was asked for
+        (``supervisor.tracing``). A submit alone in its commit: the facade's go
+        through ``supervisor.actor.submits``.
         """
         prepared = self.prepare(letter, spec, options, retry_of=retry_of, restart=restart)
+        if self.spans is not None:
+            self.spans.given(prepared.record.id, trace)  # its span's parent, if not its unit's
         (entered,) = self.enter([prepared])
         if isinstance(entered, BaseException):
             raise entered
@@ -149,14 +159,18 @@ class Starts:
         retry_of: str | None = None,
         restart: Restart | None = None,
         reserved: int = 0,
+        batch: BatchLimit | None = None,
+        batch_reserved: int = 0,
     ) -> Prepared:
         """Validate a submit and build its row; nothing is written or started yet.
 
         ``reserved``: slots of its kind that submits prepared before it, in the
-        same group, take if they start at once (they are not running yet).
+        same group, take if they start at once (they are not running yet);
+        ``batch_reserved`` likewise, of its batch's limit.
         """
         if self._closing:
             raise SupervisorClosed("the supervisor is closing; it starts no new work")
+        self._mirror.ledger.check_in_place()  # LedgerGone: no new work (invariant 16)
         kinds = self._units.kinds
         kind_class = kinds.actor_class(ids.validate_letter(letter))
         # The kind's code, on this (the supervisor's) thread: contained (``kind_code``).
@@ -177,10 +191,13 @@ class Starts:
             raise SpecError(f"only teammates restart; a {actor_class.kind} unit takes retry=")
         start_at = options.not_before
         assert start_at is None or isinstance(start_at, float)  # check_unit_options made it so
+        parent_policy = None
         if parent is not None:
             parent_record = self._units.lookup(parent)
             if is_terminal(parent_record.status):
                 raise SpecError(f"parent {parent} has already ended ({parent_record.status})")
+            parent_policy = parent_record.sandbox
+        policy, unenforced = self._policy(actor_class, spec, options.sandbox, parent_policy)
         work_id = ids.mint(letter)
         while work_id in self._units:  # ~2.8e12 suffixes: practically never loops
             work_id = ids.mint(letter)
@@ -197,15 +214,52 @@ class Starts:
             stall_after=options.stall_after,
             restart=restart,
             not_before=start_at,
+            sandbox=policy,
+            unenforced=unenforced,
         )
         # A unit that gets a slot now is written ``running`` by its submit: one
         # fully synced commit, not a submit and then a transition.
-        starts_now = self._has_slot(actor_class.kind, reserved) and not self._delayed(record)
+        starts_now = (
+            self._has_slot(actor_class.kind, reserved)
+            and not self._delayed(record)
+            and (batch is None or self._batches.has_room(batch, batch_reserved))
+        )
         timeout = options.timeout
         new = self._mirror.new_unit(
             record, actor_class, spec, timeout, options.key, max_attempts, starts_now=starts_now
         )
-        return Prepared(record, actor_class, spec, timeout, starts_now, new)
+        return Prepared(record, actor_class, spec, timeout, starts_now, new, batch)
+
+    def with_policy(
+        self, record: WorkRecord, actor_class: type[WorkActor], spec: Any
+    ) -> WorkRecord:
+        """A unit a client submitted through the ledger, under the policy it asked for,
+        decided here as a submit's is (SpecError, SandboxUnavailable: it cannot start)."""
+        policy, unenforced = self._policy(actor_class, spec, record.sandbox, None)
+        return dataclasses.replace(record, sandbox=policy, unenforced=unenforced)
+
+    def _policy(
+        self,
+        actor_class: type[WorkActor],
+        spec: Any,
+        asked: Sandbox | None,
+        parent: Sandbox | None,
+    ) -> tuple[Sandbox | None, tuple[str, ...]]:
+        """The new unit's sandbox policy and what of it is not enforced (None: a kind that
+        runs no process here); SpecError, SandboxEscalation or SandboxUnavailable."""
+        isolation = self._around.isolation
+        if not actor_class.sandboxed or isolation is None:
+            if asked is not None:
+                raise SpecError(
+                    f"a {actor_class.kind} unit runs no process on this machine, so it takes "
+                    f"no sandbox= (the Ray kinds are out of the sandbox's scope)"
+                )
+            return None, ()
+        decided = isolation.decide(asked, parent)
+        hidden = isolation.on and decided.policy.confined
+        if hidden and isinstance(spec, ShellSpec) and spec.cwd is not None:
+            refuse_cwd_inside(spec.cwd, self._around.state_dir)
+        return decided.policy, decided.unenforced
 
     def enter(self, group: list[Prepared]) -> list[Registered | BaseException]:
         """Write the rows of ``group`` in one fully synced commit; then admit each new one.
@@ -225,6 +279,37 @@ class Starts:
                 raise
             log.warning("a group commit of %d submits failed (%s); one at a time", len(news), exc)
             answers = [self._submit_alone(new) for new in news]
+        return self._admit_entered(group, answers)
+
+    def register_written(
+        self,
+        letter: str,
+        spec: Any,
+        options: UnitOptions,
+        *,
+        write: Callable[[NewUnit], tuple[UnitRow, bool] | None],
+    ) -> Registered | None:
+        """``register``, its row written by ``write`` in a transaction of the caller's: a
+        schedule's firing, with its compare-and-set and its record (``schedules``).
+
+        ``write`` inserts the row (or finds the unit its key names) and says so as
+        ``Ledger.units.submit`` does; None when it wrote nothing (another supervisor took
+        the firing). Only then is the unit admitted, as ``enter`` admits.
+        """
+        prepared = self.prepare(letter, spec, options)
+        answer = write(prepared.new)
+        if answer is None:
+            return None
+        row, created = answer
+        (entered,) = self._admit_entered([prepared], [None if created else row])
+        if isinstance(entered, BaseException):
+            raise entered
+        return entered
+
+    def _admit_entered(
+        self, group: list[Prepared], answers: list[UnitRow | BaseException | None]
+    ) -> list[Registered | BaseException]:
+        """After the rows of ``group`` were written: admit each new one (``enter``)."""
         out: list[Registered | BaseException] = []
         for p, answer in zip(group, answers, strict=True):
             if isinstance(answer, BaseException):
@@ -234,7 +319,12 @@ class Starts:
                 out.append(Registered(found or answer.to_record(), created=False))
             else:
                 self.admit(
-                    p.record, p.actor_class, p.spec, p.timeout, running_in_ledger=p.starts_now
+                    p.record,
+                    p.actor_class,
+                    p.spec,
+                    p.timeout,
+                    running_in_ledger=p.starts_now,
+                    batch=p.batch,
                 )
                 out.append(Registered(self._units.registry.get(p.record.id), created=True))
         return out
@@ -257,8 +347,10 @@ class Starts:
         *,
         running_in_ledger: bool = False,
         adopted: bool = False,
+        batch: BatchLimit | None = None,
     ) -> None:
-        """Insert a pending record and start it, or queue it for a slot of its kind.
+        """Insert a pending record and start it, or queue it for a slot of its kind
+        (or of its ``batch``, which is asked first).
 
         ``running_in_ledger``: the submit already wrote the row ``running`` (it
         found a slot, as this does in the same call). ``adopted``: the unit came
@@ -271,14 +363,32 @@ class Starts:
                 record.not_before, _Queued(record.id, actor_class, spec, timeout, checkpoint)
             )
             return
+        queued = _Queued(record.id, actor_class, spec, timeout, checkpoint)
+        if batch is not None and not self._batches.admit(
+            record.id, batch, queued, forced=running_in_ledger
+        ):
+            return  # it waits for a place in its batch
         if not self._has_slot(actor_class.kind):
-            queue = self._queued.setdefault(actor_class.kind, deque())
-            queue.append(_Queued(record.id, actor_class, spec, timeout, checkpoint))
+            self._queued.setdefault(actor_class.kind, deque()).append(queued)
             return
-        self._start(
-            _Queued(record.id, actor_class, spec, timeout, checkpoint),
-            running_in_ledger=running_in_ledger,
-        )
+        self._start(queued, running_in_ledger=running_in_ledger)
+
+    def ended(self, ended: WorkRecord) -> None:
+        """A unit ended: the next units waiting for its batch's place or its kind's slot start."""
+        self._batches.ended(ended.id, self._let_go)
+        self.start_queued(ended.kind)
+
+    def _let_go(self, work_id: str, unit: _Queued) -> bool:
+        """Its batch lets a waiting unit go: start it, or queue it for its kind's slot.
+        False when it ended while it waited (killed or cancelled pending)."""
+        record = self._units.registry.find(work_id)
+        if record is None or record.status != Status.PENDING:
+            return False
+        if self._has_slot(unit.actor_class.kind):
+            self._start(unit)
+        else:
+            self._queued.setdefault(unit.actor_class.kind, deque()).append(unit)
+        return True
 
     def _delayed(self, record: WorkRecord) -> bool:
         return record.not_before is not None and record.not_before > self._around.clock.now()
@@ -348,6 +458,9 @@ class Starts:
             if self._mirror.when_status_lands(
                 work_id, lambda: self._launch_if_waiting(work_id, launch, unit.checkpoint)
             ):
+                slot = self._units.slot(work_id)
+                if slot is not None:
+                    slot.starting = True  # it holds its kind's slot meanwhile
                 return
         self.launch(record, launch, unit.checkpoint)
 
@@ -355,6 +468,8 @@ class Starts:
         """Its ``running`` write landed late: launch it, unless it ended meanwhile."""
         record = self._units.registry.find(work_id)
         slot = self._units.slot(work_id)
+        if slot is not None:
+            slot.starting = False
         if record is not None and record.status == Status.RUNNING and slot and slot.actor is None:
             self.launch(record, launch, checkpoint)
 
@@ -396,10 +511,12 @@ class Starts:
             report_pid=around.report_pid,
             report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
             tell_supervisor=tell,
-            pool=around.pool,
+            pool=None if around.pool is None else around.pool.for_policy(record.sandbox),
             files=around.files,
             traceparent=None if self.spans is None else self.spans.traceparent(work_id),
             input_fd=None if slot.input is None else slot.input.read_fd,
+            sandbox=record.sandbox,
+            isolation=around.isolation,
         )
         slot.quiet_since = slot.output_checked_at = now
         slot.stalled = False
@@ -410,8 +527,8 @@ class Starts:
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
             # The work may have been launched already; nobody would own it now.
             around.zygote.signal(work_id, signal.SIGKILL)
-            if around.pool is not None:  # a pooled unit's reserved place in the queue
-                around.pool.withdraw(work_id)
+            if binding.pool is not None:  # a pooled unit's reserved place in the queue
+                binding.pool.withdraw(work_id)
             error = f"could not start the unit: {exc!r}"
             self._endings.end(work_id, Outcome(Status.FAILED, error=error))
             return

@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from workunits._core.errors import SupervisorClosed, copy_to_raise
+from workunits._core.errors import SupervisorClosed, WorkunitsError, copy_to_raise
+from workunits._core.record import WorkRecord
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor.starts import Prepared, Starts
 
@@ -74,12 +75,20 @@ class GroupedSubmits:
     def add(self, request: rq.Register) -> None:
         """A ``Register`` ask: validate it (errors go to its caller now), then join the group."""
         kind_taken = sum(1 for _, p in self._group if p.starts_now)
+        batch_taken = 0
+        if request.batch is not None:
+            token = request.batch.token
+            batch_taken = sum(
+                1 for _, p in self._group if p.starts_now and p.batch and p.batch.token == token
+            )
         prepared = self._starts.prepare(
             request.letter,
             request.spec,
             request.options,
             restart=request.restart,
             reserved=kind_taken,
+            batch=request.batch,
+            batch_reserved=batch_taken,
         )
         if self.spans is not None:
             self.spans.given(prepared.record.id, request.trace)
@@ -90,6 +99,38 @@ class GroupedSubmits:
         elif not self._flush_queued:
             self._flush_queued = True
             self._tell_self(FlushSubmits())
+
+    def submit_many(self, request: rq.SubmitMany) -> list[WorkRecord | BaseException]:
+        """A batch: check every item, then one synced commit for all (``Starts.enter``).
+
+        The group waiting for its commit goes first, so submits keep their order.
+        An item that does not pass its checks fails the batch, named by its
+        index, before anything is written or started.
+        """
+        self.commit()
+        prepared: list[Prepared] = []
+        taken = 0  # items that start at once: they take slots of their kind and batch
+        for index, item in enumerate(request.items):
+            try:
+                p = self._starts.prepare(
+                    item.letter,
+                    item.spec,
+                    item.options,
+                    restart=item.restart,
+                    reserved=taken,
+                    batch=request.batch,
+                    batch_reserved=taken,
+                )
+            except WorkunitsError as exc:
+                raise batch_item_error(index, exc) from exc
+            taken += p.starts_now
+            prepared.append(p)
+        if self.spans is not None:
+            for item, p in zip(request.items, prepared, strict=True):
+                self.spans.given(p.record.id, item.trace)
+        return [
+            r if isinstance(r, BaseException) else r.record for r in self._starts.enter(prepared)
+        ]
 
     def flush(self) -> None:
         """The FlushSubmits told at the group's first submit has come round."""
@@ -121,3 +162,14 @@ class GroupedSubmits:
         for request, _ in group:
             request.fail(SupervisorClosed("the supervisor closed before this submit was written"))
             request.settle()
+
+
+def batch_item_error(index: int, exc: WorkunitsError) -> WorkunitsError:
+    """``exc`` (of the same type where it can be rebuilt) naming the batch item it is about."""
+    text = f"item {index} of the batch: {exc}"
+    try:
+        named = type(exc)(text)
+    except Exception:  # noqa: BLE001 - a type with its own arguments: keep it, add a note
+        exc.add_note(text)
+        return exc
+    return named

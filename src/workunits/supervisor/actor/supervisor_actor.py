@@ -32,11 +32,12 @@ from typing import Any
 import pykka
 
 from workunits._core.clock import Clock
-from workunits._core.errors import LedgerError, SessionLost, WorkunitsError
+from workunits._core.errors import LedgerError, LedgerGone, SessionLost, WorkunitsError
 from workunits._core.record import WorkRecord
 from workunits._core.status import Reason, Status
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
+from workunits._sandbox.isolation import Isolation
 from workunits._wire.actor_messages import (
     Answered,
     CheckpointReport,
@@ -118,12 +119,14 @@ class SupervisorActor(pykka.ThreadingActor):
         session_lease: float | None = None,
         shared_ledger: bool = False,
         on_session_lost: Callable[[], None] | None = None,
+        isolation: Isolation | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
         self._closing = False
         # Our session was taken over (its lease lapsed): see _lose_session.
         self._session_lost = False
+        self._ledger_gone = False  # said once (``_check_ledger_in_place``)
         self._on_session_lost = on_session_lost
         deadlines = Deadlines()
         self._mirror = LedgerMirror(ledger, session, clock, lease=session_lease)
@@ -164,6 +167,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._pids.report,
             pool,
             files,
+            isolation,
         )
         self._starts = Starts(
             units=units,
@@ -208,9 +212,10 @@ class SupervisorActor(pykka.ThreadingActor):
             output=self._output,
             reruns=self._reruns,
             signals=self._signals,
+            submit_many=self._submits.submit_many,
         )
         self._schedules = Schedules(
-            ledger=ledger, register=self._starts.register, started_at=clock.now()
+            ledger=ledger, register=self._starts.register_written, started_at=clock.now()
         )
         self._recovery = Recovery(
             ledger=ledger,
@@ -235,13 +240,21 @@ class SupervisorActor(pykka.ThreadingActor):
         so no message sees an end that is not durable (see ``supervisor.actor.endings``);
         the facade's submits are committed in groups likewise (``supervisor.actor.submits``).
         Then the pids reported since the last message are applied, so none of
-        them is behind it (``supervisor.actor.pids``).
+        them is behind it (``supervisor.actor.pids``). The ``running`` writes of the
+        units started while one message is handled land together at its end.
         """
-        if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
-            self._endings.commit()
-        if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
-            self._submits.commit()  # the same for submits (see ``supervisor.actor.submits``)
-        self._pids.apply(self._units)
+        # The starts this message makes (those its ends let go, say) share one commit.
+        with self._mirror.grouping_status():
+            if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
+                self._endings.commit()
+            if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
+                self._submits.commit()  # the same for submits (``supervisor.actor.submits``)
+            self._pids.apply(self._units)
+            self._receive(message)
+        return None
+
+    def _receive(self, message: Any) -> None:
+        """``on_receive``'s handling of one message, after the commits it owes."""
         try:
             if isinstance(message, rq.Register):
                 self._submits.add(message)  # answered once its group's commit is durable
@@ -261,7 +274,6 @@ class SupervisorActor(pykka.ThreadingActor):
                 raise fault from exc
             # Told: a bad message must never stop the supervisor; log it and go on.
             log.exception("supervisor: failed to handle %r", message)
-        return None
 
     def on_stop(self) -> None:
         """In this actor's thread, after the last message: commit, then close."""
@@ -318,12 +330,12 @@ class SupervisorActor(pykka.ThreadingActor):
                 if not in_ledger:
                     self._mirror.mark_delivered(notice.id, notice.status)
                 self._eviction.acknowledged(notice.id)
-            case SpawnChild(parent, request):
-                self._children.spawn(parent, request)
-            case ControlChild(parent, request) if request.op == "signals":
+            case SpawnChild(parent, request, route):
+                self._children.spawn(parent, request, route)
+            case ControlChild(parent, request, None) if request.op == "signals":
                 self._signals.opened(parent, request.req)
-            case ControlChild(parent, request):
-                self._children.control(parent, request)
+            case ControlChild(parent, request, route):
+                self._children.control(parent, request, route)
             case SendFromUnit() | Answered() | MonitorEventReport():
                 self._messaging.between_units(message)
             case Tick():
@@ -394,6 +406,9 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.Subscribe(subscriber):
                 units.subscribe(subscriber)
                 request.answer(None)
+            case rq.SubscribeStops(stop_subscriber):
+                units.subscribe_stops(stop_subscriber)
+                request.answer(None)
             case rq.SubscribeCheckpoints(checkpoint_subscriber):
                 units.subscribe_checkpoints(checkpoint_subscriber)
                 request.answer(None)
@@ -412,6 +427,10 @@ class SupervisorActor(pykka.ThreadingActor):
                 ended = self._mirror.ledger.retains.release(lease_id)
                 self._eviction.released(work_id)
                 request.answer(ended)
+            case rq.SubmitMany():
+                request.answer(self._submits.submit_many(request))
+            case rq.WithdrawPending(work_ids):
+                request.answer(control.withdraw_pending(work_ids))
             case rq.KillUnit(work_id, reason):
                 request.answer(control.kill(work_id, reason))
             case rq.CancelUnit(work_id, grace, reason):
@@ -427,10 +446,12 @@ class SupervisorActor(pykka.ThreadingActor):
             case rq.Drain():
                 self._starts.refuse_new_work()
                 request.answer(control.unresumable_running(self._mirror.resumable))
-            case rq.BeginShutdown(deploy):
+            case rq.BeginShutdown(deploy, grace):
                 self._closing = True
                 self._starts.refuse_new_work()
-                ending = control.begin_shutdown(deploy=deploy, resumable=self._mirror.resumable)
+                ending = control.begin_shutdown(
+                    deploy=deploy, resumable=self._mirror.resumable, grace=grace
+                )
                 request.answer(ending)
             case rq.ForceEnd(work_ids, error):
                 control.force_end(work_ids, error)
@@ -448,6 +469,7 @@ class SupervisorActor(pykka.ThreadingActor):
         """
         now = self._clock.now()
         evicted = self._control.run_deadlines(now)
+        self._check_ledger_in_place()
         if self._session_lost:
             self._mirror.retry()  # lets go of what was queued (SessionLost is for good)
             return evicted
@@ -477,6 +499,16 @@ class SupervisorActor(pykka.ThreadingActor):
                 except LedgerError as exc:  # tried again at its next time
                     self._mirror.backlog.report(exc, "the outbox trim", kept=False)
         return evicted
+
+    def _check_ledger_in_place(self) -> None:
+        """Each tick: the ledger's files where they were (invariant 16)? Said once when not;
+        from then on submits raise LedgerGone and every write is held in memory."""
+        try:
+            self._mirror.ledger.check_in_place()
+        except LedgerGone as exc:
+            if not self._ledger_gone:
+                self._ledger_gone = True
+                log.error("supervisor: LEDGER GONE: %s", exc)  # noqa: TRY400 - the message is the cause
 
     def _lose_session(self, exc: SessionLost) -> None:
         """Our lease lapsed (we were stopped, or cut off) and another supervisor took
@@ -538,4 +570,4 @@ class SupervisorActor(pykka.ThreadingActor):
         """After an end is durable and told: its children are killed, a queued unit starts."""
         self._eviction.ended(ended)
         self._kill_children(ended)
-        self._starts.start_queued(ended.kind)
+        self._starts.ended(ended)

@@ -13,8 +13,10 @@ description, parent and key, its status, reason, exit code and error as
 attributes (status ERROR for a failure or a kill), and an event per
 attempt (its cause: a retry's error, a resume, a hand-over). Its parent:
 
-1. the span current in the thread that submitted it (``submitter_context``),
-   so a unit submitted inside a user's span is that span's child;
+1. the span current in the thread that submitted it (``submitter_context``;
+   for a child a unit asks for, the span current in the unit's process, sent
+   with its spawn request), so a unit submitted inside a user's span is that
+   span's child, in the program's process or inside an agent;
 2. else the span of its parent unit: children are child spans across processes;
 3. else none: a new trace.
 
@@ -41,6 +43,7 @@ from typing import Any
 from workunits._core.record import WorkRecord
 from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger, Write
+from workunits._unit.tracing import current_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +64,12 @@ def _asked_by_environment() -> bool:
 
 
 def submitter_context() -> str | None:
-    """The ``traceparent`` of the span current in this thread, or None (caller side).
+    """The ``traceparent`` of the span current in this thread, or None (caller side;
+    a unit's process sends its own with a spawn request, ``_unit.tracing``).
 
     Costs a dictionary lookup when OpenTelemetry is not loaded.
     """
-    if "opentelemetry.trace" not in sys.modules:
-        return None
-    from opentelemetry import trace  # noqa: PLC0415 - loaded already (checked above)
-
-    span = trace.get_current_span().get_span_context()
-    return _traceparent(span) if span.is_valid else None
+    return current_traceparent()
 
 
 def _traceparent(ctx: Any) -> str:

@@ -20,7 +20,7 @@ import pykka
 from workunits._core import ids as _ids
 from workunits._core.errors import UnknownKind, UnknownWork
 from workunits._core.record import WorkRecord
-from workunits._core.status import is_terminal
+from workunits._core.status import Status, is_terminal
 from workunits._ledger import Ledger
 from workunits.supervisor.actor.kinds import Kinds
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
@@ -46,6 +46,7 @@ class Units:
         self._stall_watched: set[str] = set()
         self._subscribers: list[Subscriber] = []
         self._checkpoint_subscribers: list[CheckpointSubscriber] = []
+        self._stop_subscribers: list[Callable[[str], None]] = []
 
     def __contains__(self, work_id: object) -> bool:
         return work_id in self._slots
@@ -80,11 +81,15 @@ class Units:
         return iter([(work_id, self._slots[work_id]) for work_id in self._stall_watched])
 
     def running_of(self, kind: str) -> int:
-        return sum(
-            1
-            for work_id, slot in self._slots.items()
-            if slot.actor is not None and self.registry.get(work_id).kind == kind
-        )
+        """Units of ``kind`` with an actor, or about to get one (their start's write waits)."""
+        count = 0
+        for work_id, slot in self._slots.items():
+            if slot.actor is None and not slot.starting:
+                continue
+            record = self.registry.get(work_id)
+            if record.kind == kind and (slot.actor is not None or record.status == Status.RUNNING):
+                count += 1
+        return count
 
     def tell(self, work_id: str, message: Any) -> bool:
         """Send ``message`` to the unit's actor; False when it has already stopped.
@@ -131,6 +136,18 @@ class Units:
         """``subscriber(id, attempt, state)`` runs in this thread after each checkpoint is
         saved; it must not block. Checkpoints are not record changes, hence their own list."""
         self._checkpoint_subscribers.append(subscriber)
+
+    def subscribe_stops(self, subscriber: Callable[[str], None]) -> None:
+        """``subscriber(id)`` runs in this thread when a unit handed over at a deploy has
+        stopped: no end is written or told for it (``endings``); it must not block."""
+        self._stop_subscribers.append(subscriber)
+
+    def tell_stopped(self, work_id: str) -> None:
+        for subscriber in self._stop_subscribers:
+            try:
+                subscriber(work_id)
+            except Exception:
+                log.exception("stop subscriber %r failed", subscriber)
 
     def tell_checkpoint(self, work_id: str, attempt: int, state: bytes) -> None:
         for subscriber in self._checkpoint_subscribers:

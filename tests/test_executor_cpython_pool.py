@@ -1,0 +1,11 @@
+"""CPython's executor tests (``Lib/test/test_concurrent_futures``) against ``sup.pool()``.
+
+See ``tests/cpython/executor_cases.py`` for how they are loaded and which are
+adapted or skipped, and why.
+"""
+
+from __future__ import annotations
+
+from tests.cpython.executor_cases import cases
+
+globals().update(cases(lambda sup, n: sup.pool(max_workers=n), "Pool"))
