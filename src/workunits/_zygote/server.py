@@ -30,7 +30,6 @@ import os
 import pickle
 import resource
 import selectors
-import shutil
 import signal
 import socket
 import sys
@@ -55,15 +54,14 @@ from workunits._wire.zygote_protocol import (
     Signal,
     SpawnExec,
     SpawnFailed,
-    exec_file_actions,
     exited,
     is_call_request,
     spawned,
 )
-from workunits._zygote import _linux, guard, keeper, nofile, payload, spare, unit_process
+from workunits._zygote import _linux, commands, guard, keeper, nofile, payload, spare, unit_process
 from workunits._zygote.containment import Cgroups, inside, remove_stale
 from workunits._zygote.limit_watch import LimitWatch, kill_cgroup_members
-from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN, RESET_SIGNALS
+from workunits._zygote.unit_process import EXIT_RUNTIME_BROKEN
 from workunits._zygote.warm import Spare, WarmPool, WarmSettings
 
 # A warm process reads its unit as soon as it runs; one that does not within this
@@ -266,7 +264,7 @@ class Zygote:
         plan = msg.confinement if self.isolation.on else None
         unit_limits = UnitLimits()
         try:
-            path = _resolve(msg)
+            path = commands.resolve(msg)
             if self.cgroups is None:
                 unit_limits = self._limits_for(msg.unit_id, plan, None)
                 pid, shown = self._spawn_kept(
@@ -277,13 +275,20 @@ class Zygote:
                 unit_limits = self._limits_for(msg.unit_id, plan, cgroup)
                 with self._inside(cgroup):
                     if plan is None:
-                        pid = shown = self._posix_spawn(msg, path, output_fd, input_fd)
-                    else:
-                        pid = shown = self._fork_exec(
-                            msg, path, output_fd, input_fd, plan=plan, limits=unit_limits
+                        pid = shown = commands.posix_spawn(msg, path, output_fd, input_fd)
+                    else:  # confined: forked, confined, exec'd (``commands``)
+                        limits = unit_limits
+                        pid = shown = commands.fork_exec(
+                            msg,
+                            path,
+                            output_fd,
+                            input_fd,
+                            become_unit=lambda: self.become_unit(msg.limits, subreaper=False),
+                            confine=lambda: self.isolation.confine(plan, limits, (output_fd,)),
+                            env=dict(plan.env),
                         )
         except OSError as exc:
-            self.refuse(msg.unit_id, _exec_error(msg, exc))
+            self.refuse(msg.unit_id, commands.exec_error(msg, exc))
             if cgroup is not None:
                 Cgroups.remove(cgroup)
             remove(unit_limits.directories)
@@ -299,52 +304,6 @@ class Zygote:
         if plan is None:
             return UnitLimits()
         return self.isolation.prepare_limits(unit_id, plan.memory, plan.processes, cgroup)
-
-    def _fork_exec(
-        self,
-        msg: SpawnExec,
-        path: str,
-        output_fd: int,
-        input_fd: int | None,
-        *,
-        plan: Confinement,
-        limits: UnitLimits,
-    ) -> int:
-        """Fork a process that confines itself, then execs the command (cgroup mode).
-
-        As posix_spawn: stdin the pipe or /dev/null, fds 1 and 2 the output, a new
-        session, default signal actions, the output cap as RLIMIT_FSIZE. Waits
-        for the exec (the report pipe closes) or for the error the child sends.
-        """
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            pid = unit_process.fork()
-        except OSError:
-            os.close(report_r)
-            os.close(report_w)
-            raise
-        if pid == 0:  # pragma: no cover - runs in the unit's process
-            try:
-                os.close(report_r)
-                self.become_unit(msg.limits, subreaper=False)
-                self.isolation.confine(plan, limits, (output_fd,))
-                _exec(msg, path, output_fd, input_fd, plan)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    filename = os.fsencode(exc.filename or "")
-                    os.write(report_w, b"-%d\0%s\0%s" % (exc.errno or 0, filename, _what(exc)))
-            finally:
-                os._exit(keeper.EXIT_NOT_STARTED)
-        os.close(report_w)
-        try:
-            error = _read_all(report_r)
-        finally:
-            os.close(report_r)
-        if not error:
-            return pid
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-        raise _rebuilt(error)
 
     @contextlib.contextmanager
     def _inside(self, cgroup: str) -> Iterator[None]:
@@ -398,7 +357,7 @@ class Zygote:
                 os._exit(EXIT_RUNTIME_BROKEN)
         os.close(report_w)
         try:
-            error = _read_all(report_r)  # "+PID", or "-ERRNO\0FILENAME"
+            error = commands.read_all(report_r)  # "+PID", or "-ERRNO\0FILENAME"
         finally:
             os.close(report_r)
         if error.startswith("+"):
@@ -407,37 +366,7 @@ class Zygote:
             os.waitpid(pid, 0)
         if not error[1:2].isdigit():
             raise OSError(errno.ECHILD, "the keeper process died before spawning")
-        raise _rebuilt(error)
-
-    def _posix_spawn(self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
-        cap = msg.limits.output_cap
-        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        cwd = os.getcwd() if msg.cwd is not None else None
-        try:
-            if cap is not None:
-                limit = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
-                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-            if msg.cwd is not None:
-                os.chdir(msg.cwd)
-            with nofile.lowered_for_spawn():
-                return self._spawn_now(msg, path, output_fd, input_fd)
-        finally:
-            if cwd is not None:
-                os.chdir(cwd)
-            if cap is not None:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-
-    @staticmethod
-    def _spawn_now(msg: SpawnExec, path: str, output_fd: int, input_fd: int | None) -> int:
-        return os.posix_spawn(
-            path,
-            list(msg.argv),
-            os.environ if msg.env is None else dict(msg.env),
-            file_actions=exec_file_actions(output_fd, input_fd),
-            setsid=True,
-            setsigdef=RESET_SIGNALS,
-            setsigmask=(),
-        )
+        raise commands.rebuilt(error)
 
     def spawn_call(
         self,
@@ -491,7 +420,9 @@ class Zygote:
             if cgroup is not None:
                 Cgroups.remove(cgroup)
             remove(unit_limits.directories)
-            self.refuse(unit_id, f"could not start: fork failed: {describe_start_error(exc)}")
+            self.refuse(
+                unit_id, f"could not start: fork failed: {commands.describe_start_error(exc)}"
+            )
             return
         if pid == 0:  # pragma: no cover - runs in the unit process
             code = EXIT_RUNTIME_BROKEN
@@ -616,7 +547,7 @@ class Zygote:
             if cgroup is not None:
                 Cgroups.kill(cgroup)
                 self.dying.append(cgroup)
-            self.refuse(unit_id, f"could not start: no pidfd: {describe_start_error(exc)}")
+            self.refuse(unit_id, f"could not start: no pidfd: {commands.describe_start_error(exc)}")
             self.dying.extend(unit_limits.directories)
             return
         slot = Slot(unit_id, pid, cgroup, call, unit_limits, cpu_limit)
@@ -787,94 +718,6 @@ def _removed(path: str) -> bool:
         return Cgroups.remove(path)
     except OSError:
         return True  # not ours to remove after all (gone, or never a cgroup): forget it
-
-
-def _exec(
-    msg: SpawnExec, path: str, output_fd: int, input_fd: int | None, plan: Confinement
-) -> None:
-    """In a forked command's process: its descriptors, directory and limits, then exec."""
-    stdin = os.open(os.devnull, os.O_RDONLY) if input_fd is None else input_fd
-    os.dup2(stdin, 0)
-    os.close(stdin)
-    os.dup2(output_fd, 1)
-    os.dup2(output_fd, 2)
-    cap = msg.limits.output_cap
-    if cap is not None:
-        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-        limit = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (min(limit, soft), hard))
-    if msg.cwd is not None:
-        os.chdir(msg.cwd)
-    env = dict(os.environ if msg.env is None else msg.env)
-    env.update(plan.env)
-    os.execve(path, list(msg.argv), env)  # noqa: S606 - the command, as posix_spawn runs it
-
-
-def _what(exc: OSError) -> bytes:
-    """The text of an OSError raised by our own code (a refused confinement), not errno's."""
-    return str(exc).encode(errors="replace")[:400] if not exc.filename else b""
-
-
-def _rebuilt(report: str) -> OSError:
-    """The OSError a forked child reported as ``-ERRNO\0FILENAME[\0TEXT]``."""
-    code, _, rest = report[1:].partition("\0")
-    filename, _, text = rest.partition("\0")
-    errno_ = int(code) if code.isdigit() else errno.ECHILD
-    if text:
-        return OSError(errno_, text)
-    return OSError(errno_, os.strerror(errno_), filename or None)
-
-
-def _read_all(fd: int) -> str:
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
-
-
-def _resolve(msg: SpawnExec) -> str:
-    """Find the program as execvpe would, with the unit's PATH, relative to its cwd."""
-    program = msg.argv[0]
-    if "/" in program:
-        full = program if msg.cwd is None else os.path.join(msg.cwd, program)
-        if not os.path.exists(full):
-            raise FileNotFoundError(errno.ENOENT, "no such file", program)
-        return program
-    env_path = (os.environ if msg.env is None else msg.env).get("PATH", os.defpath)
-    found = shutil.which(program, path=env_path)
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, "command not found", program)
-    return found
-
-
-_START_ERROR_HINTS = {
-    errno.EAGAIN: "too many processes (RLIMIT_NPROC or the cgroup's pids.max)",
-    errno.ENOMEM: "out of memory",
-    errno.EMFILE: "out of file descriptors (RLIMIT_NOFILE)",
-    errno.ENFILE: "the system is out of file descriptors",
-}
-
-
-def describe_start_error(exc: OSError) -> str:
-    """``EAGAIN (Resource temporarily unavailable): too many processes (...)``."""
-    code = exc.errno or 0
-    name = errno.errorcode.get(code, str(code))
-    text = f"{name} ({exc.strerror or exc})"
-    hint = _START_ERROR_HINTS.get(code)
-    return f"{text}: {hint}" if hint else text
-
-
-def _exec_error(msg: SpawnExec, exc: BaseException) -> str:
-    what = msg.argv[0]
-    if isinstance(exc, FileNotFoundError | NotADirectoryError) and exc.filename == msg.cwd:
-        return f"could not start {what!r}: no directory {msg.cwd!r}"
-    if isinstance(exc, FileNotFoundError):
-        return f"could not start: command not found: {what!r}"
-    if isinstance(exc, PermissionError):
-        return f"could not start: permission denied: {what!r}"
-    if isinstance(exc, OSError):
-        return f"could not start {what!r}: {describe_start_error(exc)}"
-    return f"could not start {what!r}: {type(exc).__name__}: {exc}"
 
 
 def _limit_cgroups(name: str) -> UnitCgroups | None:
