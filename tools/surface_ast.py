@@ -18,6 +18,7 @@ from workunits._surface.surfaces import Surface
 AWAITED = {
     "_run",
     "_submit",
+    "_submit_batch",
     "_submit_teammate",
     "_wait",
     "_result",

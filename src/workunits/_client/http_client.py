@@ -49,15 +49,12 @@ from workunits._core.errors import (
 )
 from workunits._core.record import Notification, WorkRecord
 from workunits._core.retain import HeldRetains
-from workunits._core.retry import Retry
 from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import DEFAULT_CLAIM_LEASE, MAX_CLAIM_LEASE, seconds
 from workunits._core.status import Reason, Status
 from workunits._surface import batch, ops
 from workunits._surface._generated import HttpClientVerbs, HttpHandleVerbs
 from workunits._surface.submission import Submission
-from workunits._wire.agent_call import AgentCall
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP
 
 R = TypeVar("R")
 
@@ -192,68 +189,6 @@ class HttpClient(HttpClientVerbs):
         """``POST /v1/units``; ``key`` is its Idempotency-Key."""
         return self._handle(self._drive(http_wire.submit(submission)))
 
-    def submit_many(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        reuse: bool = False,
-        max_workers: int | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> list[HttpHandle]:
-        """Submit agent units as one batch (``POST /v1/units:batch``); their handles.
-
-        As ``Supervisor.submit_many``: each ``fn`` named by import reference; a bad
-        item fails the batch, named by its index, before anything is written; one
-        whose key is taken with other arguments fails alone (``BatchItemsFailed``).
-        At most ``max_workers`` of the batch run at once on the server.
-        """
-        submissions = batch.submissions(
-            calls,
-            output_cap=output_cap,
-            memory_limit=memory_limit,
-            reuse=reuse,
-            max_attempts=max_attempts,
-            retry=retry,
-            sandbox=sandbox,
-        )
-        answers = self._drive(http_wire.submit_batch(submissions, max_workers))
-        results: list[HttpHandle | BaseException] = [
-            a if isinstance(a, BaseException) else self._handle(a) for a in answers
-        ]
-        return batch.handles_or_raise(results)
-
-    async def submit_many_async(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        reuse: bool = False,
-        max_workers: int | None = None,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> list[HttpHandle]:
-        """Like ``submit_many`` without blocking the event loop."""
-        submissions = batch.submissions(
-            calls,
-            output_cap=output_cap,
-            memory_limit=memory_limit,
-            reuse=reuse,
-            max_attempts=max_attempts,
-            retry=retry,
-            sandbox=sandbox,
-        )
-        answers = await self._drive_async(http_wire.submit_batch(submissions, max_workers))
-        results: list[HttpHandle | BaseException] = [
-            a if isinstance(a, BaseException) else self._handle(a) for a in answers
-        ]
-        return batch.handles_or_raise(results)
-
     async def map_async(
         self,
         fn: Callable[..., Any] | str,
@@ -292,6 +227,19 @@ class HttpClient(HttpClientVerbs):
 
     async def _submit_async(self, submission: Submission) -> HttpHandle:
         return self._handle(await self._drive_async(http_wire.submit(submission)))
+
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> list[HttpHandle | BaseException]:
+        """``POST /v1/units:batch``: one request, one transaction on the server."""
+        answers = self._drive(http_wire.submit_batch(submissions, max_workers))
+        return [a if isinstance(a, BaseException) else self._handle(a) for a in answers]
+
+    async def _submit_batch_async(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> list[HttpHandle | BaseException]:
+        answers = await self._drive_async(http_wire.submit_batch(submissions, max_workers))
+        return [a if isinstance(a, BaseException) else self._handle(a) for a in answers]
 
     def _handle(self, submitted: ops.Submitted) -> HttpHandle:
         return HttpHandle(self, submitted.id, created=submitted.created)

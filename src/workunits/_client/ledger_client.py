@@ -49,7 +49,7 @@ from workunits._core.errors import (
 from workunits._core.query import Query
 from workunits._core.record import WorkRecord
 from workunits._core.retain import HeldRetains
-from workunits._core.retry import SPEC_NOT_KEPT, Retry, check_retryable
+from workunits._core.retry import SPEC_NOT_KEPT, check_retryable
 from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import seconds, wait_timeout
 from workunits._core.status import Status, is_terminal
@@ -60,7 +60,6 @@ from workunits._surface import batch, ops
 from workunits._surface._generated import ClientHandleVerbs, ClientVerbs, UnitOptions
 from workunits._surface.submission import LETTERS, Submission, build, check_unit_options
 from workunits._util import shell_log
-from workunits._wire.agent_call import AgentCall
 from workunits._wire.durable import (
     agent_resumable,
     agent_to_durable,
@@ -68,7 +67,7 @@ from workunits._wire.durable import (
     shell_to_durable,
 )
 from workunits._wire.results import result_of
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, check_limits, durable_options
+from workunits._wire.specs import AgentSpec, check_limits, durable_options
 from workunits._wire.submits import check_timeout
 
 if TYPE_CHECKING:
@@ -313,10 +312,11 @@ class Client(ClientVerbs):
         return ClientHandle(self, row.id, created=created)
 
     def _submit_batch(
-        self, submissions: builtins.list[Submission]
+        self, submissions: builtins.list[Submission], max_workers: int | None = None
     ) -> builtins.list[ClientHandle | BaseException]:
         """Rows for every submission, checked first (an error names its item), then
-        written in one fully synced transaction that wakes the supervisor once."""
+        written in one fully synced transaction that wakes the supervisor once. A
+        client's batch has no ``max_workers``: that limit lives in a supervisor's memory."""
         news = batch.each_item(submissions, self._new_unit)
         answers = self.ledger.units.submit_many(news, wake=True)
         return [
@@ -329,6 +329,11 @@ class Client(ClientVerbs):
         letter, kind, durable, description = self._durable(submission)
         unit = dataclasses.replace(submission.unit, description=description)
         return self._unit_row(letter, kind, durable, unit)
+
+    async def _submit_batch_async(
+        self, submissions: builtins.list[Submission], max_workers: int | None = None
+    ) -> builtins.list[ClientHandle | BaseException]:
+        return await asyncio.to_thread(self._submit_batch, submissions, max_workers)
 
     async def _submit_async(self, submission: Submission) -> ClientHandle:
         # Pickled and submitted on a worker thread (the synced submit, too).
@@ -581,33 +586,6 @@ class Client(ClientVerbs):
 
     # -- batches (``_surface.batch``) ------------------------------------------------------
 
-    def submit_many(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> builtins.list[ClientHandle]:
-        """Submit agent units as one batch, written in one transaction; their handles.
-
-        As ``Supervisor.submit_many``: a bad item fails the batch, named by its
-        index, before anything is written; one whose key is taken with other
-        arguments fails alone (``BatchItemsFailed``). The supervisor starts them at
-        its next tick, under its kinds' ``concurrency``.
-        """
-        submissions = batch.submissions(
-            calls,
-            output_cap=output_cap,
-            memory_limit=memory_limit,
-            max_attempts=max_attempts,
-            retry=retry,
-            sandbox=sandbox,
-        )
-        return batch.handles_or_raise(self._submit_batch(submissions))
-
     def map(
         self,
         fn: Callable[..., Any] | str,
@@ -621,30 +599,6 @@ class Client(ClientVerbs):
         end = batch.deadline(timeout)
         handles = self.submit_many(batch.calls_of(fn, iterables), sandbox=sandbox)
         return batch.results([h.id for h in handles], end, self.result, self.kill)
-
-    async def submit_many_async(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        max_attempts: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> builtins.list[ClientHandle]:
-        """Like ``submit_many`` without blocking the event loop (checked, pickled and
-        written on a worker thread)."""
-        return await asyncio.to_thread(
-            functools.partial(
-                self.submit_many,
-                builtins.list(calls),
-                max_attempts=max_attempts,
-                memory_limit=memory_limit,
-                output_cap=output_cap,
-                retry=retry,
-                sandbox=sandbox,
-            )
-        )
 
     async def map_async(
         self,

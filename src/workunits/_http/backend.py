@@ -34,12 +34,13 @@ from workunits._http.problems import ShuttingDown
 from workunits._ledger import Ledger
 from workunits._ledger.listing import Total
 from workunits._ledger.values import resolve_ref
+from workunits._surface import batch
 from workunits._surface._generated import UnitOptions
 from workunits._surface.options import UNIT_OPTIONS, taken_by
 from workunits._surface.submission import Submission
 from workunits._util import strictjson
 from workunits._wire.results import result_of
-from workunits.supervisor.actor.submits import batch_item_error
+from workunits.supervisor import batch_requests
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor
 from workunits.supervisor.http_consumers import NoticeClaim
@@ -130,9 +131,9 @@ class Backend:
                 key = None if keys is None else keys[index]
                 submissions.append(await self._submission(body, key))
             except WorkunitsError as exc:
-                raise batch_item_error(index, exc) from exc
+                raise batch.item_error(index, exc) from exc
         started = time.time()
-        answers = await self.sup._submit_batch_async(submissions, max_workers=max_workers)
+        answers = await batch_requests.records_async(self.sup, submissions, max_workers)
         return [
             a if isinstance(a, BaseException) else (a, a.created_at >= started) for a in answers
         ]

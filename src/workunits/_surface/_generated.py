@@ -26,7 +26,7 @@ from workunits._core.sandbox import Sandbox
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import DEFAULT_CLAIM_LEASE, ask_timeout, seconds, wait_timeout
 from workunits._core.status import Status
-from workunits._surface import ops
+from workunits._surface import batch, ops
 from workunits._surface.handle import Handle
 from workunits._surface.ops import Submitted
 from workunits._surface.paging import EVERY_PAGE
@@ -35,7 +35,8 @@ from workunits._surface.submission import Submission
 from workunits._surface.transport import Transport
 from workunits._surface.tree import render_tree
 from workunits._surface.verbs import STREAM_POLL
-from workunits._wire.specs import check_bytes
+from workunits._wire.agent_call import AgentCall
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, check_bytes
 
 if TYPE_CHECKING:
     from workunits._client.follow import LedgerNotices, LedgerOutputStream
@@ -121,6 +122,18 @@ class SupervisorVerbs(Transport):
         raise NotImplementedError
 
     async def _submit_async(self, submission: Submission) -> WorkHandle:
+        raise NotImplementedError
+
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[WorkHandle | BaseException]:
+        """Start a batch as one write (all or, for a bad item, none); per item its handle,
+        or the error that item alone met (its key taken with other arguments)."""
+        raise NotImplementedError
+
+    async def _submit_batch_async(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[WorkHandle | BaseException]:
         raise NotImplementedError
 
     def _submit_teammate(self, submission: Submission) -> TeammateHandle:
@@ -1124,6 +1137,64 @@ class SupervisorVerbs(Transport):
             raise SpecError(f"eof must be True or False, got {eof!r}")
         return await self._run_async(ops.SendInput(ids.validate(work_id), bytes(data), eof))
 
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[WorkHandle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        Every item (a ``wu.AgentCall``: a call, and its unit's own key,
+        description and timeout) is checked before anything is written: one that
+        cannot make a unit fails the batch with SpecError or WrongType naming its
+        index. An item whose key names a unit returns that unit; one whose key
+        was taken with other arguments fails alone, and ``BatchItemsFailed``
+        carries every item's handle or error. At most ``max_workers`` of the
+        batch run at once (default: no limit of its own). The other options are
+        every unit's, as ``agent`` takes them.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(self._submit_batch(submissions, max_workers))
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[WorkHandle]:
+        """Like ``submit_many`` without blocking the event loop."""
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(await self._submit_batch_async(submissions, max_workers))
+
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
         return self._run(ops.Get(ids.validate(work_id)))
@@ -1579,6 +1650,18 @@ class ClientVerbs(Transport):
     async def _submit_async(self, submission: Submission) -> ClientHandle:
         raise NotImplementedError
 
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[ClientHandle | BaseException]:
+        """Start a batch as one write (all or, for a bad item, none); per item its handle,
+        or the error that item alone met (its key taken with other arguments)."""
+        raise NotImplementedError
+
+    async def _submit_batch_async(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[ClientHandle | BaseException]:
+        raise NotImplementedError
+
     def shell(
         self,
         cmd: str | Sequence[str],
@@ -1999,6 +2082,64 @@ class ClientVerbs(Transport):
             raise SpecError(f"eof must be True or False, got {eof!r}")
         return await self._run_async(ops.SendInput(ids.validate(work_id), bytes(data), eof))
 
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[ClientHandle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        Every item (a ``wu.AgentCall``: a call, and its unit's own key,
+        description and timeout) is checked before anything is written: one that
+        cannot make a unit fails the batch with SpecError or WrongType naming its
+        index. An item whose key names a unit returns that unit; one whose key
+        was taken with other arguments fails alone, and ``BatchItemsFailed``
+        carries every item's handle or error. At most ``max_workers`` of the
+        batch run at once (default: no limit of its own). The other options are
+        every unit's, as ``agent`` takes them.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(self._submit_batch(submissions, max_workers))
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[ClientHandle]:
+        """Like ``submit_many`` without blocking the event loop."""
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(await self._submit_batch_async(submissions, max_workers))
+
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
         return self._run(ops.Get(ids.validate(work_id)))
@@ -2299,6 +2440,18 @@ class HttpClientVerbs(Transport):
         raise NotImplementedError
 
     async def _submit_async(self, submission: Submission) -> HttpHandle:
+        raise NotImplementedError
+
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[HttpHandle | BaseException]:
+        """Start a batch as one write (all or, for a bad item, none); per item its handle,
+        or the error that item alone met (its key taken with other arguments)."""
+        raise NotImplementedError
+
+    async def _submit_batch_async(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[HttpHandle | BaseException]:
         raise NotImplementedError
 
     def shell(
@@ -2738,6 +2891,64 @@ class HttpClientVerbs(Transport):
             raise SpecError(f"eof must be True or False, got {eof!r}")
         return await self._run_async(ops.SendInput(ids.validate(work_id), bytes(data), eof))
 
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[HttpHandle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        Every item (a ``wu.AgentCall``: a call, and its unit's own key,
+        description and timeout) is checked before anything is written: one that
+        cannot make a unit fails the batch with SpecError or WrongType naming its
+        index. An item whose key names a unit returns that unit; one whose key
+        was taken with other arguments fails alone, and ``BatchItemsFailed``
+        carries every item's handle or error. At most ``max_workers`` of the
+        batch run at once (default: no limit of its own). The other options are
+        every unit's, as ``agent`` takes them.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(self._submit_batch(submissions, max_workers))
+
+    async def submit_many_async(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[HttpHandle]:
+        """Like ``submit_many`` without blocking the event loop."""
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(await self._submit_batch_async(submissions, max_workers))
+
     def get(self, work_id: str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""
         return self._run(ops.Get(ids.validate(work_id)))
@@ -2982,6 +3193,13 @@ class UnitContextVerbs(Transport):
 
     def _submit(self, submission: Submission) -> ChildHandle:
         """Start the unit a submit verb describes; its handle."""
+        raise NotImplementedError
+
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[ChildHandle | BaseException]:
+        """Start a batch as one write (all or, for a bad item, none); per item its handle,
+        or the error that item alone met (its key taken with other arguments)."""
         raise NotImplementedError
 
     def _submit_teammate(self, submission: Submission) -> ChildTeammate:
@@ -3474,6 +3692,39 @@ class UnitContextVerbs(Transport):
         if not isinstance(eof, bool):
             raise SpecError(f"eof must be True or False, got {eof!r}")
         return self._run(ops.SendInput(ids.validate(child), bytes(data), eof))
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[ChildHandle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        Every item (a ``wu.AgentCall``: a call, and its unit's own key,
+        description and timeout) is checked before anything is written: one that
+        cannot make a unit fails the batch with SpecError or WrongType naming its
+        index. An item whose key names a unit returns that unit; one whose key
+        was taken with other arguments fails alone, and ``BatchItemsFailed``
+        carries every item's handle or error. At most ``max_workers`` of the
+        batch run at once (default: no limit of its own). The other options are
+        every unit's, as ``agent`` takes them.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=False,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(self._submit_batch(submissions, max_workers))
 
     def get(self, work_id: ChildHandle | str) -> WorkRecord:
         """The unit's current record: from memory, or from the ledger once it left memory."""

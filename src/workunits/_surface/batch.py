@@ -18,11 +18,16 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Sequence
 from typing import Any, TypeVar
 
-from workunits._core.errors import BatchItemsFailed, ClientClosed, WorkunitsError, WrongType
+from workunits._core.errors import (
+    BatchItemsFailed,
+    ClientClosed,
+    SpecError,
+    WorkunitsError,
+    WrongType,
+)
 from workunits._core.retry import Retry
 from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import wait_timeout
-from workunits._surface._generated import UnitOptions
 from workunits._surface.options import taken_by
 from workunits._surface.submission import Submission
 from workunits._wire.agent_call import AgentCall
@@ -43,6 +48,9 @@ def submissions(
     sandbox: Sandbox | None = None,
 ) -> list[Submission]:
     """One agent submission per call: the shared options, then the call's own."""
+    # Here, not at the top: the generated verbs (``submit_many``) import this module.
+    from workunits._surface._generated import UnitOptions  # noqa: PLC0415
+
     spec: dict[str, Any] = {o.name: o.default for o in taken_by("agent") if not o.unit}
     spec.update(output_cap=output_cap, memory_limit=memory_limit, reuse=reuse)
     out: list[Submission] = []
@@ -65,6 +73,14 @@ def submissions(
         )
         out.append(Submission("agent", call.fn, call.args, call.kwargs, spec, unit))
     return out
+
+
+def check_max_workers(max_workers: object) -> None:
+    """SpecError (a ValueError) unless ``max_workers`` is an int > 0 (the stdlib's words)."""
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int):
+        raise SpecError(f"max_workers must be an int, got {max_workers!r}")
+    if max_workers <= 0:
+        raise SpecError("max_workers must be greater than 0")
 
 
 def calls_of(fn: Callable[..., Any] | str, iterables: Sequence[Iterable[Any]]) -> list[AgentCall]:

@@ -19,9 +19,11 @@ TEAMMATE_CALLS = frozenset({"tell", "ask", "stop"})
 SCHEDULES = frozenset({"schedule", "unschedule", "schedules"})
 SUPERVISOR_ONLY = frozenset({"shed", "gc", "register_kind", "drain"})
 LEDGER_ROWS = frozenset({"row", "rows"})
-# Batches: written by hand on each surface over its own transport (one ``SubmitMany``
-# ask, one ledger transaction, one ``POST /v1/units:batch``, one spawn request), from
-# one definition of the calls (``_surface.batch``); held to parity here all the same.
+# Batches: ``submit_many`` is a verb (each surface carries the batch over its own
+# transport: one ``SubmitMany`` ask, one ledger transaction, one ``POST
+# /v1/units:batch``, one spawn request); ``map`` is written by hand on each (its
+# twin is an async generator, which the generator does not write), and held to
+# parity here all the same.
 BATCHES = frozenset({"submit_many", "map"})
 CALLS = frozenset({"shell", "agent", "workflow"})
 IN_PROCESS_KINDS = frozenset({"dream", "monitor", "teammate"})

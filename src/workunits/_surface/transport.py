@@ -15,7 +15,7 @@ on each surface's generated base with them (``surfaces.SURFACES``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from workunits._core.claim import NoticeSource
@@ -51,6 +51,18 @@ class Transport:
         raise NotImplementedError
 
     async def _submit_async(self, submission: Submission) -> Handle:
+        raise NotImplementedError
+
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[Handle | BaseException]:
+        """Start a batch as one write (all or, for a bad item, none); per item its handle,
+        or the error that item alone met (its key taken with other arguments)."""
+        raise NotImplementedError
+
+    async def _submit_batch_async(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> Sequence[Handle | BaseException]:
         raise NotImplementedError
 
     def _submit_teammate(self, submission: Submission) -> Teammate:

@@ -13,7 +13,7 @@ self._run_async(op)``), so a twin can never take other options than its verb.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, overload
 
@@ -22,16 +22,19 @@ from workunits._core.errors import SpecError
 from workunits._core.query import query
 from workunits._core.record import OutputChunk, WorkRecord
 from workunits._core.retain import DEFAULT_LEASE, Retain, check_lease
+from workunits._core.retry import Retry
+from workunits._core.sandbox import Sandbox
 from workunits._core.schedule import ScheduleInfo
 from workunits._core.seconds import DEFAULT_CLAIM_LEASE, ask_timeout, seconds, wait_timeout
 from workunits._core.status import Status
-from workunits._surface import ops
+from workunits._surface import batch, ops
 from workunits._surface.handle import Handle, Stream
 from workunits._surface.paging import EVERY_PAGE
 from workunits._surface.schedules import scheduled_spec
 from workunits._surface.transport import NoticeFeed, Transport
 from workunits._surface.tree import render_tree
-from workunits._wire.specs import check_bytes
+from workunits._wire.agent_call import AgentCall
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, check_bytes
 
 if TYPE_CHECKING:
     from workunits._ledger import UnitRow
@@ -84,6 +87,42 @@ class Verbs(Transport):
         if not isinstance(eof, bool):
             raise SpecError(f"eof must be True or False, got {eof!r}")
         return self._run(ops.SendInput(ids.validate(work_id), bytes(data), eof))
+
+    # -- batches ------------------------------------------------------------------------
+
+    def submit_many(
+        self,
+        calls: Iterable[AgentCall],
+        *,
+        max_workers: int | None = None,
+        reuse: bool = False,
+        memory_limit: int | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> builtins.list[Handle]:
+        """Submit agent units as one batch, written in one transaction; their handles.
+
+        Every item (a ``wu.AgentCall``: a call, and its unit's own key,
+        description and timeout) is checked before anything is written: one that
+        cannot make a unit fails the batch with SpecError or WrongType naming its
+        index. An item whose key names a unit returns that unit; one whose key
+        was taken with other arguments fails alone, and ``BatchItemsFailed``
+        carries every item's handle or error. At most ``max_workers`` of the
+        batch run at once (default: no limit of its own). The other options are
+        every unit's, as ``agent`` takes them.
+        """
+        submissions = batch.submissions(
+            calls,
+            output_cap=output_cap,
+            memory_limit=memory_limit,
+            reuse=reuse,
+            max_attempts=max_attempts,
+            retry=retry,
+            sandbox=sandbox,
+        )
+        return batch.handles_or_raise(self._submit_batch(submissions, max_workers))
 
     # -- reading ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from workunits._core.errors import SpecError, WorkunitsError
+from workunits._core.errors import WorkunitsError
 from workunits._surface import batch
 from workunits._surface.submission import Submission, build
 from workunits._unit import tracing
@@ -31,21 +31,15 @@ def parallelism() -> int:
         return os.cpu_count() or 1
 
 
-def check_max_workers(max_workers: object) -> None:
-    if isinstance(max_workers, bool) or not isinstance(max_workers, int):
-        raise SpecError(f"max_workers must be an int, got {max_workers!r}")
-    if max_workers <= 0:
-        raise SpecError("max_workers must be greater than 0")
-
-
 def spawn_many(
     ctx: UnitContext, submissions: list[Submission], max_workers: int | None
-) -> list[ChildHandle]:
-    """Start the submissions as child agents in one batch; their handles, in order."""
+) -> list[ChildHandle | BaseException]:
+    """Start the submissions as child agents in one batch: per item its handle, or the
+    error that item alone met."""
     from workunits._unit.child_handles import ChildHandle  # noqa: PLC0415 - a cycle otherwise
 
     if max_workers is not None:
-        check_max_workers(max_workers)
+        batch.check_max_workers(max_workers)
     trace = tracing.current_traceparent()  # each child's span's parent (supervisor.tracing)
     items = batch.each_item(submissions, lambda sub: ctx._spawn_frame(build(sub), trace))
     ctx._raise_if_cancelled()
@@ -56,4 +50,4 @@ def spawn_many(
     for result in results:
         if isinstance(result, ChildHandle):
             ctx._transcript.write("child", child=result.id, status="started", kind="a")
-    return batch.handles_or_raise(results)
+    return results

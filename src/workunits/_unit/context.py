@@ -49,9 +49,8 @@ from workunits._unit.steps import Steps
 from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
 from workunits._wire import frames as m
-from workunits._wire.agent_call import AgentCall
 from workunits._wire.results import answer_of, result_of
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP, AgentSpec, Call
+from workunits._wire.specs import AgentSpec, Call
 from workunits._wire.submits import check_key
 
 R = TypeVar("R")
@@ -483,32 +482,9 @@ class UnitContext(UnitContextVerbs):
             options = dataclasses.replace(options, retry=Retry.from_json(retry.to_json()))
         return m.Spawn(0, made.letter, plain_data(made.spec), options, made.restart, trace)
 
-    def submit_many(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        max_workers: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> list[ChildHandle]:
-        """Start child agents as one batch (one request, one ledger transaction).
-
-        As ``Supervisor.submit_many``: an item that cannot make a unit fails the
-        batch, named by its index, before anything is written; one whose key is
-        taken with other arguments fails alone (``BatchItemsFailed``). At most
-        ``max_workers`` of them run at once (default: no limit of the batch's own).
-        """
-        submissions = batch.submissions(
-            calls,
-            output_cap=output_cap,
-            memory_limit=memory_limit,
-            max_attempts=max_attempts,
-            retry=retry,
-            sandbox=sandbox,
-        )
+    def _submit_batch(
+        self, submissions: list[Submission], max_workers: int | None
+    ) -> list[ChildHandle | BaseException]:
         return child_batch.spawn_many(self, submissions, max_workers)
 
     def map(

@@ -51,7 +51,9 @@ from workunits._core.record import WorkRecord
 from workunits._core.sandbox import Sandbox, check_sandbox
 from workunits._core.seconds import wait_timeout
 from workunits._core.status import Status
+from workunits._surface import batch
 from workunits._wire.results import result_of
+from workunits.supervisor import batch_requests
 from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.handle import WorkHandle
 
@@ -89,7 +91,7 @@ class UnitFuture(Future[Any]):
             return self.cancelled()
         self._withdrawing = True
         try:
-            (withdrawn,) = self._supervisor._withdraw_pending((self.id,))
+            (withdrawn,) = batch_requests.withdraw_pending(self._supervisor, (self.id,))
         except SupervisorClosed:
             withdrawn = False
         if not withdrawn:
@@ -197,7 +199,7 @@ class UnitExecutor(Executor):
     def __init__(
         self, sup: Supervisor, max_workers: int, *, sandbox: Sandbox | None = None
     ) -> None:
-        self.check_max_workers(max_workers)
+        batch.check_max_workers(max_workers)
         check_sandbox(sandbox)
         self._sup = sup
         self.max_workers = max_workers
@@ -208,14 +210,6 @@ class UnitExecutor(Executor):
         self._lock = threading.Lock()
         self._shutdown = False
         self._outstanding: set[UnitFuture] = set()  # submitted, not yet resolved
-
-    @staticmethod
-    def check_max_workers(max_workers: object) -> None:
-        """SpecError (a ValueError) unless ``max_workers`` is an int > 0 (the stdlib's words)."""
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int):
-            raise SpecError(f"max_workers must be an int, got {max_workers!r}")
-        if max_workers <= 0:
-            raise SpecError("max_workers must be greater than 0")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} max_workers={self.max_workers}>"
@@ -233,8 +227,8 @@ class UnitExecutor(Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-        records = self._sup._submit_calls(
-            calls, reuse=self._reuse, limit=self._batch, sandbox=self.sandbox
+        records = batch_requests.submit_calls(
+            self._sup, calls, reuse=self._reuse, limit=self._batch, sandbox=self.sandbox
         )
         futures = [UnitFuture(self._sup, record.id) for record in records]
         with self._lock:
@@ -242,7 +236,7 @@ class UnitExecutor(Executor):
         self._resolver.start()
         for future in futures:
             future.add_done_callback(self._forget)
-            self._sup._on_end(future.id, self._ended(future))
+            batch_requests.on_end(self._sup, future.id, self._ended(future))
         return futures
 
     def _ended(self, future: UnitFuture) -> Callable[[WorkRecord | None], None]:
@@ -297,7 +291,7 @@ class UnitExecutor(Executor):
         for future in left:
             future._withdrawing = True
         try:
-            withdrawn = self._sup._withdraw_pending(tuple(f.id for f in left))
+            withdrawn = batch_requests.withdraw_pending(self._sup, tuple(f.id for f in left))
             for future, was_pending in zip(left, withdrawn, strict=True):
                 if was_pending:
                     future._cancelled_here()
@@ -322,7 +316,7 @@ class UnitExecutor(Executor):
             for future in pending:
                 future._withdrawing = True
             try:
-                withdrawn = self._sup._withdraw_pending(tuple(f.id for f in pending))
+                withdrawn = batch_requests.withdraw_pending(self._sup, tuple(f.id for f in pending))
             except SupervisorClosed:
                 withdrawn = [False] * len(pending)
             for future, was_pending in zip(pending, withdrawn, strict=True):

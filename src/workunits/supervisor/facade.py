@@ -18,7 +18,6 @@ import builtins
 import contextlib
 import logging
 import os
-import secrets
 import signal
 import threading
 import time
@@ -38,7 +37,6 @@ from workunits._core.errors import (
 from workunits._core.mailbox import Mailbox
 from workunits._core.record import WorkRecord
 from workunits._core.retain import HeldRetains
-from workunits._core.retry import Retry
 from workunits._core.sandbox import Sandbox
 from workunits._core.seconds import seconds, seconds_or_none
 from workunits._core.status import is_terminal
@@ -54,14 +52,13 @@ from workunits._surface import batch, ops
 from workunits._surface._generated import SupervisorVerbs
 from workunits._surface.output_stream import STREAM_CHUNK, AsyncOutputStream, OutputStream
 from workunits._surface.submission import Submission
-from workunits._wire.agent_call import AgentCall
 from workunits._wire.results import result_of
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP, check_bytes
+from workunits._wire.specs import check_bytes
 from workunits._zygote import nofile
 from workunits.actors.base import WorkActor
+from workunits.supervisor import batch_requests
 from workunits.supervisor import cleanup as _cleanup
 from workunits.supervisor.actor import requests as rq
-from workunits.supervisor.actor.batches import BatchLimit
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED
 from workunits.supervisor.actor.kinds import concurrency_by_name
 from workunits.supervisor.events import CHUNK, Cursor, EventBatch, EventFeed
@@ -533,80 +530,20 @@ class Supervisor(SupervisorVerbs):
         finally:
             executor.shutdown(wait=False)
 
-    def submit_many(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        reuse: bool = False,
-        max_workers: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> builtins.list[WorkHandle]:
-        """Submit agent units as one batch; their handles, in order.
-
-        Every item is checked before anything is written (SpecError or
-        WrongType naming the item's index); all rows are then written in one
-        synced transaction. An item whose ``key`` was taken returns that unit,
-        as ``agent(key=)`` does; one that fails on its own (its key taken with
-        other arguments) fails alone: ``BatchItemsFailed`` carries every
-        item's handle or error. At most ``max_workers`` of the batch run at
-        once (default: no limit of its own, only its kind's ``concurrency``
-        and, with ``reuse=True``, the pool's workers). The other options are
-        every unit's, as ``agent`` takes them.
-        """
-        submissions = batch.submissions(
-            calls,
-            output_cap=output_cap,
-            memory_limit=memory_limit,
-            reuse=reuse,
-            max_attempts=max_attempts,
-            retry=retry,
-            sandbox=sandbox,
+    def _submit_batch(
+        self, submissions: builtins.list[Submission], max_workers: int | None
+    ) -> builtins.list[WorkHandle | BaseException]:
+        answers = self._ask(
+            batch_requests.request(submissions, batch_requests.limit_of(max_workers))
         )
-        answers = self._ask(_batch_request(submissions, _batch_limit(max_workers)))
-        return batch.handles_or_raise(
-            [a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers]
-        )
-
-    async def submit_many_async(
-        self,
-        calls: Iterable[AgentCall],
-        *,
-        reuse: bool = False,
-        max_workers: int | None = None,
-        memory_limit: int | None = None,
-        output_cap: int = DEFAULT_OUTPUT_CAP,
-        max_attempts: int | None = None,
-        retry: Retry | None = None,
-        sandbox: Sandbox | None = None,
-    ) -> builtins.list[WorkHandle]:
-        """Like ``submit_many`` without blocking the event loop (the calls are pickled on a
-        worker thread)."""
-        submissions = batch.submissions(
-            calls,
-            output_cap=output_cap,
-            memory_limit=memory_limit,
-            reuse=reuse,
-            max_attempts=max_attempts,
-            retry=retry,
-            sandbox=sandbox,
-        )
-        answers = await self._submit_batch_async(submissions, max_workers=max_workers)
-        return batch.handles_or_raise(
-            [a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers]
-        )
+        return [a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in answers]
 
     async def _submit_batch_async(
-        self, submissions: builtins.list[Submission], *, max_workers: int | None = None
-    ) -> builtins.list[WorkRecord | BaseException]:
-        """Submissions of any kinds as one batch (the HTTP API's too): each built on a
-        worker thread (an error names its item); per item its record or its own error."""
-        limit = _batch_limit(max_workers)
-        request = await asyncio.to_thread(_batch_request, submissions, limit)
-        return await self._ask_async(request)
+        self, submissions: builtins.list[Submission], max_workers: int | None
+    ) -> builtins.list[WorkHandle | BaseException]:
+        """Each spec built on a worker thread: pickling may import."""
+        records = await batch_requests.records_async(self, submissions, max_workers)
+        return [a if isinstance(a, BaseException) else WorkHandle(self, a.id) for a in records]
 
     async def map_async(
         self,
@@ -638,45 +575,6 @@ class Supervisor(SupervisorVerbs):
                 with contextlib.suppress(SupervisorClosed):
                     await handle.kill_async()
 
-    def _submit_calls(
-        self,
-        calls: builtins.list[tuple[Callable[..., Any] | str, tuple[Any, ...], dict[str, Any]]],
-        *,
-        reuse: bool,
-        limit: BatchLimit,
-        sandbox: Sandbox | None = None,
-    ) -> builtins.list[WorkRecord]:
-        """An executor's submits as one batch (``supervisor.executor``); the first item's
-        own error raised (an executor's items have no keys: none is expected)."""
-        items = [AgentCall(fn, args, kwargs) for fn, args, kwargs in calls]
-        submissions = batch.submissions(items, reuse=reuse, sandbox=sandbox)
-        answers = self._ask(_batch_request(submissions, limit))
-        for answer in answers:
-            if isinstance(answer, BaseException):
-                raise answer
-        return [a for a in answers if not isinstance(a, BaseException)]
-
-    def _withdraw_pending(self, work_ids: tuple[str, ...]) -> builtins.list[bool]:
-        """End the units not yet started ``killed`` (cancelled); per unit, whether it was."""
-        return self._ask(rq.WithdrawPending(work_ids))
-
-    def _on_end(self, work_id: str, callback: Callable[[WorkRecord | None], None]) -> None:
-        """Call ``callback(record)`` once the unit's end is durable (at once if it is), or
-        ``callback(None)`` if the supervisor closes first. It runs in the supervisor
-        actor's thread (or this one): it must only hand the record on."""
-        waiter = self._waiters.add(work_id, callback, lambda: callback(None))
-        if waiter.unended and not self._channel.closed:
-            return  # its end is still to come, and will call back
-        try:
-            record = self.get(work_id)
-        except SupervisorClosed:
-            self._waiters.discard(work_id, waiter)
-            callback(None)
-            return
-        if settled(record):
-            self._waiters.discard(work_id, waiter)
-            callback(record)  # may also have been called by the end itself: resolved once
-
     def _stream(self, work_id: str, follow: bool, poll: float) -> OutputStream:
         """Retained from this call (not from the first ``next()``) until the stream ends
         or is closed, so the unit's end cannot cut off unread output."""
@@ -685,19 +583,10 @@ class Supervisor(SupervisorVerbs):
             work_id,
             poll,
             read=lambda: self._ask(rq.ReadOutput(work_id, STREAM_CHUNK)),
-            wait_a_little=lambda delay: self._wait_a_little(work_id, delay),
+            wait_a_little=lambda delay: self._waiters.wait_a_little(work_id, delay, self.get),
             release=lambda: self._channel.post(rq.Release(work_id)),
             follow=follow,
         )
-
-    def _wait_a_little(self, work_id: str, delay: float) -> None:
-        """Wait up to ``delay`` for the unit to end (more output may come sooner)."""
-        waiter = self._waiters.add(work_id)
-        try:
-            if not is_terminal(self.get(work_id).status):
-                waiter.event.wait(delay)
-        finally:
-            self._waiters.discard(work_id, waiter)
 
     def _stream_async(self, work_id: str, follow: bool, poll: float) -> AsyncOutputStream:
         """No thread waits while the unit is quiet: its end wakes the stream from the
@@ -722,20 +611,12 @@ class Supervisor(SupervisorVerbs):
             poll,
             begin=begin,
             read=lambda: self._ask_async(rq.ReadOutput(work_id, STREAM_CHUNK)),
-            wait_a_little=lambda delay: self._wait_a_little_async(work_id, delay),
+            wait_a_little=lambda delay: self._waiters.wait_a_little_async(
+                work_id, delay, self.get_async
+            ),
             release=release,
             follow=follow,
         )
-
-    async def _wait_a_little_async(self, work_id: str, delay: float) -> None:
-        waiter, fut = self._waiters.add_async(work_id)
-        try:
-            if not is_terminal((await self._ask_async(rq.Get(work_id))).status):
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await fut
-        finally:
-            self._waiters.discard(work_id, waiter)
 
     def _notifications(self, lease: float) -> Mailbox:
         return self._ask(rq.MailboxOf(None))
@@ -908,19 +789,3 @@ async def _built_off_the_loop(submission: Submission) -> rq.Register:
     if submission.verb in ("shell", "submit"):
         return register(submission)
     return await asyncio.to_thread(register, submission)
-
-
-def _batch_limit(max_workers: int | None) -> BatchLimit | None:
-    """A batch's own limit of units running at once (None: none of its own)."""
-    if max_workers is None:
-        return None
-    UnitExecutor.check_max_workers(max_workers)
-    return BatchLimit(secrets.token_hex(8), max_workers)
-
-
-def _batch_request(
-    submissions: builtins.list[Submission], limit: BatchLimit | None
-) -> rq.SubmitMany:
-    """The ``SubmitMany`` of ``submissions``: each spec built here (it may import and
-    pickle), an item that cannot be named by its index, before anything is written."""
-    return rq.SubmitMany(tuple(batch.each_item(submissions, register)), limit)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from workunits._core.errors import SupervisorClosed
@@ -154,6 +154,29 @@ class TerminalWaiters:
                 loop.call_soon_threadsafe(_fail, fut)
 
         return self.add(work_id, resolve, closed), fut
+
+    def wait_a_little(self, work_id: str, delay: float, get: Callable[[str], WorkRecord]) -> None:
+        """Wait up to ``delay`` for the unit to end (a quiet stream: more output may come
+        sooner). ``get`` reads its record after the waiter is in place."""
+        waiter = self.add(work_id)
+        try:
+            if not is_terminal(get(work_id).status):
+                waiter.event.wait(delay)
+        finally:
+            self.discard(work_id, waiter)
+
+    async def wait_a_little_async(
+        self, work_id: str, delay: float, get: Callable[[str], Awaitable[WorkRecord]]
+    ) -> None:
+        """``wait_a_little`` on an event loop: no thread waits."""
+        waiter, fut = self.add_async(work_id)
+        try:
+            if not is_terminal((await get(work_id)).status):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await fut
+        finally:
+            self.discard(work_id, waiter)
 
 
 def _set(fut: asyncio.Future[WorkRecord], record: WorkRecord) -> None:

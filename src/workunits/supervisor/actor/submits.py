@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from workunits._core.errors import SupervisorClosed, WorkunitsError, copy_to_raise
 from workunits._core.record import WorkRecord
+from workunits._surface import batch
 from workunits.supervisor.actor import requests as rq
 from workunits.supervisor.actor.starts import Prepared, Starts
 
@@ -122,7 +123,7 @@ class GroupedSubmits:
                     batch_reserved=taken,
                 )
             except WorkunitsError as exc:
-                raise batch_item_error(index, exc) from exc
+                raise batch.item_error(index, exc) from exc
             taken += p.starts_now
             prepared.append(p)
         if self.spans is not None:
@@ -162,14 +163,3 @@ class GroupedSubmits:
         for request, _ in group:
             request.fail(SupervisorClosed("the supervisor closed before this submit was written"))
             request.settle()
-
-
-def batch_item_error(index: int, exc: WorkunitsError) -> WorkunitsError:
-    """``exc`` (of the same type where it can be rebuilt) naming the batch item it is about."""
-    text = f"item {index} of the batch: {exc}"
-    try:
-        named = type(exc)(text)
-    except Exception:  # noqa: BLE001 - a type with its own arguments: keep it, add a note
-        exc.add_note(text)
-        return exc
-    return named
