@@ -396,59 +396,12 @@ class UnitRow:
 
     @classmethod
     def from_sql(cls, row: Row, *, listed: bool = False) -> UnitRow:
-        """The row decoded; ``listed``: a row of ``LISTED_COLUMNS`` only (see there)."""
+        """The row decoded; ``listed``: a row of ``LISTED_COLUMNS`` only (see there), whose
+        spec, checkpoint and trace context were not read and read as None."""
         c = _Columns(row, LISTED_COLUMNS if listed else None)
         work_id = c.id
         policy = c.parsed("retry_policy", policy_from_json)
         sandbox = c.parsed("sandbox", _sandbox_column)
-        if listed:
-            return cls(
-                id=work_id,
-                kind=c.req("kind", str),
-                status=c.req("status", Status),
-                parent=c.opt("parent", _work_id),
-                description=c.req("description", str),
-                key=c.opt("key", str),
-                spec_hash=c.req("spec_hash", str),
-                spec=None,
-                attempt=c.req("attempt", int),
-                max_attempts=c.req("max_attempts", int),
-                resumable=c.req("resumable", bool),
-                created_at=c.req("created_at", float),
-                started_at=c.opt("started_at", float),
-                ended_at=c.opt("ended_at", float),
-                exit_code=c.opt("exit_code", int),
-                signal=c.opt("signal", int),
-                error=c.opt("error", str),
-                reason=c.opt("reason", Reason),
-                output_path=c.opt("output_path", str),
-                output_bytes=c.req("output_bytes", int),
-                output_tail=c.opt("output_tail", bytes) or b"",
-                progress=c.opt("progress", float),
-                progress_message=c.opt("progress_message", str),
-                checkpoint=None,
-                result=c.stored("result"),
-                cause=c.stored("cause"),
-                cancel_requested=c.req("cancel_requested", bool),
-                retain=c.req("retain", int),
-                output_offset=c.req("output_offset", int),
-                session=c.opt("session", str),
-                pid=c.opt("pid", int),
-                expire_at=c.opt("expire_at", float),
-                expired_at=c.opt("expired_at", float),
-                progress_at=c.opt("progress_at", float),
-                evidence=c.json("progress_evidence"),
-                retry=policy if isinstance(policy, Retry) else None,
-                restart=policy if isinstance(policy, Restart) else None,
-                retry_at=c.opt("retry_at", float),
-                attempts=c.parsed("attempts_log", attempts_from_json) or (),
-                retry_of=c.opt("retry_of", str),
-                stall_after=c.opt("stall_after", float),
-                not_before=c.opt("not_before", float),
-                sandbox=None if sandbox is None else sandbox[0],
-                unenforced=() if sandbox is None else sandbox[1],
-                listed=True,
-            )
         return cls(
             id=work_id,
             kind=c.req("kind", str),
@@ -457,7 +410,7 @@ class UnitRow:
             description=c.req("description", str),
             key=c.opt("key", str),
             spec_hash=c.req("spec_hash", str),
-            spec=c.stored("spec"),
+            spec=None if listed else c.stored("spec"),
             attempt=c.req("attempt", int),
             max_attempts=c.req("max_attempts", int),
             resumable=c.req("resumable", bool),
@@ -473,7 +426,7 @@ class UnitRow:
             output_tail=c.opt("output_tail", bytes) or b"",
             progress=c.opt("progress", float),
             progress_message=c.opt("progress_message", str),
-            checkpoint=c.opt("checkpoint", bytes),
+            checkpoint=None if listed else c.opt("checkpoint", bytes),
             result=c.stored("result"),
             cause=c.stored("cause"),
             cancel_requested=c.req("cancel_requested", bool),
@@ -483,8 +436,8 @@ class UnitRow:
             pid=c.opt("pid", int),
             expire_at=c.opt("expire_at", float),
             expired_at=c.opt("expired_at", float),
-            checkpoint_file=c.opt("checkpoint_file", str),
-            checkpoint_mac=c.opt("checkpoint_mac", bytes),
+            checkpoint_file=None if listed else c.opt("checkpoint_file", str),
+            checkpoint_mac=None if listed else c.opt("checkpoint_mac", bytes),
             progress_at=c.opt("progress_at", float),
             evidence=c.json("progress_evidence"),
             retry=policy if isinstance(policy, Retry) else None,
@@ -494,9 +447,10 @@ class UnitRow:
             retry_of=c.opt("retry_of", str),
             stall_after=c.opt("stall_after", float),
             not_before=c.opt("not_before", float),
-            trace_context=c.opt("trace_context", str),
+            trace_context=None if listed else c.opt("trace_context", str),
             sandbox=None if sandbox is None else sandbox[0],
             unenforced=() if sandbox is None else sandbox[1],
+            listed=listed,
         )
 
 
