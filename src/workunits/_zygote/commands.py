@@ -67,16 +67,9 @@ def fork_exec(
     session, default signal actions, the output cap as RLIMIT_FSIZE. Waits for
     the exec (the report pipe closes) or for the error the child sends.
     """
-    report_r, report_w = os.pipe2(os.O_CLOEXEC)
-    try:
-        pid = unit_process.fork()
-    except OSError:
-        os.close(report_r)
-        os.close(report_w)
-        raise
-    if pid == 0:  # pragma: no cover - runs in the unit's process
+
+    def child(report_w: int) -> None:  # pragma: no cover - runs in the unit's process
         try:
-            os.close(report_r)
             become_unit()
             confine()
             _exec(msg, path, output_fd, input_fd, env)
@@ -86,16 +79,35 @@ def fork_exec(
                 os.write(report_w, b"-%d\0%s\0%s" % (exc.errno or 0, filename, _what(exc)))
         finally:
             os._exit(keeper.EXIT_NOT_STARTED)
-    os.close(report_w)
-    try:
-        error = read_all(report_r)
-    finally:
-        os.close(report_r)
+
+    pid, error = forked(child)
     if not error:
         return pid
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
     raise rebuilt(error)
+
+
+def forked(child: Callable[[int], None]) -> tuple[int, str]:
+    """Fork; the child runs ``child(report_fd)``, which must end the process (``os._exit``)
+    and may write a report first. The parent waits for the report pipe to close (the
+    exec, or the child's end) and answers the child's pid and what it reported."""
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = unit_process.fork()
+    except OSError:
+        os.close(report_r)
+        os.close(report_w)
+        raise
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(report_r)
+        child(report_w)
+        os._exit(keeper.EXIT_NOT_STARTED)  # ``child`` ends the process; never reached
+    os.close(report_w)
+    try:
+        return pid, read_all(report_r)
+    finally:
+        os.close(report_r)
 
 
 def _exec(

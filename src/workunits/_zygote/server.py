@@ -332,16 +332,9 @@ class Zygote:
         so a command that cannot start fails its unit with the cause, as without
         a keeper.
         """
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            pid = unit_process.fork()
-        except OSError:
-            os.close(report_r)
-            os.close(report_w)
-            raise
-        if pid == 0:  # pragma: no cover - runs in the keeper
+
+        def run_keeper(report_w: int) -> None:  # pragma: no cover - runs in the keeper
             try:
-                os.close(report_r)
                 self.become_unit(Limits(), subreaper=False)
                 keeper.run(
                     msg,
@@ -355,11 +348,8 @@ class Zygote:
                 )
             finally:
                 os._exit(EXIT_RUNTIME_BROKEN)
-        os.close(report_w)
-        try:
-            error = commands.read_all(report_r)  # "+PID", or "-ERRNO\0FILENAME"
-        finally:
-            os.close(report_r)
+
+        pid, error = commands.forked(run_keeper)  # "+PID", or "-ERRNO\0FILENAME"
         if error.startswith("+"):
             return pid, int(error[1:])
         with contextlib.suppress(ChildProcessError):
