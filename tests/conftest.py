@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ import pytest
 import workunits as wu
 from tests.foreign_user import nobody, shared_dir  # noqa: F401 - fixtures: a second local user
 from tests.loop_guard import guard  # noqa: F401 - fixture: async tests whose loop must not block
+from tests.pg_proxy import ProxiedLedger, proxied_ledger
 from tests.postgres_server import PostgresServer, why_not_available
 from workunits import Supervisor
 from workunits.testing import ManualClock, ScriptedDriver
@@ -37,6 +39,21 @@ def postgres_server() -> Iterator[PostgresServer]:
         pytest.skip(reason)
     with PostgresServer() as server:
         yield server
+
+
+@pytest.fixture
+def ledgers(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ProxiedLedger]:
+    """A database of this test's own, directly and through a proxy that can cut a COMMIT's
+    answer. One secret for every state dir of the test (and the processes they start),
+    as hosts sharing one ledger are given: each verifies what the others signed."""
+    secret = tmp_path / "secret"
+    secret.write_text(secrets.token_urlsafe(32))
+    secret.chmod(0o600)
+    monkeypatch.setenv("WORKUNITS_SECRET_FILE", str(secret))
+    with proxied_ledger(postgres_server.socket_dir, postgres_server.database()) as ledger:
+        yield ledger
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ import contextlib
 import re
 import struct
 import threading
+import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,3 +251,24 @@ class CommitCutter:
             return None
         conn.in_transaction.append(sql)
         return None
+
+
+@dataclass
+class ProxiedLedger:
+    """One PostgreSQL database, reached directly (the test's own looks) and through a
+    ``CommitCutter`` (for the supervisor or client under test)."""
+
+    direct: str
+    proxied: str
+    proxy: CommitCutter
+
+
+@contextlib.contextmanager
+def proxied_ledger(
+    socket_dir: Path, database: contextlib.AbstractContextManager[str]
+) -> Iterator[ProxiedLedger]:
+    """A fresh database (``database``, e.g. ``postgres_server.database()``) and a proxy
+    in front of the server at ``socket_dir``."""
+    with CommitCutter(socket_dir) as proxy, database as url:
+        name = urllib.parse.urlsplit(url).path.lstrip("/")
+        yield ProxiedLedger(url, proxy.url(name), proxy)

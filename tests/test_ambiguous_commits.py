@@ -11,10 +11,6 @@ session owns that memory lacks (a write that could not even be read back).
 
 from __future__ import annotations
 
-import secrets
-import urllib.parse
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,33 +18,10 @@ import pytest
 import workunits as wu
 from tests.conftest import eventually
 from tests.helpers import Host
-from tests.pg_proxy import CommitCutter
-from tests.postgres_server import PostgresServer
+from tests.pg_proxy import ProxiedLedger
 from workunits import Status
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@dataclass
-class Ledgers:
-    direct: str  # the server itself, for the test's own looks
-    cut: str  # through the proxy, for the supervisor under test
-    proxy: CommitCutter
-
-
-@pytest.fixture
-def ledgers(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Ledgers]:
-    # One secret for every state dir here (and the processes they start), as hosts
-    # sharing one ledger are given: each verifies what the others signed.
-    secret = tmp_path / "secret"
-    secret.write_text(secrets.token_urlsafe(32))
-    secret.chmod(0o600)
-    monkeypatch.setenv("WORKUNITS_SECRET_FILE", str(secret))
-    with CommitCutter(postgres_server.socket_dir) as proxy, postgres_server.database() as url:
-        name = urllib.parse.urlsplit(url).path.lstrip("/")
-        yield Ledgers(url, proxy.url(name), proxy)
 
 
 def _supervisor(state: Path, url: str, **options: object) -> wu.Supervisor:
@@ -68,10 +41,10 @@ def _rows(tmp_path: Path, url: str) -> list[wu.WorkRecord]:
 
 @pytest.mark.parametrize("mode", ["after", "before"])
 def test_a_submit_whose_commit_answer_is_lost_returns_its_unit_which_runs_once(
-    tmp_path: Path, ledgers: Ledgers, mode: str
+    tmp_path: Path, ledgers: ProxiedLedger, mode: str
 ) -> None:
     out = tmp_path / "out"
-    with _supervisor(tmp_path / "state", ledgers.cut) as sup:
+    with _supervisor(tmp_path / "state", ledgers.proxied) as sup:
         cut = ledgers.proxy.arm(r"INSERT INTO units", mode=mode)
         handle = sup.shell(f"echo ran >> {out}")
         assert cut.fired.is_set()
@@ -83,10 +56,10 @@ def test_a_submit_whose_commit_answer_is_lost_returns_its_unit_which_runs_once(
 
 @pytest.mark.parametrize("mode", ["after", "before"])
 def test_an_end_whose_commit_answer_is_lost_is_told_once(
-    tmp_path: Path, ledgers: Ledgers, mode: str
+    tmp_path: Path, ledgers: ProxiedLedger, mode: str
 ) -> None:
     gate = tmp_path / "gate"
-    with _supervisor(tmp_path / "state", ledgers.cut) as sup:
+    with _supervisor(tmp_path / "state", ledgers.proxied) as sup:
         handle = sup.shell(f"while [ ! -e {gate} ]; do sleep 0.01; done; echo done")
         eventually(lambda: sup.get(handle.id).status is Status.RUNNING, what="running")
         cut = ledgers.proxy.arm(r"INSERT INTO notifications", mode=mode)
@@ -104,9 +77,9 @@ def test_an_end_whose_commit_answer_is_lost_is_told_once(
 
 
 def test_a_claim_whose_commit_answer_is_lost_still_starts_its_unit(
-    tmp_path: Path, ledgers: Ledgers
+    tmp_path: Path, ledgers: ProxiedLedger
 ) -> None:
-    with _supervisor(tmp_path / "state", ledgers.cut) as sup:
+    with _supervisor(tmp_path / "state", ledgers.proxied) as sup:
         cut = ledgers.proxy.arm(r"SKIP LOCKED")
         with wu.connect(tmp_path / "client", ledger=ledgers.direct) as client:
             handle = client.shell("echo claimed")
@@ -117,7 +90,7 @@ def test_a_claim_whose_commit_answer_is_lost_still_starts_its_unit(
 
 
 def test_a_takeover_whose_commit_answer_is_lost_resumes_the_dead_sessions_units(
-    tmp_path: Path, ledgers: Ledgers
+    tmp_path: Path, ledgers: ProxiedLedger
 ) -> None:
     host = Host("pg_host", str(tmp_path / "dead"), ledgers.direct)
     try:
@@ -126,7 +99,7 @@ def test_a_takeover_whose_commit_answer_is_lost_resumes_the_dead_sessions_units(
         host.sigkill()
         host.close()
     cut = ledgers.proxy.arm(r"SET recovered_by")
-    with _supervisor(tmp_path / "state", ledgers.cut) as sup:
+    with _supervisor(tmp_path / "state", ledgers.proxied) as sup:
         eventually(cut.fired.is_set, what="the takeover's COMMIT cut", timeout=60)
         unit = answer["id"]
         eventually(
@@ -145,9 +118,9 @@ def test_a_takeover_whose_commit_answer_is_lost_resumes_the_dead_sessions_units(
 
 @pytest.mark.parametrize("mode", ["after", "before"])
 def test_a_firing_whose_commit_answer_is_lost_starts_its_unit_once(
-    tmp_path: Path, ledgers: Ledgers, mode: str
+    tmp_path: Path, ledgers: ProxiedLedger, mode: str
 ) -> None:
-    with _supervisor(tmp_path / "state", ledgers.cut) as sup:
+    with _supervisor(tmp_path / "state", ledgers.proxied) as sup:
         cut = ledgers.proxy.arm(r"INSERT INTO schedule_firings", mode=mode)
         sup.schedule("everysec", "* * * * * *", "shell", "true")
         eventually(cut.fired.is_set, what="a firing's COMMIT cut", timeout=30)
@@ -172,11 +145,11 @@ def test_a_firing_whose_commit_answer_is_lost_starts_its_unit_once(
 
 
 def test_an_acknowledgement_whose_commit_answer_is_lost_is_not_delivered_again(
-    tmp_path: Path, ledgers: Ledgers
+    tmp_path: Path, ledgers: ProxiedLedger
 ) -> None:
     with (
         _supervisor(tmp_path / "state", ledgers.direct),
-        wu.connect(tmp_path / "client", ledger=ledgers.cut) as client,
+        wu.connect(tmp_path / "client", ledger=ledgers.proxied) as client,
     ):
         handle = client.shell("true")
         client.wait(handle.id, timeout=60)

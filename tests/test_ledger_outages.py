@@ -9,12 +9,9 @@ once that it answers again.
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,33 +19,12 @@ import pytest
 
 import workunits as wu
 from tests.cli.live import Serve
-from tests.pg_proxy import CommitCutter
-from tests.postgres_server import PostgresServer
+from tests.pg_proxy import ProxiedLedger
 from workunits import Status
 
 pytestmark = pytest.mark.timeout(180)
 
 T = TypeVar("T")
-
-
-@dataclass
-class Ledgers:
-    direct: str
-    proxied: str
-    proxy: CommitCutter
-
-
-@pytest.fixture
-def ledgers(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Ledgers]:
-    secret = tmp_path / "secret"
-    secret.write_text(secrets.token_urlsafe(32))
-    secret.chmod(0o600)
-    monkeypatch.setenv("WORKUNITS_SECRET_FILE", str(secret))
-    with CommitCutter(postgres_server.socket_dir) as proxy, postgres_server.database() as url:
-        name = urllib.parse.urlsplit(url).path.lstrip("/")
-        yield Ledgers(url, proxy.url(name), proxy)
 
 
 def _in_thread(call: Callable[[], T]) -> tuple[threading.Thread, list[T | BaseException]]:
@@ -65,7 +41,7 @@ def _in_thread(call: Callable[[], T]) -> tuple[threading.Thread, list[T | BaseEx
     return thread, answer
 
 
-def _across_a_restart(ledgers: Ledgers, call: Callable[[], T]) -> T:
+def _across_a_restart(ledgers: ProxiedLedger, call: Callable[[], T]) -> T:
     """``call()`` started while the ledger is away, which comes back once it was met."""
     ledgers.proxy.restart()
     thread, answer = _in_thread(call)
@@ -80,7 +56,7 @@ def _across_a_restart(ledgers: Ledgers, call: Callable[[], T]) -> T:
 
 
 def test_a_clients_reads_and_takes_carry_on_across_a_ledger_restart(
-    tmp_path: Path, ledgers: Ledgers
+    tmp_path: Path, ledgers: ProxiedLedger
 ) -> None:
     with (
         wu.Supervisor(tmp_path / "host", ledger=ledgers.direct, install_signal_handlers=False),
@@ -97,7 +73,7 @@ def test_a_clients_reads_and_takes_carry_on_across_a_ledger_restart(
 
 
 def test_a_client_gives_up_after_reconnect_within_with_the_ledgers_error(
-    tmp_path: Path, ledgers: Ledgers
+    tmp_path: Path, ledgers: ProxiedLedger
 ) -> None:
     with wu.connect(tmp_path / "client", ledger=ledgers.proxied, reconnect_within=1.0) as client:
         handle = client.shell("true")
@@ -110,7 +86,7 @@ def test_a_client_gives_up_after_reconnect_within_with_the_ledgers_error(
 
 
 def test_serve_says_once_per_failure_that_the_ledger_is_away_and_when_it_is_back(
-    tmp_path: Path, ledgers: Ledgers
+    tmp_path: Path, ledgers: ProxiedLedger
 ) -> None:
     serve = Serve(tmp_path / "host", "--ledger", ledgers.proxied)
     try:
