@@ -10,10 +10,15 @@ and the cgroup v2 mount say where a process is contained.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import functools
 import os
 import signal
+import sys
 from collections.abc import Collection
+
+_PR_GET_CHILD_SUBREAPER = 37
 
 
 def children(of: int) -> list[int]:
@@ -123,3 +128,15 @@ def cgroup2_mountinfo() -> tuple[str, list[str]] | None:
     except OSError:
         return None
     return None
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper (``PR_GET_CHILD_SUBREAPER``); False
+    where that cannot be asked (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    flag = ctypes.c_int(0)
+    if int(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) != 0:
+        return False
+    return flag.value != 0

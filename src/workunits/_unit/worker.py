@@ -26,7 +26,7 @@ import sys
 from workunits._unit import context as _context
 from workunits._unit.capture import Capture
 from workunits._unit.child import prepare, run_unit
-from workunits._unit.descendants import cgroup_of, end_children
+from workunits._unit.descendants import cgroup_of, end_children, is_subreaper
 from workunits._util import framing
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
@@ -99,17 +99,23 @@ class _Leftovers:
     mode it is shared with others and is not looked at -- and every child of
     its (a subreaper's: an escaped orphan comes back here), round by round as
     their orphans come back, is the unit's and is killed.
+
+    The zygote forks the worker from inside the worker's new cgroup and then
+    leaves it, so at the worker's start the cgroup may still list the zygote
+    (a busy machine delays the zygote's step out). Whose cgroup it is comes
+    from the containment mode instead: the zygote makes every unit process a
+    subreaper in subreaper mode and none in cgroup mode; and the parent is
+    never a stray.
     """
 
     def __init__(self) -> None:
-        self._me = os.getpid()
-        own = cgroup_of()
-        procs = None if own is None else os.path.join(own, "cgroup.procs")
-        self._cgroup = procs if procs is not None and _pids(procs) == {self._me} else None
+        self._spare = {os.getpid(), os.getppid()}
+        own = None if is_subreaper() else cgroup_of()
+        self._cgroup = None if own is None else os.path.join(own, "cgroup.procs")
 
     def end_all(self) -> None:
         for _ in range(_ROUNDS):
-            strays = set() if self._cgroup is None else _pids(self._cgroup) - {self._me}
+            strays = set() if self._cgroup is None else _pids(self._cgroup) - self._spare
             for pid in strays:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
