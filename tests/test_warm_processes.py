@@ -25,7 +25,7 @@ import pytest
 import workunits as wu
 from workunits._core.errors import InvalidArgument
 from workunits._unit import child, context, descendants
-from workunits._zygote import payload, spare, warm
+from workunits._zygote import containment, payload, spare, warm
 
 from .conftest import alive, eventually, parent_of
 
@@ -133,6 +133,71 @@ def test_a_unit_runs_on_a_process_forked_before_it_was_submitted(
             pid = sup.result(sup.agent(my_pid).id, timeout=30)
             assert pid in ready
             assert not alive(pid)  # it ran its one unit and is gone
+
+
+def cgroup_mode() -> None:
+    found = containment.probe()
+    if found.own is None:
+        pytest.skip(f"a command takes a spare in cgroup mode only: {found.reason}")
+
+
+@pytest.mark.timeout(60)
+def test_a_confined_command_is_execd_by_a_spare_as_by_a_fresh_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the default protection a shell unit's command is exec'd by a warm process,
+    confined ahead: the same pid, only fds 0-2, default signal actions, its exit code."""
+    cgroup_mode()
+    monkeypatch.setenv(warm.PROCESSES_ENV, "2")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        ready = eventually(lambda: full(zygote, 2), timeout=20, what="two warm processes")
+        unit = sup.shell("echo $$; ls /proc/$$/fd; exit 3")
+        record = sup.wait(unit.id, timeout=30)
+        pid, *fds = record.output_tail.split()
+        assert int(pid) in ready  # the spare became the command
+        assert record.pid == int(pid)
+        assert fds == [b"0", b"1", b"2"]  # nothing of the spare's: no capture pipe
+        assert (record.status, record.exit_code) == (wu.Status.FAILED, 3)
+        # Ignored in neither the spare nor the command: SIGPIPE's default action ends it.
+        eventually(lambda: full(zygote, 2), timeout=20, what="two warm processes again")
+        piped = sup.wait(sup.shell("kill -s PIPE $$; echo survived").id, timeout=30)
+        assert piped.signal == signal.SIGPIPE, piped.describe_end()
+        # Its protection is the default one: the state dir is hidden from it.
+        eventually(lambda: full(zygote, 2), timeout=20, what="two warm processes again")
+        ledger = sup.state_dir / "ledger.db"
+        assert ledger.exists()
+        looked = sup.wait(sup.shell(f"test -e {ledger}").id, timeout=30)
+        assert looked.exit_code == 1, looked.describe_end()
+
+
+@pytest.mark.timeout(60)
+def test_a_command_a_spare_cannot_start_fails_its_unit_and_leaves_no_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cgroup_mode()
+    monkeypatch.setenv(warm.PROCESSES_ENV, "2")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        ready = eventually(lambda: full(zygote, 2), timeout=20, what="two warm processes")
+        cgroups = {pid: descendants.cgroup_of(pid) for pid in ready}
+        # Found on PATH by the zygote, refused by the exec (ENOEXEC): no ELF, no "#!".
+        program = tmp_path / "bin" / "not-a-program"
+        program.parent.mkdir()
+        program.write_bytes(b"\x00\x01 not a program")
+        program.chmod(0o755)
+        env = {"PATH": str(program.parent)}
+        record = sup.wait(sup.shell(["not-a-program"], env=env).id, timeout=30)
+        assert record.status is wu.Status.FAILED
+        assert "could not start" in record.describe_end(), record.describe_end()
+        taken = ready - spares(zygote)
+        assert len(taken) == 1
+        assert not any(alive(pid) for pid in taken), "the spare it took lives on"
+        (path,) = (cgroups[pid] for pid in taken)
+        assert path is not None
+        eventually(lambda: not os.path.exists(path), timeout=20, what="its cgroup to go")
+        # The zygote carries on: the next command runs.
+        assert sup.wait(sup.shell("true").id, timeout=30).status is wu.Status.COMPLETED
 
 
 @pytest.mark.timeout(60)

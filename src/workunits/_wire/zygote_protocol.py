@@ -40,6 +40,16 @@ class SpawnExec:
         return 2 if self.stdin else 1
 
 
+@dataclass(frozen=True, slots=True)
+class RunCommand:
+    """A command under the default protection, handed to a warm process (confined when it
+    was forked) to exec: ``path`` is its program as the zygote found it on the unit's
+    PATH. Attached fds: as ``SpawnExec``'s."""
+
+    msg: SpawnExec
+    path: str
+
+
 def exec_file_actions(output_fd: int, input_fd: int | None) -> list[tuple[Any, ...]]:
     """A command's fds 0, 1 and 2: its stdin (the pipe, or /dev/null) and its output."""
     stdin: tuple[Any, ...] = (

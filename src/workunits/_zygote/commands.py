@@ -3,8 +3,11 @@
 Runs in the zygote's one thread, between two requests. An unconfined command is
 ``posix_spawn``ed (vfork-like: no copy of the zygote, which may briefly change
 its own working directory and file-size limit for the child to inherit). A
-confined one cannot be: it is forked, confines itself and execs (``fork_exec``),
-and reports an error through a pipe, as a keeper does (``keeper``). Either way a
+confined one cannot be: it must confine itself before it execs. Under the
+default protection a warm process, forked and confined ahead, execs it
+(``spare``); otherwise it is forked, confines itself and execs (``fork_exec``).
+Either reports an error through a descriptor that closes at the exec
+(``exec_or_report``), as a keeper does (``keeper``). Either way a
 command that cannot start fails its unit with the cause (``exec_error``).
 """
 
@@ -56,12 +59,11 @@ def fork_exec(
     output_fd: int,
     input_fd: int | None,
     *,
-    become_unit: Callable[[], None],
-    confine: Callable[[], None],
+    ready: Callable[[], None],
     env: Mapping[str, str],
 ) -> int:
-    """Fork a process that becomes the unit (``become_unit``), confines itself
-    (``confine``) and execs the command, with ``env`` added to its environment.
+    """Fork a process that gets ready (becomes the unit and confines itself) and execs
+    the command, with ``env`` added to its environment.
 
     As posix_spawn: stdin the pipe or /dev/null, fds 1 and 2 the output, a new
     session, default signal actions, the output cap as RLIMIT_FSIZE. Waits for
@@ -70,13 +72,7 @@ def fork_exec(
 
     def child(report_w: int) -> None:  # pragma: no cover - runs in the unit's process
         try:
-            become_unit()
-            confine()
-            _exec(msg, path, output_fd, input_fd, env)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                filename = os.fsencode(exc.filename or "")
-                os.write(report_w, b"-%d\0%s\0%s" % (exc.errno or 0, filename, _what(exc)))
+            exec_or_report(msg, path, output_fd, input_fd, env=env, report_fd=report_w, ready=ready)
         finally:
             os._exit(keeper.EXIT_NOT_STARTED)
 
@@ -108,6 +104,29 @@ def forked(child: Callable[[int], None]) -> tuple[int, str]:
         return pid, read_all(report_r)
     finally:
         os.close(report_r)
+
+
+def exec_or_report(
+    msg: SpawnExec,
+    path: str,
+    output_fd: int,
+    input_fd: int | None,
+    *,
+    env: Mapping[str, str],
+    report_fd: int,
+    ready: Callable[[], None],
+) -> None:
+    """In the command's process: ``ready`` (become the unit, confine), then exec; what
+    failed is written to ``report_fd`` as ``-ERRNO\0FILENAME\0TEXT`` (``rebuilt``
+    reads it) and this returns. ``report_fd`` closes at the exec (close-on-exec),
+    which is how the zygote learns the command started."""
+    try:
+        ready()
+        _exec(msg, path, output_fd, input_fd, env)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            filename = os.fsencode(exc.filename or "")
+            os.write(report_fd, b"-%d\0%s\0%s" % (exc.errno or 0, filename, _what(exc)))
 
 
 def _exec(

@@ -51,6 +51,7 @@ from workunits._wire.zygote_protocol import (
     PLAN_NONE,
     Limits,
     Ready,
+    RunCommand,
     Signal,
     SpawnExec,
     SpawnFailed,
@@ -80,7 +81,9 @@ class Slot:
     unit_id: str
     pid: int
     cgroup: str | None
-    call: bool = False  # a Python unit, not a pooled worker (what warm processes are for)
+    # A unit of the sort warm processes are for: a Python unit (not a pooled worker), or
+    # a command under the default protection (cgroup mode).
+    warm: bool = False
     limits: UnitLimits = dataclasses.field(default_factory=UnitLimits)  # its v1 limit cgroups
     cpu_limit: float | None = None  # seconds of CPU its tree may use (read from ``cgroup``)
     hit: str | None = None  # a limit the zygote ended it for (``limit_watch``)
@@ -116,7 +119,7 @@ class Zygote:
         # Invariant: every pid here is a forked, unreaped unit leader.
         self.units: dict[int, Slot] = {}
         self.by_unit: dict[str, Slot] = {}
-        self.calls = 0  # Python units among ``units``
+        self.warm_units = 0  # units among ``units`` of the sort warm processes serve
         # Invariant: every spare here is a forked, unreaped child that has run no unit.
         self.pool = WarmPool(warm or WarmSettings(0, 1.0))
         self.selector: selectors.BaseSelector | None = None
@@ -253,7 +256,9 @@ class Zygote:
 
     def spawn_exec(self, msg: SpawnExec, output_fd: int, input_fd: int | None = None) -> None:
         """posix_spawn (vfork-like: no copy of this process) in a new session; a confined
-        command is forked instead, and confines itself before it execs.
+        command is exec'd by a warm process (the default protection, in cgroup mode:
+        confined when it was forked, ahead) or forked, and confines itself before it
+        execs.
 
         The zygote is single-threaded, so it may briefly change its own working
         directory and file-size limit for the child to inherit. A command
@@ -263,6 +268,7 @@ class Zygote:
         cgroup = None
         plan = msg.confinement if self.isolation.on else None
         unit_limits = UnitLimits()
+        warm = None
         try:
             path = commands.resolve(msg)
             if self.cgroups is None:
@@ -270,7 +276,12 @@ class Zygote:
                 pid, shown = self._spawn_kept(
                     msg, path, output_fd, input_fd, plan=plan, limits=unit_limits
                 )
-            else:
+            elif plan is not None and plan.is_default and self._warm_ahead():
+                warm = self._exec_in_spare(msg, path, output_fd, input_fd)
+            if warm is not None:
+                pid = shown = warm.pid
+                cgroup = warm.cgroup
+            elif self.cgroups is not None:
                 cgroup = self.cgroups.unit_dir(msg.unit_id)
                 unit_limits = self._limits_for(msg.unit_id, plan, cgroup)
                 with self._inside(cgroup):
@@ -283,8 +294,7 @@ class Zygote:
                             path,
                             output_fd,
                             input_fd,
-                            become_unit=lambda: self.become_unit(msg.limits, subreaper=False),
-                            confine=lambda: self.isolation.confine(plan, limits, (output_fd,)),
+                            ready=lambda: self._confined_unit(msg, plan, limits, output_fd),
                             env=dict(plan.env),
                         )
         except OSError as exc:
@@ -298,7 +308,22 @@ class Zygote:
             if input_fd is not None:
                 os.close(input_fd)  # the command has its own; the supervisor keeps the pipe
         cpu = None if plan is None else plan.cpu_seconds
-        self.adopt(pid, msg.unit_id, cgroup, shown, unit_limits=unit_limits, cpu_limit=cpu)
+        self.adopt(
+            pid,
+            msg.unit_id,
+            cgroup,
+            shown,
+            warm=warm is not None,
+            unit_limits=unit_limits,
+            cpu_limit=cpu,
+        )
+
+    def _confined_unit(
+        self, msg: SpawnExec, plan: Confinement, limits: UnitLimits, output_fd: int
+    ) -> None:
+        """In a child forked for a confined command: become the unit, then confine it."""
+        self.become_unit(msg.limits, subreaper=False)
+        self.isolation.confine(plan, limits, (output_fd,))
 
     def _limits_for(self, unit_id: str, plan: Confinement | None, cgroup: str | None) -> UnitLimits:
         if plan is None:
@@ -376,7 +401,7 @@ class Zygote:
         # A pooled worker lives for many units: a fork is no cost worth a spare for it.
         python_unit = kind != WORKER_KIND
         if python_unit and plan == self.warm_plan:
-            self.pool.demand(self.calls + 1)
+            self.pool.demand(self.warm_units + 1)
             while (warm := self.pool.take()) is not None:
                 if self.hand_over(warm, unit_id, call, fds):
                     return
@@ -430,7 +455,7 @@ class Zygote:
                 os._exit(code)
         for fd in fds:
             os.close(fd)
-        self.adopt(pid, unit_id, cgroup, call=python_unit, unit_limits=unit_limits, cpu_limit=cpu)
+        self.adopt(pid, unit_id, cgroup, warm=python_unit, unit_limits=unit_limits, cpu_limit=cpu)
 
     def hand_over(self, warm: Spare, unit_id: str, call: bytes, fds: list[int]) -> bool:
         """Give the unit to a warm process with its descriptors; False (the spare killed) if
@@ -453,9 +478,51 @@ class Zygote:
             warm.sock.close()
         for fd in fds:
             os.close(fd)
-        self.adopt(warm.pid, unit_id, warm.cgroup, call=True)
+        self.adopt(warm.pid, unit_id, warm.cgroup, warm=True)
         self.spares_held_until = time.monotonic() + SPARE_HOLD
         return True
+
+    def _warm_ahead(self) -> bool:
+        """Whether spares are kept at all (and, counting this unit, how many)."""
+        self.pool.demand(self.warm_units + 1)
+        return self.pool.settings.processes > 0
+
+    def _exec_in_spare(
+        self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None
+    ) -> Spare | None:
+        """Have a warm process exec the command ``path`` (``spare``): the spare now the
+        unit's process, or None when no spare was at hand.
+
+        The spare was confined with the default protection when it was forked,
+        so the unit's way in has no fork: the confinement was applied where a
+        fork already happened. Waits for the exec (the assignment socket closes)
+        or for the error the spare reports; then the spare is reaped, its cgroup
+        removed and the error raised (OSError), as for a forked command.
+        """
+        fds = [output_fd] if input_fd is None else [output_fd, input_fd]
+        data = framing.encode_plain(RunCommand(msg, path))
+        while (warm := self.pool.take()) is not None:
+            try:
+                warm.sock.settimeout(HANDOVER_TIMEOUT)
+                sent = socket.send_fds(warm.sock, [data], fds)
+                if sent < len(data):
+                    warm.sock.sendall(data[sent:])
+                warm.sock.settimeout(None)
+                error = commands.read_all(warm.sock.fileno())
+            except OSError:
+                self.kill_spare(warm)
+                continue
+            finally:
+                warm.sock.close()
+            self.spares_held_until = time.monotonic() + SPARE_HOLD
+            if not error:
+                return warm
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(warm.pid, 0)
+            if warm.cgroup is not None:
+                Cgroups.remove(warm.cgroup)
+            raise commands.rebuilt(error)
+        return None
 
     def add_spare(self) -> None:
         """Fork one warm process (into a new cgroup, in cgroup mode).
@@ -520,7 +587,7 @@ class Zygote:
         cgroup: str | None,
         shown: int | None = None,
         *,
-        call: bool = False,
+        warm: bool = False,
         unit_limits: UnitLimits = UnitLimits(),  # noqa: B008 - frozen
         cpu_limit: float | None = None,
     ) -> None:
@@ -540,10 +607,10 @@ class Zygote:
             self.refuse(unit_id, f"could not start: no pidfd: {commands.describe_start_error(exc)}")
             self.dying.extend(unit_limits.directories)
             return
-        slot = Slot(unit_id, pid, cgroup, call, unit_limits, cpu_limit)
+        slot = Slot(unit_id, pid, cgroup, warm, unit_limits, cpu_limit)
         self.units[pid] = slot
         self.by_unit[unit_id] = slot
-        self.calls += call
+        self.warm_units += warm
         try:
             framing.send(self.control, spawned(unit_id, shown or pid), [pidfd], plain=True)
         finally:
@@ -641,8 +708,8 @@ class Zygote:
     def report_exit(self, slot: Slot, pid: int, status: int) -> None:
         """The unit's leader is reaped: tell the supervisor how it ended."""
         self.by_unit.pop(slot.unit_id, None)
-        self.calls -= slot.call
-        if slot.call:
+        self.warm_units -= slot.warm
+        if slot.warm:
             self.spares_held_until = 0.0
         if os.WIFSIGNALED(status):
             exit_code, signum = None, os.WTERMSIG(status)

@@ -5,11 +5,15 @@ unit process does and what needs no unit (see ``unit_process.detach``, then the
 capture's pipes and pump), names itself ``workunits-spare`` and blocks on its
 assignment socket; one still waiting after a moment rehearses a unit's start
 (see ``warm``). The zygote hands it one unit: a ``SpawnCall`` with the
-unit's transcript and channel descriptors (and a large payload's memfd). In
-cgroup mode the spare was forked into a cgroup of its own, which becomes the
-unit's. The spare then applies the unit's limits and runs the unit,
-and its exit code is the unit's. End of file instead of a unit (the zygote aged
-it out, or is gone) ends it quietly. Runs exactly one unit: nothing here loops.
+unit's transcript and channel descriptors (and a large payload's memfd), or a
+shell unit's command (``RunCommand``) with its output and input descriptors.
+In cgroup mode the spare was forked into a cgroup of its own, which becomes
+the unit's. The spare then applies the unit's limits and runs the unit, or
+execs the command, and its exit code is the unit's. A command that cannot
+start is reported on the assignment socket, which otherwise closes at the
+exec: the zygote waits for one or the other, as for a command it forks. End of
+file instead of a unit (the zygote aged it out, or is gone) ends it quietly.
+Runs exactly one unit: nothing here loops.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
 
 from workunits._unit.child import prepare, rehearse, report_start_failure, run_unit
 from workunits._util.framing import FrameReader
-from workunits._wire.zygote_protocol import SpawnCall
-from workunits._zygote import _linux, payload, unit_process
+from workunits._wire.zygote_protocol import RunCommand, SpawnCall
+from workunits._zygote import _linux, commands, keeper, payload, unit_process
 
 NAME = b"workunits-spare"
 EXIT_UNUSED = 0
@@ -39,10 +44,14 @@ def run(sock: socket.socket, rehearse_after: float) -> int:
     name = _linux.process_name()
     _linux.set_name(NAME)
     assignment = _wait_for_unit(sock, rehearse_after)
-    sock.close()
     if assignment is None:
+        sock.close()
         return EXIT_UNUSED
     call, fds = assignment
+    if isinstance(call, RunCommand):
+        _exec_command(call, fds, sock.fileno())  # returns only if the command cannot start
+        return keeper.EXIT_NOT_STARTED
+    sock.close()
     _linux.set_name(name)
     try:
         if call.payload_in_fd:  # read here, never in the zygote (see payload)
@@ -54,9 +63,42 @@ def run(sock: socket.socket, rehearse_after: float) -> int:
         raise
 
 
+def _exec_command(run: RunCommand, fds: list[int], report_fd: int) -> None:
+    """Exec the command (this process becomes it); what failed goes to ``report_fd``."""
+    msg = run.msg
+
+    def ready() -> None:
+        unit_process.apply_limits(msg.limits)
+        # Nothing of the spare's goes past the exec: its capture's pipes, and the
+        # descriptors just received (the kernel gives them without close-on-exec;
+        # the command gets its copies as fds 0, 1 and 2).
+        for fd in _open_fds():
+            if fd > 2:
+                with contextlib.suppress(OSError):
+                    os.set_inheritable(fd, False)
+        # As posix_spawn gives a command: default actions (what the capture or a
+        # rehearsal set would otherwise carry over when ignored) and no blocked signal.
+        for signum in unit_process.RESET_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+    env = {} if msg.confinement is None else dict(msg.confinement.env)
+    input_fd = fds[1] if msg.stdin else None
+    commands.exec_or_report(
+        msg, run.path, fds[0], input_fd, env=env, report_fd=report_fd, ready=ready
+    )
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: what the descriptor limit allows (slower, as thorough)
+        return list(range(3, os.sysconf("SC_OPEN_MAX")))
+
+
 def _wait_for_unit(
     sock: socket.socket, rehearse_after: float
-) -> tuple[SpawnCall, list[int]] | None:
+) -> tuple[SpawnCall | RunCommand, list[int]] | None:
     """Block until the zygote sends one unit; None at end of file (or a broken assignment).
 
     A spare still waiting after ``rehearse_after`` seconds rehearses a unit's
@@ -87,7 +129,13 @@ def _wait_for_unit(
         frames = reader.feed(data)
         if frames:
             call = frames[0]
-            if not isinstance(call, SpawnCall) or len(fds) != 2 + call.payload_in_fd:
+            if isinstance(call, SpawnCall):
+                wanted = 2 + call.payload_in_fd
+            elif isinstance(call, RunCommand):
+                wanted = call.msg.fd_count
+            else:
+                wanted = -1
+            if len(fds) != wanted:
                 _close(fds)
                 return None
             return call, fds

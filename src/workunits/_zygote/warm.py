@@ -2,8 +2,10 @@
 
 A warm process (a *spare*) is forked before any unit needs it and has done the
 set-up every unit process does (session, parent-death signal, signals, the
-capture). A Python unit is handed to one; it runs exactly that unit and exits,
-as a freshly forked one would: no process ever runs two units. This module is
+capture), and is confined with the default protection. A Python unit is handed
+to one, and in cgroup mode so is a command under the default protection (the
+spare execs it); it runs exactly that unit and exits, as a freshly forked one
+would: no process ever runs two units. This module is
 the policy only; ``server`` forks and hands over, ``spare`` runs in the spare.
 
 A spare not taken within ``WORKUNITS_WARM_REHEARSE_AFTER`` seconds (default
@@ -12,7 +14,7 @@ its first writes to memory it shares with the zygote copy pages, ~0.4 ms that
 would otherwise fall on its unit's start. Units that come back to back take
 spares sooner and leave the CPU to each other.
 
-Sizing: the pool aims at the recent peak of Python units in flight plus one,
+Sizing: the pool aims at the recent peak of such units in flight plus one,
 at most ``WORKUNITS_WARM_PROCESSES`` (default: the cores this process may use;
 0 turns warm processes off). Spares are handed out newest first, so the oldest
 is the one that demand has not reached; once it has waited
@@ -161,7 +163,8 @@ class WarmPool:
         return {spare.pid for spare in self.spares}
 
     def demand(self, in_flight: int) -> None:
-        """``in_flight`` Python units run now, the one just asked for included.
+        """``in_flight`` units of the sort spares serve run now, the one just asked for
+        included.
 
         The aim is one more than that: a spare is replaced only once a unit has
         ended (see ``server.SPARE_HOLD``), so the next unit finds the one forked
