@@ -507,8 +507,7 @@ class Zygote:
                 sent = socket.send_fds(warm.sock, [data], fds)
                 if sent < len(data):
                     warm.sock.sendall(data[sent:])
-                warm.sock.settimeout(None)
-                error = commands.read_all(warm.sock.fileno())
+                error = _exec_report(warm.sock)  # a spare stuck this long is killed
             except OSError:
                 self.kill_spare(warm)
                 continue
@@ -785,6 +784,15 @@ def _limit_cgroups(name: str) -> UnitCgroups | None:
         remove_stale(place.own, keep=name)
     made = UnitCgroups(name, places)
     return made if made.paths else None
+
+
+def _exec_report(sock: socket.socket) -> str:
+    """What a spare given a command reported: nothing once it exec'd (its end of the
+    socket closes), else the error (``commands.rebuilt`` reads it)."""
+    chunks = []
+    while chunk := sock.recv(4096):
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
 
 
 def main(argv: list[str]) -> None:
