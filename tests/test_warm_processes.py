@@ -201,6 +201,24 @@ def test_a_command_a_spare_cannot_start_fails_its_unit_and_leaves_no_cgroup(
 
 
 @pytest.mark.timeout(60)
+def test_a_stopped_spare_given_a_command_is_killed_and_the_command_runs_anyway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The zygote waits for a spare's exec only up to the hand-over timeout: a stopped
+    spare must not hold the zygote's one thread (and every other unit) for good."""
+    cgroup_mode()
+    monkeypatch.setenv(warm.PROCESSES_ENV, "1")
+    with wu.Supervisor(tmp_path / "state", install_signal_handlers=False) as sup:
+        zygote = zygote_pid(sup)
+        (stopped,) = eventually(lambda: full(zygote, 1), timeout=20, what="a warm process")
+        os.kill(stopped, signal.SIGSTOP)
+        record = sup.wait(sup.shell("echo $$").id, timeout=30)
+        assert record.status is wu.Status.COMPLETED, record.describe_end()
+        assert int(record.output_tail) != stopped
+        eventually(lambda: not alive(stopped), timeout=20, what="the stopped spare to be killed")
+
+
+@pytest.mark.timeout(60)
 def test_with_warm_processes_off_no_spare_is_forked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
