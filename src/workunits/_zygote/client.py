@@ -402,8 +402,8 @@ class ZygoteClient:
         ).start()
         if events is not None:
             events.spawn_failed(
-                "no descriptor for the unit's pidfd (this process is out of file "
-                "descriptors: RLIMIT_NOFILE); it was killed before it could run"
+                "no descriptor for the unit's pidfd (EMFILE: this process is out of "
+                "file descriptors, RLIMIT_NOFILE); it was killed before it could run"
             )
 
     def _on_close(self, zygote: _Zygote) -> None:
