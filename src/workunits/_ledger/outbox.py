@@ -140,33 +140,13 @@ class Outbox:
         ids.validate(work_id)
         now = self._ctx.now()
         held = "claimed_by IS NOT NULL" if token is None else "claimed_by = ?"
-        params = (now, work_id) if token is None else (now, work_id, token)
-        db = self._ctx.db
-
-        def write() -> bool:
-            # Fully synced: an acknowledged notice must never be delivered again.
-            with db.write(durable=True) as conn:
-                cursor = conn.execute(
-                    "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
-                    f"WHERE id = ? AND {held} AND delivered_at IS NULL",
-                    params,
-                )
-                return cursor.rowcount == 1
-
-        def landed(conn: Connection) -> bool | None:
-            row = conn.execute(
-                f"SELECT 1 FROM notifications WHERE id = ? AND {held} AND delivered_at = ?",  # noqa: S608
-                (work_id, now) if token is None else (work_id, token, now),
-            ).fetchone()
-            return True if row is not None else None
-
-        return settle.settled_write(
-            db,
-            write,
-            landed,
-            within=self._ctx.settle_within,
-            what=f"the acknowledgement of the notice of {work_id}",
-            work_id=work_id,
+        return self._acknowledge(
+            work_id,
+            "UPDATE notifications SET delivered_at = ?, claim_until = NULL "  # noqa: S608
+            f"WHERE id = ? AND {held} AND delivered_at IS NULL",
+            (now, work_id) if token is None else (now, work_id, token),
+            f"SELECT 1 FROM notifications WHERE id = ? AND {held} AND delivered_at = ?",  # noqa: S608
+            (work_id, now) if token is None else (work_id, token, now),
         )
 
     def release(self, work_id: str, token: str) -> bool:
@@ -202,22 +182,33 @@ class Outbox:
         now = self._ctx.now()
         ids.validate(work_id)
         value = Status(status).value
+        return self._acknowledge(
+            work_id,
+            "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, "
+            "claim_until = NULL WHERE id = ? AND status = ? AND delivered_at IS NULL",
+            (now, work_id, value),
+            "SELECT 1 FROM notifications WHERE id = ? AND status = ? AND delivered_at = ?",
+            (work_id, value, now),
+        )
+
+    def _acknowledge(
+        self,
+        work_id: str,
+        update: str,
+        update_params: tuple[object, ...],
+        found: str,
+        found_params: tuple[object, ...],
+    ) -> bool:
+        """Synced and settled, as ``ack`` and ``mark_delivered`` must be; they differ in a match."""
         db = self._ctx.db
 
         def write() -> bool:
+            # Fully synced: an acknowledged notice must never be delivered again.
             with db.write(durable=True) as conn:
-                cursor = conn.execute(
-                    "UPDATE notifications SET delivered_at = ?, claimed_by = NULL, "
-                    "claim_until = NULL WHERE id = ? AND status = ? AND delivered_at IS NULL",
-                    (now, work_id, value),
-                )
-                return cursor.rowcount == 1
+                return conn.execute(update, update_params).rowcount == 1
 
         def landed(conn: Connection) -> bool | None:
-            row = conn.execute(
-                "SELECT 1 FROM notifications WHERE id = ? AND status = ? AND delivered_at = ?",
-                (work_id, value, now),
-            ).fetchone()
+            row = conn.execute(found, found_params).fetchone()
             return True if row is not None else None
 
         return settle.settled_write(
