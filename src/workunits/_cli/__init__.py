@@ -25,7 +25,7 @@ shell whether or not a supervisor runs.
 
 from __future__ import annotations
 
-from workunits._cli import (
+from workunits._cli import (  # noqa: F401 - each module registers its commands on import
     backup,
     control,
     doctor,
@@ -43,22 +43,6 @@ from workunits._cli import (
 from workunits._cli._app import Exit, cli
 
 __all__ = ["Exit", "cli", "main"]
-
-_COMMANDS = (
-    backup,
-    control,
-    doctor,
-    inspect,
-    mcp,
-    schedules,
-    serve,
-    signals,
-    submit,
-    tail,
-    ui,
-    waiting,
-    watch,
-)  # registered
 
 
 def main() -> None:
