@@ -158,15 +158,7 @@ class FailedWrites:
             waiting = [w for w in dict.fromkeys(work_ids) if w in self._queues]
             if not waiting:
                 return
-            heads = [self._queues[w][0] for w in waiting[:MAX_GROUP]]
-            for item in heads:
-                self._unqueue(item)
-            self._in_flight = {item.work_id for item in heads}
-            try:
-                landed = self._try(heads, front=True)
-            finally:
-                self._in_flight = set()
-            if not landed:
+            if not self._retry_heads([self._queues[w][0] for w in waiting[:MAX_GROUP]]):
                 return
 
     def report(self, exc: BaseException, what: str, *, kept: bool = True) -> None:
@@ -190,15 +182,7 @@ class FailedWrites:
     def retry(self) -> None:
         """Every tick: land what waits, each unit's writes in order, until the ledger fails."""
         while self._queues:
-            heads = [queue[0] for queue in list(self._queues.values())[:MAX_GROUP]]
-            for item in heads:
-                self._unqueue(item)
-            self._in_flight = {item.work_id for item in heads}
-            try:
-                landed = self._try(heads, front=True)
-            finally:
-                self._in_flight = set()
-            if not landed:
+            if not self._retry_heads([q[0] for q in list(self._queues.values())[:MAX_GROUP]]):
                 return
         if self._failures:
             log.warning(
@@ -222,6 +206,16 @@ class FailedWrites:
             pause = min(pause * 2, 1.0)
 
     # -- inside ----------------------------------------------------------------
+
+    def _retry_heads(self, heads: list[Pending]) -> bool:
+        """Try queued ``heads`` in front; held meanwhile, so a new write of theirs waits behind."""
+        for item in heads:
+            self._unqueue(item)
+        self._in_flight = {item.work_id for item in heads}
+        try:
+            return self._try(heads, front=True)
+        finally:
+            self._in_flight = set()
 
     def _try(self, items: list[Pending], *, front: bool = False) -> bool:
         """Land ``items`` (one per unit): their writes in one transaction, then each call.
