@@ -330,14 +330,6 @@ class LedgerNotices(NoticeSource[Notification], Iterator[Notification]):
             release=lambda: self._outage.call(lambda: self._ledger.outbox.release(work_id, token)),
         )
 
-    def get_nowait(self) -> Notification | None:
-        """The next notice if one is waiting (claimed and acknowledged), else None."""
-        claim = self.claim_nowait()
-        if claim is None:
-            return None
-        claim.ack()
-        return claim.notice
-
     def claim(self, timeout: float | None = None) -> Claim[Notification]:
         """The next notice, claimed; NoNotification (a TimeoutError) after ``timeout`` s,
         ClientClosed once closed."""

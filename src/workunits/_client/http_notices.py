@@ -128,14 +128,6 @@ class HttpNotices(NoticeSource[Notification], Iterator[Notification]):
         """Claim the next notice if one is waiting, else None; ClientClosed once closed."""
         return self._claim_within(0.0)
 
-    def get_nowait(self) -> Notification | None:
-        """The next notice if one is waiting (claimed and acknowledged), else None."""
-        claim = self.claim_nowait()
-        if claim is None:
-            return None
-        claim.ack()
-        return claim.notice
-
     def claim(self, timeout: float | None = None) -> Claim[Notification]:
         """The next notice, claimed (and renewed while held); NoNotification (a
         TimeoutError) after ``timeout`` s, ClientClosed once closed."""

@@ -115,6 +115,14 @@ class NoticeSource(abc.ABC, Generic[T]):
         """Seconds between looks while ``claim_async`` waits (a client's: its poll)."""
         return ASYNC_POLL
 
+    def get_nowait(self) -> T | None:
+        """Take (claim and acknowledge) the next notice if one is waiting, else None."""
+        claim = self.claim_nowait()
+        if claim is None:
+            return None
+        claim.ack()
+        return claim.notice
+
     @contextmanager
     def take(self, timeout: float | None = None) -> Iterator[T]:
         """``with take() as notice``: acknowledged if the block succeeds, released if it raises."""

@@ -156,14 +156,6 @@ class Mailbox(NoticeSource[MailboxItem]):
         held = self._from_source()
         return None if held is None else self._in_order(held)
 
-    def get_nowait(self) -> MailboxItem | None:
-        """Take (claim and acknowledge) the next item if one is waiting, else None."""
-        held = self.claim_nowait()
-        if held is None:
-            return None
-        held.ack()
-        return held.notice
-
     def _from_source(self) -> Claim[MailboxItem] | None:
         return None if self._source is None else self._source()
 
