@@ -22,7 +22,6 @@ from workunits._cli._app import (
     exit_for,
     finish,
     parse_duration,
-    write_bytes,
 )
 from workunits._cli.unit_gateway import UnitGateway
 from workunits._core.errors import SpecError, UnknownWork, WorkunitsError
@@ -166,22 +165,13 @@ def wait(work_id: str, timeout: str | None, as_json: bool) -> None:
 @click.argument("work_id")
 def result(work_id: str, timeout: str | None, as_json: bool) -> None:
     """A descendant's value (a shell's: its output), as ``workunits result`` prints it."""
-    from workunits._cli.waiting import _jsonable, _text  # noqa: PLC0415 - its printing
+    from workunits._cli.waiting import print_result  # noqa: PLC0415 - its printing
 
     record = _waited(work_id, timeout)
     if not is_terminal(record.status):
         raise CliError(f"{work_id} is still {record.status.value} after {timeout}", Exit.RUNNING)
-    value = result_of(record)  # this unit's own descendant: it trusts what that returned
-    if isinstance(value, WorkRecord):  # a kind without values
-        if as_json:
-            tail = value.output_tail.decode("utf-8", "replace")
-            emit_json({"id": value.id, "exit_code": value.exit_code, "output": tail})
-        else:
-            write_bytes(value.output_tail)
-    elif as_json:
-        emit_json({"id": work_id, "result": _jsonable(value)})
-    else:
-        click.echo(_text(value))
+    # This unit's own descendant: it trusts what that returned.
+    print_result(work_id, result_of(record), as_json=as_json)
 
 
 @click.command("cancel")

@@ -98,6 +98,11 @@ def result(state_dir: Path, as_json: bool, timeout: str | None, work_id: str) ->
             row = client.row(work_id)
             label = _render.status_label(row, client.supervisor_running())
             raise CliError(f"{work_id} is still {label} after {seconds} s", Exit.RUNNING) from None
+    print_result(work_id, value, as_json=as_json)
+
+
+def print_result(work_id: str, value: Any, *, as_json: bool) -> None:
+    """Print a unit's value as ``result`` does, here and inside a unit (``in_unit``)."""
     if isinstance(value, WorkRecord):  # a kind without values
         if as_json:
             tail = value.output_tail.decode("utf-8", "replace")
