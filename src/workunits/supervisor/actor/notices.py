@@ -219,10 +219,6 @@ class Notices:
         slot = None if parent is None else self._units.slot(parent)
         ref = None if slot is None else slot.actor
         # The unit's own class: a kind's units may run in different classes (actor_for).
-        if ref is None or not ref.actor_class.relays_notifications:
+        if parent is None or ref is None or not ref.actor_class.relays_notifications:
             return False
-        try:
-            ref.tell(message)
-        except pykka.ActorDeadError:
-            return False
-        return True
+        return self._units.tell(parent, message)
