@@ -289,6 +289,17 @@ def json_option(fn: F) -> F:
     )(fn)
 
 
+def tls_options(fn: F) -> F:
+    """``--tls-cert``, ``--tls-key`` and ``--insecure``: one meaning wherever ``--http`` serves."""
+    path = click.Path(dir_okay=False, exists=True)
+    # Innermost first, so that --help lists them as the decorators would read.
+    fn = click.option(
+        "--insecure", is_flag=True, help="Allow plain HTTP on an address that is not loopback."
+    )(fn)
+    fn = click.option("--tls-key", type=path, default=None)(fn)
+    return click.option("--tls-cert", type=path, default=None)(fn)
+
+
 def _checked_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
         return ids.validate(value)

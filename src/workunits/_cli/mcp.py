@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from workunits._cli import user_code
-from workunits._cli._app import cli, seconds_option, state_option
+from workunits._cli._app import cli, seconds_option, state_option, tls_options
 from workunits._core.errors import SpecError
 
 
@@ -44,11 +44,7 @@ from workunits._core.errors import SpecError
     "PORT binds 127.0.0.1, port 0 picks a free one. Clients send the state dir's "
     "http.token as Authorization: Bearer, as for `serve --http`.",
 )
-@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None)
-@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
-@click.option(
-    "--insecure", is_flag=True, help="Allow plain HTTP on an address that is not loopback."
-)
+@tls_options
 @click.option(
     "--sandbox",
     "sandbox_preset",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import click
 
 from workunits._cli import ledger_log, user_code
-from workunits._cli._app import cli, parse_duration, seconds_option, state_option
+from workunits._cli._app import cli, parse_duration, seconds_option, state_option, tls_options
 from workunits._core.errors import SpecError
 from workunits._core.ids import BUILTIN_KINDS
 from workunits._ledger import secretfile
@@ -85,11 +85,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     help="Also serve the HTTP API and web view (needs workunits[http]); "
     "a bare PORT binds 127.0.0.1, port 0 picks a free one.",
 )
-@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None)
-@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
-@click.option(
-    "--insecure", is_flag=True, help="Allow plain HTTP on an address that is not loopback."
-)
+@tls_options
 @click.option(
     "--ledger",
     "ledger_url",
