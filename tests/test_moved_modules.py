@@ -21,7 +21,7 @@ from workunits._core.record import Outcome
 from workunits._ledger import values
 from workunits._util import shell_log
 from workunits._wire import unpickle
-from workunits._wire.specs import BodyRef, resolve_callable
+from workunits._wire.specs import BodyRef, resolve_callable, resolve_ref
 
 
 def old_way(value: object) -> bytes:
@@ -71,7 +71,7 @@ def test_an_unimportable_class_is_still_named_in_the_error() -> None:
 
 
 def test_a_reference_stored_under_the_old_layout_resolves() -> None:
-    assert values.resolve_ref("workunits._wire.shell_log:check") is shell_log.check
+    assert resolve_ref("workunits._wire.shell_log:check") is shell_log.check
     assert resolve_callable("workunits._wire.shell_log:check") is shell_log.check
     bucket = BodyRef("workunits._runtime.ratelimit", "TokenBucket")(5.0, 1.0, 0.0)
     assert type(bucket).__module__ == "workunits._unit.ratelimit"

@@ -26,6 +26,7 @@ from workunits._ledger import (
     ValueVersionMismatch,
     values,
 )
+from workunits._wire.specs import resolve_ref
 
 
 def module_level(x: int) -> int:
@@ -133,11 +134,11 @@ def test_plain_data_specs_are_json(ledger: Ledger) -> None:
 
 def test_resolve_ref_says_what_is_wrong() -> None:
     with pytest.raises(SpecError, match="not an import reference"):
-        values.resolve_ref("no colon")
+        resolve_ref("no colon")
     with pytest.raises(SpecError, match="cannot import"):
-        values.resolve_ref("no_such_module_xyz:f")
+        resolve_ref("no_such_module_xyz:f")
     with pytest.raises(SpecError, match="has no 'nope'"):
-        values.resolve_ref("operator:nope")
+        resolve_ref("operator:nope")
 
 
 def test_a_tampered_pickle_is_refused_and_never_runs(ledger: Ledger, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ its classes by ``module`` and ``qualname`` (``workunits._errors.WorkFailed``),
 a spec stored by reference is ``"module:qualname"``, and a ``Retry`` keeps the
 exception types it retries as ``"module:qualname"`` names. A state dir written
 before a module of workunits moved holds the old names; each place that loads
-such a name asks here first (``_wire.unpickle``, ``_ledger.values.resolve_ref``,
+such a name asks here first (``_wire.unpickle``, ``_wire.specs.resolve_ref``,
 ``Retry``), so old rows load and old policies match.
 
 Only workunits' own private modules are listed, by their full old name; a name

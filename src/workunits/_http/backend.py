@@ -33,13 +33,13 @@ from workunits._http.models import CallSubmit, ScheduleBody, ShellSubmit, option
 from workunits._http.problems import ShuttingDown
 from workunits._ledger import Ledger
 from workunits._ledger.listing import Total
-from workunits._ledger.values import resolve_ref
 from workunits._surface import batch
 from workunits._surface._generated import UnitOptions
 from workunits._surface.options import UNIT_OPTIONS, taken_by
 from workunits._surface.submission import Submission
 from workunits._util import strictjson
 from workunits._wire.results import result_of
+from workunits._wire.specs import resolve_ref
 from workunits.supervisor import batch_requests
 from workunits.supervisor.events import Cursor, EventBatch, OutputHold
 from workunits.supervisor.facade import Supervisor

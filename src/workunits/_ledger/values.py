@@ -25,10 +25,8 @@ import errno
 import functools
 import hashlib
 import hmac
-import importlib
 import importlib.metadata
 import os
-import re
 import secrets
 import stat
 import sys
@@ -47,18 +45,15 @@ from workunits._core.errors import (
     SpecError,
     ValueVersionMismatch,
 )
-from workunits._core.moved import current_ref
 from workunits._util import strictjson
 from workunits._wire import unpickle
-from workunits._wire.specs import Call
+from workunits._wire.specs import Call, checked_ref, resolve_ref
 
 KEY_FILE = "secret.key"
 KEY_BYTES = 32
 
 SpecFormat = Literal["ref", "json", "pickle"]
 ResultFormat = Literal["json", "pickle"]
-
-_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,29 +190,6 @@ def import_ref(fn: object) -> str | None:
     return ref if resolved is fn else None
 
 
-def _checked_ref(ref: str) -> str:
-    if not _REF_RE.fullmatch(ref):
-        raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
-    return ref
-
-
-def resolve_ref(ref: str) -> Any:
-    """Import ``"module:qualname"`` and return the object it names."""
-    if not isinstance(ref, str) or not _REF_RE.fullmatch(ref):
-        raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
-    module_name, qualname = current_ref(ref).split(":", 1)  # stored before a module moved
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(f"cannot import {module_name!r} for {ref!r}: {exc}") from exc
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise SpecError(f"{ref!r}: {module_name} has no {qualname!r}") from None
-    return obj
-
-
 # -- specs ----------------------------------------------------------------------
 
 
@@ -227,7 +199,7 @@ def encode_spec(spec: object, *, work_id: str, key: bytes) -> Stored:
     version_tag: str | None = None
     data: bytes | None = None
     if isinstance(spec, Call):
-        ref = _checked_ref(spec.fn) if isinstance(spec.fn, str) else import_ref(spec.fn)
+        ref = checked_ref(spec.fn) if isinstance(spec.fn, str) else import_ref(spec.fn)
         if ref is not None:
             doc = {"ref": ref, "args": list(spec.args), "kwargs": dict(spec.kwargs)}
             if spec.options:

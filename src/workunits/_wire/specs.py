@@ -224,11 +224,17 @@ class AgentSpec:
 _REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)
 
 
-def resolve_callable(ref: str) -> Callable[..., Any]:
-    """Import ``"module:qualname"`` and return the callable it names (SpecError otherwise)."""
-    if not _REF_RE.fullmatch(ref):
+def checked_ref(ref: object) -> str:
+    """``ref`` if it reads ``"module:qualname"``, else SpecError: stored, submitted or resolved."""
+    if not isinstance(ref, str) or not _REF_RE.fullmatch(ref):
         raise SpecError(f"{ref!r} is not an import reference like 'package.module:function'")
-    module_name, qualname = current_ref(ref).split(":", 1)
+    return ref
+
+
+def resolve_ref(ref: str) -> Any:
+    """Import ``"module:qualname"`` and return the object it names (SpecError otherwise)."""
+    # A reference stored before its module moved is read as where that module is now.
+    module_name, qualname = current_ref(checked_ref(ref)).split(":", 1)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -238,6 +244,12 @@ def resolve_callable(ref: str) -> Callable[..., Any]:
             target = getattr(target, part)
         except AttributeError:
             raise SpecError(f"{ref!r}: {module_name} has no {qualname!r}") from None
+    return target
+
+
+def resolve_callable(ref: str) -> Callable[..., Any]:
+    """Import ``"module:qualname"`` and return the callable it names (SpecError otherwise)."""
+    target = resolve_ref(ref)
     if not callable(target):
         raise SpecError(f"{ref!r} names a {type(target).__name__}, which is not callable")
     return cast("Callable[..., Any]", target)
