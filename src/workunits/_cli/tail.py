@@ -32,7 +32,7 @@ from workunits._cli._app import (
 from workunits._cli.waiting import warn_unsupervised
 from workunits._client.ledger_client import Client
 from workunits._core.errors import WorkunitsError
-from workunits._core.transcript import TranscriptEvent, render_transcript
+from workunits._core.transcript import TranscriptEvent, lines_of, render_transcript
 
 TRANSCRIPT_KINDS = frozenset({"agent", "dream", "workflow", "teammate"})
 VIEWER_LEASE = 30.0  # seconds; renewed every third of it while following
@@ -100,17 +100,6 @@ def _print_raw(stream: Iterator[bytes]) -> None:
         write_bytes(chunk)
 
 
-def _lines(stream: Iterator[bytes]) -> Iterator[bytes]:
-    """Complete lines, then whatever the output ended with after its last newline."""
-    rest = b""
-    for chunk in stream:
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
-
-
 def _print_events(stream: Iterator[bytes]) -> None:
     for line in render_transcript(stream):  # the public reader (wu.render_transcript)
         click.echo(line)
@@ -122,7 +111,7 @@ def rendered_line(line: bytes) -> str:
 
 
 def _print_json(stream: Iterator[bytes], *, transcript: bool) -> None:
-    for line in _lines(stream):
+    for line in lines_of(stream):
         if transcript:
             with contextlib.suppress(orjson.JSONDecodeError):
                 emit_json(orjson.loads(line))

@@ -64,7 +64,7 @@ def read_transcript(source: str | os.PathLike[str] | Iterable[bytes]) -> Iterato
     """The events of a transcript: a file's path, or the byte chunks of a unit's output
     stream (``client.stream(id)`` follows it until the unit ends)."""
     chunks = _file_chunks(source) if isinstance(source, str | os.PathLike) else source
-    for line in _lines(chunks):
+    for line in lines_of(chunks):
         if line.strip():
             yield TranscriptEvent.from_line(line)
 
@@ -81,8 +81,9 @@ def _file_chunks(path: str | os.PathLike[str]) -> Iterator[bytes]:
             yield chunk
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Complete lines, then whatever the chunks ended with after their last newline."""
+def lines_of(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Complete lines, then whatever the chunks ended with after their last newline: the
+    transcript's reader and ``tail --json`` split output alike."""
     rest = b""
     for chunk in chunks:
         lines = (rest + chunk).split(b"\n")
