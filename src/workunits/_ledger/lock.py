@@ -138,14 +138,9 @@ def is_held(state_dir: str | os.PathLike[str]) -> bool:
     except FileNotFoundError:
         return False  # no supervisor ever ran here
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return True
-        raise
+        return not _try_lock(fd, fcntl.LOCK_SH)
     finally:
         os.close(fd)  # drops the shared lock, if it was taken
-    return False
 
 
 def _holder_alive(fd: int) -> bool:
@@ -153,9 +148,10 @@ def _holder_alive(fd: int) -> bool:
     return pid is not None and pid_exists(pid)
 
 
-def _try_lock(fd: int) -> bool:
+def _try_lock(fd: int, mode: int = fcntl.LOCK_EX) -> bool:
+    """Take ``mode`` without waiting; False if held: the supervisor's lock and a reader's look."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
     except OSError as exc:
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return False
