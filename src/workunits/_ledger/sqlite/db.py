@@ -121,29 +121,27 @@ class SqliteDatabase:
         self.commit_seconds: deque[float] = deque(maxlen=4096)
         self._writes = 0  # write transactions begun here: part of ``version``
         self._sync = ""
-        self.conn = self._connect(immutable=False)
         try:
-            with self._lock:
-                self._setup(verify)
+            self._open(verify, immutable=False)
         except LedgerError:
-            self.conn.close()
             if not (readonly and self._may_be_immutable()):
                 raise
-            self.conn = self._connect(immutable=True)
-            try:
-                with self._lock:
-                    self._setup(verify)
-            except BaseException:
-                self.conn.close()
-                raise
-        except BaseException:
-            self.conn.close()
-            raise
+            self._open(verify, immutable=True)
         # A writer's files must stay where they are (invariant 17); see ``inplace``.
         watched = {self.path: "the ledger", self.path.with_name(DB_FILE + "-wal"): "the ledger"}
         if key_file is not None:
             watched[key_file] = "the key"
         self.in_place = None if readonly else FilesInPlace(watched)
+
+    def _open(self, verify: bool, *, immutable: bool) -> None:
+        """Connect and set up, closed again if that fails: a read-only ledger tries twice."""
+        self.conn = self._connect(immutable=immutable)
+        try:
+            with self._lock:
+                self._setup(verify)
+        except BaseException:
+            self.conn.close()
+            raise
 
     def _connect(self, *, immutable: bool) -> sqlite3.Connection:
         target: str | Path = self.path
