@@ -220,7 +220,7 @@ def test_the_unit_runtime_loads_neither_the_supervisor_nor_sqlite() -> None:
     # What the zygote preloads is copied on write by every fork (see _util.lazy); a
     # stray import of the supervisor or the ledger's store makes each unit slower.
     code = (
-        "import sys, workunits, workunits._zygote.server, workunits._unit.child, "
+        "import sys, workunits, workunits._zygote.start, workunits._unit.child, "
         "workunits._unit.monitor, workunits._unit.teammate; "
         f"print(sorted(m for m in {SUPERVISOR_SIDE!r} if m in sys.modules))"
     )

@@ -6,6 +6,6 @@ import sys
 import workunits._unit.child
 import workunits._unit.monitor  # the body of monitor units
 import workunits._unit.teammate  # noqa: F401 - the body of teammate units
-from workunits._zygote.server import main
+from workunits._zygote.start import main
 
 main(sys.argv)
