@@ -58,6 +58,15 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def sečti(a: int, b: int) -> int:  # noqa: PLC2401 - a name Python takes, import references do not
+    return a + b
+
+
+def a_child_named_past_ascii() -> int:
+    """Its function imports back, but its name is no import reference: sent by value."""
+    return int(wu.current().agent(sečti, 2, 3).result(timeout=30))
+
+
 def retry_a_failed_child() -> dict[str, object]:
     ctx = wu.current()
     child = ctx.shell("exit 3")
@@ -146,6 +155,13 @@ def test_a_unit_retries_a_failed_child_once(sup: wu.Supervisor) -> None:
     assert got["created"] == (True, False)
     assert got["status"] == "failed"
     assert sup.get(str(got["again"])).parent == parent.id  # still the unit's child
+
+
+@pytest.mark.timeout(60)
+def test_a_unit_starts_a_child_whose_function_has_a_name_past_ascii(sup: wu.Supervisor) -> None:
+    """The unit and the supervisor agree on what an import reference is: a name the
+    supervisor would refuse is not sent as one."""
+    assert sup.agent(a_child_named_past_ascii).result(timeout=45) == 5
 
 
 @pytest.mark.timeout(60)

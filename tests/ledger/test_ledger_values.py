@@ -26,7 +26,7 @@ from workunits._ledger import (
     ValueVersionMismatch,
     values,
 )
-from workunits._wire.specs import resolve_ref
+from workunits._wire.specs import import_ref, resolve_ref
 
 
 def module_level(x: int) -> int:
@@ -102,8 +102,20 @@ def test_a_reference_that_resolves_to_another_object_is_not_used() -> None:
 
     impostor.__module__ = __name__
     impostor.__qualname__ = "module_level"  # resolves, but to the real module_level
-    assert values.import_ref(impostor) is None
-    assert values.import_ref(module_level) == f"{__name__}:module_level"
+    assert import_ref(impostor) is None
+    assert import_ref(module_level) == f"{__name__}:module_level"
+
+
+def test_a_function_whose_name_is_past_ascii_is_no_reference() -> None:
+    def named() -> None: ...
+
+    named.__module__ = __name__
+    named.__qualname__ = "jméno"  # Python takes it; an import reference does not
+    globals()["jméno"] = named
+    try:
+        assert import_ref(named) is None
+    finally:
+        del globals()["jméno"]
 
 
 def test_main_module_functions_are_not_references() -> None:
@@ -111,7 +123,7 @@ def test_main_module_functions_are_not_references() -> None:
 
     in_main.__module__ = "__main__"
     in_main.__qualname__ = "in_main"
-    assert values.import_ref(in_main) is None
+    assert import_ref(in_main) is None
 
 
 def test_reference_arguments_that_are_not_exact_json_fall_back_to_a_pickle(

@@ -47,7 +47,7 @@ from workunits._core.errors import (
 )
 from workunits._util import strictjson
 from workunits._wire import unpickle
-from workunits._wire.specs import Call, checked_ref, resolve_ref
+from workunits._wire.specs import Call, checked_ref, import_ref, resolve_ref
 
 KEY_FILE = "secret.key"
 KEY_BYTES = 32
@@ -171,23 +171,6 @@ def mac_of(
 
 
 # -- import references ----------------------------------------------------------
-
-
-def import_ref(fn: object) -> str | None:
-    """``"module:qualname"`` when importing that string gives back ``fn`` itself, else None."""
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        return None
-    # __main__ is a different module in every process; <locals>/<lambda> have no path.
-    if module == "__main__" or "<" in qualname:
-        return None
-    ref = f"{module}:{qualname}"
-    try:
-        resolved = resolve_ref(ref)
-    except SpecError:
-        return None
-    return ref if resolved is fn else None
 
 
 # -- specs ----------------------------------------------------------------------

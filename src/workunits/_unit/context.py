@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
-import importlib
 import itertools
 import queue
 import socket
@@ -50,7 +49,7 @@ from workunits._util import framing, strictjson
 from workunits._util.signalname import check_name
 from workunits._wire import frames as m
 from workunits._wire.results import answer_of, result_of
-from workunits._wire.specs import AgentSpec, Call
+from workunits._wire.specs import AgentSpec, Call, import_ref
 from workunits._wire.submits import check_key
 
 R = TypeVar("R")
@@ -574,30 +573,13 @@ def plain_data(spec: Any) -> Any:
     call = getattr(spec, "call", None)
     if not isinstance(spec, AgentSpec) or call is None:
         return spec
-    ref = _import_ref(call.fn)
+    ref = import_ref(call.fn)
     exact = strictjson.dumps_if_exact({"a": list(call.args), "k": dict(call.kwargs)})
     plain = None
     if ref is not None and exact is not None:
         decoded = strictjson.loads(exact, "", "")
         plain = Call(ref, tuple(decoded["a"]), decoded["k"])
     return dataclasses.replace(spec, call=plain)
-
-
-def _import_ref(fn: Any) -> str | None:
-    """``"module:qualname"`` when importing it gives ``fn`` back (in this process)."""
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        return None
-    if module == "__main__" or "<" in qualname:
-        return None
-    try:
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        return None
-    return f"{module}:{qualname}" if found is fn else None
 
 
 def error_frame(exc: BaseException, tb: str) -> m.Error:

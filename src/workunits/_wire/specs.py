@@ -247,6 +247,24 @@ def resolve_ref(ref: str) -> Any:
     return target
 
 
+def import_ref(fn: object) -> str | None:
+    """``"module:qualname"`` when importing that string gives back ``fn`` itself, else None:
+    the supervisor (storing a spec) and a unit (naming a child's function) decide alike."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    # __main__ is a different module in every process; <locals>/<lambda> have no path.
+    if module == "__main__" or "<" in qualname:
+        return None
+    ref = f"{module}:{qualname}"
+    try:
+        resolved = resolve_ref(ref)
+    except SpecError:
+        return None
+    return ref if resolved is fn else None
+
+
 def resolve_callable(ref: str) -> Callable[..., Any]:
     """Import ``"module:qualname"`` and return the callable it names (SpecError otherwise)."""
     target = resolve_ref(ref)
