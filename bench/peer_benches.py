@@ -200,8 +200,8 @@ def durable_floor_note(durable: Pair, work: str, peer: tuple[str, float] | None 
     )
 
 
-CPU_PER_UNIT = 0.5e-3  # seconds of supervisor-process CPU per unit, at most (DESIGN §8)
-SWITCHES_PER_UNIT = 8  # voluntary context switches of the supervisor process per unit
+# DESIGN §8: one unit at a time, its time against its durable floor in the same run.
+FLOOR_RATIO = {"shell": 1.4, "agent": 1.25, "pooled": 1.6}
 
 
 # The supervisor's thread that makes units' output files ahead of their launches
@@ -266,20 +266,26 @@ def check_cpu_per_unit(
     result.info[f"file_cpu_us_per_{what}_unit"] = files * 1e6
     result.info[f"voluntary_switches_per_{what}_unit"] = switches
     result.info[f"cpu_floor_us_per_{what}_unit"] = floor_cpu * 1e6
-    result.check(
-        f"supervisor process CPU per {what} unit",
-        f"<= {CPU_PER_UNIT * 1e6:.0f} us",
-        CPU_PER_UNIT,
-        cpu,
-        f"{cpu * 1e6:,.0f} us, of which its output file made ahead {files * 1e6:,.0f} us "
-        f"(floor, {floor_text}: {floor_cpu * 1e6:,.0f} us)",
+    # No target one at a time since DESIGN §8's batch target (<= 0.8 ms, batch_bench.py).
+    result.note(
+        f"supervisor process CPU per {what} unit, one at a time: {cpu * 1e6:,.0f} us, of "
+        f"which its output file made ahead {files * 1e6:,.0f} us (floor, {floor_text}: "
+        f"{floor_cpu * 1e6:,.0f} us); voluntary context switches {switches:.1f} (floor "
+        f"{floor_switches:.1f})"
     )
+
+
+def check_floor_ratio(result: BenchResult, durable: Pair, what: str) -> None:
+    """DESIGN §8's per-unit target: a ``what`` unit, one at a time, against its durable
+    floor (``durable_pair``) measured in the same run, pair by pair."""
+    limit = FLOOR_RATIO[what]
     result.check(
-        f"voluntary context switches per {what} unit",
-        f"<= {SWITCHES_PER_UNIT}",
-        SWITCHES_PER_UNIT,
-        switches,
-        f"{switches:.1f} (floor, the same sequence: {floor_switches:.1f})",
+        f"{what} unit, one at a time / its durable floor (median of pair ratios)",
+        f"<= {limit:.2f}x",
+        limit,
+        durable.median_pair_ratio,
+        f"{durable.median_pair_ratio:.2f}x ({harness.fmt(durable.a.median, 's')} vs "
+        f"{harness.fmt(durable.b.median, 's')})",
     )
 
 
@@ -422,41 +428,24 @@ def bench_agent_trivial(cfg: HasQuick) -> BenchResult:
 
 
 def _agent_checks(result: BenchResult, floor: Pair, rates: Pair, forks: Pair) -> None:
-    # DESIGN section 8 (warm single-use processes): no slower than a bare fork round trip.
-    result.check(
-        "agent submit -> result / raw fork round trip (median of pair ratios)",
-        "<= 1.00x",
-        1.0,
-        floor.median_pair_ratio,
-        f"{floor.median_pair_ratio:.2f}x ({harness.fmt(floor.a.median, 's')} vs "
-        f"{harness.fmt(floor.b.median, 's')})",
-    )
-    rate = rates.a.median
-    result.check(
-        "agents with 2 in flight, time per unit (>= 500 units/s)",
-        "<= 2.000 ms",
-        1 / 500,
-        1 / rate,
-        f"{rate:,.0f} units/s = {harness.fmt(1 / rate, 's')} per unit "
-        f"(ProcessPoolExecutor {rates.b.median:,.0f}/s)",
-    )
-    result.check(
-        "agents with 2 in flight / raw fork round trip with 2 in flight (>= 0.90x)",
-        "<= 1.11x fork's time",
-        1 / 0.9,
-        1 / forks.median_pair_ratio,
-        f"{forks.median_pair_ratio:.2f}x ({forks.a.median:,.0f}/s vs {forks.b.median:,.0f}/s, "
-        "median of pair ratios)",
+    # Peers, no target: DESIGN §8 sets the agent's against its floor (check_floor_ratio)
+    # and the rate at the machine's parallelism against raw forks for sup.map (batches).
+    result.note(
+        f"agent submit -> result / raw fork round trip: {floor.median_pair_ratio:.2f}x "
+        f"({harness.fmt(floor.a.median, 's')} vs {harness.fmt(floor.b.median, 's')}); "
+        f"agents with 2 in flight {rates.a.median:,.0f} units/s (ProcessPoolExecutor "
+        f"{rates.b.median:,.0f}/s), {forks.median_pair_ratio:.2f}x a raw fork round trip "
+        f"with 2 in flight ({forks.a.median:,.0f}/s vs {forks.b.median:,.0f}/s)"
     )
 
 
 def _agent_floors(result: BenchResult, durable: Pair, forks: Pair) -> None:
     """The physical floors beside the agents' targets, measured in the same run."""
     result.note(durable_floor_note(durable, "the fork round trip"))
+    check_floor_ratio(result, durable, "agent")
     result.note(
-        f"floor for the 500/s target: a raw fork round trip with 2 in flight runs "
-        f"{forks.b.median:,.0f}/s on this machine; workunits agents reach "
-        f"{forks.median_pair_ratio:.2f}x of it (pairwise, same run)"
+        f"a raw fork round trip with 2 in flight runs {forks.b.median:,.0f}/s on this "
+        f"machine; workunits agents reach {forks.median_pair_ratio:.2f}x of it (pairwise)"
     )
 
 

@@ -21,6 +21,7 @@ from harness import BenchResult, Pair, Series
 from peer_benches import (
     EVICT_SOON,
     HasQuick,
+    check_floor_ratio,
     durable_floor_note,
     durable_pair,
     pair_of,
@@ -85,22 +86,15 @@ def bench_pooled_units(cfg: HasQuick) -> BenchResult:
     commits = Series("floor: bare SQLite WAL FULL commits, one per transaction", fsyncs, "/s")
     result.pairs.append(rates)
     result.series += [rates.a, rates.b, commits]
-    result.check(
-        "pooled submit -> result / ProcessPoolExecutor (median of pair ratios)",
-        "<= 2.00x",
-        2.0,
-        per_call.median_pair_ratio,
-        f"{per_call.median_pair_ratio:.2f}x ({harness.fmt(per_call.a.median, 's')} vs "
-        f"{harness.fmt(per_call.b.median, 's')})",
-    )
     rate = rates.a.median
-    result.check(
-        "pooled units with 2 in flight, time per unit (>= 2,000 units/s)",
-        "<= 0.500 ms",
-        1 / 2000,
-        1 / rate,
-        f"{rate:,.0f} units/s (ProcessPoolExecutor {rates.b.median:,.0f}/s)",
+    # Peers, no target: DESIGN §8 sets the pooled unit's against its floor, and
+    # pool().map's rate against ProcessPoolExecutor.map (batch_bench.py).
+    result.note(
+        f"pooled submit -> result / ProcessPoolExecutor: {per_call.median_pair_ratio:.2f}x "
+        f"({harness.fmt(per_call.a.median, 's')} vs {harness.fmt(per_call.b.median, 's')}); "
+        f"2 in flight {rate:,.0f} units/s (ProcessPoolExecutor {rates.b.median:,.0f}/s)"
     )
+    check_floor_ratio(result, durable, "pooled")
     fsync_rate = statistics.median(fsyncs)
     result.note(
         durable_floor_note(
@@ -108,9 +102,9 @@ def bench_pooled_units(cfg: HasQuick) -> BenchResult:
         )
     )
     result.note(
-        f"floor for the 2,000/s target: each unit's submit is a fully synced commit "
-        f"before it may start; bare SQLite FULL commits run {fsync_rate:,.0f}/s on this "
-        f"disk in this run, and pooled units reach {rate / fsync_rate:.2f}x of that"
+        f"each unit's submit is a fully synced commit before it may start; bare SQLite "
+        f"FULL commits run {fsync_rate:,.0f}/s on this disk in this run, and pooled units "
+        f"with 2 in flight reach {rate / fsync_rate:.2f}x of that"
     )
     return result
 
