@@ -107,13 +107,10 @@ def bench_overhead(
     )
     result.pairs.append(pair)
     result.series += [pair.a, pair.b]
-    result.check(
-        f"remote unit / bare Ray task ({ms:g} ms body), median of pair ratios",
-        f"<= {RATIO_TARGET}x",
-        RATIO_TARGET,
-        pair.median_pair_ratio,
-        f"{pair.median_pair_ratio:.2f}x ({harness.fmt(pair.a.median, 's')} vs "
-        f"{harness.fmt(pair.b.median, 's')})",
+    # The peer, no target: DESIGN §8 sets the remote unit's against its durable floor.
+    result.note(
+        f"remote unit / bare Ray task ({ms:g} ms body): {pair.median_pair_ratio:.2f}x "
+        f"({harness.fmt(pair.a.median, 's')} vs {harness.fmt(pair.b.median, 's')})"
     )
     if floor_in is not None:
         streamed = ray.remote(num_returns="streaming", max_retries=0)(one_item)
@@ -130,6 +127,14 @@ def bench_overhead(
             (work, stream),
             reps=reps,
             warm=warmup,
+        )
+        result.check(
+            f"remote unit ({ms:g} ms body) / its durable floor, median of pair ratios",
+            f"<= {RATIO_TARGET}x",
+            RATIO_TARGET,
+            durable.median_pair_ratio,
+            f"{durable.median_pair_ratio:.2f}x ({harness.fmt(durable.a.median, 's')} vs "
+            f"{harness.fmt(durable.b.median, 's')})",
         )
         result.note(
             peer_benches.durable_floor_note(durable, work, ("the bare task", pair.b.median))

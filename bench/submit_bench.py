@@ -2,9 +2,9 @@
 
     python bench/submit_bench.py [--quick]      (also: bench/run.py --only submits)
 
-Targets: one caller >= 0.9x bare SQLite (WAL, ``synchronous=FULL``, one row of
-the same size per transaction) measured alternately in the same run; 8 threads
-submitting at once >= 10,000/s. Windows alternate (bare, one caller, eight
+Target: 8 threads submitting at once >= 5,000/s; one caller's rate is reported
+against bare SQLite (WAL, ``synchronous=FULL``, one row of the same size per
+transaction) measured alternately in the same run. Windows alternate (bare, one caller, eight
 callers, ...) so that drift on a shared machine hits all three alike; each
 ratio is the median of the per-window ratios.
 
@@ -46,8 +46,7 @@ from peer_benches import EVICT_SOON, HasQuick, scale, state_dir
 import workunits as wu
 
 CALLERS = 8
-ONE_CALLER_RATIO = 0.9  # one caller's rate / the bare insert rate, at least
-MANY_CALLERS_RATE = 10_000  # submits/s from CALLERS threads at once, at least
+MANY_CALLERS_RATE = 5_000  # submits/s from CALLERS threads at once, at least (DESIGN §8)
 LATER = 24 * 3600.0  # not_before: the units never start during the bench
 
 
@@ -209,12 +208,10 @@ def bench_submits(cfg: HasQuick) -> BenchResult:
     many = Series(f"sup.shell(not_before=later), {CALLERS} threads", eight, "/s")
     result.series += [one.a, one.b, floor.b, many]
     ratio = statistics.median(one.pair_ratios)
-    result.check(
-        "one caller's synced submits / bare SQLite FULL inserts (median of window ratios)",
-        f">= {ONE_CALLER_RATIO}x",
-        -ONE_CALLER_RATIO,
-        -ratio,
-        f"{ratio:.2f}x ({one.a.median:,.0f}/s vs {one.b.median:,.0f}/s)",
+    # No target since DESIGN §8 set the many callers' rate (below) in its place.
+    result.note(
+        f"one caller's synced submits / bare SQLite FULL inserts (median of window "
+        f"ratios): {ratio:.2f}x ({one.a.median:,.0f}/s vs {one.b.median:,.0f}/s)"
     )
     result.note(
         f"one caller's floor, in the same windows: the bare insert made by a thread the "
