@@ -31,6 +31,7 @@ PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
+PR_GET_CHILD_SUBREAPER = 37
 PR_SET_NO_NEW_PRIVS = 38
 PR_GET_NO_NEW_PRIVS = 39
 SECCOMP_MODE_FILTER = 2
@@ -97,6 +98,13 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
     if result == -1:
         _raise(f"prctl({option})")
     return result
+
+
+def child_subreaper() -> bool:
+    """Whether this process is a child subreaper (orphans below it come back to it)."""
+    flag = ctypes.c_int(0)
+    prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(flag))
+    return flag.value != 0
 
 
 def set_no_new_privs() -> None:

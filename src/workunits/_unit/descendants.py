@@ -10,15 +10,11 @@ and the cgroup v2 mount say where a process is contained.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import os
 import signal
 import sys
 from collections.abc import Collection
-
-_PR_GET_CHILD_SUBREAPER = 37
 
 
 def children(of: int) -> list[int]:
@@ -135,8 +131,9 @@ def is_subreaper() -> bool:
     where that cannot be asked (not Linux)."""
     if not sys.platform.startswith("linux"):
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    flag = ctypes.c_int(0)
-    if int(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)) != 0:
+    from workunits._sandbox import _libc  # noqa: PLC0415 - Linux's libc, loaded only there
+
+    try:
+        return _libc.child_subreaper()
+    except OSError:
         return False
-    return flag.value != 0
