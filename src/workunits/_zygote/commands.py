@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import resource
 import shutil
+import socket
 from collections.abc import Callable, Mapping
 
 from workunits._wire.zygote_protocol import SpawnExec, exec_file_actions
@@ -165,9 +167,12 @@ def rebuilt(report: str) -> OSError:
     return OSError(errno_, os.strerror(errno_), filename or None)
 
 
-def read_all(fd: int) -> str:
+def read_all(source: int | socket.socket) -> str:
+    """A report read to its end: from a pipe's descriptor, or from a socket (whose
+    timeout then bounds each read)."""
+    read = source.recv if isinstance(source, socket.socket) else functools.partial(os.read, source)
     chunks = []
-    while chunk := os.read(fd, 4096):
+    while chunk := read(4096):
         chunks.append(chunk)
     return b"".join(chunks).decode(errors="replace")
 

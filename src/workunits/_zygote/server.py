@@ -274,7 +274,8 @@ class Zygote:
                 pid, shown = self._spawn_kept(
                     msg, path, output_fd, input_fd, plan=plan, limits=unit_limits
                 )
-            elif plan is not None and plan.is_default and self._warm_ahead():
+            elif plan is not None and plan.is_default:
+                self.pool.demand(self.warm_units + 1)
                 warm = self._exec_in_spare(msg, path, output_fd, input_fd)
             if warm is not None:
                 pid = shown = warm.pid
@@ -464,11 +465,7 @@ class Zygote:
         another process costs a grace period of the kernel's, ~10 ms here).
         """
         try:
-            warm.sock.settimeout(HANDOVER_TIMEOUT)
-            data = framing.frame(call)  # the SpawnCall, passed on unopened
-            sent = socket.send_fds(warm.sock, [data], fds)
-            if sent < len(data):  # sendall(b"") still sends, to a spare that may have read all
-                warm.sock.sendall(data[sent:])
+            _assign(warm, framing.frame(call), fds)  # the SpawnCall, passed on unopened
         except OSError:
             self.kill_spare(warm)
             return False
@@ -479,11 +476,6 @@ class Zygote:
         self.adopt(warm.pid, unit_id, warm.cgroup, warm=True)
         self.spares_held_until = time.monotonic() + SPARE_HOLD
         return True
-
-    def _warm_ahead(self) -> bool:
-        """Whether spares are kept at all (and, counting this unit, how many)."""
-        self.pool.demand(self.warm_units + 1)
-        return self.pool.settings.processes > 0
 
     def _exec_in_spare(
         self, msg: SpawnExec, path: str, output_fd: int, input_fd: int | None
@@ -501,11 +493,8 @@ class Zygote:
         data = framing.encode_plain(RunCommand(msg, path))
         while (warm := self.pool.take()) is not None:
             try:
-                warm.sock.settimeout(HANDOVER_TIMEOUT)
-                sent = socket.send_fds(warm.sock, [data], fds)
-                if sent < len(data):
-                    warm.sock.sendall(data[sent:])
-                error = _exec_report(warm.sock)  # a spare stuck this long is killed
+                _assign(warm, data, fds)
+                error = commands.read_all(warm.sock)  # a spare stuck this long is killed
             except OSError:
                 self.kill_spare(warm)
                 continue
@@ -766,18 +755,17 @@ def _note_cpu(slot: Slot, usage: resource.struct_rusage) -> None:
         slot.hit = "cpu-limit"
 
 
+def _assign(warm: Spare, data: bytes, fds: list[int]) -> None:
+    """Send a spare its one unit with the unit's descriptors, within the hand-over timeout."""
+    warm.sock.settimeout(HANDOVER_TIMEOUT)
+    sent = socket.send_fds(warm.sock, [data], fds)
+    if sent < len(data):  # sendall(b"") still sends, to a spare that may have read all
+        warm.sock.sendall(data[sent:])
+
+
 def _removed(path: str) -> bool:
     """Remove an emptied cgroup directory; False while processes are still dying in it."""
     try:
         return Cgroups.remove(path)
     except OSError:
         return True  # not ours to remove after all (gone, or never a cgroup): forget it
-
-
-def _exec_report(sock: socket.socket) -> str:
-    """What a spare given a command reported: nothing once it exec'd (its end of the
-    socket closes), else the error (``commands.rebuilt`` reads it)."""
-    chunks = []
-    while chunk := sock.recv(4096):
-        chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
