@@ -8,7 +8,9 @@ those the supervisor gained by that -- ``parent`` on every submit, ``retry`` and
 
 from __future__ import annotations
 
-import time
+import os
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +24,11 @@ class Echo:
         return message
 
 
-def quiet_for_a_while() -> str:
-    time.sleep(1.0)
+def quiet_until(gate: str) -> str:
+    """Say nothing until ``gate`` exists (the test makes it once the stall was heard)."""
+    pause = threading.Event()
+    while not os.path.exists(gate):
+        pause.wait(0.02)
     return "done"
 
 
@@ -52,9 +57,12 @@ def test_every_submit_takes_a_parent_and_its_end_ends_the_child(sup: wu.Supervis
 
 
 @pytest.mark.timeout(60)
-def test_dreams_monitors_and_teammates_take_retry_and_stall_after(sup: wu.Supervisor) -> None:
+def test_dreams_monitors_and_teammates_take_retry_and_stall_after(
+    sup: wu.Supervisor, tmp_path: Path
+) -> None:
     policy = wu.Retry(max_attempts=2, initial=0.01, jitter=False)
-    dream = sup.dream(quiet_for_a_while, retry=policy, stall_after=0.2)
+    gate = tmp_path / "gate"
+    dream = sup.dream(quiet_until, str(gate), retry=policy, stall_after=0.2)
     monitor = sup.monitor(["printf", "ok\\n"], "ok", retry=policy, stall_after=30)
     for handle in (dream, monitor):
         record = handle.get()
@@ -64,6 +72,7 @@ def test_dreams_monitors_and_teammates_take_retry_and_stall_after(sup: wu.Superv
     heard = [inbox.get(timeout=30) for _ in range(3)]  # its stall; the monitor's event, end
     stalls = {n.id for n in heard if isinstance(n, wu.StallEvent)}
     assert stalls == {dream.id}
+    gate.touch()
     assert dream.result(timeout=30) == "done"
     with pytest.raises(wu.SpecError, match="restarts or retries"):
         sup.teammate(Echo, restart="permanent", retry=policy)
