@@ -17,7 +17,10 @@ Two rules keep one stream's trouble from reaching another:
   the first stream's owner must not close the second.
 
 Actors never block on a process or a socket; the Reaper tells them. Callbacks
-run in the Reaper thread and must be quick (a pykka ``tell`` is right).
+run in the Reaper thread and must be quick (a pykka ``tell`` is right). What
+the callbacks of one wake (one ``epoll`` return) gather -- the ends of several
+processes, say -- can travel on as one message: ``after_wake`` runs a
+callback once the wake's events are handled.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class Reaper:
         self._writable: dict[int, Callable[[], None]] = {}
         # Streams to drain and close, in the Reaper thread.
         self._to_close: deque[_Stream] = deque()
+        # Run once the current wake's events are handled (the Reaper thread's only).
+        self._after_wake: list[Callable[[], None]] = []
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="workunits-reaper", daemon=True)
         self._thread.start()
@@ -123,6 +128,16 @@ class Reaper:
             self._to_close.append(stream)
             self._wake()
 
+    def after_wake(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once every event of the current wake has been handled.
+
+        Only from the Reaper thread (a callback of this wake); a callback that
+        raises is logged, as any other.
+        """
+        if not self.on_its_thread():
+            raise RuntimeError("after_wake is for the Reaper thread's own callbacks")
+        self._after_wake.append(callback)
+
     def on_its_thread(self) -> bool:
         """True in the Reaper thread itself (a callback, or what a callback runs)."""
         return threading.current_thread() is self._thread
@@ -145,6 +160,7 @@ class Reaper:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
                     if self._closing:
+                        self._run_after_wake()  # what this wake gathered still goes on
                         return
                     while self._to_close:
                         self._drain(self._to_close.popleft(), final=True)
@@ -159,6 +175,13 @@ class Reaper:
                         self._on_writable(fd)
                     if mask & ~select.EPOLLOUT:
                         self._drain(stream, final=False)
+            self._run_after_wake()
+
+    def _run_after_wake(self) -> None:
+        while self._after_wake:
+            callbacks, self._after_wake = self._after_wake, []
+            for callback in callbacks:
+                self._call(callback)
 
     def _on_writable(self, fd: int) -> None:
         with self._lock:

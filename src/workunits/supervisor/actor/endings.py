@@ -31,6 +31,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workunits._core.clock import Clock
 from workunits._core.record import Outcome, WorkRecord, replace
@@ -41,6 +42,9 @@ from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.notices import Notices
 from workunits.supervisor.actor.slots import UnitSlot
 from workunits.supervisor.actor.units import Units
+
+if TYPE_CHECKING:
+    from workunits._zygote.reaper import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,43 @@ class EndReport:
 
     work_id: str
     outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class EndReports:
+    """The ends the Reaper heard of in one wake (``EndsPerWake``): one message, one commit."""
+
+    ends: tuple[EndReport, ...]
+
+
+class EndsPerWake:
+    """How unit actors and the Reaper report an end (``UnitBinding.report_end``).
+
+    An end reported on the Reaper's thread -- a shell's exit, the exit of an
+    agent that was killed -- waits for the rest of that wake: the ends of all
+    the processes the kernel reported together travel to the supervisor as one
+    ``EndReports`` and commit in one transaction with their notices. An end
+    reported on any other thread (a unit's actor) is told at once; ends that
+    arrive back to back still commit together (``TerminalTransition.report``).
+    """
+
+    def __init__(self, reaper: Reaper, tell: Callable[[object], None]) -> None:
+        self._reaper = reaper
+        self._tell = tell
+        self._wake: list[EndReport] = []  # the Reaper thread's only
+
+    def __call__(self, work_id: str, outcome: Outcome) -> None:
+        end = EndReport(work_id, outcome)
+        if not self._reaper.on_its_thread():
+            self._tell(end)
+            return
+        if not self._wake:
+            self._reaper.after_wake(self._send)
+        self._wake.append(end)
+
+    def _send(self) -> None:
+        ends, self._wake = self._wake, []
+        self._tell(ends[0] if len(ends) == 1 else EndReports(tuple(ends)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +165,14 @@ class TerminalTransition:
         elif not self._flush_queued:
             self._flush_queued = True
             self._tell_self(FlushEnds())
+
+    def report_group(self, ends: list[tuple[str, Outcome]]) -> None:
+        """An ``EndReports``: these ends, and what waited for them, in one commit."""
+        for work_id, outcome in ends:
+            self._make_terminal(work_id, outcome)
+        if self._flush_queued:
+            return  # the FlushEnds on its way commits them with the group before them
+        self.commit()
 
     def flush(self) -> None:
         """The FlushEnds told at the group's first end has come round."""

@@ -36,7 +36,7 @@ from workunits.actors.warm_files import WarmFiles
 from workunits.supervisor.actor.batches import Batches, BatchLimit
 from workunits.supervisor.actor.deadlines import Deadlines, Due
 from workunits.supervisor.actor.delays import Delays
-from workunits.supervisor.actor.endings import EndReport, TerminalTransition
+from workunits.supervisor.actor.endings import EndsPerWake, TerminalTransition
 from workunits.supervisor.actor.failed_writes import retryable
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
 from workunits.supervisor.actor.notices import RedeliverChildNotices
@@ -117,6 +117,7 @@ class Starts:
         self._batches: Batches[_Queued] = Batches()  # units held by their batch's limit
         self._closing = False
         self.spans: UnitSpans | None = None  # traces, when asked for (supervisor.tracing)
+        self._report_end = EndsPerWake(around.reaper, around.tell_supervisor)
 
     def refuse_new_work(self) -> None:
         """Submits are refused and nothing more starts (a drain, a close)."""
@@ -509,7 +510,7 @@ class Starts:
             reaper=around.reaper,
             zygote=around.zygote,
             report_pid=around.report_pid,
-            report_end=lambda wid, outcome: tell(EndReport(wid, outcome)),
+            report_end=self._report_end,
             tell_supervisor=tell,
             pool=None if around.pool is None else around.pool.for_policy(record.sandbox),
             files=around.files,

@@ -33,7 +33,7 @@ import pykka
 
 from workunits._core.clock import Clock
 from workunits._core.errors import LedgerError, LedgerGone, SessionLost, WorkunitsError
-from workunits._core.record import WorkRecord
+from workunits._core.record import Outcome, WorkRecord
 from workunits._core.status import Reason, Status
 from workunits._ledger import Ledger
 from workunits._pool import WorkerPool
@@ -58,7 +58,12 @@ from workunits.supervisor.actor.activity import Activity
 from workunits.supervisor.actor.children import ChildRequests
 from workunits.supervisor.actor.control import UnitControl
 from workunits.supervisor.actor.deadlines import Deadlines
-from workunits.supervisor.actor.endings import EndReport, FlushEnds, TerminalTransition
+from workunits.supervisor.actor.endings import (
+    EndReport,
+    EndReports,
+    FlushEnds,
+    TerminalTransition,
+)
 from workunits.supervisor.actor.eviction import DEFAULT_MAX_RESIDENT_ENDED, Eviction
 from workunits.supervisor.actor.kinds import Kinds
 from workunits.supervisor.actor.ledger_mirror import LedgerMirror
@@ -245,7 +250,9 @@ class SupervisorActor(pykka.ThreadingActor):
         """
         # The starts this message makes (those its ends let go, say) share one commit.
         with self._mirror.grouping_status():
-            if self._endings.pending and not isinstance(message, EndReport | FlushEnds):
+            if self._endings.pending and not isinstance(
+                message, EndReport | EndReports | FlushEnds
+            ):
                 self._endings.commit()
             if self._submits.pending and not isinstance(message, rq.Register | FlushSubmits):
                 self._submits.commit()  # the same for submits (``supervisor.actor.submits``)
@@ -307,10 +314,12 @@ class SupervisorActor(pykka.ThreadingActor):
     def _handle_tell(self, message: object) -> None:  # noqa: PLR0912 - a case each
         match message:
             case EndReport(work_id, reported):
-                outcome = self._endings.checked(work_id, reported)  # a kind's bug fails it
-                end = self._retries.intercept(work_id, self._control.as_asked(work_id, outcome))
+                end = self._taken_end(work_id, reported)
                 if end is not None:
                     self._endings.report(work_id, end)
+            case EndReports(reports):
+                ends = [(r.work_id, self._taken_end(r.work_id, r.outcome)) for r in reports]
+                self._endings.report_group([(w, end) for w, end in ends if end is not None])
             case FlushEnds():
                 self._endings.flush()
             case FlushSubmits():
@@ -565,6 +574,12 @@ class SupervisorActor(pykka.ThreadingActor):
     def _kill_children(self, ended: WorkRecord) -> None:
         for child in self._units.registry.children(ended.id):
             self._control.kill_resident(child, Reason.PARENT_ENDED)
+
+    def _taken_end(self, work_id: str, reported: object) -> Outcome | None:
+        """A reported end as the supervisor takes it: a kind's bug fails the unit, a
+        kill or cancel asked of it says so, and a retry policy may take it (None)."""
+        outcome = self._endings.checked(work_id, reported)
+        return self._retries.intercept(work_id, self._control.as_asked(work_id, outcome))
 
     def _cascade(self, ended: WorkRecord) -> None:
         """After an end is durable and told: its children are killed, a queued unit starts."""
