@@ -86,12 +86,20 @@ def raise_error() -> None:
 
 def mess_up(where: str) -> None:
     os.chdir(where)
-    os.environ["WU_POOLED_LEFTOVER"] = "1"
+    os.environ["WU_POOLED_LEFTOVER"] = "1"  # added
+    os.environ.pop("PATH", None)  # removed
+    os.environ["HOME"] = "/nowhere"  # changed
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def surroundings() -> tuple[str, str | None, str]:
-    return os.getcwd(), os.environ.get("WU_POOLED_LEFTOVER"), str(signal.getsignal(signal.SIGTERM))
+def surroundings() -> tuple[str, str | None, str | None, str | None, str]:
+    return (
+        os.getcwd(),
+        os.environ.get("WU_POOLED_LEFTOVER"),
+        os.environ.get("PATH"),
+        os.environ.get("HOME"),
+        str(signal.getsignal(signal.SIGTERM)),
+    )
 
 
 def checkpoints_until_cancelled() -> None:
@@ -194,6 +202,7 @@ def test_a_worker_puts_back_cwd_environment_and_signal_handlers(
     after = psup.result(psup.agent(surroundings, reuse=True).id, timeout=WAIT)
     assert after == before
     assert after[1] is None
+    assert after[2] is not None  # PATH is back
 
 
 def test_a_pooled_unit_cancels_at_its_checkpoint(psup: wu.Supervisor) -> None:
