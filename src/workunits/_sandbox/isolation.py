@@ -112,7 +112,7 @@ class Isolation:
             policy = parent.narrowed(asked) if parent is not None else (asked or Sandbox())
             return Decided(policy, (), (OFF_NOTE,))
         if parent is None:  # a top-level unit asks for what it likes
-            policy = Sandbox() if asked is None else asked
+            policy = _DEFAULT if asked is None else asked
         else:
             policy = parent.narrowed(asked)
         self._check_paths(policy)
@@ -225,6 +225,9 @@ def say(line: str) -> None:
     """Print a notice on stderr (once per start; the caller decides when)."""
     with contextlib.suppress(OSError, ValueError):  # no stderr (closed): nobody to tell
         print(line, file=sys.stderr, flush=True)
+
+
+_DEFAULT = Sandbox()  # frozen: one for every unit that asks for nothing
 
 
 @functools.lru_cache(maxsize=128)
