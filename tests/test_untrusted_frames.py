@@ -37,6 +37,17 @@ def test_a_frame_that_names_any_other_callable_is_refused() -> None:
         unit_frames().feed(encode(_RunsCode()))
 
 
+def test_a_refusal_holds_after_readers_share_what_they_found() -> None:
+    # Readers share one unpickler class and what it looked up: a frame one reader
+    # loaded opens nothing for another, and a refused name stays refused.
+    sent = frames.ReturnValue(pickle.dumps(1), "pickle")
+    assert unit_frames().feed(encode(sent)) == [sent]
+    for _ in range(2):
+        with pytest.raises(pickle.UnpicklingError, match=r"posix\.getcwd"):
+            unit_frames().feed(encode(_RunsCode()))
+    assert unit_frames().feed(encode(sent)) == [sent]
+
+
 # Frames only the supervisor sends (to a unit); every other frame class is a unit's to send.
 TO_UNITS = {
     "CancelRequested",
