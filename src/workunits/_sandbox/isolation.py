@@ -154,8 +154,8 @@ class Isolation:
         """A running unit's policy and what of it is enforced (its transcript's first line)."""
         if not self.on:
             return Decided(policy, (), (OFF_NOTE,)).note()
-        enforced, missing = self.machine.check(policy)
-        return Decided(policy, tuple(enforced), tuple(missing)).note()
+        enforced, missing, _ = _checked(self.machine, policy)
+        return Decided(policy, enforced, missing).note()
 
     def notice(self) -> str | None:
         """The one line said at start when something of the default protection is missing."""
