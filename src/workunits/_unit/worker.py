@@ -18,10 +18,13 @@ return, not an exit: ``run_unit`` turns it into the unit's exit code.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from workunits._unit import context as _context
 from workunits._unit.capture import Capture
@@ -32,6 +35,8 @@ from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
 
 EXIT_CONTROL_CLOSED = 0
+# ``signal.getsignal`` without its enum lookup: 60-odd calls after every unit.
+_raw_getsignal: Callable[[int], Any] = importlib.import_module("_signal").getsignal
 _FDS_PER_UNIT = 2
 
 
@@ -119,12 +124,24 @@ class _Leftovers:
             for pid in strays:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+            if not strays and not _has_children():
+                return  # the common case, asked of the kernel without reading /proc
             # Reaped: their orphans come back here for the next round.
             if not end_children() and not strays:
                 return
 
 
 _ROUNDS = 100  # a fork loop outrunning the kills is still ended within this many
+
+
+def _has_children() -> bool:
+    """Whether this process has a child, alive or not yet reaped (one ``waitid`` that
+    neither waits nor reaps; a subreaper's adopted orphans count)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _pids(procs: str) -> set[int]:
@@ -145,7 +162,7 @@ class _Reset:
         self.path = list(sys.path)
         self.stdout, self.stderr = sys.stdout, sys.stderr
         self.handlers = {
-            signum: signal.getsignal(signum)
+            signum: _raw_getsignal(signum)
             for signum in signal.valid_signals()
             if signum not in (signal.SIGKILL, signal.SIGSTOP)
         }
@@ -158,7 +175,8 @@ class _Reset:
         sys.path[:] = self.path
         sys.stdout, sys.stderr = self.stdout, self.stderr
         for signum, handler in self.handlers.items():
-            if handler is not None and signal.getsignal(signum) is not handler:
+            now = _raw_getsignal(signum)
+            if handler is not None and now is not handler and now != handler:
                 with contextlib.suppress(OSError, ValueError):
                     signal.signal(signum, handler)
 
