@@ -58,6 +58,7 @@ class Rate:
     units: int
     seconds: float
     cpu: float  # this (the supervisor's) process, all threads
+    machine: float  # every CPU's busy time meanwhile: the workers and the zygote too
 
     @property
     def per_second(self) -> float:
@@ -69,10 +70,10 @@ class Rate:
 
 
 def measure(run: Callable[[int], object], n: int) -> Rate:
-    cpu0, t0 = procstat.cpu_seconds(), time.perf_counter()
+    busy0, cpu0, t0 = procstat.machine_busy_seconds(), procstat.cpu_seconds(), time.perf_counter()
     run(n)
-    t1, cpu1 = time.perf_counter(), procstat.cpu_seconds()
-    return Rate(n, t1 - t0, cpu1 - cpu0)
+    t1, cpu1, busy1 = time.perf_counter(), procstat.cpu_seconds(), procstat.machine_busy_seconds()
+    return Rate(n, t1 - t0, cpu1 - cpu0, busy1 - busy0)
 
 
 def raw_forks(n: int, in_flight: int) -> float:
@@ -162,6 +163,13 @@ def bench_batches(cfg: HasQuick) -> BenchResult:
             rate.cpu_per_unit,
             f"{rate.cpu_per_unit * 1e3:.3f} ms",
         )
+    machine = pooled.machine / pooled.units
+    result.note(
+        f"pool().map: the machine's CPU per unit {machine * 1e3:.3f} ms, of which the "
+        f"supervisor process {pooled.cpu_per_unit * 1e3:.3f} ms and the rest (its workers, the "
+        f"zygote, the kernel) {(machine - pooled.cpu_per_unit) * 1e3:.3f} ms: {par} CPUs give "
+        f"such units {par / machine:,.0f}/s at most"
+    )
     result.note(
         f"a batch runs at most max_workers of its units at once: sup.map {par} (the "
         f"processors this process may use), pool().map {4 * POOL_SIZE} (4 per worker), "

@@ -23,6 +23,16 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def machine_busy_seconds() -> float:
+    """CPU time every CPU of the machine spent busy (user, nice, system, irq, softirq),
+    from /proc/stat: with ``cpu_seconds``, what the rest of the machine (a unit's
+    worker, the zygote, the kernel's threads) spent beside this process."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(v) for v in f.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / _CLK_TCK
+
+
 def cpu_seconds_proc() -> float:
     """The same figure from /proc/self/stat (utime + stime, clock-tick grain)."""
     with open("/proc/self/stat", encoding="ascii") as f:
