@@ -166,14 +166,16 @@ def test_shells_that_end_while_the_reaper_is_busy_all_land_with_one_notice_each(
         pids = [_pid_of(sup, unit.id) for unit in units]
         held = Held(sup._machinery.reaper)
         held.hold()
-        go.touch()
+        try:
+            go.touch()
 
-        def all_exited() -> bool:
-            return not any(Path(f"/proc/{pid}").exists() for pid in pids)
+            def all_exited() -> bool:
+                return not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
-        eventually(all_exited, what="the three shells to exit")
-        assert all(sup.get(u.id).status == Status.RUNNING for u in units)  # nobody knows yet
-        held.release()
+            eventually(all_exited, what="the three shells to exit")
+            assert all(sup.get(u.id).status == Status.RUNNING for u in units)  # not heard yet
+        finally:
+            held.release()
         for unit in units:
             record = sup.wait(unit.id, timeout=WAIT)
             assert (record.status, record.exit_code, record.durable) == (

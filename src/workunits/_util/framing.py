@@ -16,7 +16,7 @@ import io
 import pickle
 import socket
 import struct
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 
@@ -81,7 +81,8 @@ class _Restricted(pickle.Unpickler):
     """An unpickler that finds only the (module, name) pairs in ``allowed``."""
 
     allowed: frozenset[tuple[str, str]] = frozenset()
-    found: dict[tuple[str, str], Any]  # what ``allowed`` names, looked up once per class
+    # What ``allowed`` names, looked up once per class (each class has its own).
+    found: ClassVar[dict[tuple[str, str], Any]] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         key = (module, name)
