@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -472,3 +473,29 @@ def test_a_cancel_of_a_unit_waiting_for_a_worker_ends_it_before_it_runs(
     gate.touch()
     assert psup.wait(busy.id, timeout=WAIT).status is wu.Status.COMPLETED
     assert not marker.exists()
+
+
+def leave_a_child_on_stdout() -> int:
+    """Start a child that inherits (and holds) the unit's stdout, and return at once."""
+    child = subprocess.Popen(["sleep", "30"])  # noqa: S607 - a test's own command
+    print("left", child.pid, flush=True)
+    return child.pid
+
+
+def test_a_child_left_on_stdout_is_ended_without_waiting_for_its_pipe(
+    psup: wu.Supervisor,
+) -> None:
+    # The worker closed each unit's capture by waiting up to 1 s for its pipes to
+    # reach end of file, which a child holding stdout never lets happen: every such
+    # unit ended a second after its result. Now what the unit left is ended first,
+    # and what it wrote up to then is in its transcript.
+    gaps = []
+    for _ in range(3):
+        h = psup.agent(leave_a_child_on_stdout, reuse=True)
+        child = psup.result(h.id, timeout=WAIT)
+        eventually(lambda c=child: not alive(c), what=f"the left child {child} to end")  # type: ignore[misc]
+        record = psup.wait(h.id, timeout=WAIT)
+        events = {e["type"]: e for e in map(orjson.loads, record.output_tail.splitlines())}
+        assert events["stdout"]["data"] == f"left {child}\n"
+        gaps.append(events["end"]["ts"] - events["result"]["ts"])
+    assert min(gaps) < 0.9, gaps  # the old wait took the full second, every time

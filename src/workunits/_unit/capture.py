@@ -66,9 +66,15 @@ class Capture:
     Made in two steps, so a warm process does the first before it knows its
     unit: ``start`` routes fds 1 and 2 and starts the pump, ``bind`` names the
     transcript, its first sequence number and its cap, and lets the pump run.
+
+    A ``reusable`` capture (a pooled worker's) serves unit after unit: ``unbind``
+    ends a unit's part (what it wrote is in its transcript, nothing more goes
+    there) and ``rearm`` readies the next, keeping the pipes and the pump.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, reusable: bool = False) -> None:
+        self._reusable = reusable
+        self._write_ends: list[tuple[int, int]] = []  # (fd 1 or 2, its pipe), when reusable
         self._fd = -1  # the transcript, from ``bind``
         self._cap: int | None = None
         self._size = 0
@@ -104,7 +110,10 @@ class Capture:
             read_end, write_end = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             os.set_blocking(write_end, True)
             os.dup2(write_end, target)  # the dup is inheritable: subprocesses write here too
-            os.close(write_end)
+            if self._reusable:  # kept, to point fd 1 or 2 back here for the next unit
+                self._write_ends.append((target, write_end))
+            else:
+                os.close(write_end)
             self._pipes[read_end] = _Pipe(name)
             self._peek.register(read_end, select.POLLIN)
         self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
@@ -129,6 +138,35 @@ class Capture:
                 self._write_event(type_, fields)
         self._bound.set()
         self._report_cap()
+
+    def unbind(self) -> None:
+        """A reusable capture's unit is over: what it (and what it left running) wrote so
+        far goes to its transcript, and nothing more does; its cap no longer holds.
+
+        Written later (by a thread the unit left) waits for the next ``bind``, as
+        anything written before a unit's ``bind`` does.
+        """
+        self._flush_streams()
+        with self._lock:
+            self._drain_pipes()
+            self._write_batch()
+        self._report_cap()
+        with self._lock:
+            self._fd = -1
+            self._cap = None
+            self._size = 0
+            self._capped = self._cap_reported = False
+            self._on_cap = None
+
+    def rearm(self) -> None:
+        """A reusable capture before its next unit: fds 1 and 2 back on its pipes and
+        fresh text streams (the last unit may have moved or closed either)."""
+        for target, write_end in self._write_ends:
+            os.dup2(write_end, target)
+        self._flush_streams()
+        self._streams = []
+        sys.stdout = self._text_stream(1, "stdout")
+        sys.stderr = self._text_stream(2, "stderr")
 
     def _text_stream(self, fd: int, name: str) -> io.TextIOWrapper[_StreamSink]:
         raw = _StreamSink(self, fd, name)

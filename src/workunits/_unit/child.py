@@ -35,16 +35,21 @@ EXIT_OK = 0
 EXIT_RAISED = 1
 
 
-def prepare() -> Capture:
+def prepare(reuse: Capture | None = None, *, reusable: bool = False) -> Capture:
     """The part of a unit process's set-up that needs no unit: a warm process does it ahead.
 
     Standard input from /dev/null; fds 1 and 2 routed to a capture that writes
-    nowhere until ``run_unit`` binds it to the unit's transcript.
+    nowhere until ``run_unit`` binds it to the unit's transcript. A pooled
+    worker makes one ``reusable`` capture and gives it back as ``reuse`` before
+    each next unit (``Capture.rearm``): its pipes and pump thread serve them all.
     """
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    capture = Capture()
+    if reuse is not None:
+        reuse.rearm()
+        return reuse
+    capture = Capture(reusable=reusable)
     capture.start()
     return capture
 
@@ -88,9 +93,18 @@ def _nothing() -> None:
 
 
 def run_unit(
-    call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capture | None = None
+    call: SpawnCall,
+    transcript_fd: int,
+    channel_fd: int,
+    capture: Capture | None = None,
+    *,
+    keep_capture: bool = False,
 ) -> int:
-    """Run the unit ``call`` in this process; ``capture`` is ``prepare()``'s, if it ran."""
+    """Run the unit ``call`` in this process; ``capture`` is ``prepare()``'s, if it ran.
+
+    ``keep_capture``: the capture stays bound when this returns (a pooled worker
+    unbinds it once what the unit left is ended); else it is closed here.
+    """
     _take_environment(call)
     if call.kind == WORKER_KIND:  # not a unit: a pooled worker, which runs units itself
         from workunits._unit.worker import serve  # noqa: PLC0415 - it imports this module
@@ -105,7 +119,8 @@ def run_unit(
     try:
         code = _run(call, ctx, capture)
     finally:
-        capture.close(timeout=1.0)
+        if not keep_capture:
+            capture.close(timeout=1.0)
     return code
 
 

@@ -2,13 +2,15 @@
 
 Forked by the zygote like any unit (own session, parent-death signal), then it
 loops: receive ``RunUnit`` with the unit's transcript and channel descriptors on
-the control socket, run the unit with its own capture and context (``run_unit``),
-close the unit's channel, put back what a unit commonly changes (cwd,
-environment, signal handlers, ``sys.stdout``/``sys.stderr``, ``sys.argv``,
-``sys.path``), report ``UnitDone``, and set up the next unit's capture before
-it comes. What it cannot put back (module-level state, imported modules,
-threads a unit left running) carries over to the next unit: that is what a
-pooled unit gives up (see the guide).
+the control socket, run the unit with its own context (``run_unit``), close the
+unit's channel, end what the unit left running, put what it and they wrote in
+its transcript, put back what a unit commonly changes (cwd, environment,
+signal handlers, ``sys.stdout``/``sys.stderr``, ``sys.argv``, ``sys.path``),
+report ``UnitDone``, and ready the capture (pipes on fds 1 and 2 and a pump
+thread, made once) for the next unit before it comes. What it cannot put
+back (module-level state, imported modules, threads a unit left running)
+carries over to the next unit: that is what a pooled unit gives up (see the
+guide).
 
 A unit that ends the process (``os._exit``, a signal, a kill) ends the worker;
 the pool fails that unit only and starts another worker. ``SystemExit`` is a
@@ -43,8 +45,8 @@ _FDS_PER_UNIT = 2
 def serve(control_fd: int, quiet_fd: int) -> int:
     """The worker's loop; returns its exit code once the pool closes the control socket.
 
-    ``quiet_fd`` (the pool gives /dev/null) becomes fds 0, 1 and 2; then each unit's
-    capture takes 1 and 2. It is set up before its unit comes, so what a thread left
+    ``quiet_fd`` (the pool gives /dev/null) becomes fds 0, 1 and 2; then the units'
+    capture takes 1 and 2. It is ready before each unit comes, so what a thread left
     by an earlier unit prints meanwhile goes to the next unit's transcript, as what
     it prints during that unit does.
     """
@@ -56,9 +58,9 @@ def serve(control_fd: int, quiet_fd: int) -> int:
     leftovers = _Leftovers()
     reader = framing.FrameReader()
     fds: list[int] = []
-    # The next unit's capture, set up while no unit waits (as a warm process's is):
-    # its pipes and pump thread are not on that unit's way in.
-    capture = prepare()
+    # The units' capture, set up while no unit waits (as a warm process's is): its
+    # pipes and pump thread serve unit after unit, and are on no unit's way in.
+    capture = prepare(reusable=True)
     while True:
         try:
             data, got, _flags, _addr = socket.recv_fds(control, 1 << 16, 8)
@@ -71,21 +73,26 @@ def serve(control_fd: int, quiet_fd: int) -> int:
             if not isinstance(frame, RunUnit) or len(fds) < _FDS_PER_UNIT:
                 return EXIT_CONTROL_CLOSED  # not our pool talking: stop rather than guess
             transcript_fd, channel_fd = fds.pop(0), fds.pop(0)
-            code = _run_one(frame.call, transcript_fd, channel_fd, capture)
-            leftovers.end_all()  # before UnitDone: the unit's end takes what it started
+            try:
+                code = _run_one(frame.call, transcript_fd, channel_fd, capture)
+                leftovers.end_all()  # before UnitDone: the unit's end takes what it started
+                capture.unbind()  # what it and its leftovers wrote, in its transcript
+            finally:
+                os.close(transcript_fd)
+            # Before UnitDone too: a signal for the next unit, which the pool hands
+            # over at once, must meet the worker's own handlers, not the last unit's.
             reset.restore()
             framing.send(control, UnitDone(frame.call.unit_id, code), plain=True)
-            capture = prepare()
+            capture = prepare(capture)
 
 
 def _run_one(call: SpawnCall, transcript_fd: int, channel_fd: int, capture: Capture) -> int:
     ctx: _context.UnitContext | None = None
     try:
-        code = run_unit(call, transcript_fd, channel_fd, capture)
+        code = run_unit(call, transcript_fd, channel_fd, capture, keep_capture=True)
         ctx = _context._current
     finally:
         _context._current = None
-        os.close(transcript_fd)
         # Closing the unit's channel is its actor's cue that every frame is in.
         # shutdown first: the context's reader thread may be blocked reading it.
         if ctx is not None:
