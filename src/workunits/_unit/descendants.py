@@ -36,6 +36,17 @@ def children(of: int) -> list[int]:
     return pids
 
 
+def has_children() -> bool:
+    """Whether this process has a child, alive or not yet reaped: one ``waitid`` that
+    neither waits nor reaps (a subreaper's adopted orphans count), where reading
+    ``children`` means a file per thread."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def child_pids(of: int) -> list[int]:
     """Processes whose parent is ``of`` (scans /proc; empty where there is none)."""
     pids: list[int] = []

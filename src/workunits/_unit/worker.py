@@ -31,7 +31,7 @@ from typing import Any
 from workunits._unit import context as _context
 from workunits._unit.capture import Capture
 from workunits._unit.child import prepare, run_unit
-from workunits._unit.descendants import cgroup_of, end_children, is_subreaper
+from workunits._unit.descendants import cgroup_of, end_children, has_children, is_subreaper
 from workunits._util import framing
 from workunits._wire.pool_protocol import RunUnit, UnitDone
 from workunits._wire.zygote_protocol import SpawnCall
@@ -131,7 +131,7 @@ class _Leftovers:
             for pid in strays:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            if not strays and not _has_children():
+            if not strays and not has_children():
                 return  # the common case, asked of the kernel without reading /proc
             # Reaped: their orphans come back here for the next round.
             if not end_children() and not strays:
@@ -139,16 +139,6 @@ class _Leftovers:
 
 
 _ROUNDS = 100  # a fork loop outrunning the kills is still ended within this many
-
-
-def _has_children() -> bool:
-    """Whether this process has a child, alive or not yet reaped (one ``waitid`` that
-    neither waits nor reaps; a subreaper's adopted orphans count)."""
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def _pids(procs: str) -> set[int]:
