@@ -109,7 +109,7 @@ class Isolation:
         if asked is not None and not isinstance(asked, Sandbox):
             raise SpecError(f"sandbox must be a wu.Sandbox or None, got {type(asked).__name__}")
         if not self.on:  # kept as asked (a later supervisor may enforce it), not enforced
-            policy = parent.narrowed(asked) if parent is not None else (asked or Sandbox())
+            policy = parent.narrowed(asked) if parent is not None else (asked or _DEFAULT)
             return Decided(policy, (), (OFF_NOTE,))
         if parent is None:  # a top-level unit asks for what it likes
             policy = _DEFAULT if asked is None else asked
