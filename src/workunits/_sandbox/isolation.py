@@ -152,10 +152,7 @@ class Isolation:
 
     def note(self, policy: Sandbox) -> dict[str, object]:
         """A running unit's policy and what of it is enforced (its transcript's first line)."""
-        if not self.on:
-            return Decided(policy, (), (OFF_NOTE,)).note()
-        enforced, missing, _ = _checked(self.machine, policy)
-        return Decided(policy, enforced, missing).note()
+        return dict(_noted(self.machine if self.on else None, policy))
 
     def notice(self) -> str | None:
         """The one line said at start when something of the default protection is missing."""
@@ -241,3 +238,14 @@ def _checked(
     defaults = set(machine.missing_defaults())
     needed = [m for m in missing if m not in defaults and policy.confined]
     return tuple(enforced), tuple(missing), tuple(needed)
+
+
+@functools.lru_cache(maxsize=128)
+def _noted(machine: Machine | None, policy: Sandbox) -> dict[str, object]:
+    """``Isolation.note`` for ``machine`` (None: isolation is off), worked out once per
+    pair: every agent's launch asks. Callers get a copy of the top level; the nested
+    values are never changed (the note is encoded for the unit's transcript)."""
+    if machine is None:
+        return Decided(policy, (), (OFF_NOTE,)).note()
+    enforced, missing, _ = _checked(machine, policy)
+    return Decided(policy, enforced, missing).note()

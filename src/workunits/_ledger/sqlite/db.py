@@ -169,6 +169,10 @@ class SqliteDatabase:
     def _setup(self, verify: bool) -> None:
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            # Statement journals and sorts in memory, not in temporary files: a
+            # write must not need a new descriptor, or a process out of them
+            # (EMFILE) could not even record the failures it causes.
+            self.conn.execute("PRAGMA temp_store = MEMORY")
             if verify:
                 self._quick_check()
             if self.readonly:
