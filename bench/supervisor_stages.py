@@ -64,6 +64,19 @@ STAGES = [
     (ACTOR + "failed_writes", "FailedWrites.land_held"),
     (ACTOR + "registry", "Registry.update"),
     (ACTOR + "supervisor_actor", "SupervisorActor._tick"),
+    (ACTOR + "control", "UnitControl.run_deadlines"),
+    (ACTOR + "control", "UnitControl._check_output_caps"),
+    (ACTOR + "starts", "Starts.start_due"),
+    (ACTOR + "activity", "Activity.tick"),
+    (ACTOR + "ledger_mirror", "LedgerMirror.flush_grouped"),
+    (ACTOR + "ledger_mirror", "LedgerMirror.retry"),
+    (ACTOR + "ledger_mirror", "LedgerMirror.periodic"),
+    (ACTOR + "recovery", "Recovery.tick"),
+    (ACTOR + "recovery", "Recovery.apply_requests"),
+    (ACTOR + "signals", "Signals.tick"),
+    (ACTOR + "schedules", "Schedules.tick"),
+    (ACTOR + "supervisor_actor", "SupervisorActor._check_ledger_in_place"),
+    (ACTOR + "units", "Units.running_of"),
 ]
 
 

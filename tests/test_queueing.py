@@ -9,7 +9,7 @@ import pytest
 from tests import upgrade_jobs
 from tests.conftest import eventually
 from tests.test_kinds import EchoWork
-from workunits import Reason, SpecError, Status, Supervisor, connect
+from workunits import Reason, SpecError, Status, Supervisor, WorkRecord, connect
 
 
 @pytest.mark.parametrize("end", ["kill", "cancel"])
@@ -48,6 +48,43 @@ def test_queued_units_start_in_order_as_slots_free(tmp_path: Path) -> None:
         assert prev_end is not None
         assert next_start is not None
         assert next_start >= prev_end  # one slot: never two at once
+
+
+def most_at_once(records: list[WorkRecord]) -> int:
+    """The most records whose [started_at, ended_at) overlap at one moment."""
+    edges = []
+    for r in records:
+        assert r.started_at is not None
+        assert r.ended_at is not None
+        edges += [(r.started_at, 1), (r.ended_at, -1)]
+    most = now = 0
+    for _, step in sorted(edges):  # at a tie an end (-1) comes before a start (+1)
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.timeout(60)
+def test_a_backlog_behind_a_limit_runs_at_most_the_limit_and_ends_whole(tmp_path: Path) -> None:
+    """The running count (``Units.running_of``) stays exact while a backlog drains,
+    with queued and running units killed on the way and another kind beside it."""
+    with Supervisor(
+        tmp_path / "state", concurrency={"shell": 2}, install_signal_handlers=False
+    ) as sup:
+        blockers = [sup.shell(["sleep", "60"]) for _ in range(2)]
+        backlog = [sup.shell("echo queued") for _ in range(24)]
+        beside = sup.agent(abs, -3)  # another kind, no limit: starts at once
+        assert sup.wait(beside.id, timeout=20).status is Status.COMPLETED
+        assert all(sup.get(u.id).status is Status.PENDING for u in backlog)
+        assert sup.kill(backlog[5].id) is True  # queued: never runs
+        assert sup.kill(blockers[0].id) is True  # running: frees its place
+        assert sup.kill(blockers[1].id) is True
+        records = [sup.wait(u.id, timeout=30) for u in backlog]
+    ran = [r for i, r in enumerate(records) if i != 5]
+    assert [r.status for r in ran] == [Status.COMPLETED] * len(ran)
+    assert records[5].status is Status.KILLED
+    assert records[5].started_at is None
+    assert most_at_once(ran) <= 2
 
 
 @pytest.mark.timeout(120)

@@ -462,6 +462,7 @@ class Starts:
                 slot = self._units.slot(work_id)
                 if slot is not None:
                     slot.starting = True  # it holds its kind's slot meanwhile
+                    self._units.holds_place(record.kind, work_id)
                 return
         self.launch(record, launch, unit.checkpoint)
 
@@ -525,6 +526,7 @@ class Starts:
             # A kind that launches early has its process on the way before this
             # returns; the thread start that follows is no longer on its path.
             slot.actor = launch.actor_class.start(binding)
+            self._units.holds_place(record.kind, work_id)
         except Exception as exc:  # noqa: BLE001 - e.g. no thread could be started
             # The work may have been launched already; nobody would own it now.
             around.zygote.signal(work_id, signal.SIGKILL)

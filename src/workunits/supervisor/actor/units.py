@@ -44,6 +44,12 @@ class Units:
         # Invariant: the ids in _slots whose record has ``stall_after`` (it never
         # changes), so the per-tick stall check visits those alone, not every unit.
         self._stall_watched: set[str] = set()
+        # Per kind: the ids that may hold one of its running places (an actor, or a start
+        # waiting for its ``running`` write), so ``running_of`` looks at those, not at
+        # every unit in memory (a backlog of thousands behind a concurrency limit made
+        # each start cost a pass over all of them). A superset: ``running_of`` drops the
+        # ids that no longer hold a place, and ``Starts`` adds one again when it does.
+        self._holders: dict[str, set[str]] = {}
         self._subscribers: list[Subscriber] = []
         self._checkpoint_subscribers: list[CheckpointSubscriber] = []
         self._stop_subscribers: list[Callable[[str], None]] = []
@@ -63,9 +69,10 @@ class Units:
         return slot
 
     def evict(self, work_id: str) -> None:
-        self.registry.remove(work_id)
+        record = self.registry.remove(work_id)
         slot = self._slots.pop(work_id)
         self._stall_watched.discard(work_id)
+        self._holders.get(record.kind, set()).discard(work_id)
         if slot.read_fd is not None:
             os.close(slot.read_fd)
         slot.close_input()
@@ -80,14 +87,22 @@ class Units:
         """The slots of units submitted with ``stall_after`` (a copy: callers may evict)."""
         return iter([(work_id, self._slots[work_id]) for work_id in self._stall_watched])
 
+    def holds_place(self, kind: str, work_id: str) -> None:
+        """``work_id`` (of ``kind``) got an actor, or its start waits for its write."""
+        self._holders.setdefault(kind, set()).add(work_id)
+
     def running_of(self, kind: str) -> int:
         """Units of ``kind`` with an actor, or about to get one (their start's write waits)."""
+        holders = self._holders.get(kind)
+        if not holders:
+            return 0
         count = 0
-        for work_id, slot in self._slots.items():
-            if slot.actor is None and not slot.starting:
+        for work_id in list(holders):
+            slot = self._slots.get(work_id)
+            if slot is None or (slot.actor is None and not slot.starting):
+                holders.discard(work_id)  # it ended, or its start never came
                 continue
-            record = self.registry.get(work_id)
-            if record.kind == kind and (slot.actor is not None or record.status == Status.RUNNING):
+            if slot.actor is not None or self.registry.get(work_id).status == Status.RUNNING:
                 count += 1
         return count
 
