@@ -278,3 +278,26 @@ def test_stored_values_are_frozen() -> None:
     stored = Stored("json", b"1")
     with pytest.raises(dataclasses.FrozenInstanceError):
         stored.format = "pickle"  # type: ignore[misc]
+
+
+def test_a_refused_submit_in_a_batch_leaves_no_large_spec_file(tmp_path: Path) -> None:
+    """A unit the ledger refuses (here a NUL in its description) is refused before its
+    large spec is written to ``values/``; the good unit beside it keeps its file."""
+    with Ledger(tmp_path / "state", large_value=1024) as ledger:
+        news = []
+        for description in ("fine", "bad\x00"):
+            work_id = _ids.mint("a")
+            spec = ledger.units.encode_spec(Call(operator.add, ("x" * 4096, "y")), work_id)
+            news.append(
+                NewUnit(work_id, "agent", spec, 1.0, description=description, resumable=True)
+            )
+        good, refused = ledger.units.submit_many(news)
+        assert isinstance(refused, SpecError)
+        assert "NUL" in str(refused)
+        assert not isinstance(good, BaseException)
+        row, created = good
+        assert created
+        assert row.spec is not None
+        assert row.spec.file is not None
+        files = sorted(p.name for p in (tmp_path / "state" / "values").iterdir())
+        assert files == [row.spec.file]

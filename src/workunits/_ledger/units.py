@@ -91,11 +91,16 @@ class Units:
         """
         large = self._ctx.large
         prepared: builtins.list[tuple[NewUnit, str] | WorkunitsError] = []
-        for new in batch:
-            try:
-                prepared.append((self._kept(new), _check_new(new)))
-            except WorkunitsError as exc:
-                prepared.append(exc)
+        try:
+            for new in batch:
+                try:
+                    digest = _check_new(new)  # first: a refused unit leaves no file behind
+                    prepared.append((self._kept(new), digest))
+                except WorkunitsError as exc:
+                    prepared.append(exc)
+        except BaseException:  # nothing is inserted: the files kept so far are no one's
+            large.delete(p[0].spec.file for p in prepared if not isinstance(p, WorkunitsError))
+            raise
         ready = [p for p in prepared if not isinstance(p, WorkunitsError)]
         pending = [new.id for new, _ in ready if new.started_at is None]
         woken = None if not (wake and pending) else f"unit:{pending[0]}"
