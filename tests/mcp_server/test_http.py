@@ -113,3 +113,50 @@ def test_a_subscriber_hears_when_a_units_output_grows(tmp_path: Path) -> None:
                 await call(c, "kill", id=unit["id"])
 
         anyio.run(scenario)
+
+
+class Heard:
+    """A client's message handler: ``updated`` is set at its first resource update."""
+
+    def __init__(self) -> None:
+        self.updated = anyio.Event()
+
+    async def __call__(self, message: object) -> None:
+        root = getattr(message, "root", message)
+        if isinstance(root, types.ResourceUpdatedNotification):
+            self.updated.set()
+
+
+def test_a_subscriber_that_left_without_unsubscribing_costs_the_others_nothing(
+    tmp_path: Path,
+) -> None:
+    """A handshake-era session that ends while subscribed costs the others nothing:
+    the next subscriber still hears the unit's output grow, and the watcher logs no
+    failure."""
+    with http_server(tmp_path / "s", *UNCONFINED, cwd=tmp_path) as server:
+
+        async def scenario() -> None:
+            async with server.client() as first:
+                command = "while :; do echo t; sleep 0.2; done"
+                unit = await call(first, "start_shell", command=command)
+                uri = f"workunits://units/{unit['id']}/output"
+                heard_first = Heard()
+                first.session._message_handler = heard_first
+                with quiet_deprecations():
+                    await first.subscribe_resource(uri)
+                with anyio.fail_after(20):
+                    await heard_first.updated.wait()
+            # The first session is gone, still subscribed; a second one subscribes after it.
+            async with server.client() as second:
+                heard_second = Heard()
+                second.session._message_handler = heard_second
+                with quiet_deprecations():
+                    await second.subscribe_resource(uri)
+                with anyio.fail_after(20):
+                    await heard_second.updated.wait()
+                await call(second, "kill", id=unit["id"])
+
+        anyio.run(scenario)
+        out = server.stop()
+    assert out == ""
+    assert "watching subscribed units failed" not in "".join(server.stderr)
