@@ -38,7 +38,7 @@ from workunits._unit.transcript import TranscriptWriter
 from workunits._util import outputfile
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import CheckpointReport, ProgressReport
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, name_of
 from workunits.actors.base import UnitBinding, WorkActor
 from workunits.actors.process_events import TellActor
 
@@ -53,10 +53,6 @@ def pickle_call(what: str, target: Any, args: tuple[Any, ...], kwargs: dict[str,
         raise SpecError(
             f"cannot pickle {what} or its arguments for Ray: {type(exc).__name__}: {exc}"
         ) from exc
-
-
-def name_of(target: Any) -> str:
-    return str(getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or target)
 
 
 @dataclass(frozen=True, slots=True)

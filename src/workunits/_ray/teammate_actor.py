@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from workunits._core.errors import SpecError
-from workunits._ray.actor import RemoteActor, name_of, pickle_call
+from workunits._ray.actor import RemoteActor, pickle_call
 from workunits._ray.placement import Placement, RemoteWork
 from workunits._ray.runtime import RayApi, ray_options
 from workunits._ray.worker.frames import RemoteCall
 from workunits._wire import frames as m
 from workunits._wire.actor_messages import Answered, DeliverToUnit, StopTeammate
-from workunits._wire.specs import DEFAULT_OUTPUT_CAP
+from workunits._wire.specs import DEFAULT_OUTPUT_CAP, name_of
 from workunits.actors.teammate import TeammateActor
 
 

@@ -213,12 +213,12 @@ class AgentSpec:
             payload = dumps_call((fn, tuple(args), dict(kwargs)))
         except Exception as exc:
             raise SpecError(
-                f"cannot pickle {_name_of(fn)} or its arguments for the unit process: "
+                f"cannot pickle {name_of(fn)} or its arguments for the unit process: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         limits = Limits(memory=memory_limit, idle_priority=idle_priority)
         call = Call(fn, tuple(args), dict(kwargs))
-        return cls(payload, _name_of(fn), limits, call, output_cap, reuse)
+        return cls(payload, name_of(fn), limits, call, output_cap, reuse)
 
 
 _REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", re.ASCII)
@@ -294,7 +294,8 @@ def durable_options(
     return options
 
 
-def _name_of(fn: Any) -> str:
+def name_of(fn: Any) -> str:
+    """How a callable (or a class) is named in messages and records: its qualified name."""
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
 
 
