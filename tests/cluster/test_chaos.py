@@ -38,7 +38,9 @@ from workunits._core.status import is_terminal
 from workunits._ledger import Ledger
 
 SCALE = int(os.environ.get("WORKUNITS_CLUSTER_SCALE", "1"))
-LEASE = 2.0
+# Long enough that a live supervisor's heartbeat, late on a CI machine running four
+# test processes on two cores, is not taken for a dead one; short enough to wait out.
+LEASE = 4.0
 CLIENTS = 4
 CONSUMERS = 2
 SUBMITS = 15 * SCALE  # per client
