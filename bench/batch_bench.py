@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import procstat
-import pykka
 from harness import BenchResult, Series
-from peer_benches import EVICT_SOON, HasQuick, fork_call, scale, state_dir, trivial
+from peer_benches import EVICT_SOON, BareActor, HasQuick, fork_call, scale, state_dir, trivial
 
 import workunits as wu
 
@@ -77,16 +76,12 @@ def measure(run: Callable[[int], object], n: int) -> Rate:
     return Rate(n, t1 - t0, cpu1 - cpu0, busy1 - busy0)
 
 
-class _BareActor(pykka.ThreadingActor):
-    """An actor that does nothing: what pykka's start and stop cost on their own."""
-
-
 def actor_floor(reps: int) -> float:
     """This process's CPU for one bare ``pykka.ThreadingActor`` started and stopped
     (seconds): part of every unit's figure, as the issue counts it."""
     cpu0 = procstat.cpu_seconds()
     for _ in range(reps):
-        _BareActor.start().stop()
+        BareActor.start().stop()
     return (procstat.cpu_seconds() - cpu0) / reps
 
 

@@ -133,22 +133,32 @@ def fork_call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 # The peer of a durable unit: its work between two fully synced commits, timed as one.
-FLOOR_SEQUENCE = "a fully synced SQLite commit, {work}, a fully synced commit, timed as one"
+FLOOR_SEQUENCE = (
+    "a fully synced SQLite commit, a bare pykka actor started, {work}, a fully synced "
+    "commit, the actor stopped, timed as one"
+)
 FLOOR_ROW = 400  # bytes per bare insert: about a unit's row
 
 
 def floor_sequence(
     inserts: ledger_bench.BareInserts, work: Callable[[], object]
 ) -> Callable[[], None]:
-    """A unit's durable floor as one call: a fully synced commit (its submit), the bare
-    peer's ``work``, a fully synced commit (its end)."""
+    """A unit's durable floor as one call: a fully synced commit (its submit), a bare
+    pykka actor's start (every unit is an actor: DESIGN §8 counts it in the floor), the
+    bare peer's ``work``, a fully synced commit (its end), the actor's stop."""
 
     def sequence() -> None:
         inserts.insert()
+        actor = BareActor.start()
         work()
         inserts.insert()
+        actor.stop()
 
     return sequence
+
+
+class BareActor(pykka.ThreadingActor):
+    """An actor that does nothing: what a pykka actor's start and stop cost alone."""
 
 
 def durable_pair(
@@ -159,15 +169,18 @@ def durable_pair(
     *,
     reps: int,
     warm: int,
+    tag: str = "",
 ) -> Pair:
     """A unit against its floor, pair by pair: a fully synced commit (its submit), the bare
-    peer's run of the work, a fully synced commit (its end), timed as one.
+    peer's run of the work, a fully synced commit (its end), timed as one. ``tag`` tells
+    a second floor of the same unit apart in the tables.
 
     Timed as a sequence, not summed from commits timed back to back: on a VM a
     disk that idled while the work ran answers slower, and a unit's commits
     always come on either side of its work.
     """
-    inserts = ledger_bench.BareInserts(state / "floor-sequence.db", FLOOR_ROW)
+    database = "floor-sequence" + (f"-{tag}".replace(" ", "-") if tag else "") + ".db"
+    inserts = ledger_bench.BareInserts(state / database, FLOOR_ROW)
     sequence = floor_sequence(inserts, work[1])
 
     def floor() -> float:
@@ -175,10 +188,11 @@ def durable_pair(
         sequence()
         return time.perf_counter() - start
 
+    suffix = f", {tag}" if tag else ""
     pair = pair_of(
         result,
-        "vs its durable floor",
-        (f"{unit[0]} [vs floor]", []),
+        f"vs its durable floor{suffix}",
+        (f"{unit[0]} [vs floor{suffix}]", []),
         (f"floor: {FLOOR_SEQUENCE.format(work=work[0])}", []),
     )
     try:
