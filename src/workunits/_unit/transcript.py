@@ -38,12 +38,21 @@ class TranscriptWriter:
 def last_seq(path: str) -> int:
     """The ``seq`` of the last complete event in the transcript at ``path`` (0 if none)."""
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - TAIL_BYTES))
-            tail = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return 0
+    try:
+        return _last_seq_of(fd)
+    finally:
+        os.close(fd)
+
+
+def _last_seq_of(fd: int) -> int:
+    """``last_seq`` of an open transcript: its tail read with ``pread``, so a descriptor
+    opened to append reads it too, and a look costs two system calls."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - TAIL_BYTES)
+    tail = os.pread(fd, size - start, start)
     for line in reversed(tail.splitlines()):
         try:
             event = orjson.loads(line)
@@ -55,10 +64,14 @@ def last_seq(path: str) -> int:
 
 
 def append_event(path: str, type_: str, **fields: Any) -> None:
-    """Append one event after the process that wrote the rest is gone."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    """Append one event after the process that wrote the rest is gone.
+
+    One descriptor reads the last ``seq`` and appends after it: an agent's end
+    costs its actor a handful of system calls, each a hand-off of the GIL under
+    load, not the dozen two opens took."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        TranscriptWriter(fd, last_seq(path) + 1).write(type_, **fields)
+        TranscriptWriter(fd, _last_seq_of(fd) + 1).write(type_, **fields)
     finally:
         os.close(fd)
 
