@@ -8,6 +8,7 @@ import anyio
 import httpx
 import mcp_types as types
 import pytest
+from mcp import Client
 
 from tests.mcp_server.harness import call, http_server, quiet_deprecations, read_all
 
@@ -127,6 +128,16 @@ class Heard:
             self.updated.set()
 
 
+async def hear_an_update(client: Client, uri: str) -> None:
+    """Subscribe ``client`` to ``uri`` and wait for its first update."""
+    heard = Heard()
+    client.session._message_handler = heard
+    with quiet_deprecations():
+        await client.subscribe_resource(uri)
+    with anyio.fail_after(20):
+        await heard.updated.wait()
+
+
 def test_a_subscriber_that_left_without_unsubscribing_costs_the_others_nothing(
     tmp_path: Path,
 ) -> None:
@@ -140,20 +151,10 @@ def test_a_subscriber_that_left_without_unsubscribing_costs_the_others_nothing(
                 command = "while :; do echo t; sleep 0.2; done"
                 unit = await call(first, "start_shell", command=command)
                 uri = f"workunits://units/{unit['id']}/output"
-                heard_first = Heard()
-                first.session._message_handler = heard_first
-                with quiet_deprecations():
-                    await first.subscribe_resource(uri)
-                with anyio.fail_after(20):
-                    await heard_first.updated.wait()
+                await hear_an_update(first, uri)
             # The first session is gone, still subscribed; a second one subscribes after it.
             async with server.client() as second:
-                heard_second = Heard()
-                second.session._message_handler = heard_second
-                with quiet_deprecations():
-                    await second.subscribe_resource(uri)
-                with anyio.fail_after(20):
-                    await heard_second.updated.wait()
+                await hear_an_update(second, uri)
                 await call(second, "kill", id=unit["id"])
 
         anyio.run(scenario)
