@@ -6,10 +6,16 @@ open, which nobody will open again: the next supervisor on the state dir
 would start empty, every unit and notice gone. So each file is held open
 here (a descriptor of our own, read-only) and checked against its path: the
 open file deleted (no link left), its path gone, or the path naming another
-file is a ledger that is gone. The check is two system calls per file
-(``fstat`` and ``stat``), made before each write transaction of the SQLite
-ledger and on each of the supervisor's ticks; once a file is gone it stays
-gone for this process.
+file is a ledger that is gone. The check runs before each write transaction
+of the SQLite ledger and on each of the supervisor's ticks; once a file is
+gone it stays gone for this process.
+
+Looking is two system calls per file (``fstat`` and ``stat``), each one a
+release of the GIL that the supervisor's thread waits to get back. So on
+Linux an inotify watch of the names (``_util.namewatch``) says first whether
+any entry on the way to them changed, in one read: only then, and at least
+every ``LOOK_EVERY`` seconds (a file system mounted over a directory makes no
+event), does the check look at the files themselves.
 """
 
 from __future__ import annotations
@@ -17,9 +23,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from pathlib import Path
 
 from workunits._core.errors import LedgerGone
+from workunits._util.namewatch import NameWatch
+
+LOOK_EVERY = 1.0  # seconds: the longest a watched check goes without looking
 
 
 class FilesInPlace:
@@ -33,6 +43,10 @@ class FilesInPlace:
         self._open: dict[Path, int | None] = dict.fromkeys(paths)
         self._gone: LedgerGone | None = None
         self._track()
+        # Made after the files were opened: a change from then on is an event.
+        self._watch = NameWatch.watch(paths)
+        self._track()  # and what was made meanwhile (a -wal), which made no event seen
+        self._looked_at = time.monotonic()
 
     def _track(self) -> None:
         """Open the files that exist now and were not open yet (a -wal comes later)."""
@@ -44,7 +58,7 @@ class FilesInPlace:
     def check(self) -> None:
         """Raise LedgerGone when a file was deleted, replaced or moved (and ever after)."""
         with self._lock:
-            if self._gone is None:
+            if self._gone is None and self._must_look():
                 why = self._look()
                 if why is not None:
                     self._gone = LedgerGone(
@@ -57,6 +71,15 @@ class FilesInPlace:
             gone = self._gone
         if gone is not None:
             raise LedgerGone(str(gone))
+
+    def _must_look(self) -> bool:
+        """Whether a file may have moved since the last look (always, without a watch)."""
+        now = time.monotonic()
+        if self._watch is not None and not self._watch.changed():
+            if now - self._looked_at < LOOK_EVERY:
+                return False
+        self._looked_at = now
+        return True
 
     def _look(self) -> str | None:
         self._track()
@@ -79,6 +102,8 @@ class FilesInPlace:
 
     def close(self) -> None:
         with self._lock:
+            if self._watch is not None:
+                self._watch.close()
             for path, fd in self._open.items():
                 if fd is not None:
                     with contextlib.suppress(OSError):
