@@ -89,7 +89,7 @@ def test_a_file_made_after_the_watch_is_held_and_its_removal_seen(ledger: Path) 
         wal.write_bytes(b"frames")  # SQLite makes its -wal later
         files.check()
         wal.unlink()
-        with pytest.raises(LedgerGone, match="ledger.db-wal"):
+        with pytest.raises(LedgerGone, match=r"ledger\.db-wal"):
             files.check()
     finally:
         files.close()

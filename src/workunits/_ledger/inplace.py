@@ -75,9 +75,9 @@ class FilesInPlace:
     def _must_look(self) -> bool:
         """Whether a file may have moved since the last look (always, without a watch)."""
         now = time.monotonic()
-        if self._watch is not None and not self._watch.changed():
-            if now - self._looked_at < LOOK_EVERY:
-                return False
+        watch = self._watch
+        if watch is not None and not watch.changed() and now - self._looked_at < LOOK_EVERY:
+            return False
         self._looked_at = now
         return True
 
