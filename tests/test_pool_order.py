@@ -73,11 +73,7 @@ class Unit:
         """What the unit's actor does on its own thread: hand the unit to the pool."""
         fd = os.open(self.transcript, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.pool.run(self.call, fd, theirs.fileno(), self.events)
-        finally:
-            os.close(fd)
-            theirs.close()
+        self.pool.run(self.call, fd, theirs.detach(), self.events)  # both the pool's now
         self.channel = ours  # kept open until the unit ends, as its actor keeps it
 
     def ended(self) -> tuple[int | None, int | None] | None:

@@ -60,7 +60,7 @@ _Tell = Callable[[UnitEvents], None]  # how a worker's end reaches the unit it r
 
 @dataclass(slots=True)
 class _Job:
-    """One unit handed to the pool; owns duplicates of its two descriptors until sent."""
+    """One unit handed to the pool; owns its two descriptors until sent."""
 
     call: SpawnCall
     transcript_fd: int
@@ -165,8 +165,10 @@ class WorkerPool:
         self._serve_waiting(start_here=False)  # maybe from the supervisor's thread
 
     def run(self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: UnitEvents) -> None:
-        """Run ``call`` on a free worker (or once one is free). The fds stay the caller's."""
-        job = _Job(call, os.dup(transcript_fd), os.dup(channel_fd), events)
+        """Run ``call`` on a free worker (or once one is free). The two fds are the pool's
+        from this call on, even when it raises: closed once sent, or when the unit cannot
+        run (a duplicate of each, two more system calls per unit, would do no more)."""
+        job = _Job(call, transcript_fd, channel_fd, events)
         with self._lock:
             if self._closed:
                 job.release_fds()

@@ -177,7 +177,13 @@ class AgentActor(WorkActor):
     def launch(self) -> None:
         # Before the channel exists: a refused link must leave no socket behind.
         transcript_fd, first_seq = self.unit.open_transcript(self._transcript_path)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except BaseException:
+            os.close(transcript_fd)
+            raise
+        channel_fd = theirs.detach()
+        handed = False  # the descriptors are _start_process's once it is called
         try:
             self._channel = ours
             frames = _ChannelFrames(self.actor_ref)
@@ -196,16 +202,26 @@ class AgentActor(WorkActor):
                 confinement=self.confinement(),
                 sandbox=self.unit.sandbox_note(),
             )
-            self._start_process(call, transcript_fd, theirs.fileno(), self.process_watch())
+            events = self.process_watch()
+            handed = True
+            self._start_process(call, transcript_fd, channel_fd, events)
         finally:
-            os.close(transcript_fd)
-            theirs.close()
+            if not handed:
+                os.close(transcript_fd)
+                os.close(channel_fd)
 
     def _start_process(
         self, call: SpawnCall, transcript_fd: int, channel_fd: int, events: ProcessWatch
     ) -> None:
-        """Have the zygote fork the unit's process (a pooled agent hands it to a worker)."""
-        self.unit.zygote.spawn_call(call, transcript_fd, channel_fd, events)
+        """Have the zygote fork the unit's process (a pooled agent hands it to a worker).
+
+        Owns the two descriptors, whatever happens: the zygote gets copies of them
+        in the request, so they are closed here once it is sent."""
+        try:
+            self.unit.zygote.spawn_call(call, transcript_fd, channel_fd, events)
+        finally:
+            os.close(transcript_fd)
+            os.close(channel_fd)
 
     def _limits(self) -> Limits:
         return self.spec.limits

@@ -15,6 +15,7 @@ in the pool, ``reuse`` or not.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 from typing import Any, ClassVar
 
@@ -82,8 +83,10 @@ class PooledAgentActor(AgentActor):
     ) -> None:
         pool = self.unit.pool
         if pool is None:
+            os.close(transcript_fd)
+            os.close(channel_fd)
             raise WorkunitsError("this supervisor has no worker pool for reuse=True units")
-        pool.run(call, transcript_fd, channel_fd, events)
+        pool.run(call, transcript_fd, channel_fd, events)  # the pool owns the fds now
 
     def signal_work(self, signum: int) -> None:
         pool = self.unit.pool
