@@ -40,6 +40,14 @@ class ProcessSpawnFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class Told:
+    """Several messages for one actor, told from one Reaper wake, in order (one tell:
+    a unit's last frame, its channel's close and its exit often come together)."""
+
+    messages: tuple[object, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessExited:
     """The unit's process exited: its code, or the signal that ended it (told to its actor)."""
 

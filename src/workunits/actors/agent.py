@@ -14,7 +14,7 @@ import signal
 import socket
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
 
@@ -44,6 +44,9 @@ from workunits._wire.untrusted import unit_frames
 from workunits._wire.zygote_protocol import Limits, SpawnCall
 from workunits.actors.base import UnitBinding, WorkActor, exit_outcome
 from workunits.actors.process_events import ProcessWatch, TellActor
+
+if TYPE_CHECKING:
+    from workunits._zygote.reaper import Reaper
 
 # -- messages to the supervisor on behalf of the unit process ------------------
 
@@ -81,8 +84,9 @@ class _ChannelFrames:
 
     __slots__ = ("_actor", "_broken", "_reader")
 
-    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
-        self._actor = TellActor(ref)  # an actor force-ended at shutdown takes no more
+    def __init__(self, ref: pykka.ActorRef[Any], reaper: Reaper) -> None:
+        # An actor force-ended at shutdown takes no more; a wake's tells go as one.
+        self._actor = TellActor(ref, reaper)
         self._reader = unit_frames()  # a unit's bytes build plain data only (``untrusted``)
         self._broken = False
 
@@ -186,7 +190,7 @@ class AgentActor(WorkActor):
         handed = False  # the descriptors are _start_process's once it is called
         try:
             self._channel = ours
-            frames = _ChannelFrames(self.actor_ref)
+            frames = _ChannelFrames(self.actor_ref, self.unit.reaper)
             self._channel_key = self.unit.reaper.watch_stream(ours, frames.on_data, frames.on_close)
             self._channel_open = True
             call = SpawnCall(

@@ -43,7 +43,7 @@ from workunits._sandbox.isolation import Isolation
 from workunits._sandbox.plan import Confinement
 from workunits._unit.transcript import last_seq
 from workunits._util import outputfile
-from workunits._wire.actor_messages import Cancel, Escalate, Kill
+from workunits._wire.actor_messages import Cancel, Escalate, Kill, Told
 from workunits.actors.kind_code import call_kind
 from workunits.actors.process_events import ProcessWatch
 from workunits.actors.warm_files import WarmFiles
@@ -398,6 +398,9 @@ class WorkActor(pykka.ThreadingActor, metaclass=_KindMeta):
     def on_receive(self, message: Any) -> Any:
         """Control messages from the supervisor; subclasses handle their own first."""
         match message:
+            case Told(messages):  # a Reaper wake's tells (``process_events``), in order
+                for each in messages:
+                    self.on_receive(each)
             case Kill(reason):
                 self.kill(reason)
             case Cancel(reason):

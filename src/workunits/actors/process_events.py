@@ -18,6 +18,10 @@ asks the zygote to kill the unit's group, as it would anyway.
 
 The supervisor hears of the end exactly once whichever way it comes: the
 report is claimed first (``WorkActor.claim_end``).
+
+What the Reaper thread tells one actor during one wake (its last frames, its
+channel's close, its exit) goes as one message (``Told``), sent once the wake
+is over: each tell costs the actor's thread a wake-up and a turn at the GIL.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import contextlib
 import os
 import signal
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -34,28 +39,76 @@ from workunits._wire.actor_messages import (
     ProcessExited,
     ProcessLost,
     ProcessSpawnFailed,
+    Told,
 )
 from workunits._zygote._linux import kill_through_pidfd
 from workunits.actors.kind_code import call_kind
 
 if TYPE_CHECKING:
+    from workunits._zygote.reaper import Reaper
     from workunits.actors.base import WorkActor
 
 
 class TellActor:
-    """Tells to a unit's actor from another thread; False once the actor is gone."""
+    """Tells to a unit's actor from another thread; False once the actor is gone.
 
-    __slots__ = ("ref",)
+    Given the ``reaper``, a tell made on its thread waits for the end of the wake
+    and goes with the others to the same actor (``_WakeTells``); it answers True.
+    """
 
-    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+    __slots__ = ("_reaper", "ref")
+
+    def __init__(self, ref: pykka.ActorRef[Any], reaper: Reaper | None = None) -> None:
         self.ref = ref
+        self._reaper = reaper
 
     def tell(self, message: object) -> bool:
-        try:
-            self.ref.tell(message)
-        except pykka.ActorDeadError:
-            return False  # the unit was already force-ended at shutdown
-        return True
+        reaper = self._reaper
+        if reaper is not None and reaper.on_its_thread():
+            _wake_tells(reaper).add(self.ref, message)
+            return True
+        return _tell(self.ref, message)
+
+
+def _tell(ref: pykka.ActorRef[Any], message: object) -> bool:
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        return False  # the unit was already force-ended at shutdown
+    return True
+
+
+class _WakeTells:
+    """One Reaper's tells of the current wake, per actor in order; its thread only."""
+
+    def __init__(self, reaper: Reaper) -> None:
+        self._reaper = reaper
+        self._held: dict[int, tuple[pykka.ActorRef[Any], list[object]]] = {}
+
+    def add(self, ref: pykka.ActorRef[Any], message: object) -> None:
+        if not self._held:
+            self._reaper.after_wake(self._send)
+        held = self._held.get(id(ref))
+        if held is None:
+            self._held[id(ref)] = (ref, [message])
+        else:
+            held[1].append(message)
+
+    def _send(self) -> None:
+        held, self._held = self._held, {}
+        for ref, messages in held.values():
+            _tell(ref, messages[0] if len(messages) == 1 else Told(tuple(messages)))
+
+
+# Made on the Reaper's own thread (the only one that adds), so no lock is needed.
+_BY_REAPER: weakref.WeakKeyDictionary[Reaper, _WakeTells] = weakref.WeakKeyDictionary()
+
+
+def _wake_tells(reaper: Reaper) -> _WakeTells:
+    tells = _BY_REAPER.get(reaper)
+    if tells is None:
+        tells = _BY_REAPER[reaper] = _WakeTells(reaper)
+    return tells
 
 
 class ProcessWatch:
@@ -65,7 +118,7 @@ class ProcessWatch:
 
     def __init__(self, actor: WorkActor) -> None:
         self._actor = actor
-        self._teller = TellActor(actor.actor_ref)
+        self._teller = TellActor(actor.actor_ref, actor.unit.reaper)
         # Guards _pidfd and _released: the Reaper thread and the actor's (its stop) release.
         self._lock = threading.Lock()
         self._pidfd: int | None = None  # the unit process, from spawned until its end
