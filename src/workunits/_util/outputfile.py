@@ -138,10 +138,14 @@ def open_for_reading(path: str) -> int | None:
 
 def read_delta(fd: int, offset: int, max_bytes: int | None) -> bytes:
     """Read from ``offset`` to the current end of file, at most ``max_bytes``."""
-    end = os.fstat(fd).st_size
-    want = end - offset
+    want = os.fstat(fd).st_size - offset
     if max_bytes is not None:
         want = min(want, max_bytes)
+    return _read(fd, offset, want)
+
+
+def _read(fd: int, offset: int, want: int) -> bytes:
+    """Up to ``want`` bytes from ``offset`` (fewer if the file ends first)."""
     if want <= 0:
         return b""
     chunks: list[bytes] = []
@@ -159,7 +163,7 @@ def drain(fd: int) -> tuple[int, bytes]:
     """Return the file's size and its raw last 64 KiB."""
     size = os.fstat(fd).st_size
     start = max(0, size - TAIL_BYTES)
-    return size, read_delta(fd, start, size - start)
+    return size, _read(fd, start, size - start)  # the size is known: no second fstat
 
 
 def size_of(path: str) -> int:
