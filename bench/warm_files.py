@@ -43,8 +43,8 @@ class _Sides:
     def install(self) -> None:
         sides = self
 
-        def take(files: WarmFiles) -> Any:
-            return _take(files) if sides.warm else None
+        def take(files: WarmFiles, append: bool) -> Any:
+            return _take(files, append) if sides.warm else None
 
         def create(files: WarmFiles, path: str, *, append: bool = False) -> int:
             start = time.perf_counter()

@@ -102,6 +102,40 @@ def test_append_is_set_when_asked(stock: WarmFiles, out: Path) -> None:
         os.close(plain)
 
 
+def test_spares_are_made_as_the_last_ask_wanted_and_mended_for_the_other(
+    stock: WarmFiles, out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of agents' transcripts gets appending spares, with no flag to set at
+    launch; a shell's ask among them still gets a descriptor that does not append."""
+    calls: list[int] = []
+    real = fcntl.fcntl
+
+    def counted(fd: int, cmd: int, arg: int = 0) -> int:
+        calls.append(cmd)
+        return real(fd, cmd, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", counted)  # the module warm_files calls
+    fds = []
+    try:
+        stock.fill_once()  # nothing asked yet: plain spares
+        fds.append(stock.create(str(out / "a00000001.jsonl"), append=True))
+        assert calls  # a plain spare, mended
+        for n in range(2, 5):
+            fds.append(stock.create(str(out / f"a0000000{n}.jsonl"), append=True))
+        assert stock.fill_once() == 4  # made for the last ask: appending
+        calls.clear()
+        for n in range(5, 8):
+            fds.append(stock.create(str(out / f"a0000000{n}.jsonl"), append=True))
+        assert calls == []  # taken as made
+        fds.append(stock.create(str(out / "b00000001.out")))
+        assert calls  # an appending spare, mended for a shell
+        assert all(real(fd, fcntl.F_GETFL) & os.O_APPEND for fd in fds[:-1])
+        assert not real(fds[-1], fcntl.F_GETFL) & os.O_APPEND
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def test_with_no_file_ready_one_is_created_at_once(
     stock: WarmFiles, out: Path, tmp_path: Path
 ) -> None:

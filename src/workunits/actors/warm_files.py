@@ -56,7 +56,8 @@ _SPARE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEX
 # renameat2's answers for "not here": another file system, no RENAME_NOREPLACE.
 _CANNOT_MOVE = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM})
 
-_Spare = tuple[str, int]  # its path in the spare directory, and a write descriptor
+# Its path in the spare directory, a write descriptor, and whether that appends.
+_Spare = tuple[str, int, bool]
 
 
 class WarmFiles:
@@ -77,6 +78,9 @@ class WarmFiles:
         self._ready: list[_Spare] = []
         self._asked = 0  # files asked for so far: a failed refill waits for the next ask
         self._moves = True  # False once a name could not be moved here: create from then on
+        # Whether the last ask wanted an appending descriptor (an agent's transcript) or
+        # not (a shell's output): spares are made so, as a run of units tends to ask alike.
+        self._append = False
         self._closed = False
         self._names = itertools.count()
         self._thread: threading.Thread | None = None
@@ -89,10 +93,10 @@ class WarmFiles:
     def create(self, path: str, *, append: bool = False) -> int:
         """A new file at ``path`` and a write descriptor (close-on-exec), as
         ``_util.outputfile.create`` gives; a ready file when there is one."""
-        spare = self._take()
+        spare = self._take(append)
         if spare is None:
             return outputfile.create(path, append=append)
-        name, fd = spare
+        name, fd, appends = spare
         try:
             _move(name, path)
         except FileExistsError as exc:
@@ -106,9 +110,11 @@ class WarmFiles:
                 _discard(spare)
             # Made here, or refused with the error a create at launch meets.
             return outputfile.create(path, append=append)
-        if append:
+        if append != appends:  # made for the other kind of ask: two more system calls
             try:
-                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+                flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+                flags = flags | os.O_APPEND if append else flags & ~os.O_APPEND
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
             except BaseException:
                 os.close(fd)
                 raise
@@ -123,9 +129,10 @@ class WarmFiles:
         """Make files until ``keep`` are ready, on this thread; how many were made."""
         with self._lock:
             missing = 0 if self._closed or not self._moves else self._keep - len(self._ready)
+            append = self._append
         made = 0
         for _ in range(missing):
-            spare = self._make()
+            spare = self._make(append)
             with self._lock:
                 if self._closed:
                     _discard(spare)
@@ -148,11 +155,12 @@ class WarmFiles:
 
     # -- internals ------------------------------------------------------------------
 
-    def _take(self) -> _Spare | None:
+    def _take(self, append: bool) -> _Spare | None:
         with self._lock:
             if not self._moves:
                 return None
             self._asked += 1
+            self._append = append
             spare = self._ready.pop() if self._ready else None
             if len(self._ready) < self._low:
                 self._wanted.notify()
@@ -174,9 +182,10 @@ class WarmFiles:
         for spare in spares:
             _discard(spare)
 
-    def _make(self) -> _Spare:
+    def _make(self, append: bool) -> _Spare:
         name = os.path.join(self._dir, f"{os.getpid()}-{next(self._names)}")
-        return name, os.open(name, _SPARE_FLAGS, 0o600)
+        flags = _SPARE_FLAGS | os.O_APPEND if append else _SPARE_FLAGS
+        return name, os.open(name, flags, 0o600), append
 
     def _fill_forever(self) -> None:
         failing = False  # the last fill failed: the warning was given
@@ -245,7 +254,7 @@ def _move(source: str, target: str) -> None:
 
 
 def _discard(spare: _Spare) -> None:
-    name, fd = spare
+    name, fd, _ = spare
     os.close(fd)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name)
