@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-from dataclasses import dataclass, field
 
 
 class Due(enum.Enum):
@@ -16,12 +15,10 @@ class Due(enum.Enum):
     EVICT = "evict"  # evict_after has passed: try to drop the record
 
 
-@dataclass(order=True, frozen=True, slots=True)
-class _Entry:
-    when: float
-    seq: int
-    work_id: str = field(compare=False)
-    what: Due = field(compare=False)
+# (when, seq, work ID, what): a plain tuple, compared in C by when then seq (seq is
+# unique, so the rest is never compared); a dataclass's order took a Python call
+# per comparison, a few for every unit's eviction deadline.
+_Entry = tuple[float, int, str, Due]
 
 
 class Deadlines:
@@ -35,11 +32,11 @@ class Deadlines:
         return len(self._heap)
 
     def push(self, when: float, work_id: str, what: Due) -> None:
-        heapq.heappush(self._heap, _Entry(when, next(self._seq), work_id, what))
+        heapq.heappush(self._heap, (when, next(self._seq), work_id, what))
 
     def pop_due(self, now: float) -> list[tuple[str, Due]]:
         due: list[tuple[str, Due]] = []
-        while self._heap and self._heap[0].when <= now:
-            entry = heapq.heappop(self._heap)
-            due.append((entry.work_id, entry.what))
+        while self._heap and self._heap[0][0] <= now:
+            _, _, work_id, what = heapq.heappop(self._heap)
+            due.append((work_id, what))
         return due
