@@ -10,7 +10,9 @@ what its next wake will see (as in ``test_ends_per_wake``).
 
 from __future__ import annotations
 
+import gc
 import queue
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +104,33 @@ def test_a_tell_off_the_reapers_thread_goes_at_once(
     finally:
         held.release()
         held.close()
+
+
+def _gather_once_and_close(ref: pykka.ActorRef[Any], got: queue.Queue[object]) -> Reaper:
+    """A Reaper whose thread gathered one tell to ``ref``, closed."""
+    reaper = Reaper()
+    to_actor = TellActor(ref, reaper)
+
+    def on_chunk(data: bytes) -> None:
+        to_actor.tell("gathered")
+
+    stream = Stream(reaper, on_chunk)
+    try:
+        stream.theirs.sendall(b".")
+        assert got.get(timeout=WAIT) == "gathered"
+    finally:
+        stream.close()
+        reaper.close()
+    return reaper
+
+
+def test_a_closed_reaper_is_not_kept_by_the_tells_it_gathered(
+    actors: list[tuple[pykka.ActorRef[Any], queue.Queue[object]]],
+) -> None:
+    (a, got_a), _ = actors
+    gone = weakref.ref(_gather_once_and_close(a, got_a))
+    gc.collect()
+    assert gone() is None  # each supervisor's Reaper goes with it
 
 
 class Counting(PooledAgentActor):

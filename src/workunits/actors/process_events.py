@@ -65,7 +65,7 @@ class TellActor:
     def tell(self, message: object) -> bool:
         reaper = self._reaper
         if reaper is not None and reaper.on_its_thread():
-            _wake_tells(reaper).add(self.ref, message)
+            _wake_tells(reaper).add(reaper, self.ref, message)
             return True
         return _tell(self.ref, message)
 
@@ -81,13 +81,12 @@ def _tell(ref: pykka.ActorRef[Any], message: object) -> bool:
 class _WakeTells:
     """One Reaper's tells of the current wake, per actor in order; its thread only."""
 
-    def __init__(self, reaper: Reaper) -> None:
-        self._reaper = reaper
+    def __init__(self) -> None:
         self._held: dict[int, tuple[pykka.ActorRef[Any], list[object]]] = {}
 
-    def add(self, ref: pykka.ActorRef[Any], message: object) -> None:
+    def add(self, reaper: Reaper, ref: pykka.ActorRef[Any], message: object) -> None:
         if not self._held:
-            self._reaper.after_wake(self._send)
+            reaper.after_wake(self._send)
         held = self._held.get(id(ref))
         if held is None:
             self._held[id(ref)] = (ref, [message])
@@ -100,14 +99,17 @@ class _WakeTells:
             _tell(ref, messages[0] if len(messages) == 1 else Told(tuple(messages)))
 
 
-# Made on the Reaper's own thread (the only one that adds), so no lock is needed.
+# Each Reaper's, made at its thread's first tell; nothing in one refers to its Reaper,
+# so it goes with it. The lock: several supervisors' Reapers may make theirs at once.
 _BY_REAPER: weakref.WeakKeyDictionary[Reaper, _WakeTells] = weakref.WeakKeyDictionary()
+_BY_REAPER_LOCK = threading.Lock()
 
 
 def _wake_tells(reaper: Reaper) -> _WakeTells:
     tells = _BY_REAPER.get(reaper)
     if tells is None:
-        tells = _BY_REAPER[reaper] = _WakeTells(reaper)
+        with _BY_REAPER_LOCK:
+            tells = _BY_REAPER.setdefault(reaper, _WakeTells())
     return tells
 
 
