@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from tests.ledger.support import new_unit, raw
+from tests.ledger.support import new_unit, raw, start
 from workunits._core import ids as _ids
-from workunits._core.errors import SpecError
+from workunits._core.errors import LedgerCorrupt, SpecError
 from workunits._ledger import (
     Call,
     Ledger,
@@ -301,3 +302,36 @@ def test_a_refused_submit_in_a_batch_leaves_no_large_spec_file(tmp_path: Path) -
         assert row.spec.file is not None
         files = sorted(p.name for p in (tmp_path / "state" / "values").iterdir())
         assert files == [row.spec.file]
+
+
+def test_a_checkpoint_replaced_while_its_row_is_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer checkpoint saved between a reader's row and its load of the older one's
+    file (which that save removes) is no lost value: the reader reads the row again.
+    The interleaving is made at the load itself; a file gone for good still fails."""
+    with Ledger(tmp_path / "state", large_value=64) as ledger:
+        unit = new_unit(ledger, max_attempts=3)
+        start(ledger, unit.id)
+        assert ledger.attempts.save_checkpoint(unit.id, 1, {"n": "a" * 200})
+        large = ledger.units._ctx.large
+        real_load = large.load
+        raced: list[str | None] = []
+
+        def load(stored: Any, *, purpose: str, work_id: str) -> Any:
+            if purpose == "checkpoint" and not raced:
+                raced.append(stored.file)  # a writer gets in between, as in a real race
+                assert ledger.attempts.save_checkpoint(unit.id, 1, {"n": "b" * 200})
+            return real_load(stored, purpose=purpose, work_id=work_id)
+
+        monkeypatch.setattr(large, "load", load)
+        row = ledger.units.require(unit.id)
+        assert len(raced) == 1  # the first read's file was the older one, replaced
+        assert row.checkpoint is not None
+        assert orjson.loads(row.checkpoint) == {"n": "b" * 200}
+        monkeypatch.undo()
+
+        for value in (tmp_path / "state" / "values").iterdir():
+            value.unlink()  # gone for good: the same reference missing twice
+        with pytest.raises(LedgerCorrupt, match="cannot be read"):
+            ledger.units.require(unit.id)

@@ -21,6 +21,7 @@ from workunits._core import ids
 from workunits._core.errors import (
     CommitUnknown,
     IdempotencyConflict,
+    LedgerCorrupt,
     LedgerError,
     SpecError,
     UnknownWork,
@@ -36,6 +37,10 @@ from workunits._ledger.outbox import Outbox
 from workunits._ledger.rows import NewUnit, UnitRow
 from workunits._ledger.submit_group import SubmitGroup
 from workunits._ledger.unreadable import Unreadable
+
+# A unit whose checkpoint file was removed under a read (a newer one saved) is read
+# again, this many times at most.
+_READS_PAST_A_NEW_CHECKPOINT = 5
 
 
 class Units:
@@ -199,9 +204,26 @@ class Units:
 
     def get(self, work_id: str) -> UnitRow | None:
         ids.validate(work_id)
-        with self._ctx.db.read() as conn:
-            row = conn.execute("SELECT * FROM units WHERE id = ?", (work_id,)).fetchone()
-        return None if row is None else self._ctx.checked(UnitRow.from_sql(row))
+        replaced: str | None = None
+        for _ in range(_READS_PAST_A_NEW_CHECKPOINT):
+            with self._ctx.db.read() as conn:
+                row = conn.execute("SELECT * FROM units WHERE id = ?", (work_id,)).fetchone()
+            if row is None:
+                return None
+            found = UnitRow.from_sql(row)
+            try:
+                return self._ctx.checked(found)
+            except LedgerCorrupt:
+                # A newer checkpoint may have been saved between the read and the load
+                # of this one's file, which its save then removed: read the row again.
+                # The same file missing twice is a value that is gone.
+                if found.checkpoint_file is None or found.checkpoint_file == replaced:
+                    raise
+                replaced = found.checkpoint_file
+        raise LedgerError(  # a moment's failure, not a lost value
+            f"unit {work_id}: a newer checkpoint was saved during each of "
+            f"{_READS_PAST_A_NEW_CHECKPOINT} reads of it; read it again"
+        )
 
     def require(self, work_id: str) -> UnitRow:
         """Like ``get``, but an ID the ledger never saw (or has forgotten) raises UnknownWork."""
