@@ -27,6 +27,7 @@ SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
 
 # prctl options
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
 PR_SET_SECCOMP = 22
@@ -98,6 +99,14 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
     if result == -1:
         _raise(f"prctl({option})")
     return result
+
+
+def die_with(parent: int) -> None:
+    """SIGKILL this (forked) process when ``parent``, the single thread that forked it,
+    ends; exit at once if it has ended already (before the prctl took effect)."""
+    prctl(PR_SET_PDEATHSIG, 9)  # SIGKILL
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def child_subreaper() -> bool:

@@ -81,11 +81,15 @@ class UnitNamespace:
         machine refuses it (no user namespaces for this user, no mount rights...)."""
         uid, gid = os.geteuid(), os.getegid()
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the helper
             code = 1
             try:
                 os.close(ready_r)
+                # It waits for the zygote to kill it: a zygote killed first (its start
+                # cut short) must take it along, or it would wait for ever.
+                _libc.die_with(parent)
                 _make(hiding, uid, gid)
                 os.write(ready_w, b"+")
                 select.select([], [], [])  # until the zygote, done with us, kills us
