@@ -87,10 +87,12 @@ class UnitNamespace:
             code = 1
             try:
                 os.close(ready_r)
-                # It waits for the zygote to kill it: a zygote killed first (its start
-                # cut short) must take it along, or it would wait for ever.
-                _libc.die_with(parent)
                 _make(hiding, uid, gid)
+                # It waits for the zygote to kill it: a zygote killed first (its start
+                # cut short) must take it along, or it would wait for ever. Asked after
+                # the unsharing, which may change credentials (and a change of them
+                # clears the request); a zygote gone meanwhile is seen here too.
+                _libc.die_with(parent)
                 os.write(ready_w, b"+")
                 select.select([], [], [])  # until the zygote, done with us, kills us
             except BaseException as exc:  # noqa: BLE001 - told to the zygote through the pipe
