@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+import signal
 import sys
 
 LINUX = sys.platform.startswith("linux")
@@ -103,8 +104,11 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
 
 def die_with(parent: int) -> None:
     """SIGKILL this (forked) process when ``parent``, the single thread that forked it,
-    ends; exit at once if it has ended already (before the prctl took effect)."""
-    prctl(PR_SET_PDEATHSIG, 9)  # SIGKILL
+    ends; exit at once if it has ended already (before the prctl took effect).
+
+    The zygote's own ``set_parent_death_signal`` (``_zygote._linux``) is in a layer
+    above this one, which the namespace helper may not import."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(1)
 
